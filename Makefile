@@ -1,0 +1,55 @@
+# infkit front door. Every target that runs harness code depends on `setup`,
+# so a fresh machine needs no other step.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+EXTRAS  ?= dev,plots,docker
+INFKIT  := $(BIN)/infkit
+TESTS   ?=
+PYTEST_ARGS ?=
+GPU     ?=
+RUNTIME ?=
+BACKEND ?=
+SCALE   ?= 1
+
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: help setup test test-fast lint validate fingerprint clean
+
+help: ## list targets
+	@grep -hE '^[a-zA-Z0-9_%-]+:.*?## ' $(MAKEFILE_LIST) | sort | \
+	  awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
+
+setup: $(STAMP) ## create .venv (rebuilt when pyproject.toml changes)
+
+$(STAMP): pyproject.toml
+	rm -rf $(VENV)
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
+	touch $@
+
+test: setup ## run the test suite (TESTS=path-or-nodeid to filter, PYTEST_ARGS=...)
+	$(BIN)/python -m pytest $(TESTS) $(PYTEST_ARGS)
+
+test-fast: setup ## tests without the slow (real server) and docker markers
+	$(BIN)/python -m pytest -m "not slow and not docker and not gpu" $(TESTS) $(PYTEST_ARGS)
+
+lint: setup ## ruff over the package, tests and benchmarks
+	$(BIN)/ruff check harness tests benchmarks
+
+validate: setup ## validate the example documents (FILES=... to choose)
+	$(INFKIT) validate $(or $(FILES),tests/examples/valid/*.json)
+
+fingerprint: setup ## print this machine's environment fingerprint as JSON
+	$(INFKIT) fingerprint --json
+
+clean: ## remove the venvs, caches and run outputs (keeps manifests/ and keys)
+	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info runs
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# Each concern adds its targets in its own file.
+-include mk/*.mk

@@ -1,0 +1,230 @@
+"""Typed objects for the six result groups and the one function that writes a result.
+
+``write_result`` builds the document, validates it against
+``schemas/result.schema.json`` plus the evidence rules, and only then writes
+it atomically: nothing invalid is ever written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from harness.contract.atomic import atomic_write_json
+from harness.contract.schemas import validate_document
+from harness.errors import SchemaViolation
+
+RESULT_SCHEMA = "infkit/result/v1"
+ResultKind = Literal["serving", "mechanism", "simulation", "comparison"]
+EvidenceLevel = Literal["precheck", "single", "repeated", "paired"]
+Decision = Literal["adopt", "reject", "inconclusive", "blocked"]
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _clean(obj: Any) -> Any:
+    """asdict() output without the optional keys left at None and without empty null_reasons."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if k.startswith("_"):
+                continue
+            if k == "null_reasons" and not v:
+                continue
+            out[k] = _clean(v)
+        return out
+    if isinstance(obj, list):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+class _Group:
+    """Base for groups: ``_optional`` names fields that are dropped when None."""
+
+    _optional: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        raw = dataclasses.asdict(self)  # type: ignore[call-overload]
+        for name in self._optional:
+            if raw.get(name) is None:
+                raw.pop(name, None)
+        return _clean(raw)
+
+
+@dataclass
+class Identity(_Group):
+    semantic_id: str
+    workload_id: str
+    run_label: str
+    run_id: str
+    model: dict[str, str] | None = None
+    tokenizer: dict[str, str] | None = None
+    created_utc: str = field(default_factory=utc_now)
+    null_reasons: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class WorkloadInfo(_Group):
+    request_count: int
+    input_tokens: dict[str, float]
+    output_tokens: dict[str, float]
+    arrival: dict[str, Any]
+    concurrency: int | None
+    seed: int
+    token_budget: dict[str, int | None] = field(
+        default_factory=lambda: {"max_num_batched_tokens": None, "max_num_seqs": None}
+    )
+    kind: str | None = None
+    seeds: dict[str, int] | None = None
+    repeats: int | None = None
+    null_reasons: dict[str, str] = field(default_factory=dict)
+    _optional = ("kind", "seeds", "repeats")
+
+
+@dataclass
+class Environment(_Group):
+    profile_id: str
+    backend: dict[str, Any]
+    runtime: str = "local"
+    python: str = field(default_factory=platform.python_version)
+    torch: str | None = None
+    cuda: str | None = None
+    gpu: list[dict[str, Any]] = field(default_factory=list)
+    image: dict[str, Any] | None = None
+    fingerprint_sha256: str | None = None
+    null_reasons: dict[str, str] = field(default_factory=dict)
+    _optional = ("image", "fingerprint_sha256")
+
+
+@dataclass
+class Performance(_Group):
+    ttft_ms: dict[str, float] | None = None
+    tpot_ms: dict[str, float] | None = None
+    itl_ms: dict[str, float] | None = None
+    e2e_ms: dict[str, float] | None = None
+    queue_wait_client_ms: dict[str, float] | None = None
+    queue_wait_server_ms: dict[str, float] | None = None
+    throughput: dict[str, Any] | None = None
+    peak_memory_bytes: int | None = None
+    peak_memory_source: str | None = None
+    percentile_method: str = "linear"
+    null_reasons: dict[str, str] = field(default_factory=dict)
+    _optional = ("peak_memory_source",)
+
+    @classmethod
+    def not_applicable(cls, reason: str, **measured: Any) -> Performance:
+        """A performance group for results without serving latency: every unmeasured field null with ``reason``."""
+        perf = cls(**measured)
+        for f in dataclasses.fields(cls):
+            if f.name in ("percentile_method", "null_reasons", "peak_memory_source"):
+                continue
+            if getattr(perf, f.name) is None:
+                perf.null_reasons[f.name] = reason
+        return perf
+
+
+@dataclass
+class Correctness(_Group):
+    output_count: int
+    termination_counts: dict[str, int]
+    quality: dict[str, Any] | None = None
+    output_tokens_requested: int | None = None
+    output_tokens_reported: int | None = None
+    null_reasons: dict[str, str] = field(default_factory=dict)
+    _optional = ("output_tokens_requested", "output_tokens_reported")
+
+
+@dataclass
+class Failure(_Group):
+    stage: str
+    kind: str
+    message: str
+    recovered: bool = False
+    log_tail: str | None = None
+    _optional = ("log_tail",)
+
+
+@dataclass
+class Effect(_Group):
+    metric: str
+    estimator: str
+    value: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    no_effect: float
+    better: Literal["lower", "higher"]
+    method: str
+    n_pairs: int
+    arm_a: str | None = None
+    arm_b: str | None = None
+    _optional = ("arm_a", "arm_b")
+
+
+@dataclass
+class Conclusion(_Group):
+    evidence_level: EvidenceLevel
+    decision: Decision
+    next_step: str
+    failure: Failure | None = None
+    valid: bool = True
+    invalid_reasons: list[str] = field(default_factory=list)
+    repeats: int | None = None
+    effect: Effect | None = None
+    summary: str | None = None
+    _optional = ("repeats", "effect", "summary")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["failure"] = self.failure.to_dict() if self.failure else None
+        if self.effect is not None:
+            out["effect"] = self.effect.to_dict()
+        return out
+
+
+def build_result(
+    *,
+    kind: ResultKind,
+    identity: Identity,
+    workload: WorkloadInfo,
+    environment: Environment,
+    performance: Performance,
+    correctness: Correctness,
+    conclusion: Conclusion,
+    details: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Assemble a result document and validate it; raise ``SchemaViolation`` when invalid."""
+    doc: dict[str, Any] = {
+        "schema": RESULT_SCHEMA,
+        "kind": kind,
+        "identity": identity.to_dict(),
+        "workload": workload.to_dict(),
+        "environment": environment.to_dict(),
+        "performance": performance.to_dict(),
+        "correctness": correctness.to_dict(),
+        "conclusion": conclusion.to_dict(),
+    }
+    if details is not None:
+        doc["details"] = details
+    check_result(doc)
+    return doc
+
+
+def check_result(doc: dict[str, Any]) -> None:
+    problems = validate_document(doc)
+    if problems:
+        lines = [str(p) for p in problems]
+        raise SchemaViolation("result does not satisfy the contract:\n  " + "\n  ".join(lines), lines)
+
+
+def write_result(path: str | os.PathLike, doc: dict[str, Any]) -> Path:
+    """Validate ``doc`` and write it atomically; an invalid document is never written."""
+    check_result(doc)
+    return atomic_write_json(path, doc)

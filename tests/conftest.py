@@ -1,0 +1,28 @@
+"""Shared fixtures and marker policy.
+
+``slow``, ``docker`` and ``gpu`` tests skip cleanly when their service or
+device is missing, except where the environment says it is required
+(``INFKIT_REQUIRE_SLOW=1`` / ``INFKIT_REQUIRE_DOCKER=1`` in CI), where a
+missing prerequisite fails instead of hiding behind a skip.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def require_or_skip(env_var: str, reason: str) -> None:
+    """Skip with ``reason``, or fail when ``env_var`` says the prerequisite is required."""
+    if os.environ.get(env_var) == "1":
+        pytest.fail(f"{reason} (required because {env_var}=1)")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return REPO_ROOT
