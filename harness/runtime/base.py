@@ -1,0 +1,110 @@
+"""The runtime interface shared by the local (subprocess) and docker (SDK) runners.
+
+A backend turns its config into a ``ServerSpec`` (what to run); a runtime turns
+a spec into a running ``ServerHandle`` (where it runs). Bench code only talks
+to these two types, so ``RUNTIME=docker BACKEND=vllm`` differs from the CPU
+default only in configuration.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import InvalidInput
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """What to launch, independent of where."""
+
+    argv: tuple[str, ...]  # command line as run inside the runtime
+    port: int
+    env: dict[str, str] = field(default_factory=dict)
+    role: str = "inf-vllm-cpu"  # environment role (image) for the docker runtime
+    health_path: str = "/health"
+    gpus: tuple[int, ...] = ()  # device indexes; empty = CPU only
+    shm_bytes: int | None = None
+    host: str = "127.0.0.1"
+
+
+class ServerHandle(abc.ABC):
+    """A running server: health, logs, memory, stop."""
+
+    base_url: str
+    log_path: Path
+    image: dict[str, Any] | None = None  # {"ref": ..., "digest": ...} when run from an image
+
+    @abc.abstractmethod
+    def wait_healthy(self, timeout_s: float) -> None:
+        """Block until the health endpoint answers 200; raise ``ServerStartError`` with the log tail if it dies or times out."""
+
+    @abc.abstractmethod
+    def alive(self) -> bool: ...
+
+    @abc.abstractmethod
+    def log_tail(self, lines: int = 40) -> str: ...
+
+    @abc.abstractmethod
+    def memory_bytes(self) -> int | None:
+        """Current resident memory of the server (process tree RSS locally, container usage in docker)."""
+
+    @abc.abstractmethod
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        """SIGINT, then SIGKILL of the whole group after ``timeout_s``; returns the exit status."""
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+
+class ServerStartError(InvalidInput):
+    """The server exited or never became healthy; the message carries the log tail."""
+
+
+class Runtime(abc.ABC):
+    name: str
+
+    @abc.abstractmethod
+    def start(self, spec: ServerSpec, run_dir: Path, log_name: str = "server.log") -> ServerHandle: ...
+
+
+_RUNTIMES: dict[str, Callable[[], Runtime]] = {}
+
+
+def register_runtime(name: str, factory: Callable[[], Runtime]) -> None:
+    _RUNTIMES[name] = factory
+
+
+def get_runtime(name: str) -> Runtime:
+    import importlib
+
+    if name not in _RUNTIMES:
+        try:
+            importlib.import_module(f"harness.runtime.{name}")
+        except ImportError:
+            pass
+    if name not in _RUNTIMES:
+        raise InvalidInput(f"unknown runtime {name!r}", hint=f"choose one of: {', '.join(sorted(_RUNTIMES)) or 'local, docker'}")
+    return _RUNTIMES[name]()
+
+
+def nvidia_gpu_present() -> bool:
+    return Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi") is not None
+
+
+def docker_engine_present() -> bool:
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if host.startswith("unix://"):
+        return Path(host.removeprefix("unix://")).exists()
+    return bool(host)
+
+
+def default_runtime_name() -> str:
+    """docker where an engine and an NVIDIA GPU are present, else local."""
+    return "docker" if docker_engine_present() and nvidia_gpu_present() else "local"
