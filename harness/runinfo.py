@@ -1,0 +1,75 @@
+"""run.json: the record at the top of every run directory (schemas/run.schema.json).
+
+Experiments write it when they finish (or fail); ``infkit sign`` builds the
+manifest predicate from it, so signing needs nothing but the run directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import platform
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.contract.atomic import atomic_write_json
+from harness.contract.result import utc_now
+from harness.contract.schemas import validate_document
+from harness.errors import SchemaViolation
+
+RUN_FILE = "run.json"
+
+
+@dataclass
+class RunRecord:
+    semantic_id: str
+    run_id: str
+    run_label: str
+    requested: dict[str, Any]
+    effective: dict[str, Any]
+    evidence_level: str
+    decision: str
+    workload_ids: list[str] = field(default_factory=list)
+    command: list[str] = field(default_factory=lambda: list(sys.argv))
+    images: list[dict[str, Any]] = field(default_factory=list)
+    model: dict[str, Any] | None = None
+    tokenizer: dict[str, Any] | None = None
+    started_utc: str = field(default_factory=utc_now)
+    ended_utc: str | None = None
+    status: str = "completed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": "infkit/run/v1", **asdict(self)}
+
+
+def native_image(role: str, python_executable: str | None = None) -> dict[str, Any]:
+    """The `images` entry for a run outside containers: the environment's package list digest.
+
+    With ``python_executable`` (e.g. the serving venv's python) the list is read from that
+    environment; otherwise from the current one.
+    """
+    if python_executable:
+        import subprocess
+
+        out = subprocess.run(
+            [python_executable, "-c", "import importlib.metadata as m;print('\\n'.join(sorted(f\"{d.metadata['Name'].lower()}=={d.version}\" for d in m.distributions())))"],
+            capture_output=True, text=True, check=True, timeout=120,
+        ).stdout
+        lines = sorted(set(out.split()))
+        version = subprocess.run([python_executable, "-c", "import platform;print(platform.python_version())"],
+                                 capture_output=True, text=True, timeout=60).stdout.strip()
+    else:
+        lines = sorted({f"{d.metadata['Name'].lower()}=={d.version}" for d in md.distributions()})
+        version = platform.python_version()
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    return {"role": role, "native": True, "python": version, "packages_sha256": f"sha256:{digest}"}
+
+
+def write_run_record(run_dir: str | Path, record: RunRecord) -> Path:
+    doc = record.to_dict()
+    problems = validate_document(doc)
+    if problems:
+        raise SchemaViolation("run.json does not satisfy its schema: " + "; ".join(map(str, problems)))
+    return atomic_write_json(Path(run_dir) / RUN_FILE, doc)
