@@ -20,7 +20,13 @@ from pathlib import Path
 from harness.contract.atomic import atomic_write_json
 from harness.errors import CapabilityMissing, InvalidInput
 from harness.ids import sha256_bytes, sha256_file
-from harness.runtime.serving_env import Progress, ServingEnv, cache_root, ensure_serving_env, file_lock
+from harness.runtime.serving_env import (
+    Progress,
+    ServingEnv,
+    cache_root,
+    ensure_serving_env,
+    file_lock,
+)
 
 STAMP_NAME = ".infkit-model.json"
 CONVERTER = Path(__file__).with_name("convert_gguf.py")

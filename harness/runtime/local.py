@@ -19,7 +19,13 @@ from pathlib import Path
 
 import psutil
 
-from harness.runtime.base import Runtime, ServerHandle, ServerSpec, ServerStartError, register_runtime
+from harness.runtime.base import (
+    Runtime,
+    ServerHandle,
+    ServerSpec,
+    ServerStartError,
+    register_runtime,
+)
 
 HEALTH_POLL_S = 0.5
 HEARTBEAT_S = 15.0

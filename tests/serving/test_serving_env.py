@@ -7,7 +7,13 @@ import json
 import pytest
 
 from harness.errors import CapabilityMissing
-from harness.runtime.serving_env import STAMP_NAME, ServingEnvSpec, ensure_serving_env, env_path, find_serving_env
+from harness.runtime.serving_env import (
+    STAMP_NAME,
+    ServingEnvSpec,
+    ensure_serving_env,
+    env_path,
+    find_serving_env,
+)
 
 TINY = ServingEnvSpec(name="tiny", install=(), remove=(), extra=(), no_deps=(), smoke_imports=("json",),
                       smoke_present=("email",))
