@@ -27,6 +27,7 @@ from harness.client.pool import ClientRun
 from harness.contract import Failure, atomic_write_text, write_result
 from harness.errors import InvalidInput
 from harness.ids import new_run_id
+from harness.metrics import SLO_KEYS
 from harness.serving_result import ResultInputs, build_serving_result
 from harness.telemetry import POLLED_GAUGES, GaugePoller, PeakSampler, scrape, summarize
 from harness.validity import ValidityLimits, load_references
@@ -100,6 +101,9 @@ def _check(cfg: MeasureConfig, workload: Workload) -> tuple[int | None, int | No
         raise InvalidInput("--timeout must be > 0 seconds")
     if cfg.max_concurrency is not None and cfg.max_concurrency < 1:
         raise InvalidInput("--max-concurrency must be >= 1")
+    unknown_slo = sorted(set(cfg.slo) - set(SLO_KEYS))
+    if unknown_slo:
+        raise InvalidInput(f"unknown SLO keys {unknown_slo}", hint=f"use {', '.join(SLO_KEYS)}")
     if cfg.api == "completions" and any(r.prompt is None for r in workload.requests):
         raise InvalidInput(f"workload {workload.kind!r} holds chat messages; run it with --api chat")
     if workload.arrival["process"] == "closed":

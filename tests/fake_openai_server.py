@@ -87,8 +87,8 @@ class FakeOpenAIServer:
 
     def app(self) -> web.Application:
         app = web.Application()
-        app.router.add_post("/v1/completions", lambda r: self._generate(r, "completions"))
-        app.router.add_post("/v1/chat/completions", lambda r: self._generate(r, "chat"))
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._health)
         if self.config.metrics:
@@ -106,6 +106,12 @@ class FakeOpenAIServer:
                 still_hit = False
                 self.state.blocks.add(h)
         return hits
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "completions")
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "chat")
 
     async def _health(self, request: web.Request) -> web.Response:
         if self.state.crashed:

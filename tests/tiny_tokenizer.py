@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
+
 SYLLABLES = ("ka", "lo", "mi", "nu", "re", "sa", "to", "vi", "ba", "de", "fo", "gu", "pe", "ri", "zu", "ch", "th", "an")
 
 
@@ -24,3 +26,9 @@ def train_tokenizer(directory: Path, vocab_size: int = 1000, seed: int = 7) -> P
     directory.mkdir(parents=True, exist_ok=True)
     tok.save(str(directory / "tokenizer.json"))
     return directory
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A trained tiny tokenizer shared by the session (import this fixture into a test module)."""
+    return train_tokenizer(tmp_path_factory.mktemp("tokenizer") / "tiny-bpe")

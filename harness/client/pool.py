@@ -57,14 +57,16 @@ def plan_shares(requests: tuple[Request, ...], client: ClientConfig, records_pat
 
 
 def _worker_main(share: Share, conn) -> None:
-    """Entry of a worker process: report ready, wait for t0, run, send stats back."""
-    try:
+    """Entry of a worker process: warm up, report ready, wait for t0, run, send stats back."""
+
+    def start_clock() -> float:
         conn.send("ready")
-        t0 = conn.recv()
-        stats = asyncio.run(run_share(share, t0))
+        return conn.recv()
+
+    try:
+        stats = asyncio.run(run_share(share, start_clock))
     except KeyboardInterrupt:
-        stats = ShareStats(worker=share.worker, records_written=0, loop_lag_p99_ms=None, loop_lag_max_ms=None,
-                           interrupted=True)
+        stats = ShareStats(share.worker, None, 0, None, None, interrupted=True)
     try:
         conn.send(stats)
     except (BrokenPipeError, OSError):
@@ -74,12 +76,11 @@ def _worker_main(share: Share, conn) -> None:
 def run_client(shares: list[Share]) -> ClientRun:
     """Run the shares (in this process when there is one); Ctrl-C ends the run with what finished."""
     if len(shares) == 1:
-        t0 = time.monotonic()
         try:
-            stats = asyncio.run(run_share(shares[0], t0))
+            stats = asyncio.run(run_share(shares[0]))
         except KeyboardInterrupt:
-            stats = ShareStats(0, 0, None, None, interrupted=True)
-        return ClientRun(t0=t0, stats=(stats,), interrupted=stats.interrupted, workers=1)
+            stats = ShareStats(0, None, 0, None, None, interrupted=True)
+        return ClientRun(t0=stats.t0 or time.monotonic(), stats=(stats,), interrupted=stats.interrupted, workers=1)
     ctx = mp.get_context("spawn")
     procs, conns = [], []
     for share in shares:

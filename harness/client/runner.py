@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import aiohttp
 import numpy as np
@@ -36,12 +37,13 @@ class Share:
 @dataclass(frozen=True)
 class ShareStats:
     worker: int
+    t0: float | None
     records_written: int
     loop_lag_p99_ms: float | None
     loop_lag_max_ms: float | None
     interrupted: bool = False
     lag_samples: int = 0
-    extra: dict = field(default_factory=dict)
+    warm_connections: int = 0
 
 
 class _LagMonitor:
@@ -62,6 +64,25 @@ def make_session(cfg: ClientConfig, pool_size: int) -> aiohttp.ClientSession:
                                      enable_cleanup_closed=False, ttl_dns_cache=None)
     return aiohttp.ClientSession(connector=connector, read_bufsize=READ_BUFFER_BYTES, auto_decompress=False,
                                  timeout=aiohttp.ClientTimeout(total=cfg.timeout_s))
+
+
+async def warm_pool(session: aiohttp.ClientSession, cfg: ClientConfig, connections: int) -> int:
+    """Open up to ``connections`` keep-alive connections before the clock starts; returns how many answered.
+
+    Without this, the first wave of a high-concurrency run pays TCP setup inside its TTFT.
+    """
+    url = cfg.endpoint.rstrip("/") + "/v1/models"
+
+    async def one() -> bool:
+        try:
+            async with session.get(url) as resp:
+                await resp.read()
+                return True
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return False
+
+    results = await asyncio.gather(*(one() for _ in range(connections)))
+    return sum(results)
 
 
 async def _guarded(coro, writer: RecordWriter) -> RequestRecord:
@@ -138,14 +159,20 @@ async def _cancel(tasks: list[asyncio.Future]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def run_share(share: Share, t0: float) -> ShareStats:
-    """Send the share's requests against the run clock ``t0``; every ended request is written."""
+async def run_share(share: Share, start_clock: Callable[[], float] = time.monotonic) -> ShareStats:
+    """Warm the connection pool, take the run clock ``t0 = start_clock()``, send the share's requests.
+
+    Every ended request is written. Worker processes pass a ``start_clock`` that reports
+    ready and blocks until the parent hands out the common ``t0``.
+    """
     pool = share.closed_concurrency or share.max_concurrency or max(1, len(share.requests))
     monitor = _LagMonitor()
     interrupted = False
     written = 0
     with RecordWriter(share.records_path) as writer:
         async with make_session(share.client, pool) as session:
+            warmed = await warm_pool(session, share.client, min(pool, len(share.requests)))
+            t0 = start_clock()
             delay = t0 - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -160,7 +187,8 @@ async def run_share(share: Share, t0: float) -> ShareStats:
                 await asyncio.gather(lag_task, return_exceptions=True)
     lags_ms = np.asarray(monitor.lags_s) * 1e3
     return ShareStats(
-        worker=share.worker, records_written=written, interrupted=interrupted, lag_samples=int(lags_ms.size),
+        worker=share.worker, t0=t0, records_written=written, interrupted=interrupted, lag_samples=int(lags_ms.size),
+        warm_connections=warmed,
         loop_lag_p99_ms=float(np.percentile(lags_ms, 99)) if lags_ms.size else None,
         loop_lag_max_ms=float(lags_ms.max()) if lags_ms.size else None,
     )
