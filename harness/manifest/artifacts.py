@@ -1,0 +1,131 @@
+"""Audit of the files a manifest names: path safety, presence, sha256, schemas, unlisted files."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from harness.contract.schemas import MAX_JSON_BYTES, DocumentError, validate_document, validate_file
+from harness.manifest.findings import Finding
+from harness.manifest.subjects import hash_file, is_within, iter_files, relative_name, resolve_inside
+
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+MARKER_PREFIX = "infkit/"
+
+
+@dataclass(frozen=True)
+class SubjectsAudit:
+    findings: tuple[Finding, ...]
+    documents: dict[str, dict[str, Any]]  # subject name -> parsed infkit document (verified digest only)
+    verified: int
+
+
+def _wanted(raw: Any, index: int) -> tuple[str | None, str | None, Finding | None]:
+    if not isinstance(raw, dict) or not isinstance(raw.get("digest"), dict):
+        return None, None, Finding("statement", f"subject[{index}] is not {{name, digest}}")
+    name, digest = raw.get("name"), raw["digest"].get("sha256")
+    if not isinstance(digest, str) or not SHA256_HEX.match(digest):
+        return None, None, Finding("statement", f"subject[{index}] {name!r} has no sha256 digest (64 hex digits)")
+    return name, digest, None
+
+
+def _infkit_doc(real: str, name: str, content: bytes | None) -> tuple[dict | None, list[Finding]]:
+    """Parse a JSON/JSONL artifact; when it carries an infkit "schema" marker, validate it."""
+    try:
+        if name.endswith(".jsonl"):
+            with open(real, "rb") as fh:
+                first = next((line for line in fh if line.strip()), b"")
+            doc = json.loads(first) if first else None
+        else:
+            doc = json.loads(content) if content is not None else None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None, []  # a JSON-named file without a marker is not an infkit document
+    if not (isinstance(doc, dict) and isinstance(doc.get("schema"), str) and doc["schema"].startswith(MARKER_PREFIX)):
+        return None, []
+    try:
+        problems = validate_file(real) if name.endswith(".jsonl") else validate_document(doc)
+    except DocumentError as exc:
+        return None, [Finding("artifact-schema", f"{name}: {exc}", name)]
+    if problems:
+        return None, [Finding("artifact-schema", f"{name}: {p}", name) for p in problems]
+    return doc, []
+
+
+def check_subjects(subjects: Any, root_real: str) -> SubjectsAudit:
+    """Recompute every subject's sha256 (refusing unsafe names unread) and validate infkit documents."""
+    if not isinstance(subjects, list) or not subjects:
+        return SubjectsAudit((Finding("statement", "the statement lists no subjects"),), {}, 0)
+    findings: list[Finding] = []
+    documents: dict[str, dict[str, Any]] = {}
+    seen: set[str] = set()
+    verified = 0
+    for index, raw in enumerate(subjects):
+        name, expected, problem = _wanted(raw, index)
+        if problem:
+            findings.append(problem)
+            continue
+        real, reason = resolve_inside(root_real, name)
+        if real is None:
+            findings.append(Finding("subject-path", f"subject {name!r} {reason}; not read", str(name)))
+            continue
+        if name in seen:
+            findings.append(Finding("statement", f"subject {name} is listed twice", name))
+            continue
+        seen.add(name)
+        if not os.path.lexists(os.path.join(root_real, name)):
+            findings.append(Finding("subject-deleted", f"deleted: {name} is in the manifest but not on disk", name))
+            continue
+        if not os.path.isfile(real):
+            findings.append(Finding("subject-deleted", f"{name} is no longer a regular file", name))
+            continue
+        is_json = name.endswith((".json", ".jsonl"))
+        actual, content = hash_file(real, keep_bytes=MAX_JSON_BYTES if is_json else 0)
+        if actual != expected:
+            findings.append(
+                Finding("subject-digest", f"modified: {name}: sha256 {actual[:16]}… differs from the signed {expected[:16]}…", name)
+            )
+            continue
+        verified += 1
+        if is_json:
+            doc, problems = _infkit_doc(real, name, content)
+            findings.extend(problems)
+            if doc is not None:
+                documents[name] = doc
+    return SubjectsAudit(tuple(findings), documents, verified)
+
+
+def check_unlisted(subjects: Any, run_dir: Any, root_real: str, manifest_real: str) -> list[Finding]:
+    """Files present in the run directory (recursively) or beside any subject but not signed."""
+    if not isinstance(subjects, list):
+        return []
+    names = {s.get("name") for s in subjects if isinstance(s, dict)}
+    directories: dict[str, bool] = {}  # real dir -> recurse
+    for name in names:
+        real, _ = resolve_inside(root_real, name) if isinstance(name, str) else (None, None)
+        if real is not None:
+            directories.setdefault(os.path.dirname(real), False)
+    findings = []
+    if isinstance(run_dir, str):
+        real, reason = resolve_inside(root_real, run_dir)
+        if real is None:
+            findings.append(Finding("subject-path", f"run_dir {run_dir!r} {reason}; not read", run_dir))
+        elif not os.path.isdir(real):
+            findings.append(Finding("subject-deleted", f"deleted: the run directory {run_dir} is missing", run_dir))
+        else:
+            directories[real] = True
+    for directory, recurse in sorted(directories.items()):
+        if not os.path.isdir(directory) or not is_within(directory, root_real):
+            continue
+        paths = iter_files(directory, root_real) if recurse else (
+            e.path for e in os.scandir(directory) if e.is_file()
+        )
+        for path in paths:
+            name = relative_name(path, root_real)
+            if name in names or os.path.realpath(path) == manifest_real:
+                continue
+            names.add(name)  # report once even when two walks reach it
+            findings.append(Finding("unlisted-file", f"added: {name} is not in the manifest", name))
+    return findings
