@@ -10,7 +10,13 @@ from typing import Any
 
 from harness.contract.schemas import MAX_JSON_BYTES, DocumentError, validate_document, validate_file
 from harness.manifest.findings import Finding
-from harness.manifest.subjects import hash_file, is_within, iter_files, relative_name, resolve_inside
+from harness.manifest.subjects import (
+    hash_file,
+    is_within,
+    iter_files,
+    relative_name,
+    resolve_inside,
+)
 
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 MARKER_PREFIX = "infkit/"
