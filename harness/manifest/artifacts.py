@@ -10,13 +10,7 @@ from typing import Any
 
 from harness.contract.schemas import MAX_JSON_BYTES, DocumentError, validate_document, validate_file
 from harness.manifest.findings import Finding
-from harness.manifest.subjects import (
-    hash_file,
-    is_within,
-    iter_files,
-    relative_name,
-    resolve_inside,
-)
+from harness.manifest.subjects import RootResolver, hash_file, is_within, iter_files, relative_name
 
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 MARKER_PREFIX = "infkit/"
@@ -27,6 +21,8 @@ class SubjectsAudit:
     findings: tuple[Finding, ...]
     documents: dict[str, dict[str, Any]]  # subject name -> parsed infkit document (verified digest only)
     verified: int
+    names: frozenset[str] = frozenset()
+    directories: frozenset[str] = frozenset()  # real folders holding a subject
 
 
 def _wanted(raw: Any, index: int) -> tuple[str | None, str | None, Finding | None]:
@@ -60,20 +56,21 @@ def _infkit_doc(real: str, name: str, content: bytes | None) -> tuple[dict | Non
     return doc, []
 
 
-def check_subjects(subjects: Any, root_real: str) -> SubjectsAudit:
+def check_subjects(subjects: Any, resolver: RootResolver) -> SubjectsAudit:
     """Recompute every subject's sha256 (refusing unsafe names unread) and validate infkit documents."""
     if not isinstance(subjects, list) or not subjects:
         return SubjectsAudit((Finding("statement", "the statement lists no subjects"),), {}, 0)
     findings: list[Finding] = []
     documents: dict[str, dict[str, Any]] = {}
     seen: set[str] = set()
+    directories: set[str] = set()
     verified = 0
     for index, raw in enumerate(subjects):
         name, expected, problem = _wanted(raw, index)
         if problem:
             findings.append(problem)
             continue
-        real, reason = resolve_inside(root_real, name)
+        real, reason = resolver.resolve(name)
         if real is None:
             findings.append(Finding("subject-path", f"subject {name!r} {reason}; not read", str(name)))
             continue
@@ -81,7 +78,8 @@ def check_subjects(subjects: Any, root_real: str) -> SubjectsAudit:
             findings.append(Finding("statement", f"subject {name} is listed twice", name))
             continue
         seen.add(name)
-        if not os.path.lexists(os.path.join(root_real, name)):
+        directories.add(os.path.dirname(real))
+        if not os.path.lexists(real):
             findings.append(Finding("subject-deleted", f"deleted: {name} is in the manifest but not on disk", name))
             continue
         if not os.path.isfile(real):
@@ -100,28 +98,23 @@ def check_subjects(subjects: Any, root_real: str) -> SubjectsAudit:
             findings.extend(problems)
             if doc is not None:
                 documents[name] = doc
-    return SubjectsAudit(tuple(findings), documents, verified)
+    return SubjectsAudit(tuple(findings), documents, verified, frozenset(seen), frozenset(directories))
 
 
-def check_unlisted(subjects: Any, run_dir: Any, root_real: str, manifest_real: str) -> list[Finding]:
+def check_unlisted(audited: SubjectsAudit, run_dir: Any, resolver: RootResolver, manifest_real: str) -> list[Finding]:
     """Files present in the run directory (recursively) or beside any subject but not signed."""
-    if not isinstance(subjects, list):
-        return []
-    names = {s.get("name") for s in subjects if isinstance(s, dict)}
-    directories: dict[str, bool] = {}  # real dir -> recurse
-    for name in names:
-        real, _ = resolve_inside(root_real, name) if isinstance(name, str) else (None, None)
-        if real is not None:
-            directories.setdefault(os.path.dirname(real), False)
+    root_real = resolver.root_real
+    directories = dict.fromkeys(audited.directories, False)  # real folder -> recurse
     findings = []
     if isinstance(run_dir, str):
-        real, reason = resolve_inside(root_real, run_dir)
+        real, reason = resolver.resolve(run_dir)
         if real is None:
             findings.append(Finding("subject-path", f"run_dir {run_dir!r} {reason}; not read", run_dir))
         elif not os.path.isdir(real):
             findings.append(Finding("subject-deleted", f"deleted: the run directory {run_dir} is missing", run_dir))
         else:
             directories[real] = True
+    names = set(audited.names)
     for directory, recurse in sorted(directories.items()):
         if not os.path.isdir(directory) or not is_within(directory, root_real):
             continue

@@ -21,6 +21,7 @@ from harness.manifest.findings import Finding
 from harness.manifest.keys import PUBLIC_KEY_SUFFIX, key_id, load_public_key
 from harness.manifest.predicate import PREDICATE_TYPE, STATEMENT_TYPE
 from harness.manifest.sign import KEYS_DIR, MANIFEST_SUFFIX, MANIFESTS_DIR
+from harness.manifest.subjects import RootResolver
 
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 
@@ -158,11 +159,11 @@ def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys) ->
         return ManifestReport(str(path), tuple(findings), signer)
     predicate, pred_findings = _predicate(statement)
     findings += pred_findings
-    root_real = os.path.realpath(root)
+    resolver = RootResolver(os.path.realpath(root))
     subjects = statement.get("subject")
-    audited = check_subjects(subjects, root_real)
+    audited = check_subjects(subjects, resolver)
     findings += audited.findings
-    findings += check_unlisted(subjects, (predicate or {}).get("run_dir"), root_real, os.path.realpath(path))
+    findings += check_unlisted(audited, (predicate or {}).get("run_dir"), resolver, os.path.realpath(path))
     if predicate is not None:
         findings += check_evidence(predicate, audited.documents)
         fp = predicate["fingerprint"]

@@ -62,7 +62,7 @@ def sign_run(
     key = load_signing_key(key_path)
 
     target = Path(out) if out else default_manifest_path(root_real, run["semantic_id"], run["run_id"])
-    target = Path(os.path.abspath(target))
+    target = Path(os.path.realpath(target.parent)) / target.name
     # A manifest written inside the run directory must not list itself.
     exclude = frozenset({relative_name(target, root_real)})
     subjects = collect_subjects(run_real, root_real, exclude)

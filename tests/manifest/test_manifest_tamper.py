@@ -227,3 +227,18 @@ def test_every_reason_is_listed_at_once(signed_run, capsys):
 def test_public_key_pem_is_standard(signed_run):
     (pub,) = (signed_run.root / "manifests" / "keys").glob("*.pub.pem")
     assert serialization.load_pem_public_key(pub.read_bytes())
+
+
+def test_subject_under_a_symlinked_directory_escaping_the_root(signed_run, capsys, monkeypatch):
+    outside = signed_run.root.parent / "outside-dir"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("outside the root")
+    os.symlink(outside, signed_run.root / "escape")
+    resign(signed_run.manifest, lambda s: s["subject"].append(
+        {"name": "escape/secret.txt", "digest": {"sha256": "0" * 64}}))
+    opened = _record_opens(monkeypatch)
+    rc, doc = audit_json(signed_run, capsys)
+    assert rc == 1
+    assert ("subject-path", "subject 'escape/secret.txt' resolves through a symlink to a path outside the root; "
+            "not read") in reasons(doc)
+    assert os.path.realpath(outside / "secret.txt") not in opened
