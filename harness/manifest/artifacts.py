@@ -56,6 +56,36 @@ def _infkit_doc(real: str, name: str, content: bytes | None) -> tuple[dict | Non
     return doc, []
 
 
+class _MissingFolders:
+    """Groups deleted subjects by the outermost missing folder, so a removed run directory of
+    10,000 files is one reason, not 10,000."""
+
+    def __init__(self, root_real: str):
+        self.root_real = root_real
+        self._outermost: dict[str, str | None] = {}
+        self.counts: dict[str, int] = {}
+
+    def outermost_missing(self, folder: str) -> str | None:
+        if folder not in self._outermost:
+            missing = None
+            probe = folder
+            while is_within(probe, self.root_real) and probe != self.root_real and not os.path.isdir(probe):
+                missing, probe = probe, os.path.dirname(probe)
+            self._outermost[folder] = missing
+        return self._outermost[folder]
+
+    def add(self, folder: str) -> None:
+        self.counts[folder] = self.counts.get(folder, 0) + 1
+
+    def findings(self) -> list[Finding]:
+        out = []
+        for folder, count in sorted(self.counts.items()):
+            name = relative_name(folder, self.root_real)
+            files = f"{count} listed file{'s' if count > 1 else ''}"
+            out.append(Finding("subject-deleted", f"deleted: folder {name} is gone, with its {files}", name))
+        return out
+
+
 def check_subjects(subjects: Any, resolver: RootResolver) -> SubjectsAudit:
     """Recompute every subject's sha256 (refusing unsafe names unread) and validate infkit documents."""
     if not isinstance(subjects, list) or not subjects:
@@ -64,6 +94,7 @@ def check_subjects(subjects: Any, resolver: RootResolver) -> SubjectsAudit:
     documents: dict[str, dict[str, Any]] = {}
     seen: set[str] = set()
     directories: set[str] = set()
+    missing = _MissingFolders(resolver.root_real)
     verified = 0
     for index, raw in enumerate(subjects):
         name, expected, problem = _wanted(raw, index)
@@ -80,6 +111,9 @@ def check_subjects(subjects: Any, resolver: RootResolver) -> SubjectsAudit:
         seen.add(name)
         directories.add(os.path.dirname(real))
         if not os.path.lexists(real):
+            if folder := missing.outermost_missing(os.path.dirname(real)):
+                missing.add(folder)
+                continue
             findings.append(Finding("subject-deleted", f"deleted: {name} is in the manifest but not on disk", name))
             continue
         if not os.path.isfile(real):
@@ -98,6 +132,7 @@ def check_subjects(subjects: Any, resolver: RootResolver) -> SubjectsAudit:
             findings.extend(problems)
             if doc is not None:
                 documents[name] = doc
+    findings += missing.findings()
     return SubjectsAudit(tuple(findings), documents, verified, frozenset(seen), frozenset(directories))
 
 
@@ -110,9 +145,7 @@ def check_unlisted(audited: SubjectsAudit, run_dir: Any, resolver: RootResolver,
         real, reason = resolver.resolve(run_dir)
         if real is None:
             findings.append(Finding("subject-path", f"run_dir {run_dir!r} {reason}; not read", run_dir))
-        elif not os.path.isdir(real):
-            findings.append(Finding("subject-deleted", f"deleted: the run directory {run_dir} is missing", run_dir))
-        else:
+        elif os.path.isdir(real):
             directories[real] = True
     names = set(audited.names)
     for directory, recurse in sorted(directories.items()):

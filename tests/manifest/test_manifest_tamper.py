@@ -6,6 +6,7 @@ import base64
 import builtins
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -242,3 +243,15 @@ def test_subject_under_a_symlinked_directory_escaping_the_root(signed_run, capsy
     assert ("subject-path", "subject 'escape/secret.txt' resolves through a symlink to a path outside the root; "
             "not read") in reasons(doc)
     assert os.path.realpath(outside / "secret.txt") not in opened
+
+
+def test_deleted_folders_are_one_reason_each(signed_run, capsys):
+    shutil.rmtree(signed_run.run_dir / "plots")
+    rc, doc = audit_json(signed_run, capsys)
+    assert rc == 1
+    assert reasons(doc) == [("subject-deleted", f"deleted: folder {signed_run.rel(signed_run.run_dir / 'plots')} "
+                             "is gone, with its 1 listed file")]
+    shutil.rmtree(signed_run.run_dir)
+    rc, doc = audit_json(signed_run, capsys)
+    deleted = [m for c, m in reasons(doc) if c == "subject-deleted"]
+    assert deleted == [f"deleted: folder {signed_run.rel(signed_run.run_dir)} is gone, with its 6 listed files"]
