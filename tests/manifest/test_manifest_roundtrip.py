@@ -178,3 +178,27 @@ def test_sign_cli_prints_the_manifest_path(tmp_path, capsys, monkeypatch):
     printed = capsys.readouterr().out.strip()
     assert printed.endswith(f"manifests/INF-PREFIX-CACHE/{RUN_ID}.intoto.json")
     assert main(["audit", "manifests"]) == 0
+
+
+def test_gpu_fingerprint_is_in_the_predicate_and_the_audit(tmp_path, capsys):
+    run = make_run(tmp_path)
+    fp_path = run.run_dir / "fingerprint.json"
+    fp = json.loads(fp_path.read_text())
+    fp["nvml"] = {"driver_version": "570.124.06", "cuda_driver_version": "12.8", "nvml_version": "12.570.124.06"}
+    fp["gpus"] = [{
+        "index": 0, "name": "NVIDIA H200", "uuid_sha256": "e" * 64, "serial_sha256": None, "vbios_version": "96.00",
+        "pci_bus_id": "00000000:18:00.0", "memory_total_bytes": 150_000_000_000, "ecc_mode": "enabled",
+        "persistence_mode": "enabled", "mig_mode": "disabled", "power_limit_w": 700.0,
+        "clocks_mhz": {"graphics": 1980, "sm": 1980, "memory": 3201},
+        "max_clocks_mhz": {"graphics": 1980, "sm": 1980, "memory": 3201},
+        "compute_capability": "9.0", "clock_event_reasons": [],
+    }]
+    fp["gpus_absent_reason"] = None
+    fp_path.write_text(json.dumps(fp))
+    assert validate_file(fp_path) == []
+    run.manifest = sign_run(run.run_dir, root=run.root)
+    predicate = read_statement(run.manifest)["predicate"]["fingerprint"]
+    assert predicate["driver_version"] == "570.124.06"
+    assert predicate["gpus"][0]["name"] == "NVIDIA H200" and predicate["gpus"][0]["compute_capability"] == "9.0"
+    assert audit(run) == 0
+    assert "gpu      NVIDIA H200; driver 570.124.06, CUDA driver 12.8" in capsys.readouterr().out
