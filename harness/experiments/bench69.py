@@ -32,7 +32,7 @@ from harness.experiments.paired import (
     run_schedule,
 )
 from harness.experiments.server_session import ServerSession, server_session
-from harness.experiments.serving_arm import ArmContext, Workload, run_arm, warm_up
+from harness.experiments.serving_arm import ArmContext, Workload, kv_cache_config, run_arm, warm_up
 from harness.ids import new_run_id
 from harness.models import PreparedModel, ensure_model
 from harness.runinfo import RunRecord
@@ -43,6 +43,7 @@ from harness.runtime.base import (
     nvidia_gpu_present,
 )
 from harness.runtime.local import free_port
+from harness.workload import Arrival, Common, make_workload, write_workload
 
 SEMANTIC_ID = "INF-PREFIX-CACHE"
 ARM_UNIQUE = "unique-prefix/cache-on"
@@ -136,19 +137,21 @@ NEXT_STEPS = {
 
 def make_workloads(cfg: Bench69Config, model: PreparedModel, out_dir: Path, progress: Progress) -> dict[str, Workload]:
     """The shared-prefix workload, its unique-prefix twin (identical lengths) and a small warm-up set."""
-    from harness.workload import make_workload
-
-    out_dir.mkdir(parents=True, exist_ok=True)
     groups = cfg.groups * cfg.scale
-    common = dict(groups=groups, prompts_per_group=cfg.prompts_per_group, prefix_tokens=cfg.prefix_tokens,
-                  suffix_tokens=cfg.suffix_tokens, output_tokens=cfg.output_tokens, concurrency=cfg.concurrency,
-                  tokenizer_dir=model.path, seed=cfg.seed)
+    arrival = Arrival(process="closed", concurrency=cfg.concurrency)
+    common = Common(arrival=arrival, seed=cfg.seed, input_tokens=cfg.prefix_tokens + cfg.suffix_tokens,
+                    output_tokens=cfg.output_tokens)
+    shape = {"groups": groups, "prompts_per_group": cfg.prompts_per_group, "prefix_tokens": cfg.prefix_tokens,
+             "suffix_tokens": cfg.suffix_tokens}
+    # Warm-up content comes from another seed, so it can never prime the measured prefixes.
+    warm_shape = dict(shape, groups=1, prompts_per_group=cfg.warmup_requests)
+    plan = (("shared-prefix", "shared-prefix", common, shape), ("unique-prefix", "unique-prefix", common, shape),
+            ("warmup", "unique-prefix", replace(common, seed=cfg.seed + 10_000), warm_shape))
     made = {}
-    for kind, params in (("shared-prefix", common), ("unique-prefix", common),
-                         ("warmup", dict(common, groups=1, prompts_per_group=cfg.warmup_requests, seed=cfg.seed + 10_000))):
-        path = out_dir / f"{kind}.jsonl"
-        workload_id = make_workload("unique-prefix" if kind == "warmup" else kind, path, **params)
-        made[kind] = Workload(path=path, workload_id=workload_id)
+    for name, kind, com, opts in plan:
+        workload = make_workload(kind, com, opts, model.path)
+        made[name] = Workload(path=write_workload(out_dir / f"{name}.jsonl", workload),
+                              workload_id=workload.workload_id)
     progress(f"workloads: {groups} groups x {cfg.prompts_per_group} prompts, prefix {cfg.prefix_tokens} + suffix "
              f"{cfg.suffix_tokens} tokens, {cfg.output_tokens} output tokens ({cfg.requests_per_arm} requests per arm)")
     return made
@@ -204,7 +207,7 @@ def run_bench69(cfg: Bench69Config, *, root: Path = Path("."), progress: Progres
                f"{ARM_CONTROL} on a second server start with prefix caching off (not interleaved)",
                "warm-up requests use their own workload and are not measured"))
     ctx = ArmContext(semantic_id=SEMANTIC_ID, run_id=run_id, run_dir=run_dir, model=model, workloads=workloads,
-                     concurrency=cfg.concurrency, request_timeout_s=cfg.request_timeout_s)
+                     concurrency=cfg.concurrency, request_timeout_s=cfg.request_timeout_s, runtime=placement.runtime)
     base = BackendConfig(model_dir=str(model.path), served_model_name=cfg.model, port=0, seed=cfg.seed,
                          kv_cache_space_gib=cfg.kv_cache_space_gib, max_model_len=cfg.max_model_len)
     plan = [("cache-on", True, interleaved([ARM_UNIQUE, ARM_SHARED], cfg.repeats))]
@@ -218,9 +221,11 @@ def run_bench69(cfg: Bench69Config, *, root: Path = Path("."), progress: Progres
                             progress=progress,
                             on_start=lambda s: _write_servers(run_dir, servers, s)) as srv:
             warm_up(ctx, srv, progress)
-            runs += run_schedule(schedule, lambda arm, r, srv=srv: run_arm(ctx, srv, arm, r),
-                                 before_each=lambda arm, r, srv=srv: srv.reset_prefix_cache(), progress=progress)
-        _write_servers(run_dir, servers, srv)
+            done = run_schedule(schedule, lambda arm, r, srv=srv: run_arm(ctx, srv, arm, r),
+                                before_each=lambda arm, r, srv=srv: srv.reset_prefix_cache(), progress=progress)
+        runs += done
+        kv = kv_cache_config(done[0].result_path.with_name("metrics_before.prom")) if done else None
+        _write_servers(run_dir, servers, srv, kv_cache=kv)
         if any(r.failure for r in runs):
             break
 
@@ -244,7 +249,7 @@ def run_bench69(cfg: Bench69Config, *, root: Path = Path("."), progress: Progres
     return Bench69Outcome(run_dir=run_dir, comparison=comparison, outputs=outputs, failed=failed)
 
 
-def _write_servers(run_dir: Path, servers: dict[str, dict[str, Any]], srv: ServerSession) -> None:
+def _write_servers(run_dir: Path, servers: dict[str, dict[str, Any]], srv: ServerSession, **extra: Any) -> None:
     """servers.json: each server's exact command, version, pid and exit status, kept current."""
-    servers[srv.name] = srv.record()
+    servers[srv.name] = srv.record() | extra
     atomic_write_json(run_dir / "servers" / "servers.json", {"servers": list(servers.values())})
