@@ -54,7 +54,7 @@ def server_session(name: str, backend: Backend, runtime: Runtime, config: Backen
     """Start ``backend`` under ``runtime``, wait for health, yield, and always stop the whole server."""
     spec = backend.server_spec(config)
     progress(f"server {name}: starting {backend.name} {backend.version()} on port {spec.port} "
-             f"(first start compiles kernels: a few minutes on 2 cores)")
+             f"(about a minute on 2 cores; the first start ever compiles for longer)")
     started = time.monotonic()
     handle = runtime.start(spec, log_dir, log_name=f"server-{name}.log")
     session = ServerSession(name=name, backend=backend, handle=handle, config=config, command=list(spec.argv),

@@ -31,7 +31,7 @@ def test_vllm_cpu_runs_the_module_from_the_serving_venv():
     assert "--enable-prefix-caching" in spec.argv and "--no-enable-prefix-caching" not in spec.argv
     assert spec.env["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert spec.env["VLLM_SERVER_DEV_MODE"] == "1"
-    assert spec.env["HF_HUB_OFFLINE"] == "1"
+    assert spec.env["HF_HUB_OFFLINE"] == "1" and spec.env["VLLM_USE_AOT_COMPILE"] == "0"
     assert spec.gpus == () and spec.role == "inf-vllm-cpu"
 
 
