@@ -17,8 +17,6 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
-
 from harness.runtime.base import (
     Runtime,
     ServerHandle,
@@ -26,6 +24,7 @@ from harness.runtime.base import (
     ServerStartError,
     register_runtime,
 )
+from harness.telemetry.rss import process_tree_rss
 
 HEALTH_POLL_S = 0.5
 HEARTBEAT_S = 15.0
@@ -107,18 +106,7 @@ class LocalHandle(ServerHandle):
 
     def memory_bytes(self) -> int | None:
         """Summed RSS of the server and all its descendants; None once it is gone."""
-        try:
-            root = psutil.Process(self._proc.pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return None
-        total = 0
-        for p in procs:
-            try:
-                total += p.memory_info().rss
-            except psutil.Error:
-                continue
-        return total
+        return process_tree_rss(self._proc.pid)
 
     def _signal_group(self, sig: int) -> None:
         try:
