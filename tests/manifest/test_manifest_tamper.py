@@ -255,3 +255,11 @@ def test_deleted_folders_are_one_reason_each(signed_run, capsys):
     rc, doc = audit_json(signed_run, capsys)
     deleted = [m for c, m in reasons(doc) if c == "subject-deleted"]
     assert deleted == [f"deleted: folder {signed_run.rel(signed_run.run_dir)} is gone, with its 6 listed files"]
+
+
+def test_predicate_fingerprint_must_be_the_signed_subject(signed_run, capsys):
+    resign(signed_run.manifest, lambda s: s["predicate"]["fingerprint"].update(sha256="sha256:" + "1" * 64))
+    rc, doc = audit_json(signed_run, capsys)
+    assert rc == 1
+    assert [c for c, _ in reasons(doc)] == ["predicate"]
+    assert "is not a subject with the digest the predicate names" in reasons(doc)[0][1]
