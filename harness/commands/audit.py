@@ -20,8 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--root", default=".", help="directory subject paths are relative to (default: .)")
-    p.add_argument("--trusted-key", action="append", default=[], metavar="PEM",
-                   help="public key to trust (repeatable; default: every ROOT/manifests/keys/*.pub.pem)")
+    p.add_argument("--trusted-key", action="extend", nargs="+", default=[], metavar="PEM",
+                   help="public key(s) to trust instead of the default, every ROOT/manifests/keys/*.pub.pem "
+                   "(give PATHs before this option, or repeat it)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the summary")
     p.set_defaults(func=run)
 

@@ -144,6 +144,14 @@ def _predicate(statement: dict[str, Any]) -> tuple[dict[str, Any] | None, list[F
     return predicate, []
 
 
+def _fingerprint_is_subject(fp: dict[str, Any], subjects: Any) -> list[Finding]:
+    signed = {s.get("name"): s.get("digest") for s in subjects or [] if isinstance(s, dict)}
+    digest = signed.get(fp["path"])
+    if isinstance(digest, dict) and f"sha256:{digest.get('sha256')}" == fp["sha256"]:
+        return []
+    return [Finding("predicate", f"fingerprint {fp['path']} is not a subject with the digest the predicate names")]
+
+
 def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys) -> ManifestReport:
     """Audit one manifest file against the files under ``root``."""
     path = Path(path)
@@ -166,10 +174,7 @@ def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys) ->
     findings += check_unlisted(audited, (predicate or {}).get("run_dir"), resolver, os.path.realpath(path))
     if predicate is not None:
         findings += check_evidence(predicate, audited.documents)
-        fp = predicate["fingerprint"]
-        if not any(isinstance(s, dict) and s.get("name") == fp["path"] and "sha256:" + str(s.get("digest", {}).get("sha256")) == fp["sha256"]
-                   for s in subjects or []):
-            findings.append(Finding("predicate", f"fingerprint {fp['path']} is not a subject with the digest the predicate names"))
+        findings += _fingerprint_is_subject(predicate["fingerprint"], subjects)
     count = len(subjects) if isinstance(subjects, list) else 0
     return ManifestReport(str(path), tuple(findings), signer, count, audited.verified, predicate)
 

@@ -255,3 +255,19 @@ def test_deleted_folders_are_one_reason_each(signed_run, capsys):
     rc, doc = audit_json(signed_run, capsys)
     deleted = [m for c, m in reasons(doc) if c == "subject-deleted"]
     assert deleted == [f"deleted: folder {signed_run.rel(signed_run.run_dir)} is gone, with its 6 listed files"]
+
+
+def test_predicate_fingerprint_must_be_the_signed_subject(signed_run, capsys):
+    resign(signed_run.manifest, lambda s: s["predicate"]["fingerprint"].update(sha256="sha256:" + "1" * 64))
+    rc, doc = audit_json(signed_run, capsys)
+    assert rc == 1
+    assert [c for c, _ in reasons(doc)] == ["predicate"]
+    assert "is not a subject with the digest the predicate names" in reasons(doc)[0][1]
+
+
+def test_several_trusted_keys_one_of_them_the_signer(signed_run, tmp_path, capsys):
+    other_pub = tmp_path / "other.pub.pem"
+    other_pub.write_bytes(public_pem(init_key(tmp_path / "other.pem").public_key))
+    (signer,) = (signed_run.root / "manifests" / "keys").glob("*.pub.pem")
+    rc, doc = audit_json(signed_run, capsys, "--trusted-key", str(other_pub), str(signer))
+    assert rc == 0 and doc["manifests"][0]["signer_keyid"] == signer.name.removesuffix(".pub.pem")
