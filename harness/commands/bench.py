@@ -53,17 +53,22 @@ def _config(args: argparse.Namespace, config_cls: type) -> Any:
     return config_cls(**values)
 
 
+def _relative(path: Path) -> Path:
+    cwd = Path.cwd()
+    return path.relative_to(cwd) if path.is_absolute() and path.is_relative_to(cwd) else path
+
+
 def run(args: argparse.Namespace) -> int:
     config_cls, runner, _ = BENCHES[args.bench]
     outcome = runner(_config(args, config_cls), root=Path.cwd(), progress=lambda line: print(line, flush=True))
     out = outcome.outputs
     print()
     print(out.summary, end="")
-    print(f"\nrun directory: {out.run_dir}")
+    print(f"\nrun directory: {_relative(out.run_dir)}")
     print("  comparison.json, summary.txt, ttft_cdf.png, run.json, fingerprint.json,")
     print("  arms/<arm>/r<N>/{result.json,requests.jsonl,metrics_*.prom}, servers/server-*.log")
     if out.manifest:
-        manifest = out.manifest.relative_to(Path.cwd()) if out.manifest.is_relative_to(Path.cwd()) else out.manifest
+        manifest = _relative(out.manifest)
         print(f"manifest:      {manifest}")
         print(f"check it:      infkit audit {manifest}")
     if outcome.failed:
