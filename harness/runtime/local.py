@@ -17,6 +17,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
+
 from harness.runtime.base import (
     Runtime,
     ServerHandle,
@@ -28,6 +30,7 @@ from harness.telemetry.rss import process_tree_rss
 
 HEALTH_POLL_S = 0.5
 HEARTBEAT_S = 15.0
+GROUP_EXIT_WAIT_S = 5.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -35,6 +38,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group."""
+    members = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc.pid)
+        except (OSError, psutil.Error):
+            continue
+    return members
 
 
 def read_tail(path: Path, lines: int) -> str:
@@ -124,6 +139,9 @@ class LocalHandle(ServerHandle):
                 self._proc.wait(timeout=10)
         # Workers that outlived the leader are still in the group: never leave them running.
         self._signal_group(signal.SIGKILL)
+        deadline = time.monotonic() + GROUP_EXIT_WAIT_S
+        while group_members(self._proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         if not self._log_fh.closed:
             self._log_fh.close()
         self.exit_status = self._proc.returncode

@@ -15,9 +15,22 @@ from harness.client import RequestRecord
 from harness.contract.result import check_result
 from harness.errors import InvalidInput
 from harness.experiments import bench69
-from harness.experiments.bench69 import ARM_CONTROL, ARM_SHARED, ARM_UNIQUE, Bench69Config, resolve_placement
+from harness.experiments.bench69 import (
+    ARM_CONTROL,
+    ARM_SHARED,
+    ARM_UNIQUE,
+    Bench69Config,
+    resolve_placement,
+)
 from harness.experiments.bench_outputs import arm_rows, summary_text
-from harness.experiments.paired import ArmRun, Protocol, build_comparison, effect_of, interleaved, run_schedule
+from harness.experiments.paired import (
+    ArmRun,
+    Protocol,
+    build_comparison,
+    effect_of,
+    interleaved,
+    run_schedule,
+)
 from harness.experiments.serving_arm import kv_cache_config, ttft_samples_ms
 from harness.report.plots import cdf_png
 
