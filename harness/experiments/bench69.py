@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import fingerprint as fingerprint_mod
-from harness.backends import BackendConfig, get_backend
-from harness.contract import atomic_write_json
+from harness.backends import Backend, BackendConfig, get_backend
+from harness.backends.vllm_cpu import VllmCpuBackend
+from harness.contract import Failure, atomic_write_json
 from harness.contract.result import check_result
 from harness.errors import InvalidInput
 from harness.experiments.bench_outputs import BenchOutputs, write_outputs
@@ -35,8 +36,9 @@ from harness.experiments.server_session import ServerSession, server_session
 from harness.experiments.serving_arm import ArmContext, Workload, kv_cache_config, run_arm, warm_up
 from harness.ids import new_run_id
 from harness.models import PreparedModel, ensure_model
-from harness.runinfo import RunRecord
+from harness.runinfo import RunRecord, native_image
 from harness.runtime.base import (
+    ServerStartError,
     default_runtime_name,
     docker_engine_present,
     get_runtime,
@@ -215,14 +217,24 @@ def run_bench69(cfg: Bench69Config, *, root: Path = Path("."), progress: Progres
         plan.append(("cache-off", False, interleaved([ARM_CONTROL], cfg.repeats)))
     runs: list[ArmRun] = []
     servers: dict[str, dict[str, Any]] = {}
+    start_failure: Failure | None = None
     for name, caching, schedule in plan:
         bcfg = replace(base, port=free_port(), prefix_caching=caching)
-        with server_session(name, backend, runtime, bcfg, run_dir / "servers", start_timeout_s=cfg.start_timeout_s,
-                            progress=progress,
-                            on_start=lambda s: _write_servers(run_dir, servers, s)) as srv:
-            warm_up(ctx, srv, progress)
-            done = run_schedule(schedule, lambda arm, r, srv=srv: run_arm(ctx, srv, arm, r),
-                                before_each=lambda arm, r, srv=srv: srv.reset_prefix_cache(), progress=progress)
+        try:
+            with server_session(name, backend, runtime, bcfg, run_dir / "servers",
+                                start_timeout_s=cfg.start_timeout_s, progress=progress,
+                                on_start=lambda s: _write_servers(run_dir, servers, s)) as srv:
+                warm_up(ctx, srv, progress)
+                done = run_schedule(schedule, lambda arm, r, srv=srv: run_arm(ctx, srv, arm, r),
+                                    before_each=lambda arm, r, srv=srv: srv.reset_prefix_cache(), progress=progress)
+        except ServerStartError as exc:
+            if not runs:
+                raise  # nothing measured: the error and its log tail are the whole story
+            message, _, tail = str(exc).partition("\n")
+            start_failure = Failure(stage="server_start", kind="server_crash", message=f"server {name}: {message}",
+                                    log_tail=tail or None)
+            progress(f"server {name} did not start; keeping the arms already measured: {message}")
+            break
         runs += done
         kv = kv_cache_config(done[0].result_path.with_name("metrics_before.prom")) if done else None
         _write_servers(run_dir, servers, srv, kv_cache=kv)
@@ -235,18 +247,26 @@ def run_bench69(cfg: Bench69Config, *, root: Path = Path("."), progress: Progres
                              for k, w in workloads.items()}}
     comparison = build_comparison(runs, arm_a=ARM_UNIQUE, arm_b=ARM_SHARED, semantic_id=SEMANTIC_ID, run_id=run_id,
                                   protocol=protocol, seed=cfg.seed, next_steps=NEXT_STEPS, details=details,
-                                  resamples=cfg.resamples)
+                                  resamples=cfg.resamples, failure=start_failure)
     comparison = apply_control_veto(comparison, control)
-    failed = any(r.failure for r in runs)
+    failed = start_failure is not None or any(r.failure for r in runs)
     concl = comparison["conclusion"]
     record.evidence_level, record.decision = concl["evidence_level"], concl["decision"]
     record.status = "failed" if failed else "completed"
-    serving_python = str(backend.env.python) if placement.backend == "vllm-cpu" else None
+    record.images = _images(backend, servers)
     outputs = write_outputs(run_dir=run_dir, root=root, title="bench-69 INF-PREFIX-CACHE", runs=runs,
                             labels=[ARM_UNIQUE, ARM_SHARED, ARM_CONTROL], comparison=comparison, record=record,
-                            serving_python=serving_python, wall_s=time.monotonic() - started, sign=cfg.sign,
-                            progress=progress)
+                            wall_s=time.monotonic() - started, sign=cfg.sign, progress=progress)
     return Bench69Outcome(run_dir=run_dir, comparison=comparison, outputs=outputs, failed=failed)
+
+
+def _images(backend: Backend, servers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Images the servers ran from (docker), else the native serving environment's package digest."""
+    pulled = {(s["image"]["ref"], s["image"]["digest"]) for s in servers.values() if s.get("image")}
+    if pulled:
+        return [{"role": backend.role, "ref": ref, "digest": digest} for ref, digest in sorted(pulled)]
+    python = str(backend.env.python) if isinstance(backend, VllmCpuBackend) else None
+    return [native_image(backend.role, python)]
 
 
 def _write_servers(run_dir: Path, servers: dict[str, dict[str, Any]], srv: ServerSession, **extra: Any) -> None:

@@ -15,7 +15,7 @@ from harness.contract import atomic_write_text, write_result
 from harness.contract.result import utc_now
 from harness.experiments.paired import ArmRun
 from harness.report.plots import cdf_png
-from harness.runinfo import RunRecord, native_image, write_run_record
+from harness.runinfo import RunRecord, write_run_record
 
 Progress = Callable[[str], None]
 
@@ -107,7 +107,7 @@ def sign_if_available(run_dir: Path, root: Path, progress: Progress) -> Path | N
 
 def write_outputs(
     *, run_dir: Path, root: Path, title: str, runs: Sequence[ArmRun], labels: Sequence[str],
-    comparison: dict[str, Any], record: RunRecord, serving_python: str | None, wall_s: float,
+    comparison: dict[str, Any], record: RunRecord, wall_s: float,
     sign: bool, progress: Progress,
 ) -> BenchOutputs:
     comparison_path = write_result(run_dir / "comparison.json", comparison)
@@ -118,7 +118,6 @@ def write_outputs(
     if any(series.values()):
         plot_path = cdf_png({k: v for k, v in series.items() if v}, run_dir / "ttft_cdf.png",
                             title=f"{title}: TTFT CDF (all repeats)", xlabel="TTFT (ms, log scale)")
-    record.images = [native_image(f"inf-{record.effective.get('backend', 'vllm-cpu')}", serving_python)]
     record.ended_utc = utc_now()
     write_run_record(run_dir, record)
     manifest = sign_if_available(run_dir, root, progress) if sign else None

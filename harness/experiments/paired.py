@@ -139,8 +139,12 @@ def build_comparison(
     next_steps: dict[str, str],
     details: dict[str, Any] | None = None,
     resamples: int = DEFAULT_RESAMPLES,
+    failure: Failure | None = None,
 ) -> dict[str, Any]:
-    """The ``kind: comparison`` result of B against A (validated, not yet written)."""
+    """The ``kind: comparison`` result of B against A (validated, not yet written).
+
+    ``failure`` blocks the decision for a cause outside the arm runs (e.g. a server that did not start).
+    """
     reference = next((r.result for r in runs if r.label == arm_b), runs[0].result)
     ident = dict(reference["identity"])
     ident.update(run_label=f"{arm_b} vs {arm_a}", run_id=run_id)
@@ -148,14 +152,17 @@ def build_comparison(
     workload = dict(reference["workload"], repeats=protocol.repeats)
     found = effect_of(runs, arm_a, arm_b, seed=seed, resamples=resamples)
     failed = _first_failure(runs)
-    effect = found["effect"] if found else None
     if failed:
-        run, failure = failed
-        level, decision = "single", "blocked"
-        reason = f"{run.label} repeat {run.repeat}: {failure['kind']}"
+        run, first = failed
+        blocking: tuple[str, Failure] | None = (f"{run.label} repeat {run.repeat}: {first['kind']}", Failure(**first))
+    else:
+        blocking = (f"{failure.stage}: {failure.kind}", failure) if failure else None
+    effect = found["effect"] if found else None
+    if blocking:
+        reason, cause = blocking
         conclusion = Conclusion(
-            evidence_level=level, decision=decision, next_step=next_steps["blocked"],
-            failure=Failure(**failure), valid=False, invalid_reasons=[reason], repeats=protocol.repeats,
+            evidence_level="single", decision="blocked", next_step=next_steps["blocked"],
+            failure=cause, valid=False, invalid_reasons=[reason], repeats=protocol.repeats,
             effect=effect, summary=f"blocked: {reason}; completed pairs are kept but no claim is made")
     elif found is None:
         conclusion = Conclusion(evidence_level="precheck", decision="blocked", next_step=next_steps["blocked"],

@@ -44,7 +44,8 @@ class ServerSession:
         return {"name": self.name, "backend": self.backend.name, "version": self.backend.version(),
                 "command": self.command, "env": self.env, "pid": self.handle.pid,
                 "startup_s": round(self.startup_s, 1), "log": self.handle.log_path.name,
-                "prefix_caching": self.config.prefix_caching, "exit_status": self.exit_status}
+                "prefix_caching": self.config.prefix_caching, "exit_status": self.exit_status,
+                "image": self.handle.image}
 
 
 @contextmanager

@@ -170,3 +170,26 @@ def test_summary_and_plot(tmp_path):
     assert "adopt" in text and "control: no completed pair" in text and "wall time: 12 s" in text
     png = cdf_png({r.label: r.samples_ms for r in runs}, tmp_path / "cdf.png", title="t", xlabel="ms")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_server_that_did_not_start_blocks_with_the_arms_already_measured():
+    from harness.contract import Failure
+
+    runs = [arm_run(label, r, 900 if label == ARM_UNIQUE else 150) for r, label in interleaved([ARM_UNIQUE, ARM_SHARED], 3)]
+    protocol = Protocol(repeats=3, warmup_requests=2)
+    doc = build_comparison(runs, arm_a=ARM_UNIQUE, arm_b=ARM_SHARED, semantic_id="INF-PREFIX-CACHE",
+                           run_id="r1", protocol=protocol, seed=0, next_steps=bench69.NEXT_STEPS, resamples=200,
+                           failure=Failure(stage="server_start", kind="server_crash", message="server cache-off: exited"))
+    concl = doc["conclusion"]
+    assert concl["decision"] == "blocked" and concl["failure"]["stage"] == "server_start"
+    assert concl["effect"]["n_pairs"] == 3 and concl["invalid_reasons"] == ["server_start: server_crash"]
+
+
+def test_images_come_from_the_servers_or_the_native_env():
+    vllm = bench69.get_backend("vllm")
+    digest = "sha256:" + "ab" * 32
+    servers = {"cache-on": {"image": {"ref": "vllm/vllm-openai:v0.11.0", "digest": digest}}, "cache-off": {"image": None}}
+    assert bench69._images(vllm, servers) == [{"role": "inf-vllm-011-cu128", "ref": "vllm/vllm-openai:v0.11.0",
+                                               "digest": digest}]
+    native = bench69._images(vllm, {"cache-on": {"image": None}})
+    assert native[0]["native"] is True and native[0]["role"] == "inf-vllm-011-cu128"
