@@ -11,6 +11,7 @@ CUDA wheels in the GPU roles) are listed in ``exclude`` and left out.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import subprocess
@@ -83,13 +84,12 @@ def resolve(requirements_in: Path, target: LockTarget) -> list[LockedDist]:
 
 
 def dists_from_report(report: dict, exclude: tuple[str, ...] = ()) -> list[LockedDist]:
-    """The pinned distributions of a pip installation report, minus ``exclude`` (prefix ``nvidia-*`` allowed)."""
-    skip = {canonical_name(n) for n in exclude if not n.endswith("*")}
-    skip_prefixes = tuple(canonical_name(n[:-1]) for n in exclude if n.endswith("*"))
+    """The pinned distributions of a pip installation report, minus ``exclude`` (glob patterns allowed)."""
+    patterns = [canonical_name(n) for n in exclude]
     out = []
     for item in report.get("install", []):
         name = canonical_name(item["metadata"]["name"])
-        if name in skip or (skip_prefixes and name.startswith(skip_prefixes)):
+        if any(fnmatch.fnmatchcase(name, p) for p in patterns):
             continue
         info = item["download_info"]
         hashes = info.get("archive_info", {}).get("hashes") or {}
