@@ -1,0 +1,96 @@
+"""Run one harness command inside a role image and wait for it.
+
+This is how ``--runtime docker`` works for commands that are not servers
+(``infkit mech …``, ``infkit cuda …``): the same argv, executed by the image's
+entry point (``python3 -m harness`` from the read-only mount) with the run
+directory mounted read-write at its host path. The container has no network
+unless asked. When the command wrote a ``run.json``, its ``images`` entry for
+the role is replaced by the image actually used (digest, base substitution).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.contract.atomic import atomic_write_bytes
+from harness.errors import InfkitError
+from harness.images.locks import load_lock
+from harness.runinfo import RUN_FILE, write_run_record
+from harness.runtime.docker import (
+    DEFAULT_SHM_BYTES,
+    DockerSettings,
+    check_gpu_request,
+    client,
+    device_requests,
+    image_record,
+    mounts_for,
+    resolve_image,
+)
+
+ENTRYPOINT = "/usr/local/bin/infkit-entrypoint"
+
+
+@dataclass(frozen=True)
+class HarnessRun:
+    exit_code: int
+    log_path: Path
+    image: dict[str, Any]
+    seconds: float
+
+
+def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, ...] = (), network: bool = False,
+                timeout_s: float = 3600.0, log_name: str = "container.log",
+                settings: DockerSettings | None = None, api=None) -> HarnessRun:
+    """Run ``infkit <args>`` in ``role``'s image; the log lands in ``run_dir/log_name``."""
+    settings = settings or DockerSettings.from_env()
+    lock = load_lock(role)
+    check_gpu_request(lock, gpus, settings)
+    api = api or client()
+    run_dir = Path(run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    image = resolve_image(api, lock, settings.image)
+    record = image_record(lock, image)
+    t0 = time.monotonic()
+    container = api.containers.run(
+        image.id, entrypoint=[ENTRYPOINT], command=list(args), detach=True,
+        environment={"HOME": "/tmp", "INFKIT_CONTAINER_IMAGE": json.dumps(record)},
+        volumes=mounts_for(tuple(args), run_dir, settings.harness_root), working_dir=str(run_dir),
+        user=f"{os.getuid()}:{os.getgid()}", network_mode=None if network else "none",
+        device_requests=device_requests(gpus), shm_size=DEFAULT_SHM_BYTES,
+    )
+    try:
+        try:
+            code = int(container.wait(timeout=timeout_s).get("StatusCode", -1))
+        except Exception as exc:
+            container.kill()
+            raise InfkitError(f"{role} container did not finish within {timeout_s:.0f} s") from exc
+        log_path = run_dir / log_name
+        atomic_write_bytes(log_path, container.logs(stdout=True, stderr=True))
+    finally:
+        try:
+            container.remove(force=True)
+        except Exception:
+            pass
+    if code == 0:
+        record_image(run_dir, record)
+    return HarnessRun(code, log_path, record, time.monotonic() - t0)
+
+
+def record_image(run_dir: Path, record: dict[str, Any]) -> bool:
+    """Put the container image into ``run.json`` (replacing a native entry for the same role)."""
+    path = run_dir / RUN_FILE
+    if not path.is_file():
+        return False
+    from harness.runinfo import RunRecord
+
+    doc = json.loads(path.read_text())
+    images = [i for i in doc.get("images", []) if i.get("role") != record["role"]] + [record]
+    fields = {k: v for k, v in doc.items() if k != "schema"}
+    fields["images"] = images
+    write_run_record(run_dir, RunRecord(**fields))
+    return True
