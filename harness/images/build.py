@@ -115,6 +115,13 @@ def build_argv(lock: ImageLock, cfg: BuildConfig, engine: str, base_id: str | No
         argv += ["--secret", f"id=cabundle,src={ca}"]
     for name, value in args.items():
         argv += ["--build-arg", f"{name}={value}"]
+    # The Dockerfile's LABELs carry the same values; labels given here are applied even when
+    # every layer comes from the cache (podman does not re-run a cached LABEL for new ARG values).
+    labels = {"org.opencontainers.image.revision": args["REVISION"], "org.opencontainers.image.created": args["CREATED"],
+              "org.opencontainers.image.base.name": base_name, "org.opencontainers.image.base.digest": base_digest,
+              "io.infkit.base.substituted-for": substituted}
+    for name, value in labels.items():
+        argv += ["--label", f"{name}={value}"]
     return argv + [str(REPO_ROOT)]
 
 
