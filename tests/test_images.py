@@ -182,3 +182,25 @@ def test_driver_floor():
         check_driver("12.8", "570.26", driver_version="535.104.05")
     fc = check_driver("12.8", "570.26", driver_version="535.104.05", allow_forward_compat=True)
     assert fc.ok and fc.forward_compat
+
+
+def test_refresh_and_base_resolution_keep_the_lock_valid(tmp_path: Path):
+    from harness.images.locks import refreshed, with_base_digest, with_registry_ref, write_lock
+
+    lock = load_lock("inf-cpu")
+    pushed = with_registry_ref(refreshed(lock, image_digest=DIGEST, built_utc="2026-01-01T00:00:00Z", revision="abc"),
+                               "ghcr.io/someone/inf-cpu")
+    assert pushed.pull_ref() == f"ghcr.io/someone/inf-cpu@{DIGEST}"
+    assert lock.digest is None  # the original is untouched
+    out = write_lock(type(pushed)(pushed.role, tmp_path / "inf-cpu.lock.json", pushed.doc))
+    assert validate_document(json.loads(out.read_text())) == []
+
+    resolved = with_base_digest(lock, DIGEST, "resolved against the registry")
+    assert resolved.doc["base"]["digest_verified"] and resolved.base_image.endswith(DIGEST)
+    root = tmp_path / "repo"
+    for rel in ("docker/inf-cpu/Dockerfile", "requirements/inf-cpu.lock"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO_ROOT / rel, root / rel)
+    assert any("differs from the Dockerfile" in p for p in lock_problems(resolved, root))
+    pin_dockerfile_base(root / "docker/inf-cpu/Dockerfile", resolved.doc["base"]["name"], DIGEST)
+    assert lock_problems(resolved, root) == []

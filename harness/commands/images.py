@@ -39,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q = s.add_parser("lock", help="refresh a lock: dependency-lock hash and, after a push, the image digest")
     q.add_argument("role")
     q.add_argument("--digest", help="pushed manifest digest (sha256:...); default: read from the engine's RepoDigests")
+    q.add_argument("--registry-ref", help="where the image was pushed (e.g. ghcr.io/OWNER/inf-cpu), if not the lock's")
     q.add_argument("--engine", choices=["docker", "podman"])
     q.set_defaults(func=run_lock)
 
@@ -121,9 +122,11 @@ def run_pull(args: argparse.Namespace) -> int:
 def run_lock(args: argparse.Namespace) -> int:
     from harness.contract.result import utc_now
     from harness.images.build import git_revision, pushed_digest
-    from harness.images.locks import load_lock, refreshed, write_lock
+    from harness.images.locks import load_lock, refreshed, with_registry_ref, write_lock
 
     lock = load_lock(args.role)
+    if args.registry_ref:
+        lock = with_registry_ref(lock, args.registry_ref)
     digest = args.digest or pushed_digest(lock, args.engine)
     if digest is not None and not digest.startswith("sha256:"):
         raise InvalidInput(f"--digest {digest!r} is not sha256:<hex>")

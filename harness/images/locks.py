@@ -9,7 +9,9 @@ without refreshing the image lock fails the tests.
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,23 +155,36 @@ def write_lock(lock: ImageLock) -> Path:
     return atomic_write_text(lock.path, json.dumps(lock.doc, indent=2) + "\n")
 
 
+def _edited(lock: ImageLock, edit: Callable[[dict[str, Any]], None]) -> ImageLock:
+    doc = copy.deepcopy(lock.doc)
+    edit(doc)
+    return ImageLock(lock.role, lock.path, doc)
+
+
 def refreshed(lock: ImageLock, *, image_digest: str | None = None, built_utc: str | None = None,
               revision: str | None = None, root: Path = REPO_ROOT) -> ImageLock:
     """A copy of ``lock`` with the dependency-lock hash/count re-read and, when given, the pushed image digest."""
-    doc = json.loads(json.dumps(lock.doc))
-    dep_path = root / doc["dependency_lock"]["path"]
-    doc["dependency_lock"]["sha256"] = sha256_file(dep_path)
-    doc["dependency_lock"]["distributions"] = len(deplock.parse_lock(dep_path.read_text()))
-    if image_digest is not None:
-        doc["image"]["digest"] = image_digest
-        doc["image"]["built_utc"] = built_utc
-        doc["image"]["revision"] = revision
-    return ImageLock(lock.role, lock.path, doc)
+    dep_path = root / lock.doc["dependency_lock"]["path"]
+
+    def edit(doc: dict[str, Any]) -> None:
+        doc["dependency_lock"]["sha256"] = sha256_file(dep_path)
+        doc["dependency_lock"]["distributions"] = len(deplock.parse_lock(dep_path.read_text()))
+        if image_digest is not None:
+            doc["image"].update(digest=image_digest, built_utc=built_utc, revision=revision)
+
+    return _edited(lock, edit)
 
 
 def with_base_digest(lock: ImageLock, digest: str, source: str) -> ImageLock:
     """A copy of ``lock`` whose base digest was resolved against the registry."""
-    doc = json.loads(json.dumps(lock.doc))
-    doc["base"].update(digest=digest, digest_verified=True, digest_source=source)
-    doc["build_args"]["BASE_IMAGE"] = f"{doc['base']['name']}@{digest}"
-    return ImageLock(lock.role, lock.path, doc)
+
+    def edit(doc: dict[str, Any]) -> None:
+        doc["base"].update(digest=digest, digest_verified=True, digest_source=source)
+        doc["build_args"]["BASE_IMAGE"] = f"{doc['base']['name']}@{digest}"
+
+    return _edited(lock, edit)
+
+
+def with_registry_ref(lock: ImageLock, registry_ref: str) -> ImageLock:
+    """A copy of ``lock`` naming another repository (a fork pushing to its own registry namespace)."""
+    return _edited(lock, lambda doc: doc["image"].update(registry_ref=registry_ref))
