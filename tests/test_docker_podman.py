@@ -14,13 +14,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import require_or_skip
 
 from harness.contract.schemas import validate_file
 from harness.images.locks import REPO_ROOT, load_lock
 from harness.runtime.base import ServerSpec, ServerStartError, get_runtime
 from harness.runtime.docker import HARNESS_MOUNT
 from harness.runtime.docker_run import run_harness
+from tests.conftest import require_or_skip
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
 

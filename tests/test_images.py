@@ -39,14 +39,20 @@ def test_every_from_is_digest_pinned(dockerfile: Path):
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
 def test_dockerfile_practices(dockerfile: Path):
     text = dockerfile.read_text()
-    assert "USER 10001:10001" in text  # non-root
+    assert "USER 10001:10001" in text  # non-root (created by docker/common/provision.sh)
     for label in ("source", "revision", "created", "base.name", "base.digest"):
         assert f"org.opencontainers.image.{label}=" in text
     assert "COPY harness" not in text and "ADD " not in text  # the harness is mounted, never copied
-    assert "--require-hashes" in text
-    assert "/run/secrets/cabundle" in text and "ca-certificates.crt" not in text  # CA only as a build secret
+    assert "/opt/infkit-image/provision.sh /opt/infkit-image/requirements.lock" in text  # --require-hashes
+    assert "--mount=type=secret,id=cabundle" in text and "ca-certificates.crt" not in text  # CA only as a build secret
     lock = next(load_lock(r) for r in ROLES if load_lock(r).dockerfile == dockerfile)
     assert ("HEALTHCHECK" in text) == (lock.server is not None)
+
+
+def test_provisioning_installs_only_hash_locked_wheels():
+    script = (REPO_ROOT / "docker/common/provision.sh").read_text()
+    assert "--require-hashes" in script and "--no-deps" in script and "--only-binary=:all:" in script
+    assert "PIP_CERT=/run/secrets/cabundle" in script
 
 
 def test_unpinned_from_fails_the_check(tmp_path: Path):

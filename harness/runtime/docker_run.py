@@ -32,7 +32,7 @@ from harness.runtime.docker import (
     resolve_image,
 )
 
-ENTRYPOINT = "/usr/local/bin/infkit-entrypoint"
+ENTRYPOINT = "/opt/infkit-image/infkit-entrypoint.sh"
 
 
 @dataclass(frozen=True)
