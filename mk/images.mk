@@ -18,7 +18,7 @@ pull: setup ## pull role images by the digest in their locks (ROLE=...)
 
 lock: setup ## refresh image locks after a build/push (ROLE=..., DIGEST=sha256:... for one role)
 	@set -e; for r in $(IMAGE_ROLES); do \
-	  $(INFKIT) images lock $$r $(ENGINE_ARG) $(if $(DIGEST),--digest $(DIGEST)); done
+	  $(INFKIT) images lock $$r $(if $(DIGEST),--digest $(DIGEST)); done
 
 lock-base: setup ## resolve a role's base tag to its registry digest (needs a registry; ROLE=...)
 	@set -e; for r in $(IMAGE_ROLES); do $(INFKIT) images lock-base $$r; done

@@ -7,6 +7,7 @@ podman. Skips without them, fails instead when ``INFKIT_REQUIRE_DOCKER=1``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -79,6 +80,19 @@ def test_harness_command_in_container_writes_a_schema_valid_document(inf_cpu, tm
     # the harness inside validates with the schemas it reads from the read-only mount
     check = run_harness("inf-cpu", ["validate", str(out)], run_dir, log_name="validate.log")
     assert check.exit_code == 0 and "valid" in check.log_path.read_text()
+
+
+def test_cpu_mechanism_in_container_records_its_image(inf_cpu, tmp_path: Path):
+    if importlib.util.find_spec("harness.commands.mech") is None:
+        pytest.skip("`infkit mech` is not in this checkout yet (the fingerprint test covers the same path)")
+    outcome = run_harness("inf-cpu", ["mech", "budget", "--out", str(tmp_path), "--run-id", "r1", "--quiet"], tmp_path)
+    assert outcome.exit_code == 0, outcome.log_path.read_text()
+    run_dir = tmp_path / "budget" / "r1"
+    assert validate_file(run_dir / "result.json") == []
+    assert validate_file(run_dir / "run.json") == []
+    images = json.loads((run_dir / "run.json").read_text())["images"]
+    assert [i["digest"] for i in images] == [inf_cpu.id]  # the container, not a native package list
+    assert images[0]["base_substituted"] == load_lock("inf-cpu").base_image
 
 
 def test_failing_command_reports_its_exit_code(inf_cpu, tmp_path: Path):

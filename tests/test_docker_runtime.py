@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,10 +85,13 @@ def test_settings_from_env():
 
 def test_container_image_replaces_the_native_entry_in_run_json(tmp_path: Path):
     record = RunRecord(semantic_id="INF-ITERATION-BUDGET", run_id="r1", run_label="t", requested={}, effective={},
-                       evidence_level="single", decision="inconclusive", images=[native_image("inf-cpu")])
-    write_run_record(tmp_path, record)
+                       evidence_level="single", decision="inconclusive", images=[native_image("INF-CPU")])
+    nested = tmp_path / "budget" / "r1"  # experiments write under OUT/NAME/RUN_ID
+    nested.mkdir(parents=True)
+    write_run_record(nested, record)
     image = {"role": "inf-cpu", "ref": "localhost/infkit/inf-cpu:0.1.0", "digest": DIGEST, "base_substituted": None}
-    assert record_image(tmp_path, image)
-    doc = json.loads((tmp_path / "run.json").read_text())
-    assert doc["images"] == [image]
-    assert not record_image(tmp_path / "missing", image)
+    assert record_image(tmp_path, image, since=time.time() + 60) == []  # older than the container: untouched
+    assert record_image(tmp_path, image) == [nested / "run.json"]
+    doc = json.loads((nested / "run.json").read_text())
+    assert doc["images"] == [{**image, "role": "INF-CPU"}]
+    assert record_image(tmp_path / "missing", image) == []

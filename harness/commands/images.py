@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -38,9 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     q = s.add_parser("lock", help="refresh a lock: dependency-lock hash and, after a push, the image digest")
     q.add_argument("role")
-    q.add_argument("--digest", help="pushed manifest digest (sha256:...); default: read from the engine's RepoDigests")
+    q.add_argument("--digest", help="pushed manifest digest (sha256:...); default: asked of the registry for the lock's tag")
     q.add_argument("--registry-ref", help="where the image was pushed (e.g. ghcr.io/OWNER/inf-cpu), if not the lock's")
-    q.add_argument("--engine", choices=["docker", "podman"])
     q.set_defaults(func=run_lock)
 
     q = s.add_parser("lock-base", help="resolve the base tag's digest against its registry; rewrite lock and Dockerfile")
@@ -121,19 +121,27 @@ def run_pull(args: argparse.Namespace) -> int:
 
 def run_lock(args: argparse.Namespace) -> int:
     from harness.contract.result import utc_now
-    from harness.images.build import git_revision, pushed_digest
+    from harness.errors import CapabilityMissing
+    from harness.images.build import git_revision, resolve_registry_digest
     from harness.images.locks import load_lock, refreshed, with_registry_ref, write_lock
 
     lock = load_lock(args.role)
     if args.registry_ref:
         lock = with_registry_ref(lock, args.registry_ref)
-    digest = args.digest or pushed_digest(lock, args.engine)
-    if digest is not None and not digest.startswith("sha256:"):
-        raise InvalidInput(f"--digest {digest!r} is not sha256:<hex>")
+    digest, note = args.digest, ""
+    if digest is None:
+        # Only the registry knows what was pushed: local engines (podman) report digests for
+        # images that never left the machine.
+        try:
+            digest = resolve_registry_digest(lock.tag_ref)
+        except CapabilityMissing as exc:
+            note = f" (unchanged: {exc})"
+    if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        raise InvalidInput(f"--digest {digest!r} is not sha256:<64 hex>")
     new = refreshed(lock, image_digest=digest, built_utc=utc_now() if digest else None,
                     revision=git_revision() if digest else None)
     write_lock(new)
-    print(f"{new.path}: image digest {new.digest or 'none (not pushed)'}; "
+    print(f"{new.path}: image digest {new.digest or 'none (not pushed)'}{note}; "
           f"{new.doc['dependency_lock']['path']} {new.doc['dependency_lock']['sha256']}")
     return 0
 

@@ -9,7 +9,6 @@ base (``base_image``): the image then carries the substitution in its labels
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -157,20 +156,6 @@ def pull_image(lock: ImageLock, engine: str | None = None) -> str:
     engine = detect_engine(engine)
     _run([engine, "pull", ref], 3600, f"{engine} pull {ref}")
     return ref
-
-
-def pushed_digest(lock: ImageLock, engine: str | None = None) -> str | None:
-    """The registry digest of the locally known pushed image (``RepoDigests``), if any."""
-    engine = detect_engine(engine)
-    proc = subprocess.run([engine, "image", "inspect", "--format", "{{json .RepoDigests}}", lock.tag_ref],
-                          capture_output=True, text=True, timeout=60)
-    if proc.returncode != 0:
-        return None
-    for entry in json.loads(proc.stdout or "[]") or []:
-        name, _, digest = entry.partition("@")
-        if name.removeprefix("docker.io/") == lock.registry_ref.removeprefix("docker.io/"):
-            return digest
-    return None
 
 
 def resolve_registry_digest(ref: str) -> str:

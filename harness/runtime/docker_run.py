@@ -4,8 +4,9 @@ This is how ``--runtime docker`` works for commands that are not servers
 (``infkit mech …``, ``infkit cuda …``): the same argv, executed by the image's
 entry point (``python3 -m harness`` from the read-only mount) with the run
 directory mounted read-write at its host path. The container has no network
-unless asked. When the command wrote a ``run.json``, its ``images`` entry for
-the role is replaced by the image actually used (digest, base substitution).
+unless asked. In every ``run.json`` the command wrote under the run directory,
+the role's ``images`` entry is replaced by the image actually used (digest,
+base substitution).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, .
     run_dir.mkdir(parents=True, exist_ok=True)
     image = resolve_image(api, lock, settings.image)
     record = image_record(lock, image)
-    t0 = time.monotonic()
+    t0, started_s = time.monotonic(), time.time() - 1.0  # mtime granularity
     container = api.containers.run(
         image.id, entrypoint=[ENTRYPOINT], command=list(args), detach=True,
         environment={"HOME": "/tmp", "INFKIT_CONTAINER_IMAGE": json.dumps(record)},
@@ -77,20 +78,28 @@ def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, .
         except Exception:
             pass
     if code == 0:
-        record_image(run_dir, record)
+        record_image(run_dir, record, since=started_s)
     return HarnessRun(code, log_path, record, time.monotonic() - t0)
 
 
-def record_image(run_dir: Path, record: dict[str, Any]) -> bool:
-    """Put the container image into ``run.json`` (replacing a native entry for the same role)."""
-    path = run_dir / RUN_FILE
-    if not path.is_file():
-        return False
+def record_image(run_dir: Path, record: dict[str, Any], since: float = 0.0) -> list[Path]:
+    """Put the container image into every ``run.json`` under ``run_dir`` written since ``since``.
+
+    An entry for the same role (compared case-insensitively: ``INF-CPU`` is ``inf-cpu``)
+    is replaced; the role keeps the spelling the experiment used.
+    """
     from harness.runinfo import RunRecord
 
-    doc = json.loads(path.read_text())
-    images = [i for i in doc.get("images", []) if i.get("role") != record["role"]] + [record]
-    fields = {k: v for k, v in doc.items() if k != "schema"}
-    fields["images"] = images
-    write_run_record(run_dir, RunRecord(**fields))
-    return True
+    updated = []
+    for path in sorted(run_dir.rglob(RUN_FILE)):
+        if path.stat().st_mtime < since:
+            continue
+        doc = json.loads(path.read_text())
+        role = next((i["role"] for i in doc.get("images", []) if i.get("role", "").lower() == record["role"]),
+                    record["role"])
+        images = [i for i in doc.get("images", []) if i.get("role", "").lower() != record["role"]]
+        fields = {k: v for k, v in doc.items() if k != "schema"}
+        fields["images"] = [*images, {**record, "role": role}]
+        write_run_record(path.parent, RunRecord(**fields))
+        updated.append(path)
+    return updated
