@@ -123,7 +123,8 @@ def test_lock_drift_is_detected(tmp_path: Path):
         f.write("extra==1.0 \\\n    --hash=sha256:" + "0" * 64 + "\n")
     problems = lock_problems(lock, root)
     assert any("changed since the lock was written" in p for p in problems)
-    assert any("has 42 distributions" in p for p in problems)
+    count = len(deplock.parse_lock((REPO_ROOT / "requirements/inf-cpu.lock").read_text()))
+    assert any(f"has {count + 1} distributions" in p for p in problems)
     pin_dockerfile_base(root / "docker/inf-cpu/Dockerfile", "docker.io/library/debian:bookworm-slim", DIGEST)
     assert any("differs from the Dockerfile" in p for p in lock_problems(lock, root))
 
@@ -210,3 +211,27 @@ def test_refresh_and_base_resolution_keep_the_lock_valid(tmp_path: Path):
     assert any("differs from the Dockerfile" in p for p in lock_problems(resolved, root))
     pin_dockerfile_base(root / "docker/inf-cpu/Dockerfile", resolved.doc["base"]["name"], DIGEST)
     assert lock_problems(resolved, root) == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["images", "build", "inf-nope"], "unknown environment role 'inf-nope'"),
+    (["images", "pull", "inf-cpu"], "has no image digest yet"),
+    (["images", "build", "sglang"], "placeholder base digest"),
+    (["images", "lock", "inf-cpu", "--digest", "sha256:xyz"], "is not sha256:<64 hex>"),
+    (["images", "run", "--run-dir", "/tmp", "inf-cpu"], "no infkit arguments to run"),
+])
+def test_cli_bad_input_is_one_line(argv, message, capsys):
+    from harness.cli import main
+
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_check_and_list(capsys):
+    from harness.cli import main
+
+    assert main(["images", "check"]) == 0
+    assert capsys.readouterr().out.count(": ok") == len(ROLES)
+    assert main(["images", "list"]) == 0
+    assert "CUDA 12.8 / driver >= 570.26" in capsys.readouterr().out
