@@ -183,6 +183,7 @@ class DockerHandle(ServerHandle):
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.alive():
+                self._pump.join(timeout=5)  # the stream ends with the container: take its last lines
                 raise ServerStartError(f"container exited before {url} answered:\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(url, timeout=5) as resp:
