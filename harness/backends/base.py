@@ -35,6 +35,7 @@ class BackendConfig:
     seed: int = 0
     gpus: tuple[int, ...] = ()
     host: str = "127.0.0.1"
+    in_container: bool = False  # run by the docker runtime from the role's image
     extra_args: tuple[str, ...] = ()
     extra_env: dict[str, str] = field(default_factory=dict)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from harness.backends.base import Backend, BackendConfig, register_backend
 from harness.runtime.base import ServerSpec
 
-SGLANG_VERSION = "0.5.4"  # a release that pins torch 2.8.0 (DESIGN §5)
+SGLANG_VERSION = "0.5.5"  # as pinned by images/sglang.lock.json (torch 2.8.0)
 
 
 class SglangBackend(Backend):
     name = "sglang"
-    role = "inf-sglang"
+    role = "sglang"  # images/sglang.lock.json
     runtimes = ("docker",)
     # SGLang counts prompt tokens served from the radix cache against all prompt tokens.
     hit_counter = "sglang:cached_tokens_total"
@@ -21,7 +21,7 @@ class SglangBackend(Backend):
         args = [
             "--model-path", cfg.model_dir,
             "--served-model-name", cfg.served_model_name,
-            "--host", "0.0.0.0",
+            "--host", cfg.host,  # the docker runtime rewrites it to listen inside the container
             "--port", str(cfg.port),
             "--context-length", str(cfg.max_model_len),
             "--dtype", cfg.dtype,

@@ -17,10 +17,9 @@ class VllmBackend(Backend):
     reset_path = "/reset_prefix_cache"
 
     def server_spec(self, cfg: BackendConfig) -> ServerSpec:
-        # Inside the container the server must listen on all interfaces to be published.
-        args = vllm_server_args(cfg)
-        args[args.index("--host") + 1] = "0.0.0.0"
-        args += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
+        # The docker runtime rewrites --host so the server listens inside the container and
+        # mounts the model directory named on the command line read-only.
+        args = [*vllm_server_args(cfg), "--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
         argv = ("python3", "-m", "vllm.entrypoints.openai.api_server", *args)
         env = {"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", **cfg.extra_env}
         return ServerSpec(argv=argv, port=cfg.port, env=env, role=self.role, gpus=cfg.gpus or (0,),

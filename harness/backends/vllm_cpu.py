@@ -10,7 +10,7 @@ from harness.runtime.serving_env import VLLM_CPU, ServingEnv, ensure_serving_env
 class VllmCpuBackend(Backend):
     name = "vllm-cpu"
     role = "inf-vllm-cpu"
-    runtimes = ("local",)
+    runtimes = ("local", "docker")  # docker: the inf-vllm-cpu image, whose venv is on PATH
     hit_counter = "vllm:prefix_cache_hits_total"
     query_counter = "vllm:prefix_cache_queries_total"
     reset_path = "/reset_prefix_cache"
@@ -27,7 +27,8 @@ class VllmCpuBackend(Backend):
     def server_spec(self, cfg: BackendConfig) -> ServerSpec:
         # The distribution is named vllm-cpu, so the `vllm` console script fails its
         # metadata lookup; the module entry point works.
-        argv = (str(self.env.python), "-m", "vllm.entrypoints.openai.api_server", *vllm_server_args(cfg))
+        python = "python" if cfg.in_container else str(self.env.python)
+        argv = (python, "-m", "vllm.entrypoints.openai.api_server", *vllm_server_args(cfg))
         env = {
             "VLLM_CPU_KVCACHE_SPACE": str(cfg.kv_cache_space_gib),
             "VLLM_SERVER_DEV_MODE": "1",  # exposes POST /reset_prefix_cache

@@ -211,7 +211,8 @@ def run_bench69(cfg: Bench69Config, *, root: Path = Path("."), progress: Progres
     ctx = ArmContext(semantic_id=SEMANTIC_ID, run_id=run_id, run_dir=run_dir, model=model, workloads=workloads,
                      concurrency=cfg.concurrency, request_timeout_s=cfg.request_timeout_s, runtime=placement.runtime)
     base = BackendConfig(model_dir=str(model.path), served_model_name=cfg.model, port=0, seed=cfg.seed,
-                         kv_cache_space_gib=cfg.kv_cache_space_gib, max_model_len=cfg.max_model_len)
+                         kv_cache_space_gib=cfg.kv_cache_space_gib, max_model_len=cfg.max_model_len,
+                         in_container=placement.runtime == "docker")
     plan = [("cache-on", True, interleaved([ARM_UNIQUE, ARM_SHARED], cfg.repeats))]
     if cfg.control:
         plan.append(("cache-off", False, interleaved([ARM_CONTROL], cfg.repeats)))

@@ -46,7 +46,7 @@ def test_gpu_vllm_spec_targets_its_image_role():
     spec = backend.server_spec(cfg(gpus=(1,)))
     assert backend.role == "inf-vllm-011-cu128" and backend.version() == "0.11.0"
     assert spec.argv[:3] == ("python3", "-m", "vllm.entrypoints.openai.api_server")
-    assert flag_value(spec.argv, "--host") == "0.0.0.0" and spec.gpus == (1,)
+    assert flag_value(spec.argv, "--model") == "/models/smol" and spec.gpus == (1,)
     assert "--gpu-memory-utilization" in spec.argv
 
 
@@ -56,6 +56,18 @@ def test_sglang_spec_and_counters():
     assert spec.argv[:3] == ("python3", "-m", "sglang.launch_server")
     assert "--disable-radix-cache" in spec.argv and "--enable-metrics" in spec.argv
     assert backend.hit_counter == "sglang:cached_tokens_total" and backend.reset_path == "/flush_cache"
+    assert backend.role == "sglang" and backend.version() == "0.5.5"
+
+
+@pytest.mark.parametrize("name", ["vllm", "sglang", "vllm-cpu"])
+def test_container_roles_have_image_locks(name, repo_root):
+    assert (repo_root / "images" / f"{get_backend(name).role}.lock.json").is_file()
+
+
+def test_vllm_cpu_in_its_image_uses_the_image_python():
+    env = ServingEnv(path=Path("/v"), spec=VLLM_CPU)
+    spec = VllmCpuBackend(env).server_spec(cfg(in_container=True))
+    assert spec.argv[:3] == ("python", "-m", "vllm.entrypoints.openai.api_server")
 
 
 def test_unknown_backend_names_the_choices():

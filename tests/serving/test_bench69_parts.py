@@ -125,8 +125,8 @@ def test_gpu_with_engine_takes_the_container_path(monkeypatch):
 
 
 def test_backend_runtime_mismatch_is_an_input_error():
-    with pytest.raises(InvalidInput, match="does not run under runtime docker"):
-        resolve_placement(Bench69Config(runtime="docker", backend="vllm-cpu"))
+    with pytest.raises(InvalidInput, match="does not run under runtime local"):
+        resolve_placement(Bench69Config(runtime="local", backend="vllm"))
 
 
 @pytest.mark.parametrize("bad", [dict(repeats=0), dict(groups=0), dict(prefix_tokens=4000, suffix_tokens=200)])
