@@ -193,7 +193,7 @@ def run_bench69(cfg: Bench69Config, *, root: Path = Path("."), progress: Progres
     run_id = new_run_id()
     run_dir = root / cfg.out_root / run_id
     run_dir.mkdir(parents=True)
-    progress(f"bench-69: run {run_id} -> {run_dir}")
+    progress(f"bench-69: run {run_id} -> {cfg.out_root / run_id}")
     record = RunRecord(semantic_id=SEMANTIC_ID, run_id=run_id, run_label=f"{ARM_SHARED} vs {ARM_UNIQUE}",
                        requested=asdict(cfg) | {"out_root": str(cfg.out_root)},
                        effective={"backend": placement.backend, "runtime": placement.runtime,
