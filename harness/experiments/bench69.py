@@ -236,6 +236,14 @@ def run_bench69(cfg: Bench69Config, *, root: Path = Path("."), progress: Progres
                                     log_tail=tail or None)
             progress(f"server {name} did not start; keeping the arms already measured: {message}")
             break
+        except KeyboardInterrupt:
+            if not runs:
+                raise
+            # Ctrl-C: the server is already stopped; sign what was measured as an aborted run.
+            start_failure = Failure(stage="run", kind="aborted", message="interrupted by the user")
+            record.status = "aborted"
+            progress("interrupted: writing and signing the arms already measured")
+            break
         runs += done
         kv = kv_cache_config(done[0].result_path.with_name("metrics_before.prom")) if done else None
         _write_servers(run_dir, servers, srv, kv_cache=kv)
@@ -253,7 +261,8 @@ def run_bench69(cfg: Bench69Config, *, root: Path = Path("."), progress: Progres
     failed = start_failure is not None or any(r.failure for r in runs)
     concl = comparison["conclusion"]
     record.evidence_level, record.decision = concl["evidence_level"], concl["decision"]
-    record.status = "failed" if failed else "completed"
+    if record.status != "aborted":
+        record.status = "failed" if failed else "completed"
     record.images = _images(backend, servers)
     outputs = write_outputs(run_dir=run_dir, root=root, title="bench-69 INF-PREFIX-CACHE", runs=runs,
                             labels=[ARM_UNIQUE, ARM_SHARED, ARM_CONTROL], comparison=comparison, record=record,
