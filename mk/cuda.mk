@@ -1,0 +1,21 @@
+# CUDA mechanism experiments (INF-CUDA-MECHANISM): `make cuda-NAME [DEVICE=cpu|cuda] [CUDA_ARGS=...]`.
+# On a machine without a GPU they run on CPU and record the fallback honestly.
+
+TORCH_STAMP := $(VENV)/.installed-torch
+DEVICE      ?= auto
+CUDA_ARGS   ?=
+CUDA_EXPERIMENTS := attention dispatch budget proposal overlap
+
+.PHONY: setup-torch cuda-all $(addprefix cuda-,$(CUDA_EXPERIMENTS))
+
+setup-torch: $(TORCH_STAMP) ## install the torch extra (torch 2.13 CPU wheel, transformers) into .venv
+
+# Rebuilt when .venv is (the base stamp is newer) or when pyproject.toml changes.
+$(TORCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install -q -e '.[$(EXTRAS),torch]'
+	touch $@
+
+$(addprefix cuda-,$(CUDA_EXPERIMENTS)): cuda-%: setup setup-torch ## run one CUDA mechanism experiment (DEVICE=auto|cpu|cuda, CUDA_ARGS=...)
+	$(INFKIT) cuda $* --device $(DEVICE) $(CUDA_ARGS)
+
+cuda-all: $(addprefix cuda-,$(CUDA_EXPERIMENTS)) ## run every CUDA mechanism experiment
