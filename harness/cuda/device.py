@@ -113,7 +113,9 @@ class LiveTensorMeter:
     """Count live tensor-storage bytes created inside the ``with`` block (CPU peak memory).
 
     A ``TorchDispatchMode`` sees every tensor an aten op returns; storages are
-    keyed by data pointer so views are not counted twice, and a finalizer on
+    keyed by data pointer so views are not counted twice; an output that
+    aliases an input storage allocated before the block (a weight seen through
+    a transpose) is not counted at all; and a finalizer on
     each tensor releases its share when Python drops it. Memory held before the
     block (weights) is not counted. With ``cap_bytes`` it raises
     ``torch.OutOfMemoryError`` as soon as live bytes exceed the cap: an
@@ -136,11 +138,13 @@ class LiveTensorMeter:
             self.live_bytes -= entry[0]
             del self._storages[ptr]
 
-    def _track(self, t: Any) -> None:
+    def _track(self, t: Any, input_ptrs: set[int]) -> None:
         storage = t.untyped_storage()
         ptr, nbytes = storage.data_ptr(), storage.nbytes()
         if ptr == 0 or nbytes == 0:
             return
+        if ptr in input_ptrs and ptr not in self._storages:
+            return  # a view of (or in-place write to) memory that existed before the block, e.g. a weight
         if ptr in self._storages:
             self._storages[ptr][1] += 1
         else:
@@ -163,10 +167,12 @@ class LiveTensorMeter:
 
         class _Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                inputs = [x for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+                input_ptrs = {x.untyped_storage().data_ptr() for x in inputs}
                 out = func(*args, **(kwargs or {}))
                 for leaf in tree_leaves(out):
                     if isinstance(leaf, torch.Tensor):
-                        meter._track(leaf)
+                        meter._track(leaf, input_ptrs)
                 return out
 
         self._mode = _Mode()
