@@ -37,4 +37,6 @@ def run(args: argparse.Namespace) -> int:
     out = run_experiment(exp, config, device=args.device, out_root=args.out)
     print((out.run_dir / "summary.txt").read_text(), end="")
     print(f"result: {out.run_dir / 'result.json'}")
-    return 0
+    failure = out.result["conclusion"]["failure"]
+    # The run is recorded either way; a wrong answer must still fail the command (and CI).
+    return 1 if failure and failure["kind"] == "correctness" else 0

@@ -98,6 +98,18 @@ def _dir_refs(path: Path, name: str) -> tuple[dict[str, str], dict[str, str]]:
     return {"name": name, "version": model_version}, {"name": name, "version": tok_version}
 
 
+def _prepared_model(name: str):
+    """The checkpoint ``harness.models`` prepares for ``name`` (reused when already prepared)."""
+    try:
+        from harness.models import ensure_model, find_model
+    except ImportError:
+        raise CapabilityMissing(
+            f"model {name!r} is not a directory and harness.models is not available in this checkout",
+            hint="pass a checkpoint directory (safetensors + tokenizer) or tiny",
+        ) from None
+    return find_model(name) or ensure_model(name)
+
+
 def load_causal_lm(source: str, *, device: str, dtype: str = "float32", seed: int = 0) -> LoadedModel:
     """Resolve ``source`` (``tiny``, a checkpoint directory, or a prepared model name) to a model."""
     torch = import_torch()
@@ -106,19 +118,12 @@ def load_causal_lm(source: str, *, device: str, dtype: str = "float32", seed: in
         ref = {"name": "tiny-llama-random", "version": f"config:tiny;init-seed={seed}"}
         return LoadedModel(model, tiny_tokenizer(), ref, {"name": "tiny-wordlevel", "version": "builtin:v1"}, "tiny")
     path = Path(source)
-    name = path.name
+    refs = None
     if not path.is_dir():
-        try:
-            from harness.models import ensure_model
-        except ImportError:
-            raise CapabilityMissing(
-                f"model {source!r} is not a directory and harness.models is not available here",
-                hint="pass --model-dir DIR with a safetensors checkpoint and tokenizer, or --model tiny",
-            ) from None
-        prepared = ensure_model(source)
-        path, name = Path(prepared.path), source
+        prepared = _prepared_model(source)
+        path, refs = Path(prepared.path), (dict(prepared.model_ref), dict(prepared.tokenizer_ref))
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model_ref, tok_ref = _dir_refs(path, name)
+    model_ref, tok_ref = refs or _dir_refs(path, path.name)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device).eval()
     return LoadedModel(model, AutoTokenizer.from_pretrained(path), model_ref, tok_ref, str(path))

@@ -86,4 +86,6 @@ def parse_field(value: str, type_: Any, name: str) -> Any:
             return None if value.lower() in ("", "none") else inner(value)
         return type_(value)
     except ValueError:
-        raise InvalidInput(f"--{name.replace('_', '-')}: cannot read {value!r} as {getattr(type_, '__name__', type_)}") from None
+        expected = (f"a comma-separated list of {typing.get_args(type_)[0].__name__}" if typing.get_origin(type_) is tuple
+                    else getattr(type_, "__name__", str(type_)))
+        raise InvalidInput(f"--{name.replace('_', '-')}: cannot read {value!r} as {expected}") from None

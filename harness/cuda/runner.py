@@ -97,7 +97,11 @@ def run_experiment(
     run_dir.mkdir(parents=True, exist_ok=False)
     started = utc_now()
     ctx = RunContext(device=effective_device, run_dir=run_dir, samples=SampleSink(run_dir / "samples.jsonl"))
-    outcome: Outcome = experiment.run(config, ctx)
+    try:
+        outcome: Outcome = experiment.run(config, ctx)
+    except BaseException as exc:
+        _abandon(experiment, config, device, effective_device, run_dir, run_id, started, exc)
+        raise
 
     identity = Identity(
         semantic_id=experiment.semantic_id,
@@ -145,6 +149,22 @@ def run_experiment(
     )
     write_run_record(run_dir, record)
     return RunOutput(run_dir=run_dir, result=doc)
+
+
+def _abandon(experiment: Experiment, config: Any, device: str, effective_device: str, run_dir: Path,
+             run_id: str, started: str, exc: BaseException) -> None:
+    """An empty run directory is removed; one holding samples keeps them under a failed run.json."""
+    if not any(run_dir.iterdir()):
+        run_dir.rmdir()
+        return
+    write_run_record(run_dir, RunRecord(
+        semantic_id=experiment.semantic_id, run_id=run_id, run_label=experiment.name,
+        requested={"experiment": experiment.name, "device": device, **dataclasses.asdict(config)},
+        effective={"experiment": experiment.name, "device": effective_device, "error": f"{type(exc).__name__}: {exc}"},
+        evidence_level="precheck", decision="blocked", command=_argv(), images=[native_image(PROFILE_ID)],
+        started_utc=started, ended_utc=utc_now(),
+        status="aborted" if isinstance(exc, KeyboardInterrupt) else "failed",
+    ))
 
 
 def _argv() -> list[str]:

@@ -39,7 +39,10 @@ def dominated_by_oom(batch: int, context: int, cells: list[Cell]) -> Cell | None
 
 
 def boundary(cells: list[Cell]) -> dict[str, Any]:
-    """Largest context that ran per batch, the OOM cells, and the largest batch x context that fit."""
+    """Largest context that ran per batch, the OOM cells, and the largest batch x context that fit.
+
+    Among cells with equally many tokens the larger batch counts as the larger cell.
+    """
     ok = [c for c in cells if c.status == "ok"]
     per_batch: dict[str, int | None] = {}
     for b in sorted({c.batch for c in cells}):
