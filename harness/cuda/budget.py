@@ -15,6 +15,7 @@ checked; larger cells are then skipped (see ``sweep.py``). With
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -55,12 +56,14 @@ def kv_cache_bytes(cache: Any) -> int:
     return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
 
 
-def _forward(model, ids, cache=None):
+def forward_step(model, ids, cache=None):
+    """One forward pass; returns (cache, greedy next token). transformers >= 5 names the cache ``cache``."""
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     kwargs = {"input_ids": ids, "use_cache": True}
     if cache is not None:
-        kwargs["past_key_values"] = cache
+        kwargs[name] = cache
     out = model(**kwargs)
-    return out.past_key_values, out.logits[:, -1:].argmax(-1)
+    return out[name], out.logits[:, -1:].argmax(-1)
 
 
 def run_cell(model, batch: int, context: int, *, config: BudgetConfig, ctx: RunContext, gen) -> dict[str, Any]:
@@ -78,15 +81,15 @@ def run_cell(model, batch: int, context: int, *, config: BudgetConfig, ctx: RunC
         with torch.no_grad():
             if meter is not None:
                 with meter:
-                    state["cache"], state["next"] = _forward(model, ids)
+                    state["cache"], state["next"] = forward_step(model, ids)
             else:
-                state["cache"], state["next"] = _forward(model, ids)
+                state["cache"], state["next"] = forward_step(model, ids)
             synchronize(ctx.device)
             cell["prefill_ms"] = (time.perf_counter() - t0) * 1e3
             cell["kv_bytes"] = kv_cache_bytes(state["cache"])
 
             def step():
-                state["cache"], state["next"] = _forward(model, state["next"], state["cache"])
+                state["cache"], state["next"] = forward_step(model, state["next"], state["cache"])
 
             timing = time_calls(step, device=ctx.device, warmup=config.warmup, iters=config.iters)
         if ctx.device == "cuda":

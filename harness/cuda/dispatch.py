@@ -97,11 +97,11 @@ def _run_mode(mode: str, block, x, eager_out, config: DispatchConfig, ctx: RunCo
     if reason:
         return {**entry, "ran": False, "path": "skipped", "fallback_reason": reason}
     fn = block
-    if mode != "eager":
-        torch._dynamo.reset()
-        fn = torch.compile(block, mode=mode)
     t0 = time.perf_counter()
     try:
+        if mode != "eager":
+            torch._dynamo.reset()
+            fn = torch.compile(block, mode=mode)
         with torch.no_grad():
             out = fn(x)
             synchronize(ctx.device)

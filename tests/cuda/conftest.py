@@ -62,3 +62,9 @@ def valid():
         assert not problems, [str(p) for p in problems]
 
     return check
+
+
+@pytest.fixture
+def require():
+    """``require(env_var, reason)``: skip, or fail when CI sets ``env_var=1``."""
+    return require_or_skip
