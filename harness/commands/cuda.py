@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ep.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                         help="where to run (auto: cuda when torch sees a GPU)")
         ep.add_argument("--out", type=Path, default=DEFAULT_OUT_ROOT, help="root of the run directories")
-        for f, type_ in config_fields(exp.config_cls):
+        for f, _type in config_fields(exp.config_cls):
             default = f.default
             shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
             ep.add_argument(f"--{f.name.replace('_', '-')}", dest=f"cfg_{f.name}", metavar=f.name.upper(),

@@ -25,7 +25,13 @@ from harness.cuda.device import LiveTensorMeter, free_memory, import_torch, sync
 from harness.cuda.models import load_causal_lm, random_llama
 from harness.cuda.registry import CommonConfig, Experiment
 from harness.cuda.runner import Outcome, RunContext, mechanism_workload
-from harness.cuda.sweep import Cell, boundary, dominated_by_oom, inflection, kv_bytes_per_token_formula
+from harness.cuda.sweep import (
+    Cell,
+    boundary,
+    dominated_by_oom,
+    inflection,
+    kv_bytes_per_token_formula,
+)
 from harness.errors import InvalidInput
 
 RECOVERY_SLACK_BYTES = 1 << 20

@@ -112,13 +112,13 @@ def run(config: OverlapConfig, ctx: RunContext) -> Outcome:
         ctx.samples.write({"series": name, "clock": timing.clock, "samples_ms": list(timing.samples_ms)})
     serial(), overlapped()
     torch.cuda.synchronize()
-    identical = all(torch.equal(a, b) for a, b in zip(outs["serial"], outs["overlapped"]))
+    identical = all(torch.equal(a, b) for a, b in zip(outs["serial"], outs["overlapped"], strict=True))
     return _outcome(config, ctx, series, identical, sum(h.numel() * h.element_size() for h in host))
 
 
 def _outcome(config: OverlapConfig, ctx: RunContext, series: dict, identical: bool, bytes_per_pass: int) -> Outcome:
     p50 = {k: t.summary()["p50"] for k, t in series.items()}
-    exposed = [max(0.0, o - c) for o, c in zip(series["overlapped"].samples_ms, series["compute_only"].samples_ms)]
+    exposed = [max(0.0, o - c) for o, c in zip(series["overlapped"].samples_ms, series["compute_only"].samples_ms, strict=True)]
     figures: dict[str, Any] = {
         "series": {k: t.summary() for k, t in series.items()},
         "exposed_transfer_ms": summarize_ms(exposed),

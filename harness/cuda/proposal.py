@@ -193,7 +193,7 @@ def run(config: ProposalConfig, ctx: RunContext) -> Outcome:
 
 
 def _first_divergence(tokens: list[int], reference: list[int]) -> int | None:
-    for i, (a, b) in enumerate(zip(tokens, reference)):
+    for i, (a, b) in enumerate(zip(tokens, reference, strict=False)):
         if a != b:
             return i
     return None if len(tokens) == len(reference) else min(len(tokens), len(reference))

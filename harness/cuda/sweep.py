@@ -68,7 +68,7 @@ def inflection(cells: list[Cell], elasticity: float = INFLECTION_ELASTICITY) -> 
         row = sorted((c for c in cells if c.context == ctx and c.status == "ok" and c.step_p50_ms), key=lambda c: c.batch)
         found = None
         slopes = []
-        for a, b in zip(row, row[1:]):
+        for a, b in zip(row, row[1:], strict=False):
             e = math.log(b.step_p50_ms / a.step_p50_ms) / math.log(b.batch / a.batch)
             slopes.append({"from_batch": a.batch, "to_batch": b.batch, "elasticity": e})
             if found is None and e >= elasticity:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from harness.cuda.device import LiveTensorMeter, measure_peak_memory, resolve_device, summarize_ms, time_calls
+from harness.cuda.device import (
+    LiveTensorMeter,
+    measure_peak_memory,
+    resolve_device,
+    summarize_ms,
+    time_calls,
+)
 from harness.errors import CapabilityMissing, InvalidInput
 
 

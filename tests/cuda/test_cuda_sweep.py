@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from harness.cuda.sweep import Cell, boundary, dominated_by_oom, inflection, kv_bytes_per_token_formula
+from harness.cuda.sweep import (
+    Cell,
+    boundary,
+    dominated_by_oom,
+    inflection,
+    kv_bytes_per_token_formula,
+)
 
 
 def test_kv_formula_matches_published_configs():
