@@ -12,7 +12,7 @@ setup-torch: $(TORCH_STAMP) ## install the torch extra (torch 2.13 CPU wheel, tr
 
 # Rebuilt when .venv is (the base stamp is newer) or when pyproject.toml changes.
 $(TORCH_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/pip install -q -e '.[$(EXTRAS),torch]'
+	set -o pipefail; $(BIN)/pip install -q -e '.[$(EXTRAS),torch]' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
 	touch $@
 
 $(addprefix cuda-,$(CUDA_EXPERIMENTS)): cuda-%: setup setup-torch ## run one CUDA mechanism experiment (DEVICE=auto|cpu|cuda, CUDA_ARGS=...)

@@ -25,6 +25,7 @@ class CommonConfig:
     seed: int = dataclasses.field(default=0, metadata={"help": "seed of the local RNG that makes the inputs"})
     warmup: int = dataclasses.field(default=3, metadata={"help": "untimed calls before each timed series"})
     iters: int = dataclasses.field(default=20, metadata={"help": "timed calls per series"})
+    threads: int = dataclasses.field(default=0, metadata={"help": "torch intra-op CPU threads (0: torch's default)"})
 
     def check(self) -> None:
         """Raise ``InvalidInput`` for values no experiment can run with."""

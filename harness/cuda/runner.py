@@ -1,6 +1,7 @@
 """Run one experiment and write its run directory.
 
-``runs/cuda/<name>/<run_id>/`` holds ``result.json`` (schema-valid, kind
+``runs/cuda/<name>/<run_id>/`` holds ``fingerprint.json`` (collected when
+the run starts), ``result.json`` (schema-valid, kind
 ``mechanism``, profile INF-CUDA-MECHANISM), ``samples.jsonl`` (raw timing
 samples, appended and flushed as each series finishes), ``summary.txt`` for
 people, any extra documents the experiment writes, and ``run.json`` (what was
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,7 @@ from harness.contract import (
     Identity,
     Performance,
     WorkloadInfo,
+    atomic_write_json,
     atomic_write_text,
     build_result,
     write_result,
@@ -29,6 +32,7 @@ from harness.contract import (
 from harness.contract.result import utc_now
 from harness.cuda.device import import_torch, resolve_device
 from harness.cuda.registry import Experiment
+from harness.fingerprint import collect as collect_fingerprint
 from harness.fingerprint import environment_group
 from harness.ids import new_run_id, sha256_bytes
 from harness.runinfo import RunRecord, native_image, write_run_record
@@ -92,10 +96,14 @@ def run_experiment(
     config.check()
     torch = import_torch()
     effective_device = resolve_device(device)
+    if config.threads:
+        torch.set_num_threads(config.threads)  # this process runs one experiment; recorded in run.json
     run_id = new_run_id()
     run_dir = Path(out_root) / experiment.name / run_id
     run_dir.mkdir(parents=True, exist_ok=False)
     started = utc_now()
+    fingerprint = collect_fingerprint()  # the machine as it was when the run started; signing reuses it
+    atomic_write_json(run_dir / "fingerprint.json", fingerprint)
     ctx = RunContext(device=effective_device, run_dir=run_dir, samples=SampleSink(run_dir / "samples.jsonl"))
     try:
         outcome: Outcome = experiment.run(config, ctx)
@@ -116,7 +124,8 @@ def run_experiment(
     if outcome.tokenizer is None:
         identity.null_reasons["tokenizer"] = outcome.model_null_reason
     environment = environment_group(
-        PROFILE_ID, "torch", torch.__version__, backend_command=[*_argv(), f"device={effective_device}"]
+        PROFILE_ID, "torch", torch.__version__, backend_command=[*_argv(), f"device={effective_device}"],
+        doc=fingerprint,
     )
     doc = build_result(
         kind="mechanism",
@@ -135,7 +144,8 @@ def run_experiment(
         run_id=run_id,
         run_label=outcome.run_label,
         requested={"experiment": experiment.name, "device": device, **dataclasses.asdict(config)},
-        effective={"experiment": experiment.name, "device": effective_device, **outcome.effective},
+        effective={"experiment": experiment.name, "device": effective_device, "torch_threads": torch.get_num_threads(),
+                   **outcome.effective},
         evidence_level=outcome.conclusion.evidence_level,
         decision=outcome.conclusion.decision,
         workload_ids=[identity.workload_id],
@@ -153,9 +163,9 @@ def run_experiment(
 
 def _abandon(experiment: Experiment, config: Any, device: str, effective_device: str, run_dir: Path,
              run_id: str, started: str, exc: BaseException) -> None:
-    """An empty run directory is removed; one holding samples keeps them under a failed run.json."""
-    if not any(run_dir.iterdir()):
-        run_dir.rmdir()
+    """A run directory without samples is removed; one holding samples keeps them under a failed run.json."""
+    if not (run_dir / "samples.jsonl").exists():
+        shutil.rmtree(run_dir)
         return
     write_run_record(run_dir, RunRecord(
         semantic_id=experiment.semantic_id, run_id=run_id, run_label=experiment.name,

@@ -40,3 +40,17 @@ def test_run_writes_the_documented_files(capsys, torch, tmp_path):
     run = json.loads((run_dir / "run.json").read_text())
     assert run["requested"]["device"] == "auto" and run["effective"]["device"] in ("cpu", "cuda")
     assert "result:" in capsys.readouterr().out
+
+
+def test_a_cuda_run_can_be_signed_and_audited(capsys, torch, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # a throwaway signing key
+    monkeypatch.delenv("INFKIT_SIGNING_KEY", raising=False)
+    monkeypatch.delenv("INFKIT_SIGNING_KEY_PEM", raising=False)
+    root = tmp_path / "repo"
+    assert main(["cuda", "attention", "--seq-len", "16", "--heads", "1", "--iters", "1", "--backends", "math",
+                 "--out", str(root / "runs" / "cuda")]) == 0
+    (run_dir,) = (root / "runs" / "cuda" / "attention").iterdir()
+    assert (run_dir / "fingerprint.json").exists()
+    assert main(["sign", str(run_dir), "--root", str(root)]) == 0
+    capsys.readouterr()
+    assert main(["audit", str(root / "manifests"), "--root", str(root)]) == 0, capsys.readouterr().out
