@@ -39,6 +39,7 @@ from harness.runinfo import RunRecord, native_image, write_run_record
 
 PROFILE_ID = "INF-CUDA-MECHANISM"
 DEFAULT_OUT_ROOT = Path("runs/cuda")
+EXECUTION_ONLY = frozenset({"threads"})  # config fields that do not change what is measured
 
 
 class SampleSink:
@@ -84,8 +85,12 @@ class RunOutput:
 
 
 def workload_id(experiment: str, config: Any) -> str:
-    """sha256 of the canonical experiment spec: same id, same inputs (device excluded)."""
-    spec = {"experiment": experiment, "config": dataclasses.asdict(config)}
+    """sha256 of the canonical experiment spec: same id, same inputs and protocol.
+
+    Where it runs (device, CPU threads) is left out: the same workload on two machines has one id.
+    """
+    settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in EXECUTION_ONLY}
+    spec = {"experiment": experiment, "config": settings}
     return sha256_bytes(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode())
 
 
@@ -124,7 +129,7 @@ def run_experiment(
     if outcome.tokenizer is None:
         identity.null_reasons["tokenizer"] = outcome.model_null_reason
     environment = environment_group(
-        PROFILE_ID, "torch", torch.__version__, backend_command=[*_argv(), f"device={effective_device}"],
+        PROFILE_ID, "torch", torch.__version__, backend_command=_argv(),
         doc=fingerprint,
     )
     doc = build_result(

@@ -54,3 +54,13 @@ def test_a_cuda_run_can_be_signed_and_audited(capsys, torch, tmp_path, monkeypat
     assert main(["sign", str(run_dir), "--root", str(root)]) == 0
     capsys.readouterr()
     assert main(["audit", str(root / "manifests"), "--root", str(root)]) == 0, capsys.readouterr().out
+
+
+def test_workload_id_ignores_where_it_runs_but_not_what():
+    from harness.cuda.attention import AttentionConfig
+    from harness.cuda.runner import workload_id
+
+    base = workload_id("attention", AttentionConfig())
+    assert workload_id("attention", AttentionConfig(threads=1)) == base
+    assert workload_id("attention", AttentionConfig(seq_len=1024)) != base
+    assert workload_id("dispatch", AttentionConfig()) != base
