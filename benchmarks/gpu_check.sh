@@ -37,7 +37,7 @@ run() {  # run LIMIT_S LABEL NAME ARGS...
   tail -n 25 "$OUT/$label.txt"
 }
 
-run 60 attention attention --batch 4 --heads 16 --seq-len 4096 --head-dim 128 --iters 50 --warmup 10
+run 50 attention attention --batch 4 --heads 16 --seq-len 4096 --head-dim 128 --iters 50 --warmup 10
 run 90 dispatch dispatch --batch 8 --seq-len 1024 --iters 50 --warmup 10 --modes eager,default,reduce-overhead
 # max-autotune compiles for minutes: on its own, so a timeout cannot take the other modes with it.
 run 120 dispatch-autotune dispatch --batch 8 --seq-len 1024 --iters 50 --warmup 10 --modes eager,max-autotune

@@ -22,8 +22,9 @@ from harness.cuda.runner import Outcome, RunContext, mechanism_workload
 from harness.errors import InvalidInput
 
 MODES = ("eager", "default", "reduce-overhead", "max-autotune")
-# allclose-style agreement with eager: |compiled - eager| <= atol + rtol * |eager|
-AGREEMENT = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (5e-2, 5e-2)}
+# Agreement with eager, scale-aware: max|compiled - eager| <= atol + rtol * max|eager|. Fused kernels
+# reorder reductions, so low-precision outputs differ by a few ulps of the output's scale.
+AGREEMENT = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)}
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def _run_mode(mode: str, block, x, eager_out, config: DispatchConfig, ctx: RunCo
     first_call_ms = (time.perf_counter() - t0) * 1e3
     atol, rtol = AGREEMENT[dtype]
     err = (out.float() - eager_out.float()).abs()
-    within = bool((err <= atol + rtol * eager_out.float().abs()).all())
+    within = bool(err.max() <= atol + rtol * eager_out.float().abs().max())
 
     def call():
         with torch.no_grad():
@@ -170,7 +171,7 @@ def _outcome(config: DispatchConfig, ctx: RunContext, dtype: str, modes: list[di
         correctness=Correctness(
             output_count=len(ran), termination_counts={},
             quality={"metric": "max_abs_diff_vs_eager", "value": worst["max_abs_diff_vs_eager"], "threshold": atol,
-                     "passed": not disagree, "reference": f"eager output; allclose atol={atol} rtol={rtol}"}),
+                     "passed": not disagree, "reference": f"eager output; max|diff| <= {atol} + {rtol} * max|eager|"}),
         conclusion=Conclusion(
             evidence_level="single", decision="blocked" if failure else "inconclusive", failure=failure,
             next_step="run on the target GPU with every mode (benchmarks/gpu_check.sh)" if ctx.device == "cpu"
