@@ -15,7 +15,13 @@ $(TORCH_STAMP): $(STAMP) pyproject.toml
 	set -o pipefail; $(BIN)/pip install -q -e '.[$(EXTRAS),torch]' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
 	touch $@
 
-$(addprefix cuda-,$(CUDA_EXPERIMENTS)): cuda-%: setup setup-torch ## run one CUDA mechanism experiment (DEVICE=auto|cpu|cuda, CUDA_ARGS=...)
+cuda-attention: ## explicit attention vs SDPA backends (DEVICE=auto|cpu|cuda, CUDA_ARGS=...)
+cuda-dispatch: ## eager vs torch.compile on a Llama decoder block
+cuda-budget: ## batch x context sweep: step latency, KV bytes, OOM boundary, inflection
+cuda-proposal: ## assisted generation schedules and prompt lookup vs target-only (SmolLM2)
+cuda-overlap: ## serial vs CUDA-stream overlapped copies (capability precheck on CPU)
+
+$(addprefix cuda-,$(CUDA_EXPERIMENTS)): cuda-%: setup setup-torch
 	$(INFKIT) cuda $* --device $(DEVICE) $(CUDA_ARGS)
 
 cuda-all: $(addprefix cuda-,$(CUDA_EXPERIMENTS)) ## run every CUDA mechanism experiment
