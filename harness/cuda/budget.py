@@ -182,7 +182,9 @@ def _outcome(config, ctx, dtype, cells, done, per_token, model_ref, tok_ref) -> 
         else:
             lines.append(f"{c['batch']:>6}{c['context']:>8}{c['status']:>9}  {c.get('message') or c.get('reason')}")
     lines.append(f"KV bytes/token: formula {per_token}, measured {'equal' if kv_match else 'DIFFERENT'}; "
-                 f"inflection batch {knee['inflection_batch']}; largest fitting {bound['largest_fitting']}")
+                 f"inflection batch {knee['inflection_batch']}"
+                 f"{'' if knee['monotone'] else ' (unreliable: step time not monotone in batch)'}; "
+                 f"largest fitting {bound['largest_fitting']}")
     model_name = model_ref["name"] if model_ref else config.model
     return Outcome(
         run_label=f"budget/{model_name}/{dtype}",

@@ -73,12 +73,15 @@ def inflection(cells: list[Cell], elasticity: float = INFLECTION_ELASTICITY) -> 
             slopes.append({"from_batch": a.batch, "to_batch": b.batch, "elasticity": e})
             if found is None and e >= elasticity:
                 found = b.batch
-        per_context[str(ctx)] = {"inflection_batch": found, "elasticities": slopes}
+        per_context[str(ctx)] = {"inflection_batch": found, "elasticities": slopes,
+                                 "monotone": all(s["elasticity"] >= 0 for s in slopes)}
     found_batches = [v["inflection_batch"] for v in per_context.values() if v["inflection_batch"] is not None]
     return {
         "rule": f"first batch where d log(step time) / d log(batch) >= {elasticity}",
         "per_context": per_context,
         "inflection_batch": min(found_batches) if found_batches else None,
+        # A bigger batch that stepped faster means timing noise dominates: the knee is not trustworthy.
+        "monotone": all(v["monotone"] for v in per_context.values()),
     }
 
 

@@ -41,6 +41,13 @@ def test_inflection_is_first_batch_with_proportional_growth():
     knee = inflection(cells)
     assert knee["per_context"]["128"]["inflection_batch"] == 8
     assert knee["per_context"]["256"]["inflection_batch"] is None
-    assert knee["inflection_batch"] == 8
+    assert knee["inflection_batch"] == 8 and knee["monotone"] is True
     first = knee["per_context"]["128"]["elasticities"][0]
     assert first["from_batch"] == 1 and abs(first["elasticity"] - 0.0704) < 1e-3
+
+
+def test_inflection_flags_non_monotone_timings():
+    cells = [Cell(1, 64, "ok", 10.0), Cell(2, 64, "ok", 25.0), Cell(4, 64, "ok", 12.0)]
+    knee = inflection(cells)
+    assert knee["per_context"]["64"]["inflection_batch"] == 2
+    assert knee["monotone"] is False and knee["per_context"]["64"]["monotone"] is False
