@@ -80,7 +80,7 @@ def _real_model_dir() -> Path | None:
     try:
         from harness.models import ensure_model, find_model
     except ImportError:
-        return None
+        pytest.skip("harness.models (model preparation) is not part of this checkout")
     found = find_model("smollm2-135m")
     if found is None and os.environ.get("INFKIT_REQUIRE_SLOW") == "1":
         found = ensure_model("smollm2-135m")  # CI prepares it; a developer machine skips instead
