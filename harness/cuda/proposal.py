@@ -151,7 +151,12 @@ def generate_once(loaded: LoadedModel, counter: PassCounter, ids, mask, arm: str
     synchronize(device)
     latency_ms = (time.perf_counter() - t0) * 1e3
     new = out[0, ids.shape[1]:].tolist()
+    # Some transformers releases let prompt lookup return one token past max_new_tokens; the
+    # comparison covers the requested tokens and the excess is recorded, not hidden.
+    overshoot = max(0, len(new) - config.max_new_tokens)
+    new = new[: config.max_new_tokens]
     return {"tokens": new, "latency_ms": latency_ms, "target_passes": counter.count - before,
+            "tokens_past_max": overshoot,
             "stopped": bool(new) and tok.eos_token_id is not None and new[-1] == tok.eos_token_id}
 
 
@@ -182,7 +187,8 @@ def run(config: ProposalConfig, ctx: RunContext) -> Outcome:
                     record = {"arm": arm, "prompt": p_idx, "round": round_idx, "timed": timed,
                               "prompt_tokens": int(ids.shape[1]), "new_tokens": len(call["tokens"]),
                               "latency_ms": call["latency_ms"], "target_passes": call["target_passes"],
-                              "stopped": call["stopped"], "identical_to_target": call["tokens"] == reference[p_idx],
+                              "stopped": call["stopped"], "tokens_past_max": call["tokens_past_max"],
+                              "identical_to_target": call["tokens"] == reference[p_idx],
                               "first_divergence": _first_divergence(call["tokens"], reference[p_idx])}
                     ctx.samples.write(record)
                     calls.append(record)

@@ -40,6 +40,7 @@ def arm_figures(arm: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
         "accepted_tokens_per_pass": (new_tokens - passes) / passes,
         "identical_to_target": all(c["identical_to_target"] for c in every),
         "mismatched_calls": sum(not c["identical_to_target"] for c in every),
+        "calls_past_max_new_tokens": sum(c.get("tokens_past_max", 0) > 0 for c in every),
         "speedup_vs_target": statistics.median(ratios),
         "net_benefit_ms": target_p50 - latency["p50"],
     }
