@@ -56,6 +56,8 @@ class SampleSink:
 
 @dataclass(frozen=True)
 class RunContext:
+    """What an experiment gets besides its config: the resolved device and where to write."""
+
     device: str
     run_dir: Path
     samples: SampleSink
