@@ -80,16 +80,17 @@ def run_cell(model, batch: int, context: int, *, config: BudgetConfig, ctx: RunC
     meter = LiveTensorMeter(config.memory_cap_bytes or None) if ctx.device == "cpu" else None
     cell: dict[str, Any] = {"batch": batch, "context": context}
     try:
-        ids = torch.randint(0, model.config.vocab_size, (batch, context), generator=gen).to(ctx.device)
+        # Every tensor of the cell lives in `state`, so clearing it returns the cell's memory.
+        state["ids"] = torch.randint(0, model.config.vocab_size, (batch, context), generator=gen).to(ctx.device)
         if ctx.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         with torch.no_grad():
             if meter is not None:
                 with meter:
-                    state["cache"], state["next"] = forward_step(model, ids)
+                    state["cache"], state["next"] = forward_step(model, state["ids"])
             else:
-                state["cache"], state["next"] = forward_step(model, ids)
+                state["cache"], state["next"] = forward_step(model, state["ids"])
             synchronize(ctx.device)
             cell["prefill_ms"] = (time.perf_counter() - t0) * 1e3
             cell["kv_bytes"] = kv_cache_bytes(state["cache"])
