@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import lru_cache
 
 from harness.mech.workload import SimRequest, prompt_token_ids
 
@@ -84,14 +85,15 @@ class PlainPool(_Pool):
         self.counters.reclaimed_blocks += held_blocks
 
 
-def block_hashes(req: SimRequest, block_size: int, max_blocks: int) -> list[int]:
-    """Chained hashes of the first ``max_blocks`` full blocks of the prompt."""
+@lru_cache(maxsize=8192)
+def block_hashes(req: SimRequest, block_size: int, max_blocks: int) -> tuple[int, ...]:
+    """Chained hashes of the first ``max_blocks`` full blocks of the prompt (pure, so memoised)."""
     ids = prompt_token_ids(req, max_blocks * block_size)
     hashes, parent = [], 0
     for b in range(max_blocks):
         parent = hash((parent, tuple(ids[b * block_size:(b + 1) * block_size])))
         hashes.append(parent)
-    return hashes
+    return tuple(hashes)
 
 
 class HashedBlockPool(_Pool):
@@ -128,7 +130,7 @@ class HashedBlockPool(_Pool):
             if self.ref[h] == 0:
                 del self.lru[h]
             self.ref[h] += 1
-        self.held[rid] = hits
+        self.held[rid] = list(hits)
         self.counters.query_tokens += req.input_tokens
         self.counters.hit_tokens += len(hits) * self.block_size
         self.counters.references += len(hits)

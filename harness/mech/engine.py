@@ -174,6 +174,7 @@ class Engine:
         for seq, chunk in chunks:
             seq.computed += chunk
             if seq.computed == seq.prompt_len:
+                self.pool.commit_prompt(seq.req.index, seq.req)
                 seq.generated += 1
                 if seq.first_token_s is None:
                     seq.first_token_s = self.now_s

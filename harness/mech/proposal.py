@@ -54,11 +54,14 @@ def roc_threshold(probs: list[float], matches: list[bool], current: float) -> fl
         return current
     p = np.asarray(probs)
     m = np.asarray(matches, dtype=bool)
-    candidates = np.unique(p)
-    positives, negatives = m.sum(), (~m).sum()
-    # drafting continues when p >= threshold: accepted drafts above are true positives
-    tpr = np.array([(m & (p >= t)).sum() for t in candidates]) / positives
-    fpr = np.array([(~m & (p >= t)).sum() for t in candidates]) / negatives
+    order = np.argsort(-p, kind="stable")
+    p_sorted, m_sorted = p[order], m[order]
+    # drafting continues when p >= threshold: accepted drafts at or above it are true positives
+    last_of_value = np.r_[p_sorted[1:] != p_sorted[:-1], True]
+    tp = np.cumsum(m_sorted)[last_of_value]
+    fp = np.cumsum(~m_sorted)[last_of_value]
+    candidates = p_sorted[last_of_value]
+    tpr, fpr = tp / m.sum(), fp / (~m).sum()
     return float(candidates[int(np.argmin(fpr + 3 * (1 - tpr)))])
 
 

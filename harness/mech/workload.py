@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +60,14 @@ def _mix(a: int, b: int) -> int:
     return z ^ (z >> 31)
 
 
-def prompt_token_ids(req: SimRequest, length: int | None = None) -> list[int]:
-    """The first ``length`` (default: all) prompt token ids of ``req``."""
+@lru_cache(maxsize=8192)
+def prompt_token_ids(req: SimRequest, length: int | None = None) -> tuple[int, ...]:
+    """The first ``length`` (default: all) prompt token ids of ``req`` (pure, so memoised)."""
     n = req.input_tokens if length is None else length
     shared = min(req.prefix_tokens, n) if req.group is not None else 0
     ids = [_mix(1 + req.group, i) for i in range(shared)] if shared else []
     ids += [_mix(-(2 + req.index) & _MASK64, i) for i in range(shared, n)]
-    return ids
+    return tuple(ids)
 
 
 def _request(obj: dict[str, Any], line_no: int) -> SimRequest:
