@@ -133,7 +133,7 @@ def _plot(results: dict[str, dict[str, Any]], path: Any) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
     modes = list(results)
-    for ax, metric in zip(axes, ("ttft_ms", "tpot_ms")):
+    for ax, metric in zip(axes, ("ttft_ms", "tpot_ms"), strict=True):
         for j, q in enumerate(("p50", "p95", "p99")):
             values = [(results[m][metric] or {}).get(q, 0) for m in modes]
             ax.bar([i + 0.27 * (j - 1) for i in range(len(modes))], values, width=0.27, label=q)

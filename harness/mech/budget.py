@@ -15,7 +15,7 @@ from typing import Any
 
 from harness.contract import Conclusion, Correctness, Performance
 from harness.errors import InvalidInput
-from harness.mech.models import ModelConfig, dtype_bytes, get_model, kv_bytes_per_token
+from harness.mech.models import MODELS, ModelConfig, dtype_bytes, get_model, kv_bytes_per_token
 from harness.mech.output import MechOutput, config_ref, no_workload, save_figure, table
 
 GIB = 1 << 30
@@ -115,13 +115,22 @@ def oom_boundary(cfg: BudgetConfig, cap: Capacity) -> list[dict[str, int]]:
     return [{"context": c, "max_batch": cap.num_blocks // math.ceil(c / cfg.block_size)} for c in cfg.contexts]
 
 
+def kv_table() -> list[dict[str, Any]]:
+    """KV bytes per token of every known model in bf16/fp16/fp8."""
+    return [{"model": m.name, "attention": m.attention, **{d: kv_bytes_per_token(m, d) for d in ("bf16", "fp16", "fp8")}}
+            for m in MODELS.values()]
+
+
 def run(cfg: BudgetConfig) -> MechOutput:
     model = get_model(cfg.model)
     cap = capacity(cfg, model)
     rows = grid(cfg, cap)
     boundary = oom_boundary(cfg, cap)
     per_dtype = {d: kv_bytes_per_token(model, d) for d in ("bf16", "fp16", "fp8")}
+    known = kv_table()
     summary = "\n\n".join([
+        table(["model", "attention", "KiB/token bf16", "KiB/token fp16", "KiB/token fp8"],
+              [[r["model"], r["attention"], r["bf16"] / 1024, r["fp16"] / 1024, r["fp8"] / 1024] for r in known]),
         f"{model.name} ({model.attention.upper()}): KV {cap.kv_bytes_per_token} bytes/token "
         f"({cap.kv_bytes_per_token / 1024:.3f} KiB, {cfg.kv_dtype}); blocks of {cfg.block_size} tokens",
         table(["device GiB", "util", "weights GiB", "activation GiB", "KV pool GiB", "blocks", "max tokens"],
@@ -136,7 +145,7 @@ def run(cfg: BudgetConfig) -> MechOutput:
                                       peak_memory_bytes=max(fitting) if fitting else cap.weight_bytes,
                                       peak_memory_source="model")
     details = {
-        "kv_bytes_per_token": cap.kv_bytes_per_token, "kv_bytes_per_token_by_dtype": per_dtype,
+        "kv_bytes_per_token": cap.kv_bytes_per_token, "kv_bytes_per_token_by_dtype": per_dtype, "kv_table": known,
         "capacity": {**cap.__dict__, "max_tokens": cap.max_tokens}, "oom_boundary": boundary, "grid": rows,
         "model_config": model.to_dict(), "effective": _effective(cfg, cap),
     }
@@ -170,7 +179,7 @@ def _plot(cfg: BudgetConfig, cap: Capacity, rows: list[dict[str, Any]], boundary
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for context in cfg.contexts:
         pts = [(r["batch"], r["peak_bytes"] / GIB) for r in rows if r["context"] == context]
-        ax.plot(*zip(*pts), marker="o", label=f"context {context}")
+        ax.plot(*zip(*pts, strict=True), marker="o", label=f"context {context}")
     ax.axhline(cap.usable_bytes / GIB, color="red", linestyle="--", label="usable memory (OOM above)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")

@@ -113,10 +113,13 @@ class MechOutput:
     extra_files: dict[str, str] = field(default_factory=dict)
 
 
-def simulator_environment() -> Environment:
-    from harness.fingerprint import environment_group
+def simulator_environment(created_utc: str) -> Environment:
+    """The environment group, fingerprinted as of ``created_utc`` so the hash has no wall-clock of its own."""
+    from harness.fingerprint import collect, environment_group
 
-    return environment_group(PROFILE_ID, SIMULATOR_BACKEND, __version__)
+    doc = collect()
+    doc["created_utc"] = created_utc
+    return environment_group(PROFILE_ID, SIMULATOR_BACKEND, __version__, doc=doc)
 
 
 def result_document(out: MechOutput, *, run_id: str, created_utc: str, environment: Environment) -> dict[str, Any]:
@@ -137,7 +140,7 @@ def write_mech_run(out_root: str | Path, name: str, out: MechOutput, *, run_id: 
     started = created_utc or utc_now()
     run_dir = Path(out_root) / name / run_id
     doc = result_document(out, run_id=run_id, created_utc=started,
-                          environment=environment or simulator_environment())
+                          environment=environment or simulator_environment(started))
     write_result(run_dir / "result.json", doc)
     atomic_write_text(run_dir / "summary.txt", out.summary_text.rstrip() + "\n")
     for filename, text in out.extra_files.items():

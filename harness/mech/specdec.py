@@ -60,7 +60,7 @@ def tree_alphas(alphas: Sequence[float], branching: Sequence[int]) -> list[float
     """Per-depth acceptance of a tree draft: any of ``branching[d]`` independent candidates accepted."""
     if len(alphas) != len(branching) or min(branching, default=1) < 1:
         raise InvalidInput("a tree draft needs one branching factor >= 1 per depth")
-    return [1 - (1 - a) ** b for a, b in zip(alphas, branching)]
+    return [1 - (1 - a) ** b for a, b in zip(alphas, branching, strict=True)]
 
 
 def tree_nodes(branching: Sequence[int]) -> int:
@@ -97,7 +97,7 @@ def simulate_acceptance(alphas: Sequence[float], passes: int, seed: int,
     if len(widths) != gamma:
         raise InvalidInput("branching must have one entry per draft position")
     accepted = np.ones((passes, gamma), dtype=bool)
-    for d, (a, b) in enumerate(zip(alphas, widths)):
+    for d, (a, b) in enumerate(zip(alphas, widths, strict=True)):
         _check_alpha(a)
         accepted[:, d] = (rng.random((passes, b)) < a).any(axis=1)
     # the accepted prefix ends at the first rejection
