@@ -26,7 +26,7 @@ class Mechanism:
         return getattr(importlib.import_module(self.module), self.config)
 
     def run(self, config: Any) -> Any:
-        return getattr(importlib.import_module(self.runner), "run")(config)
+        return importlib.import_module(self.runner).run(config)
 
 
 MECHANISMS: dict[str, Mechanism] = {

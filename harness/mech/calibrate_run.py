@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.contract import Conclusion, Correctness, Performance
 from harness.errors import CapabilityMissing
+from harness.mech.batching import workload_info
 from harness.mech.calibrate import (
     QUALITY_THRESHOLD,
     SELF_CHECK_OVERHEAD_MS,
@@ -31,7 +32,6 @@ from harness.mech.calibrate import (
     read_measured,
     synthetic_measurements,
 )
-from harness.mech.batching import workload_info
 from harness.mech.costmodel import COST_MODEL_SCHEMA
 from harness.mech.enginetypes import EngineConfig
 from harness.mech.output import MechOutput, distribution_ms, table
@@ -43,13 +43,21 @@ def _engine(cfg: CalibrateConfig) -> EngineConfig:
                         block_size=cfg.block_size, num_blocks=cfg.num_blocks)
 
 
+RECORDED_HINT = ("record the profiling plan and a held-out run with the serving bench, then pass "
+                 "--profile-records/--heldout-workload/--heldout-records")
+
+
+def live_calibration_available() -> None:
+    """Profiling a live endpoint needs the streaming client; say exactly what is missing."""
+    if importlib.util.find_spec("harness.serving") is None:
+        raise CapabilityMissing("calibrating against --endpoint needs the streaming client (harness.serving), "
+                                "which this installation lacks", hint=RECORDED_HINT)
+    raise CapabilityMissing("live profiling is not wired to harness.serving in this version", hint=RECORDED_HINT)
+
+
 def run(cfg: CalibrateConfig) -> MechOutput:
     if cfg.endpoint:
-        if importlib.util.find_spec("harness.serving") is None:
-            raise CapabilityMissing("calibrating against --endpoint needs the streaming client "
-                                    "(harness.serving), which this installation lacks",
-                                    hint="record the profiling plan and a held-out run, then pass "
-                                         "--profile-records/--heldout-workload/--heldout-records")
+        live_calibration_available()
     engine = _engine(cfg)
     plan = profiling_plan(cfg.repeats, cfg.gap_s)
     recorded = bool(cfg.profile_records)
