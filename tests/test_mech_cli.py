@@ -77,3 +77,12 @@ def test_workload_file_is_read(tmp_path) -> None:
     assert result["identity"]["workload_id"] == "sha256:" + "b" * 64
     assert result["workload"]["request_count"] == 12
     assert result["details"]["modes"]["continuous"]["kv"]["hit_rate"] > 0.5
+
+
+def test_a_mechanism_run_can_be_signed_and_audited(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("INFKIT_SIGNING_KEY", str(tmp_path / "keys" / "signing.pem"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["mech", "lifecycle", "--out", "runs/mech", "--run-id", "s1", "--quiet"]) == 0
+    assert (tmp_path / "runs/mech/lifecycle/s1/fingerprint.json").exists()
+    assert main(["sign", "runs/mech/lifecycle/s1"]) == 0
+    assert main(["audit", "manifests"]) == 0

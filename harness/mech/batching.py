@@ -9,7 +9,7 @@ built-in defaults).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.contract import Conclusion, WorkloadInfo
 from harness.errors import InvalidInput
@@ -24,6 +24,28 @@ from harness.mech.workload import SimWorkload, SyntheticSpec, read_workload, syn
 
 @dataclass(frozen=True)
 class BatchingConfig:
+    HELP: ClassVar[dict[str, str]] = {
+        "workload": "infkit workload file (JSONL); default: a synthetic Poisson workload from the options below",
+        "requests": "synthetic: number of requests",
+        "rate_rps": "synthetic: Poisson arrival rate (requests/s)",
+        "input_mean": "synthetic: mean prompt tokens (uniform +-50%%)",
+        "output_mean": "synthetic: mean output tokens (uniform +-50%%)",
+        "seed": "synthetic: base seed (one derived seed per random dimension)",
+        "modes": "serving modes: static, continuous, disaggregated",
+        "policy": "waiting-queue policy: fcfs, priority, lpm",
+        "prefix_cache": "prefix cache: none, hashed (vLLM), radix (SGLang)",
+        "max_num_batched_tokens": "token budget per engine step",
+        "max_num_seqs": "running sequences per step",
+        "block_size": "tokens per KV block",
+        "num_blocks": "KV blocks in the pool",
+        "chunked_prefill": "split long prompts across steps",
+        "cost_model": "step_cost.json from infkit mech calibrate (default: built-in coefficients)",
+        "model": "model whose KV bytes/token size the P/D hand-off",
+        "kv_bandwidth_gbps": "P/D link bandwidth (Gb/s)",
+        "kv_latency_ms": "P/D link latency per transfer (ms)",
+        "overlap": "stream the KV layer by layer during prefill (only the excess is exposed)",
+    }
+
     workload: str | None = None
     requests: int = 2000
     rate_rps: float = 8.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.contract import Conclusion, Correctness, Performance
 from harness.errors import InvalidInput
@@ -23,6 +23,19 @@ GIB = 1 << 30
 
 @dataclass(frozen=True)
 class BudgetConfig:
+    HELP: ClassVar[dict[str, str]] = {
+        "model": "model name from the built-in table (see docs/mechanisms.md)",
+        "kv_dtype": "KV-cache dtype: bf16, fp16, fp8 (fp32 also accepted)",
+        "weight_dtype": "weight dtype for the weight footprint",
+        "device_memory_gib": "device memory in GiB",
+        "gpu_memory_utilization": "fraction of device memory the engine may use (vLLM's setting)",
+        "block_size": "tokens per KV block",
+        "max_num_batched_tokens": "tokens in the profiling forward pass that sets the activation peak",
+        "activation_bytes": "activation peak in bytes (default: estimated from the model)",
+        "batches": "batch sizes of the grid",
+        "contexts": "context lengths (tokens) of the grid",
+    }
+
     model: str = "Llama-3-8B"
     kv_dtype: str = "bf16"
     weight_dtype: str = "bf16"

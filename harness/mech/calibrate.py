@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -195,6 +195,20 @@ QUALITY_THRESHOLD = 0.10
 
 @dataclass(frozen=True)
 class CalibrateConfig:
+    HELP: ClassVar[dict[str, str]] = {
+        "endpoint": "live OpenAI-compatible server to profile (needs harness.serving)",
+        "profile_records": "requests.jsonl measured on the profiling plan",
+        "heldout_workload": "held-out workload file",
+        "heldout_records": "requests.jsonl measured on the held-out workload",
+        "repeats": "repetitions of the profiling plan",
+        "gap_s": "idle gap between profiling bursts (s)",
+        "noise": "self-check: log-normal noise on synthetic measurements",
+        "heldout_requests": "self-check: held-out requests",
+        "heldout_rate_rps": "self-check: held-out arrival rate",
+        "max_num_batched_tokens": "the server's token budget per step",
+        "max_num_seqs": "the server's running-sequence limit",
+    }
+
     endpoint: str | None = None
     profile_records: str | None = None
     heldout_workload: str | None = None

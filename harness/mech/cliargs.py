@@ -22,17 +22,19 @@ def _base_type(hint: Any) -> tuple[Any, bool]:
 
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     hints = typing.get_type_hints(cls)
+    helps = getattr(cls, "HELP", {})
     for f in dataclasses.fields(cls):
         option = "--" + f.name.replace("_", "-")
         kind, many = _base_type(hints[f.name])
         default = f.default
         shown = " ".join(map(str, default)) if many else default
+        text = f"{helps[f.name]} " if f.name in helps else ""
         if kind is bool:
             parser.add_argument(option, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
-                                help=f"(default: {default})")
+                                help=f"{text}(default: {default})")
         else:
             parser.add_argument(option, dest=f.name, type=kind, nargs="+" if many else None, default=default,
-                                metavar=f.name.upper(), help=f"(default: {shown})")
+                                metavar=f.name.split("_")[-1].upper(), help=f"{text}(default: {shown})")
 
 
 def config_from_args(cls: type, args: argparse.Namespace) -> Any:

@@ -9,7 +9,7 @@ the managers' counters and the TTFT effect of reuse.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.contract import Conclusion
 from harness.errors import InvalidInput
@@ -23,6 +23,20 @@ from harness.mech.workload import SimWorkload, SyntheticSpec, paired_prefix_work
 
 @dataclass(frozen=True)
 class KvCacheConfig:
+    HELP: ClassVar[dict[str, str]] = {
+        "shared_workload": "shared-prefix workload file (with --unique-workload); default: synthetic pair",
+        "unique_workload": "its unique-prefix twin",
+        "requests": "synthetic: requests per arm",
+        "rate_rps": "synthetic: Poisson arrival rate",
+        "groups": "synthetic: prefix groups",
+        "prefix_tokens": "synthetic: shared prefix length per group",
+        "input_mean": "synthetic: mean prompt tokens (prefix included)",
+        "output_mean": "synthetic: mean output tokens",
+        "managers": "block managers to compare: none, hashed, radix",
+        "num_blocks": "KV blocks in the pool (capacity)",
+        "cost_model": "step_cost.json from infkit mech calibrate",
+    }
+
     shared_workload: str | None = None
     unique_workload: str | None = None
     requests: int = 400

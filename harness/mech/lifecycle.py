@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.contract import Conclusion, Correctness, Performance, WorkloadInfo
 from harness.errors import InvalidInput
@@ -165,6 +165,10 @@ TINY_COST = StepCostModel(base_ms=1.0, prefill_ms_per_token=0.5, decode_ms_per_s
 
 @dataclass(frozen=True)
 class LifecycleConfig:
+    HELP: ClassVar[dict[str, str]] = {
+        "requests": "a serving run's requests.jsonl to reconstruct (default: the tiny simulated scenario)",
+    }
+
     requests: str | None = None  # a serving run's requests.jsonl; default: the tiny simulated scenario
 
 

@@ -26,6 +26,7 @@ from harness.contract import (
     Identity,
     Performance,
     WorkloadInfo,
+    atomic_write_json,
     atomic_write_text,
     build_result,
     write_result,
@@ -113,13 +114,17 @@ class MechOutput:
     extra_files: dict[str, str] = field(default_factory=dict)
 
 
-def simulator_environment(created_utc: str) -> Environment:
-    """The environment group, fingerprinted as of ``created_utc`` so the hash has no wall-clock of its own."""
+def simulator_environment(created_utc: str) -> tuple[Environment, dict[str, Any]]:
+    """The environment group and its fingerprint document, fingerprinted as of ``created_utc``.
+
+    Pinning the fingerprint's timestamp to the run's keeps wall-clock time out of the
+    hashed parts; ``fingerprint.json`` is the document whose sha256 the group names.
+    """
     from harness.fingerprint import collect, environment_group
 
     doc = collect()
     doc["created_utc"] = created_utc
-    return environment_group(PROFILE_ID, SIMULATOR_BACKEND, __version__, doc=doc)
+    return environment_group(PROFILE_ID, SIMULATOR_BACKEND, __version__, doc=doc), doc
 
 
 def result_document(out: MechOutput, *, run_id: str, created_utc: str, environment: Environment) -> dict[str, Any]:
@@ -135,13 +140,20 @@ def result_document(out: MechOutput, *, run_id: str, created_utc: str, environme
 
 def write_mech_run(out_root: str | Path, name: str, out: MechOutput, *, run_id: str | None = None,
                    created_utc: str | None = None, environment: Environment | None = None) -> Path:
-    """Write result.json, summary.txt, plots and run.json under ``out_root/name/run_id``; return the folder."""
+    """Write result.json, fingerprint.json, summary.txt, plots and run.json under ``out_root/name/run_id``.
+
+    Returns the run folder, ready for ``infkit sign``.
+    """
     run_id = run_id or new_run_id()
     started = created_utc or utc_now()
     run_dir = Path(out_root) / name / run_id
-    doc = result_document(out, run_id=run_id, created_utc=started,
-                          environment=environment or simulator_environment(started))
+    fingerprint = None
+    if environment is None:
+        environment, fingerprint = simulator_environment(started)
+    doc = result_document(out, run_id=run_id, created_utc=started, environment=environment)
     write_result(run_dir / "result.json", doc)
+    if fingerprint is not None:
+        atomic_write_json(run_dir / "fingerprint.json", fingerprint)
     atomic_write_text(run_dir / "summary.txt", out.summary_text.rstrip() + "\n")
     for filename, text in out.extra_files.items():
         atomic_write_text(run_dir / filename, text)

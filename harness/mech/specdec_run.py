@@ -4,7 +4,7 @@ Monte-Carlo check, draft topologies and proposal-budget schedules, one result.""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.contract import Conclusion, Correctness, Performance
 from harness.errors import InvalidInput
@@ -24,6 +24,18 @@ SIGMAS = 4.0
 
 @dataclass(frozen=True)
 class SpecDecConfig:
+    HELP: ClassVar[dict[str, str]] = {
+        "alphas": "acceptance rates of the formula grid",
+        "gammas": "draft lengths of the formula grid",
+        "cost_ratio": "draft/target cost per token c",
+        "passes": "Monte-Carlo verification passes per cell",
+        "seed": "base seed of the Monte-Carlo and schedule simulations",
+        "topologies": "draft topologies: draft-model, n-gram, mtp, eagle, parallel-draft",
+        "schedule_alpha": "acceptance rate for the proposal-schedule comparison",
+        "calls": "generate() calls per schedule",
+        "tokens_per_call": "new tokens per generate() call",
+    }
+
     alphas: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
     gammas: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8)
     cost_ratio: float = 0.1
