@@ -20,7 +20,8 @@ FAST_ARGS = {
     "specdec": ["--passes", "500", "--alphas", "0.7", "--gammas", "2", "4", "--calls", "3"],
     "calibrate": ["--heldout-requests", "20"],
 }
-PLOTS = {"budget": "budget.png", "batching": "batching.png", "kvcache": "kvcache.png", "specdec": "specdec.png"}
+PLOTS = {"budget": "budget.png", "batching": "batching.png", "kvcache": "kvcache.png", "specdec": "specdec.png",
+         "lifecycle": "lifecycle.png", "calibrate": "calibrate.png"}
 
 
 @pytest.mark.parametrize("name", list(MECHANISMS))

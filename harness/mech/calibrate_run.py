@@ -23,6 +23,7 @@ from harness.mech.calibrate import (
     SELF_CHECK_OVERHEAD_MS,
     SELF_CHECK_TRUTH,
     CalibrateConfig,
+    Measured,
     compare,
     design,
     fit,
@@ -34,7 +35,7 @@ from harness.mech.calibrate import (
 )
 from harness.mech.costmodel import COST_MODEL_SCHEMA
 from harness.mech.enginetypes import EngineConfig
-from harness.mech.output import MechOutput, distribution_ms, table
+from harness.mech.output import MechOutput, distribution_ms, save_figure, table
 from harness.mech.workload import SyntheticSpec, read_workload, synthetic
 
 
@@ -109,4 +110,22 @@ def run(cfg: CalibrateConfig) -> MechOutput:
         + table(["metric", "predicted ms", "measured ms", "error"], rows),
         requested=asdict(cfg), workload_id=heldout.workload_id,
         extra_files={"step_cost.json": json.dumps(saved, indent=2, sort_keys=True) + "\n"},
+        plots={"calibrate.png": lambda path: _plot(predicted, heldout_measured, path)},
     )
+
+
+def _plot(predicted: dict[int, Measured], measured: dict[int, Measured], path: Any) -> None:
+    """Held-out CDFs of TTFT and TPOT: simulator prediction vs measurement."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, metric in zip(axes, ("ttft_ms", "tpot_ms"), strict=True):
+        for label, data, style in (("predicted", predicted, "-"), ("measured", measured, "--")):
+            values = np.sort([v for m in data.values() if (v := getattr(m, metric)) is not None])
+            ax.plot(values, np.arange(1, len(values) + 1) / max(len(values), 1), style, label=label)
+        ax.set_xlabel(metric.removesuffix("_ms").upper() + " (ms)")
+        ax.set_ylabel("fraction of requests")
+        ax.legend(fontsize=7)
+    fig.suptitle("held-out workload: predicted vs measured")
+    save_figure(fig, path)

@@ -225,4 +225,38 @@ def run(cfg: LifecycleConfig) -> MechOutput:
             ["request", "states", "preemptions", "TTFT ms", "TPOT ms", "E2E ms"], rows),
         requested={"requests": cfg.requests}, kind="simulation" if not cfg.requests else "mechanism",
         extra_files={"trace.jsonl": trace_lines},
+        plots={"lifecycle.png": lambda path: _plot(events, path)},
     )
+
+
+STATE_COLOURS = {"waiting": "#bbbbbb", "running": "#4c72b0", "preempted": "#dd8452"}
+
+
+def _plot(events: list[Event], path: Path) -> None:
+    """One row per request: state segments over time, first tokens as dots, finishes as bars."""
+    import matplotlib.pyplot as plt
+
+    from harness.mech.output import save_figure
+
+    fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len({e.index for e in events})))
+    state: dict[int, tuple[str, float]] = {}
+    for ev in events:
+        prev = state.get(ev.index)
+        after = TRANSITIONS[ev.kind].get(prev[0] if prev else None, "")
+        if prev and prev[0] in STATE_COLOURS and after != prev[0]:
+            ax.barh(ev.index, 1000 * (ev.t_s - prev[1]), left=1000 * prev[1], color=STATE_COLOURS[prev[0]])
+        if ev.kind == "first_token":
+            ax.plot(1000 * ev.t_s, ev.index, "k.", markersize=8)
+        if ev.kind in FINAL:
+            ax.plot(1000 * ev.t_s, ev.index, "k|", markersize=14)
+        if after != (prev[0] if prev else None):
+            state[ev.index] = (after, ev.t_s)
+    from matplotlib.patches import Patch
+
+    ax.set_xlabel("time (ms); dot: first token, bar: finish")
+    ax.set_ylabel("request")
+    ax.set_yticks(sorted(state))
+    ax.invert_yaxis()
+    ax.legend(handles=[Patch(color=c, label=n) for n, c in STATE_COLOURS.items()], fontsize=7,
+              loc="upper left", bbox_to_anchor=(1.01, 1))
+    save_figure(fig, path)
