@@ -186,15 +186,13 @@ def run(cfg: LifecycleConfig) -> MechOutput:
     rows = [[c.index, " > ".join(c.path), c.preemptions, c.ttft_ms(), c.tpot_ms(outputs.get(c.index)), c.e2e_ms()]
             for c in sorted(cycles.values(), key=lambda c: c.index)]
     counts = termination_counts(cycles)
-    perf = Performance(
+    perf = Performance.not_applicable(
+        "no request in the trace reached this point",
         ttft_ms=distribution_ms([c.ttft_ms() for c in cycles.values() if c.ttft_ms() is not None]),
         tpot_ms=distribution_ms([t for c in cycles.values() if (t := c.tpot_ms(outputs.get(c.index))) is not None]),
         e2e_ms=distribution_ms([c.e2e_ms() for c in cycles.values() if c.e2e_ms() is not None]),
         queue_wait_server_ms=distribution_ms([1000 * (c.first_schedule_s - c.arrival_s) for c in cycles.values()
                                               if c.first_schedule_s is not None and c.arrival_s is not None]))
-    for name in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_wait_server_ms"):
-        if getattr(perf, name) is None:
-            perf.null_reasons[name] = "no request in the trace reached this point"
     perf.null_reasons.update({"itl_ms": "the lifecycle holds events, not streamed chunks",
                               "queue_wait_client_ms": "not part of the lifecycle trace",
                               "throughput": "a lifecycle trace is not a throughput measurement",

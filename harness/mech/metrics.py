@@ -47,16 +47,14 @@ def summarize(run: EngineRun) -> dict[str, Any]:
 
 
 def performance(summary: dict[str, Any]) -> Performance:
-    perf = Performance(ttft_ms=summary["ttft_ms"], tpot_ms=summary["tpot_ms"], e2e_ms=summary["e2e_ms"],
-                       queue_wait_server_ms=summary["queue_wait_ms"], throughput=summary["throughput"])
+    perf = Performance.not_applicable(
+        "no simulated request reached this point", ttft_ms=summary["ttft_ms"], tpot_ms=summary["tpot_ms"],
+        e2e_ms=summary["e2e_ms"], queue_wait_server_ms=summary["queue_wait_ms"], throughput=summary["throughput"])
     perf.null_reasons.update({
         "itl_ms": "the simulator emits decode steps, not streamed chunks",
         "queue_wait_client_ms": "a simulated client sends exactly on schedule",
         "peak_memory_bytes": "KV blocks are reported in details.kv; no process memory exists",
     })
-    for name in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_wait_server_ms"):
-        if getattr(perf, name) is None:
-            perf.null_reasons[name] = "no simulated request reached this point"
     return perf
 
 
