@@ -158,3 +158,24 @@ def test_batching_run_is_deterministic() -> None:
     a, b = run_batching(cfg), run_batching(cfg)
     assert a.details == b.details and a.performance == b.performance
     assert engine_config(cfg).max_num_seqs == 64
+
+
+def test_block_demand_over_k_steps_matches_brute_force() -> None:
+    import random
+
+    rng = random.Random(0)
+    for _ in range(200):
+        bs = rng.choice([1, 4, 16])
+        engine = Engine(EngineConfig(block_size=bs), StepCostModel(), PlainPool(10, bs), [])
+        engine.g = rng.randrange(0, 1000)
+        kv_lengths = [rng.randrange(1, 300) for _ in range(rng.randrange(1, 40))]
+        for kv in kv_lengths:
+            base = kv - engine.g
+            engine.phase[base % bs] += 1
+            engine.n_decode += 1
+        for k in (1, 2, bs - 1, bs, bs + 3, 5 * bs + 2):
+            if k < 1:
+                continue
+            # a step needs a new block when the KV length before it is a multiple of bs
+            brute = sum(1 for kv in kv_lengths for t in range(k) if (kv + t) % bs == 0)
+            assert engine.blocks_needed(k) == brute

@@ -198,13 +198,15 @@ class Engine:
     # -- analytic decode stretches -------------------------------------------------------------
     def blocks_needed(self, k: int) -> int:
         """Blocks the decoding requests allocate over the next k steps."""
-        total = self.n_decode * (k // self.bs)
-        rest = k % self.bs
+        bs = self.bs
+        total = self.n_decode * (k // bs)
+        rest = k % bs
         if rest:
-            for residue, count in enumerate(self.phase):
-                if count:
-                    first = (-(residue + self.g)) % self.bs  # steps until its KV length is a block multiple
-                    total += count if first < rest else 0
+            # within the first `rest` steps, a request needs a block when its KV length hits a multiple of
+            # bs: the residues (kv_base mod bs) of a cyclic window of `rest` ending at -g mod bs
+            start = (-self.g - rest + 1) % bs
+            end = start + rest
+            total += sum(self.phase[start:end]) if end <= bs else sum(self.phase[start:]) + sum(self.phase[:end - bs])
         return total
 
     def can_admit(self) -> bool:
