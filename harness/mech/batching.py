@@ -39,6 +39,7 @@ class BatchingConfig:
         "block_size": "tokens per KV block",
         "num_blocks": "KV blocks in the pool",
         "chunked_prefill": "split long prompts across steps",
+        "queue_timeout_s": "finish a request that waited this long without being scheduled as timeout",
         "cost_model": "step_cost.json from infkit mech calibrate (default: built-in coefficients)",
         "model": "model whose KV bytes/token size the P/D hand-off",
         "kv_bandwidth_gbps": "P/D link bandwidth (Gb/s)",
@@ -60,6 +61,7 @@ class BatchingConfig:
     block_size: int = 16
     num_blocks: int = 8192
     chunked_prefill: bool = True
+    queue_timeout_s: float | None = None
     cost_model: str | None = None
     model: str = "Llama-3-8B"
     kv_bandwidth_gbps: float = 100.0
@@ -73,8 +75,9 @@ class BatchingConfig:
 
 
 def engine_config(cfg: Any, **overrides: Any) -> EngineConfig:
-    fields = ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks", "chunked_prefill", "policy")
-    return EngineConfig(**{**{f: getattr(cfg, f) for f in fields}, **overrides})
+    fields = ("max_num_batched_tokens", "max_num_seqs", "block_size", "num_blocks", "chunked_prefill", "policy",
+              "queue_timeout_s")
+    return EngineConfig(**{**{f: getattr(cfg, f, None) for f in fields}, **overrides})
 
 
 def load_requests(cfg: Any) -> SimWorkload:
