@@ -179,3 +179,12 @@ def test_block_demand_over_k_steps_matches_brute_force() -> None:
             # a step needs a new block when the KV length before it is a multiple of bs
             brute = sum(1 for kv in kv_lengths for t in range(k) if (kv + t) % bs == 0)
             assert engine.blocks_needed(k) == brute
+
+
+def test_disaggregated_decode_side_recomputes_after_preemption() -> None:
+    wl = synthetic(SyntheticSpec(requests=80, rate_rps=40, input_mean=200, output_mean=100, seed=6))
+    cfg = EngineConfig(max_num_batched_tokens=512, max_num_seqs=32, block_size=16, num_blocks=120)
+    run, _ = run_disaggregated(wl, cfg, StepCostModel(), HandOff(kv_bytes_per_token=1024))
+    assert run.preemptions > 0
+    assert len(run.records) == 80
+    assert all(r.output_tokens == wl.requests[r.index].output_tokens for r in run.records)

@@ -123,3 +123,17 @@ def test_invalid_kvcache_configs() -> None:
         KvCacheConfig(shared_workload="a.jsonl")
     with pytest.raises(InvalidInput, match="unknown managers"):
         KvCacheConfig(managers=("lru",))
+
+
+def test_radix_peek_counts_pages_revived_from_a_partly_matched_edge() -> None:
+    pool = RadixPool(num_blocks=8, block_size=4)
+    pool.acquire_prefix(0, A)
+    pool.allocate(3)
+    pool.commit_prompt(0, A)
+    pool.release(0, 3)  # A's 2-page edge is unlocked: both pages evictable
+    assert pool.evictable == 2
+    cached, revived = pool.peek_prefix(D)  # D matches one page of that edge
+    assert (cached, revived) == (4, 1)
+    free_before = pool.num_free
+    pool.acquire_prefix(3, D)
+    assert free_before - pool.num_free == revived

@@ -92,7 +92,9 @@ class Engine:
         self.pool.release(seq.req.index, math.ceil(seq.computed / self.bs))
         self.preemptions += 1
         seq.preemptions += 1
-        seq.prompt_len, seq.computed = seq.req.input_tokens + seq.generated, 0
+        # recompute: the prompt and every generated token are prefilled again here, even if the KV came from
+        # a prefill instance
+        seq.prompt_len, seq.computed, seq.prefilled = seq.req.input_tokens + seq.generated, 0, False
         self.event(seq, "preempt")
         if not self.running:
             self.finish(seq, "error")  # it cannot fit even alone

@@ -67,7 +67,8 @@ class RadixPool(_Pool):
         upper.children[node.key[0]] = node
         return upper
 
-    def _match(self, pages: list[Page], touch: bool) -> tuple[Node, int]:
+    def _match(self, pages: list[Page], touch: bool) -> tuple[Node, int, int]:
+        """(deepest fully matched node, pages matched, pages matched into an unlocked edge below it)."""
         node, matched = self.root, 0
         while matched < len(pages):
             child = node.children.get(pages[matched])
@@ -77,14 +78,14 @@ class RadixPool(_Pool):
             while run < len(child.key) and matched + run < len(pages) and child.key[run] == pages[matched + run]:
                 run += 1
             if run < len(child.key):
-                if not touch:
-                    return node, matched + run
+                if not touch:  # a lookup does not split; report the partly matched edge instead
+                    return node, matched + run, run if child.lock_ref == 0 else 0
                 child = self._split(child, run)
             if touch:
                 self.clock += 1
                 child.last_access = self.clock
             node, matched = child, matched + run
-        return node, matched
+        return node, matched, 0
 
     def _lock(self, node: Node, delta: int) -> None:
         while node is not self.root:
@@ -97,8 +98,8 @@ class RadixPool(_Pool):
 
     def peek_prefix(self, req: SimRequest) -> tuple[int, int]:
         pages = self._pages(req, (req.input_tokens - 1) // self.block_size)
-        node, matched = self._match(pages, touch=False)
-        revived, walk = 0, node
+        node, matched, revived = self._match(pages, touch=False)
+        walk = node
         while walk is not self.root:
             if walk.lock_ref == 0:
                 revived += len(walk.key)
@@ -107,7 +108,7 @@ class RadixPool(_Pool):
 
     def acquire_prefix(self, rid: int, req: SimRequest) -> int:
         pages = self._pages(req, (req.input_tokens - 1) // self.block_size)
-        node, matched = self._match(pages, touch=True)
+        node, matched, _ = self._match(pages, touch=True)
         self._lock(node, +1)
         self.locked[rid], self.owned[rid] = node, matched
         self.counters.query_tokens += req.input_tokens
@@ -154,7 +155,7 @@ class RadixPool(_Pool):
     def commit_prompt(self, rid: int, req: SimRequest) -> None:
         """Insert the computed prompt's full pages; the request's lock moves to the new deepest node."""
         pages = self._pages(req, req.input_tokens // self.block_size)
-        node, matched = self._match(pages, touch=True)
+        node, matched, _ = self._match(pages, touch=True)
         new = tuple(pages[matched:])
         if new:
             leaf = Node(new, node)
