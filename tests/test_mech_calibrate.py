@@ -11,8 +11,6 @@ from harness.errors import CapabilityMissing, InvalidInput
 from harness.mech.calibrate import (
     CalibrateConfig,
     compare,
-    design,
-    fit,
     predict,
     profiling_plan,
     read_measured,
@@ -21,6 +19,7 @@ from harness.mech.calibrate import (
 from harness.mech.calibrate_run import run
 from harness.mech.costmodel import FEATURES, StepCostModel, load_cost_model, save_cost_model
 from harness.mech.enginetypes import EngineConfig
+from harness.mech.fitting import Observation, equations, fit_to_measurements, nnls_relative
 from harness.mech.workload import SyntheticSpec, synthetic
 
 TRUTH = StepCostModel(base_ms=5.0, prefill_ms_per_token=0.3, prefill_ms_per_kilopair=0.08, decode_ms_per_seq=2.0,
@@ -30,18 +29,17 @@ ENGINE = EngineConfig(max_num_batched_tokens=4096, max_num_seqs=32)
 
 def test_noise_free_fit_recovers_the_model_exactly() -> None:
     plan = profiling_plan()
-    x, y = design(plan, synthetic_measurements(plan, TRUTH, 4.0, ENGINE, noise=0.0, seed=0))
-    model, overhead, stats = fit(x, y)
+    model, overhead, stats = fit_to_measurements(plan, synthetic_measurements(plan, TRUTH, 4.0, ENGINE, 0.0, 0),
+                                                 ENGINE)
     for name in FEATURES:
         assert getattr(model, name) == pytest.approx(getattr(TRUTH, name), rel=1e-6)
     assert overhead == pytest.approx(4.0, rel=1e-6)
-    assert stats["rms_relative_residual"] < 1e-9
+    assert stats["rms_relative_residual"] < 1e-9 and stats["dropped_outliers"] == 0
 
 
 def test_noisy_fit_predicts_held_out_within_ten_percent() -> None:
     plan = profiling_plan()
-    x, y = design(plan, synthetic_measurements(plan, TRUTH, 4.0, ENGINE, noise=0.03, seed=1))
-    model, overhead, _ = fit(x, y)
+    model, overhead, _ = fit_to_measurements(plan, synthetic_measurements(plan, TRUTH, 4.0, ENGINE, 0.03, 1), ENGINE)
     assert model.prefill_ms_per_token == pytest.approx(TRUTH.prefill_ms_per_token, rel=0.1)
     assert model.decode_ms_per_seq == pytest.approx(TRUTH.decode_ms_per_seq, rel=0.1)
     heldout = synthetic(SyntheticSpec(requests=60, rate_rps=0.5, input_mean=400, output_mean=40, seed=9))
@@ -53,11 +51,29 @@ def test_noisy_fit_predicts_held_out_within_ten_percent() -> None:
 
 def test_negative_coefficients_are_dropped() -> None:
     x = np.array([[1, 1.0], [1, 2.0], [1, 3.0]])
-    y = np.array([3.0, 2.0, 1.0])  # a decreasing line: slope would be negative
-    cols = np.zeros((3, 6))
-    cols[:, 0], cols[:, 1] = x[:, 0], x[:, 1]
-    model, _, _ = fit(cols, y)
-    assert model.prefill_ms_per_token == 0
+    y = np.array([3.0, 2.0, 1.0])  # a decreasing line: its slope would be negative
+    coef = nnls_relative(x, y)
+    assert coef[1] == 0 and coef[0] > 0
+
+
+def test_equations_reproduce_simulated_times() -> None:
+    """Under the true model's schedule, the linear equations give the simulated TTFT and TPOT exactly."""
+    plan = profiling_plan(repeats=1)
+    measured = synthetic_measurements(plan, TRUTH, 0.0, ENGINE, noise=0.0, seed=0)
+    x, y = equations(plan, measured, TRUTH, ENGINE)
+    coef = np.array([*(getattr(TRUTH, f) for f in FEATURES), 0.0])
+    assert np.allclose(x @ coef, y, rtol=1e-9)
+
+
+def test_outliers_are_dropped_and_counted() -> None:
+    plan = profiling_plan()
+    measured = synthetic_measurements(plan, TRUTH, 4.0, ENGINE, noise=0.01, seed=4)
+    for i in (3, 20, 40):  # three requests stalled by something else on the machine
+        m = measured[i]
+        measured[i] = Observation(i, m.ttft_ms * 8, m.tpot_ms, m.output_tokens)
+    model, _, stats = fit_to_measurements(plan, measured, ENGINE)
+    assert stats["dropped_outliers"] >= 3
+    assert model.prefill_ms_per_token == pytest.approx(TRUTH.prefill_ms_per_token, rel=0.05)
 
 
 def test_cost_model_roundtrip_and_bad_files(tmp_path) -> None:
@@ -112,5 +128,5 @@ def test_invalid_calibration_inputs() -> None:
         CalibrateConfig(repeats=0)
     with pytest.raises(CapabilityMissing, match="endpoint|live profiling"):
         run(CalibrateConfig(endpoint="http://127.0.0.1:9"))
-    with pytest.raises(InvalidInput, match="usable burst equations"):
-        design(profiling_plan(), {})
+    with pytest.raises(InvalidInput, match="usable measurements"):
+        equations(profiling_plan(), {}, TRUTH, ENGINE)

@@ -1,19 +1,11 @@
-"""Calibrating the step-cost model from per-request measurements, and checking it on a held-out workload.
+"""Calibration data: the profiling plan, measured per-request records, prediction and comparison.
 
-The profiling plan is a sequence of bursts separated by idle gaps; every
-request of a burst has the same prompt and output length and is sent at the
-same moment, so each burst's steps are known: one prefill step over
-``B x L`` tokens (``B x L <= max_num_batched_tokens``), then decode steps with
-``B`` sequences whose context grows from ``L + 1`` to ``L + out``. Each burst
-gives two equations in the cost model's coefficients:
-
-    median TTFT = overhead + step(P = B*L, A = B*L*L/2, 0, 0)
-    median TPOT = step(0, 0, B, C = B*(L + out/2))
-
-plus a per-request TTFT overhead (HTTP, tokenisation, detokenisation) that
-only the TTFT equations carry. Rows are weighted by 1/measurement, so the fit
-minimises relative error; negative coefficients are dropped and the rest refit
-(a small active-set non-negative least squares).
+The profiling plan is a sequence of bursts separated by idle gaps: prompts of
+32 to 1536 tokens one at a time (prefill cost, including its quadratic
+attention term), then 2, 4 and 8 concurrent requests at two prompt lengths
+(decode cost against batch size and context). ``harness.mech.fitting`` fits
+the step-cost model to what a server measured on it; ``predict`` and
+``compare`` then check the model on a held-out workload.
 """
 
 from __future__ import annotations
@@ -28,10 +20,9 @@ import numpy as np
 from harness.errors import InvalidInput
 from harness.mech.costmodel import FEATURES, StepCostModel
 from harness.mech.enginetypes import EngineConfig
+from harness.mech.fitting import Observation
 from harness.mech.simulate import run_continuous
 from harness.mech.workload import SimRequest, SimWorkload
-
-COLUMNS = (*FEATURES, "ttft_overhead_ms")
 
 
 @dataclass(frozen=True)
@@ -59,19 +50,10 @@ def profiling_plan(repeats: int = 2, gap_s: float = 6.0) -> SimWorkload:
                        {"plan_repeats": repeats})
 
 
-@dataclass(frozen=True)
-class Measured:
-    """One request's measured outcome (ms)."""
-
-    index: int
-    ttft_ms: float
-    tpot_ms: float | None
-    output_tokens: int
-
-
-def read_measured(path: str | Path) -> dict[int, Measured]:
-    """Per-request records (``requests.jsonl``): index, ttft_ms, and tpot_ms or e2e_ms + output_tokens."""
-    out: dict[int, Measured] = {}
+def read_measured(path: str | Path) -> dict[int, Observation]:
+    """Per-request records (``requests.jsonl``): index, ttft_ms, tpot_ms or e2e_ms + output_tokens, and
+    optionally sent_s (actual send time, seconds from run start; the scheduled offset is used without it)."""
+    out: dict[int, Observation] = {}
     try:
         rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     except (OSError, ValueError) as exc:
@@ -83,59 +65,17 @@ def read_measured(path: str | Path) -> dict[int, Measured]:
         tpot = row.get("tpot_ms")
         if tpot is None and row.get("e2e_ms") is not None and n_out > 1:
             tpot = (float(row["e2e_ms"]) - float(row["ttft_ms"])) / (n_out - 1)
-        out[int(row["index"])] = Measured(int(row["index"]), float(row["ttft_ms"]),
-                                          None if tpot is None else float(tpot), n_out)
+        sent = row.get("sent_s")
+        out[int(row["index"])] = Observation(int(row["index"]), float(row["ttft_ms"]),
+                                             None if tpot is None else float(tpot), n_out,
+                                             None if sent is None else float(sent))
     if not out:
         raise InvalidInput(f"{path}: no records with ttft_ms")
     return out
 
 
-def design(plan: SimWorkload, measured: dict[int, Measured]) -> tuple[np.ndarray, np.ndarray]:
-    """Rows [base, P, A/1000, B, C/1000, ttft_overhead] and the measured ms, one TTFT and one TPOT row per burst."""
-    bursts: dict[int, list[SimRequest]] = {}
-    for req in plan.requests:
-        bursts.setdefault(req.group or 0, []).append(req)
-    rows, ys = [], []
-    for reqs in bursts.values():
-        b, n_in, n_out = len(reqs), reqs[0].input_tokens, reqs[0].output_tokens
-        got = [measured[r.index] for r in reqs if r.index in measured]
-        if not got:
-            continue
-        rows.append([1, b * n_in, b * n_in * n_in / 2 / 1000, 0, 0, 1])
-        ys.append(float(np.median([m.ttft_ms for m in got])))
-        tpots = [m.tpot_ms for m in got if m.tpot_ms is not None]
-        if tpots:
-            rows.append([1, 0, 0, b, b * (n_in + n_out / 2) / 1000, 0])
-            ys.append(float(np.median(tpots)))
-    if len(rows) < len(COLUMNS):
-        raise InvalidInput(f"only {len(rows)} usable burst equations; the fit needs at least {len(COLUMNS)}")
-    return np.asarray(rows, dtype=float), np.asarray(ys, dtype=float)
-
-
-def fit(x: np.ndarray, y: np.ndarray) -> tuple[StepCostModel, float, dict[str, float]]:
-    """Relative-error least squares with non-negative coefficients; returns model, TTFT overhead, fit stats."""
-    if np.any(y <= 0):
-        raise InvalidInput("measured times must be positive")
-    w = 1 / y
-    active = list(range(x.shape[1]))
-    coef = np.zeros(x.shape[1])
-    while active:
-        sol, *_ = np.linalg.lstsq(x[:, active] * w[:, None], y * w, rcond=None)
-        if np.all(sol >= 0):
-            coef[:] = 0
-            coef[active] = sol
-            break
-        active.pop(int(np.argmin(sol)))
-    values = dict(zip(COLUMNS, coef.tolist(), strict=True))
-    overhead = values.pop("ttft_overhead_ms")
-    rel = (x @ coef - y) / y
-    stats = {"equations": int(len(y)), "rms_relative_residual": float(np.sqrt(np.mean(rel**2))),
-             "max_relative_residual": float(np.max(np.abs(rel)))}
-    return StepCostModel(**values), overhead, stats
-
-
 def predict(workload: SimWorkload, model: StepCostModel, overhead_ms: float,
-            engine: EngineConfig) -> dict[int, Measured]:
+            engine: EngineConfig) -> dict[int, Observation]:
     """Per-request TTFT/TPOT the simulator predicts for ``workload``."""
     run, _ = run_continuous(workload, engine, model)
     out = {}
@@ -143,11 +83,11 @@ def predict(workload: SimWorkload, model: StepCostModel, overhead_ms: float,
         if r.ttft_s is None:
             continue
         tpot = None if r.tpot_s is None else 1000 * r.tpot_s
-        out[r.index] = Measured(r.index, 1000 * r.ttft_s + overhead_ms, tpot, r.output_tokens)
+        out[r.index] = Observation(r.index, 1000 * r.ttft_s + overhead_ms, tpot, r.output_tokens)
     return out
 
 
-def compare(predicted: dict[int, Measured], measured: dict[int, Measured]) -> dict[str, dict[str, float]]:
+def compare(predicted: dict[int, Observation], measured: dict[int, Observation]) -> dict[str, dict[str, float]]:
     """Predicted vs measured TTFT and TPOT, median and P95, with relative error (pred/meas - 1)."""
     common = sorted(set(predicted) & set(measured))
     if not common:
@@ -167,7 +107,7 @@ def compare(predicted: dict[int, Measured], measured: dict[int, Measured]) -> di
 
 
 def synthetic_measurements(workload: SimWorkload, truth: StepCostModel, overhead_ms: float, engine: EngineConfig,
-                           noise: float, seed: int) -> dict[int, Measured]:
+                           noise: float, seed: int) -> dict[int, Observation]:
     """'Measured' records from a known cost model with multiplicative log-normal noise (for self-checks)."""
     rng = np.random.default_rng(seed)
     exact = predict(workload, truth, overhead_ms, engine)
@@ -176,7 +116,7 @@ def synthetic_measurements(workload: SimWorkload, truth: StepCostModel, overhead
         m = exact[i]
         ttft = m.ttft_ms * float(np.exp(rng.normal(0, noise)))
         tpot = None if m.tpot_ms is None else m.tpot_ms * float(np.exp(rng.normal(0, noise)))
-        out[i] = Measured(i, ttft, tpot, m.output_tokens)
+        out[i] = Observation(i, ttft, tpot, m.output_tokens)
     return out
 
 

@@ -23,10 +23,7 @@ from harness.mech.calibrate import (
     SELF_CHECK_OVERHEAD_MS,
     SELF_CHECK_TRUTH,
     CalibrateConfig,
-    Measured,
     compare,
-    design,
-    fit,
     model_error,
     predict,
     profiling_plan,
@@ -35,6 +32,7 @@ from harness.mech.calibrate import (
 )
 from harness.mech.costmodel import COST_MODEL_SCHEMA
 from harness.mech.enginetypes import EngineConfig
+from harness.mech.fitting import Observation, fit_to_measurements
 from harness.mech.output import MechOutput, distribution_ms, save_figure, table
 from harness.mech.workload import SyntheticSpec, read_workload, synthetic
 
@@ -72,8 +70,7 @@ def run(cfg: CalibrateConfig) -> MechOutput:
         profile = synthetic_measurements(plan, SELF_CHECK_TRUTH, SELF_CHECK_OVERHEAD_MS, engine, cfg.noise, cfg.seed)
         heldout_measured = synthetic_measurements(heldout, SELF_CHECK_TRUTH, SELF_CHECK_OVERHEAD_MS, engine,
                                                   cfg.noise, cfg.seed + 1)
-    x, y = design(plan, profile)
-    model, overhead_ms, fit_stats = fit(x, y)
+    model, overhead_ms, fit_stats = fit_to_measurements(plan, profile, engine)
     predicted = predict(heldout, model, overhead_ms, engine)
     comparison = compare(predicted, heldout_measured)
     median_errors = [abs(comparison[k]["relative_error"]) for k in ("ttft_ms_p50", "tpot_ms_p50") if k in comparison]
@@ -114,7 +111,7 @@ def run(cfg: CalibrateConfig) -> MechOutput:
     )
 
 
-def _plot(predicted: dict[int, Measured], measured: dict[int, Measured], path: Any) -> None:
+def _plot(predicted: dict[int, Observation], measured: dict[int, Observation], path: Any) -> None:
     """Held-out CDFs of TTFT and TPOT: simulator prediction vs measurement."""
     import matplotlib.pyplot as plt
     import numpy as np

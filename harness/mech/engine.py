@@ -31,7 +31,7 @@ from harness.mech.queues import make_queue
 
 class Engine:
     def __init__(self, cfg: EngineConfig, cost: StepCostModel, pool, arrivals: list[Seq],
-                 on_finish: Callable[[Seq, float], list[Seq]] | None = None):
+                 on_finish: Callable[[Seq, float], list[Seq]] | None = None, log_steps: bool = False):
         self.cfg, self.cost, self.pool = cfg, cost, pool
         self.bs = cfg.block_size
         self.pending = [(s.arrival_s, s.req.index, s) for s in arrivals]
@@ -48,6 +48,8 @@ class Engine:
         self.events: list[Event] = []
         self.steps = self.jumps = self.preemptions = 0
         self.busy_s = self.batch_seconds = 0.0
+        # (start_s, end_s, cost features summed over the step or jump), for calibration
+        self.step_log: list[tuple[float, float, tuple[float, ...]]] | None = [] if log_steps else None
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def event(self, seq: Seq, kind: str, t_s: float | None = None) -> None:
@@ -172,7 +174,8 @@ class Engine:
         prefill_tokens = sum(c for _, c in chunks)
         pairs = sum(c * (s.computed + c / 2) for s, c in chunks)
         dt_s = self.cost.step_ms(prefill_tokens, pairs, decode_seqs, decode_ctx) / 1000
-        self.advance(dt_s, decode_seqs + len(chunks), 1)
+        self.advance(dt_s, decode_seqs + len(chunks), 1,
+                     (1.0, prefill_tokens, pairs / 1000, decode_seqs, decode_ctx / 1000))
         for seq, chunk in chunks:
             seq.computed += chunk
             if seq.computed == seq.prompt_len:
@@ -186,7 +189,9 @@ class Engine:
                 else:
                     self.enter_decode(seq)
 
-    def advance(self, dt_s: float, batch: int, steps: int) -> None:
+    def advance(self, dt_s: float, batch: int, steps: int, features: tuple[float, ...]) -> None:
+        if self.step_log is not None:
+            self.step_log.append((self.now_s, self.now_s + dt_s, features))
         self.now_s += dt_s
         self.g += steps
         self.busy_s += dt_s
@@ -242,7 +247,8 @@ class Engine:
             return False
         self.pool.allocate(self.blocks_needed(k))
         self.jumps += 1
-        self.advance(self.cost.decode_run_ms(k, seqs, ctx) / 1000, seqs, k)
+        self.advance(self.cost.decode_run_ms(k, seqs, ctx) / 1000, seqs, k,
+                     (k, 0.0, 0.0, k * seqs, (k * ctx + seqs * k * (k - 1) / 2) / 1000))
         return True
 
     # -- main loop -----------------------------------------------------------------------------
