@@ -82,3 +82,12 @@ def test_unreadable_records(tmp_path) -> None:
     empty.write_text("")
     with pytest.raises(InvalidInput, match="no request records"):
         events_from_records(empty)
+
+
+def test_records_without_schedule_or_status(tmp_path) -> None:
+    path = tmp_path / "requests.jsonl"
+    path.write_text(json.dumps({"index": 0, "sent_s": 2.0, "ttft_ms": 50.0, "e2e_ms": 150.0,
+                                "output_tokens": 3}) + "\n")
+    cycles = reduce(events_from_records(path)[0])
+    assert cycles[0].arrival_s == 2.0 and cycles[0].ttft_ms() == pytest.approx(50.0)
+    assert cycles[0].state == "finished_stopped"

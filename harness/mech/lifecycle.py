@@ -114,7 +114,8 @@ def events_from_records(path: str | Path) -> tuple[list[Event], dict[int, int]]:
 
     Uses per record: ``index``; the scheduled offset (``scheduled_s`` or ``offset_s``, seconds from run
     start); the send offset (``sent_s``, defaults to the scheduled one); ``ttft_ms``; ``e2e_ms``;
-    ``output_tokens``; the outcome (``status`` or ``finish_reason``); and, when the server's queue time
+    ``output_tokens``; the outcome (``status`` or ``finish_reason``; when absent, ``stop`` if a token
+    arrived, else ``error``); and, when the server's queue time
     is known per request, ``server_queue_ms`` (scheduling then happens that long after sending).
     """
     events: list[Event] = []
@@ -127,9 +128,12 @@ def events_from_records(path: str | Path) -> tuple[list[Event], dict[int, int]]:
         if rec.get("schema", "").startswith("infkit/workload"):
             continue
         index = int(_field(rec, "index") if _field(rec, "index") is not None else n)
-        arrive = float(_field(rec, "scheduled_s", "offset_s") or 0.0)
-        sent = float(_field(rec, "sent_s", "send_s") or arrive)
-        outcome = str(_field(rec, "status", "finish_reason") or "error").lower()
+        scheduled, sent_at = _field(rec, "scheduled_s", "offset_s"), _field(rec, "sent_s", "send_s")
+        arrive = float(scheduled if scheduled is not None else sent_at if sent_at is not None else 0.0)
+        sent = float(sent_at if sent_at is not None else arrive)
+        # without an outcome field, a request that streamed a token is taken to have stopped normally
+        default = "stop" if _field(rec, "ttft_ms") is not None else "error"
+        outcome = str(_field(rec, "status", "finish_reason") or default).lower()
         outcome = {"ok": "stop", "eos": "stop", "stopped": "stop", "cancelled": "aborted"}.get(outcome, outcome)
         if f"finish_{outcome}" not in FINAL:
             outcome = "error"
