@@ -154,12 +154,10 @@ def write_mech_run(out_root: str | Path, name: str, out: MechOutput, *, run_id: 
     write_result(run_dir / "result.json", doc)
     if fingerprint is not None:
         atomic_write_json(run_dir / "fingerprint.json", fingerprint)
-    atomic_write_text(run_dir / "summary.txt", out.summary_text.rstrip() + "\n")
     for filename, text in out.extra_files.items():
         atomic_write_text(run_dir / filename, text)
-    plot_notes = _write_plots(run_dir, out.plots)
-    if plot_notes:
-        atomic_write_text(run_dir / "summary.txt", out.summary_text.rstrip() + "\n\n" + plot_notes + "\n")
+    plot_note = _write_plots(run_dir, out.plots)
+    atomic_write_text(run_dir / "summary.txt", "\n\n".join(filter(None, [out.summary_text.rstrip(), plot_note])) + "\n")
     record = RunRecord(
         semantic_id=out.semantic_id, run_id=run_id, run_label=out.run_label,
         requested=out.requested, effective=out.details.get("effective", out.requested),

@@ -21,7 +21,6 @@ Page = tuple[int, ...]
 
 class Node:
     __slots__ = ("key", "children", "parent", "lock_ref", "last_access", "order")
-    _ids = itertools.count()
 
     def __init__(self, key: tuple[Page, ...], parent: Node | None):
         self.key = key
