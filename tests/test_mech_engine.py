@@ -188,3 +188,18 @@ def test_disaggregated_decode_side_recomputes_after_preemption() -> None:
     assert run.preemptions > 0
     assert len(run.records) == 80
     assert all(r.output_tokens == wl.requests[r.index].output_tokens for r in run.records)
+
+
+@pytest.mark.parametrize(("cache", "policy"), [("hashed", "lpm"), ("radix", "fcfs")])
+def test_analytic_jumps_equal_stepping_with_a_prefix_cache(cache: str, policy: str) -> None:
+    wl = synthetic(SyntheticSpec(requests=300, rate_rps=20, input_mean=400, output_mean=80, groups=4,
+                                 prefix_tokens=256, seed=8))
+    cfg = EngineConfig(max_num_batched_tokens=1024, max_num_seqs=24, block_size=16, num_blocks=500, policy=policy)
+    fast, fast_pool = run_continuous(wl, cfg, StepCostModel(), cache)
+    slow, slow_pool = run_continuous(wl, dataclasses.replace(cfg, analytic=False), StepCostModel(), cache)
+    assert fast.jumps > 0 and fast_pool.counters.evictions > 0
+    assert fast_pool.counters.as_dict() == slow_pool.counters.as_dict()
+    assert [(r.index, r.cached_tokens, r.preemptions) for r in fast.records] == [
+        (r.index, r.cached_tokens, r.preemptions) for r in slow.records]
+    for a, b in zip(fast.records, slow.records, strict=True):
+        assert a.finish_s == pytest.approx(b.finish_s, rel=1e-9, abs=1e-9)

@@ -58,6 +58,7 @@ class PlainPool(_Pool):
     """A counter of free blocks: no prefix caching."""
 
     name = "none"
+    caches = False
 
     def __init__(self, num_blocks: int, block_size: int):
         super().__init__(num_blocks, block_size)
@@ -100,6 +101,7 @@ class HashedBlockPool(_Pool):
     """vLLM-style prefix cache: hash-chained full blocks, reference counts, LRU free queue."""
 
     name = "hashed"
+    caches = True
 
     def __init__(self, num_blocks: int, block_size: int):
         super().__init__(num_blocks, block_size)

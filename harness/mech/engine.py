@@ -10,7 +10,8 @@ completes its prefill.
 
 Over stretches where nothing but decoding happens (no prefill, no admission
 possible, no arrival, no finish, no block shortage) the engine advances K steps
-at once with the cost model's closed form. Block demand over K steps is exact:
+at once with the cost model's closed form (with a prefix cache, only while
+nobody waits, since evictions could change who is admissible). Block demand over K steps is exact:
 a decoding request needs a block at every step where its KV length is a
 multiple of ``block_size``, and since all decoding requests advance together,
 their (KV length - step counter) mod block_size is fixed; the engine keeps a
@@ -228,6 +229,8 @@ class Engine:
     def try_jump(self) -> bool:
         if not self.cfg.analytic or self.n_decode != len(self.running) or self.can_admit():
             return False
+        if self.pool.caches and len(self.waiting):
+            return False  # decode allocations may evict cached blocks and change who can be admitted next
         k = self.heap[0][0] - self.g if self.heap else 1
         seqs, ctx = self.n_decode, self.sum_kv_base + self.g * self.n_decode + self.n_decode
         limits = []

@@ -35,6 +35,7 @@ class RadixPool(_Pool):
     """Radix-tree prefix cache with lock references and LRU leaf eviction."""
 
     name = "radix"
+    caches = True
 
     def __init__(self, num_blocks: int, block_size: int):
         super().__init__(num_blocks, block_size)
