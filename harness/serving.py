@@ -22,7 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.client import ClientConfig, RecordWriter, RequestRecord, auto_workers, plan_shares, read_records, run_client
+from harness.client import (
+    ClientConfig,
+    RecordWriter,
+    RequestRecord,
+    auto_workers,
+    plan_shares,
+    read_records,
+    run_client,
+)
 from harness.client.pool import ClientRun
 from harness.contract import Failure, atomic_write_text, write_result
 from harness.errors import InvalidInput

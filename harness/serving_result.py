@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING, Any
 from harness import fingerprint
 from harness.client import RequestRecord
 from harness.client.pool import ClientRun
-from harness.contract import Conclusion, Correctness, Failure, Identity, Performance, WorkloadInfo, build_result
+from harness.contract import (
+    Conclusion,
+    Correctness,
+    Failure,
+    Identity,
+    Performance,
+    WorkloadInfo,
+    build_result,
+)
 from harness.metrics import output_tokens, performance
 from harness.validity import ClientHealth, correctness, invalid_reasons, schedule_stats
 from harness.workload import Workload

@@ -7,7 +7,14 @@ import os
 import pytest
 from fake_openai_server import FakeConfig, FakeOpenAIServer
 
-from harness.telemetry import PeakSampler, histogram_quantile, parse, process_tree_rss, scrape, summarize
+from harness.telemetry import (
+    PeakSampler,
+    histogram_quantile,
+    parse,
+    process_tree_rss,
+    scrape,
+    summarize,
+)
 
 VLLM_BEFORE = """\
 # TYPE vllm:prefix_cache_queries_total counter

@@ -93,7 +93,7 @@ def run_client(shares: list[Share]) -> ClientRun:
     stats: list[ShareStats] = []
     t0 = time.monotonic()
     try:
-        for conn, proc in zip(conns, procs):
+        for conn, proc in zip(conns, procs, strict=False):
             if not conn.poll(READY_TIMEOUT_S):
                 raise InvalidInput(f"client worker {proc.name} did not start within {READY_TIMEOUT_S:g} s")
             conn.recv()

@@ -232,7 +232,7 @@ def make_workload(kind: str, common: Common, options: dict[str, Any], tokenizer_
     tok = ExactTokenizer(tokenizer_dir)
     requests, trace_s = gen.build(common, opts, tok)
     sched = offsets(common.arrival, len(requests), common.seed_for("arrival"), trace_s)
-    requests = [Request(**{**r.__dict__, "offset_s": off}) for r, off in zip(requests, sched)]
+    requests = [Request(**{**r.__dict__, "offset_s": off}) for r, off in zip(requests, sched, strict=False)]
     params = {"version": GENERATOR_VERSION, "seed": common.seed, "input_tokens": common.input_tokens, "output_tokens": common.output_tokens,
               "input_range": common.input_range, "output_range": common.output_range, "requests": common.requests,
               **{k: (Path(v).name if k == "trace" and v else v) for k, v in opts.items()}}
