@@ -295,7 +295,12 @@ def main() -> None:
         await asyncio.Event().wait()
 
     try:
-        asyncio.run(serve())
+        try:
+            import uvloop
+        except ImportError:
+            asyncio.run(serve())
+        else:
+            uvloop.run(serve())
     except KeyboardInterrupt:
         pass
 
