@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness import fingerprint
 from harness.client import RequestRecord
+from harness.client.loop import loop_name
 from harness.client.pool import ClientRun
 from harness.contract import (
     Conclusion,
@@ -125,7 +126,7 @@ def build_serving_result(cfg: MeasureConfig, inputs: ResultInputs) -> dict[str, 
     details = {
         "server_metrics": inputs.server_metrics,
         "client": {
-            "workers": inputs.run.workers, "loop_lag_p99_ms": health.loop_lag_p99_ms, "loop_lag_max_ms": health.loop_lag_max_ms,
+            "workers": inputs.run.workers, "event_loop": loop_name(), "loop_lag_p99_ms": health.loop_lag_p99_ms, "loop_lag_max_ms": health.loop_lag_max_ms,
             **schedule_stats(records, timed=timed), "api": cfg.api, "ignore_eos": cfg.ignore_eos, "min_tokens": cfg.min_tokens,
         },
         "usage": {"completed": done, "without_server_usage": usage_missing,
