@@ -29,7 +29,7 @@ setup: $(STAMP) ## create .venv (rebuilt when pyproject.toml changes)
 $(STAMP): pyproject.toml
 	rm -rf $(VENV)
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
+	set -o pipefail; $(BIN)/pip install -q -e '.[$(EXTRAS)]' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
 	touch $@
 
 test: setup ## run the test suite (TESTS=path-or-nodeid to filter, PYTEST_ARGS=...)

@@ -268,8 +268,8 @@ def environment_group(
     doc: dict[str, Any] | None = None,
 ):
     """The result's environment group, derived from a fingerprint document (collected when not given)."""
-    from harness.contract.result import Environment
     from harness.contract.atomic import dumps_json
+    from harness.contract.result import Environment
 
     doc = doc or collect()
     torch = doc["torch"] or {}

@@ -5,6 +5,7 @@ Each rule has a name that appears in error messages and in ``audit`` output.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from harness.contract.schemas import Problem
@@ -18,7 +19,7 @@ def _distribution_order(group: dict[str, Any], pointer: str) -> list[Problem]:
         if not (name.endswith("_ms") and isinstance(dist, dict)):
             continue
         present = [(k, dist[k]) for k in PERCENTILE_ORDER if k in dist]
-        for (ka, a), (kb, b) in zip(present, present[1:]):
+        for (ka, a), (kb, b) in pairwise(present):
             if a > b + 1e-9:
                 problems.append(
                     Problem(f"{pointer}/{name}", "percentiles-ordered", f"{ka}={a} is greater than {kb}={b}")

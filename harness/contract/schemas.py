@@ -43,7 +43,7 @@ class Problem:
         return f"{self.pointer or '/'}: {self.message} [rule: {self.rule}]"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _registry() -> dict[str, Path]:
     markers: dict[str, Path] = {}
     for path in sorted(SCHEMA_DIR.glob("*.schema.json")):
@@ -58,7 +58,7 @@ def known_markers() -> list[str]:
     return sorted(_registry())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def schema_for(marker: str) -> dict[str, Any]:
     path = _registry().get(marker)
     if path is None:
@@ -69,12 +69,19 @@ def schema_for(marker: str) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _validator(marker: str, definition: str | None = None) -> Draft202012Validator:
     schema = schema_for(marker)
     if definition:
         schema = {"$ref": f"#/$defs/{definition}", "$defs": schema["$defs"]}
     return Draft202012Validator(schema, format_checker=FormatChecker())
+
+
+def _resolve_local(schema: dict[str, Any], ref: str) -> Any:
+    node: Any = schema
+    for part in ref[2:].split("/"):
+        node = node[part]
+    return node
 
 
 def _rule_name(error: ValidationError, schema: dict[str, Any]) -> str:
@@ -83,6 +90,9 @@ def _rule_name(error: ValidationError, schema: dict[str, Any]) -> str:
     described = None
     for step in error.absolute_schema_path:
         try:
+            # jsonschema's path steps through a $ref without naming it
+            while isinstance(node, dict) and step not in node and str(node.get("$ref", "")).startswith("#/"):
+                node = _resolve_local(schema, node["$ref"])
             node = node[step]
         except (KeyError, IndexError, TypeError):
             break

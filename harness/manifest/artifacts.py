@@ -1,0 +1,163 @@
+"""Audit of the files a manifest names: path safety, presence, sha256, schemas, unlisted files."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from harness.contract.schemas import MAX_JSON_BYTES, DocumentError, validate_document, validate_file
+from harness.manifest.findings import Finding
+from harness.manifest.subjects import RootResolver, hash_file, is_within, iter_files, relative_name
+
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+MARKER_PREFIX = "infkit/"
+
+
+@dataclass(frozen=True)
+class SubjectsAudit:
+    findings: tuple[Finding, ...]
+    documents: dict[str, dict[str, Any]]  # subject name -> parsed infkit document (verified digest only)
+    verified: int
+    names: frozenset[str] = frozenset()
+    directories: frozenset[str] = frozenset()  # real folders holding a subject
+
+
+def _wanted(raw: Any, index: int) -> tuple[str | None, str | None, Finding | None]:
+    if not isinstance(raw, dict) or not isinstance(raw.get("digest"), dict):
+        return None, None, Finding("statement", f"subject[{index}] is not {{name, digest}}")
+    name, digest = raw.get("name"), raw["digest"].get("sha256")
+    if not isinstance(digest, str) or not SHA256_HEX.match(digest):
+        return None, None, Finding("statement", f"subject[{index}] {name!r} has no sha256 digest (64 hex digits)")
+    return name, digest, None
+
+
+def _infkit_doc(real: str, name: str, content: bytes | None) -> tuple[dict | None, list[Finding]]:
+    """Parse a JSON/JSONL artifact; when it carries an infkit "schema" marker, validate it."""
+    try:
+        if name.endswith(".jsonl"):
+            with open(real, "rb") as fh:
+                first = next((line for line in fh if line.strip()), b"")
+            doc = json.loads(first) if first else None
+        else:
+            doc = json.loads(content) if content is not None else None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None, []  # a JSON-named file without a marker is not an infkit document
+    if not (isinstance(doc, dict) and isinstance(doc.get("schema"), str) and doc["schema"].startswith(MARKER_PREFIX)):
+        return None, []
+    try:
+        problems = validate_file(real) if name.endswith(".jsonl") else validate_document(doc)
+    except DocumentError as exc:
+        return None, [Finding("artifact-schema", f"{name}: {exc}", name)]
+    if problems:
+        return None, [Finding("artifact-schema", f"{name}: {p}", name) for p in problems]
+    return doc, []
+
+
+class _MissingFolders:
+    """Groups deleted subjects by the outermost missing folder, so a removed run directory of
+    10,000 files is one reason, not 10,000."""
+
+    def __init__(self, root_real: str):
+        self.root_real = root_real
+        self._outermost: dict[str, str | None] = {}
+        self.counts: dict[str, int] = {}
+
+    def outermost_missing(self, folder: str) -> str | None:
+        if folder not in self._outermost:
+            missing = None
+            probe = folder
+            while is_within(probe, self.root_real) and probe != self.root_real and not os.path.isdir(probe):
+                missing, probe = probe, os.path.dirname(probe)
+            self._outermost[folder] = missing
+        return self._outermost[folder]
+
+    def add(self, folder: str) -> None:
+        self.counts[folder] = self.counts.get(folder, 0) + 1
+
+    def findings(self) -> list[Finding]:
+        out = []
+        for folder, count in sorted(self.counts.items()):
+            name = relative_name(folder, self.root_real)
+            files = f"{count} listed file{'s' if count > 1 else ''}"
+            out.append(Finding("subject-deleted", f"deleted: folder {name} is gone, with its {files}", name))
+        return out
+
+
+def check_subjects(subjects: Any, resolver: RootResolver) -> SubjectsAudit:
+    """Recompute every subject's sha256 (refusing unsafe names unread) and validate infkit documents."""
+    if not isinstance(subjects, list) or not subjects:
+        return SubjectsAudit((Finding("statement", "the statement lists no subjects"),), {}, 0)
+    findings: list[Finding] = []
+    documents: dict[str, dict[str, Any]] = {}
+    seen: set[str] = set()
+    directories: set[str] = set()
+    missing = _MissingFolders(resolver.root_real)
+    verified = 0
+    for index, raw in enumerate(subjects):
+        name, expected, problem = _wanted(raw, index)
+        if problem:
+            findings.append(problem)
+            continue
+        real, reason = resolver.resolve(name)
+        if real is None:
+            findings.append(Finding("subject-path", f"subject {name!r} {reason}; not read", str(name)))
+            continue
+        if name in seen:
+            findings.append(Finding("statement", f"subject {name} is listed twice", name))
+            continue
+        seen.add(name)
+        directories.add(os.path.dirname(real))
+        if not os.path.lexists(real):
+            if folder := missing.outermost_missing(os.path.dirname(real)):
+                missing.add(folder)
+                continue
+            findings.append(Finding("subject-deleted", f"deleted: {name} is in the manifest but not on disk", name))
+            continue
+        if not os.path.isfile(real):
+            findings.append(Finding("subject-deleted", f"{name} is no longer a regular file", name))
+            continue
+        is_json = name.endswith((".json", ".jsonl"))
+        actual, content = hash_file(real, keep_bytes=MAX_JSON_BYTES if is_json else 0)
+        if actual != expected:
+            findings.append(
+                Finding("subject-digest", f"modified: {name}: sha256 {actual[:16]}… differs from the signed {expected[:16]}…", name)
+            )
+            continue
+        verified += 1
+        if is_json:
+            doc, problems = _infkit_doc(real, name, content)
+            findings.extend(problems)
+            if doc is not None:
+                documents[name] = doc
+    findings += missing.findings()
+    return SubjectsAudit(tuple(findings), documents, verified, frozenset(seen), frozenset(directories))
+
+
+def check_unlisted(audited: SubjectsAudit, run_dir: Any, resolver: RootResolver, manifest_real: str) -> list[Finding]:
+    """Files present in the run directory (recursively) or beside any subject but not signed."""
+    root_real = resolver.root_real
+    directories = dict.fromkeys(audited.directories, False)  # real folder -> recurse
+    findings = []
+    if isinstance(run_dir, str):
+        real, reason = resolver.resolve(run_dir)
+        if real is None:
+            findings.append(Finding("subject-path", f"run_dir {run_dir!r} {reason}; not read", run_dir))
+        elif os.path.isdir(real):
+            directories[real] = True
+    names = set(audited.names)
+    for directory, recurse in sorted(directories.items()):
+        if not os.path.isdir(directory) or not is_within(directory, root_real):
+            continue
+        paths = iter_files(directory, root_real) if recurse else (
+            e.path for e in os.scandir(directory) if e.is_file()
+        )
+        for path in paths:
+            name = relative_name(path, root_real)
+            if name in names or os.path.realpath(path) == manifest_real:
+                continue
+            names.add(name)  # report once even when two walks reach it
+            findings.append(Finding("unlisted-file", f"added: {name} is not in the manifest", name))
+    return findings

@@ -1,0 +1,188 @@
+"""audit: re-verify signed manifests (signature twice, subjects, schemas, evidence rules).
+
+Every check runs even after another failed, so an INVALID verdict lists every
+reason at once (MLPerf style). Nothing outside the root is opened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.contract.schemas import DocumentError, validate_document
+from harness.errors import InvalidInput
+from harness.manifest import dsse
+from harness.manifest.artifacts import check_subjects, check_unlisted
+from harness.manifest.evidence import check_evidence
+from harness.manifest.findings import Finding
+from harness.manifest.keys import PUBLIC_KEY_SUFFIX, key_id, load_public_key
+from harness.manifest.predicate import PREDICATE_TYPE, STATEMENT_TYPE
+from harness.manifest.sign import KEYS_DIR, MANIFEST_SUFFIX, MANIFESTS_DIR
+from harness.manifest.subjects import RootResolver
+
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    root: Path = field(default_factory=Path.cwd)
+    trusted_keys: tuple[Path, ...] = ()  # empty: every <root>/manifests/keys/*.pub.pem
+
+
+@dataclass(frozen=True)
+class TrustedKeys:
+    keys: dict[str, Any]  # keyid -> Ed25519PublicKey
+    findings: tuple[Finding, ...]
+
+
+@dataclass(frozen=True)
+class ManifestReport:
+    manifest: str
+    findings: tuple[Finding, ...]
+    signer_keyid: str | None = None
+    subjects: int = 0
+    subjects_verified: int = 0
+    predicate: dict[str, Any] | None = None
+
+    @property
+    def valid(self) -> bool:
+        return not self.findings
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.predicate or {}
+        return {
+            "manifest": self.manifest,
+            "verdict": "VALID" if self.valid else "INVALID",
+            "reasons": [f.to_dict() for f in self.findings],
+            "signer_keyid": self.signer_keyid,
+            "subjects": self.subjects,
+            "subjects_verified": self.subjects_verified,
+            "run": {k: p.get(k) for k in ("semantic_id", "run_id", "run_label", "evidence_level", "decision",
+                                          "status", "run_dir")} if p else None,
+            "harness": p.get("harness"),
+            "images": p.get("images"),
+            "fingerprint": p.get("fingerprint"),
+        }
+
+
+def load_trusted_keys(config: AuditConfig) -> TrustedKeys:
+    paths = list(config.trusted_keys) or sorted((config.root / MANIFESTS_DIR / KEYS_DIR).glob(f"*{PUBLIC_KEY_SUFFIX}"))
+    keys, findings = {}, []
+    for path in paths:
+        try:
+            public = load_public_key(path)
+        except InvalidInput as exc:
+            findings.append(Finding("key", f"trusted key unusable: {exc}", str(path)))
+            continue
+        keys[key_id(public)] = public
+    if not paths:
+        findings.append(Finding(
+            "key", f"no trusted public key: none given with --trusted-key and none in {config.root / MANIFESTS_DIR / KEYS_DIR}"
+        ))
+    return TrustedKeys(keys, tuple(findings))
+
+
+def find_manifests(paths: list[str | os.PathLike]) -> list[Path]:
+    """Files as given; directories expand to every ``*.intoto.json`` under them (sorted)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        out.extend(sorted(p.rglob(f"*{MANIFEST_SUFFIX}")) if p.is_dir() else [p])
+    return out
+
+
+def _read_envelope(path: Path) -> tuple[dsse.ParsedEnvelope | None, Finding | None]:
+    try:
+        if not path.is_file():
+            return None, Finding("envelope", "no such file" if not path.exists() else "not a regular file")
+        if path.stat().st_size > MAX_MANIFEST_BYTES:
+            return None, Finding("envelope", f"larger than {MAX_MANIFEST_BYTES // 2**20} MiB; not a manifest")
+        return dsse.parse_envelope(path.read_bytes()), None
+    except dsse.EnvelopeError as exc:
+        return None, Finding("envelope", str(exc))
+    except OSError as exc:
+        return None, Finding("envelope", f"cannot read: {exc.strerror}")
+
+
+def _signature_findings(envelope: dsse.ParsedEnvelope, trusted: TrustedKeys) -> tuple[str | None, list[Finding]]:
+    if not trusted.keys:
+        return None, [Finding("signature", "not verified: no usable trusted key")]
+    findings = []
+    if reason := dsse.verify_sslib(envelope, trusted.keys):
+        findings.append(Finding("signature", f"securesystemslib: {reason}"))
+    signer, reason = dsse.verify_cryptography(envelope, trusted.keys)
+    if reason:
+        findings.append(Finding("signature", f"cryptography: {reason}"))
+    return (signer if not findings else None), findings
+
+
+def _statement(payload: bytes) -> tuple[dict[str, Any] | None, list[Finding]]:
+    try:
+        statement = json.loads(payload)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None, [Finding("statement", "the payload is not a JSON in-toto statement")]
+    if not isinstance(statement, dict):
+        return None, [Finding("statement", "the payload is not a JSON object")]
+    findings = []
+    if statement.get("_type") != STATEMENT_TYPE:
+        findings.append(Finding("statement", f"_type is {statement.get('_type')!r}, expected {STATEMENT_TYPE}"))
+    if statement.get("predicateType") != PREDICATE_TYPE:
+        findings.append(Finding("statement", f"predicateType is {statement.get('predicateType')!r}, expected {PREDICATE_TYPE}"))
+    return statement, findings
+
+
+def _predicate(statement: dict[str, Any]) -> tuple[dict[str, Any] | None, list[Finding]]:
+    predicate = statement.get("predicate")
+    try:
+        problems = validate_document(predicate)
+    except DocumentError as exc:
+        return None, [Finding("predicate", f"not an infkit predicate: {exc}")]
+    if problems:
+        return None, [Finding("predicate", str(p)) for p in problems]
+    return predicate, []
+
+
+def _fingerprint_is_subject(fp: dict[str, Any], subjects: Any) -> list[Finding]:
+    signed = {s.get("name"): s.get("digest") for s in subjects or [] if isinstance(s, dict)}
+    digest = signed.get(fp["path"])
+    if isinstance(digest, dict) and f"sha256:{digest.get('sha256')}" == fp["sha256"]:
+        return []
+    return [Finding("predicate", f"fingerprint {fp['path']} is not a subject with the digest the predicate names")]
+
+
+def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys) -> ManifestReport:
+    """Audit one manifest file against the files under ``root``."""
+    path = Path(path)
+    findings: list[Finding] = list(trusted.findings)
+    envelope, problem = _read_envelope(path)
+    if envelope is None:
+        return ManifestReport(str(path), (*findings, problem))
+    signer, sig_findings = _signature_findings(envelope, trusted)
+    findings += sig_findings
+    statement, stmt_findings = _statement(envelope.payload)
+    findings += stmt_findings
+    if statement is None:
+        return ManifestReport(str(path), tuple(findings), signer)
+    predicate, pred_findings = _predicate(statement)
+    findings += pred_findings
+    resolver = RootResolver(os.path.realpath(root))
+    subjects = statement.get("subject")
+    audited = check_subjects(subjects, resolver)
+    findings += audited.findings
+    findings += check_unlisted(audited, (predicate or {}).get("run_dir"), resolver, os.path.realpath(path))
+    if predicate is not None:
+        findings += check_evidence(predicate, audited.documents)
+        findings += _fingerprint_is_subject(predicate["fingerprint"], subjects)
+    count = len(subjects) if isinstance(subjects, list) else 0
+    return ManifestReport(str(path), tuple(findings), signer, count, audited.verified, predicate)
+
+
+def audit_paths(paths: list[str | os.PathLike], config: AuditConfig) -> list[ManifestReport]:
+    """Audit every manifest named (directories expand to their ``*.intoto.json``)."""
+    manifests = find_manifests(paths)
+    if not manifests:
+        raise InvalidInput(f"no *{MANIFEST_SUFFIX} manifests under {', '.join(map(str, paths))}")
+    trusted = load_trusted_keys(config)
+    return [audit_manifest(m, config.root, trusted) for m in manifests]

@@ -1,0 +1,76 @@
+"""sign_run: the signed manifest of one run directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harness import fingerprint as fingerprint_mod
+from harness.contract.atomic import atomic_write_json
+from harness.contract.schemas import DocumentError, load_document, validate_document
+from harness.errors import InvalidInput, SchemaViolation
+from harness.manifest.dsse import sign_payload
+from harness.manifest.keys import load_signing_key, publish_public_key
+from harness.manifest.predicate import build_predicate, build_statement, statement_bytes
+from harness.manifest.subjects import collect_subjects, relative_name, run_dir_name
+from harness.runinfo import RUN_FILE
+
+FINGERPRINT_FILE = "fingerprint.json"
+MANIFESTS_DIR = "manifests"
+KEYS_DIR = "keys"
+MANIFEST_SUFFIX = ".intoto.json"
+
+
+def _load_valid(path: Path, what: str) -> dict:
+    try:
+        doc = load_document(path)
+        problems = validate_document(doc)
+    except DocumentError as exc:
+        raise InvalidInput(f"cannot sign: {what}: {exc}") from None
+    if problems:
+        raise SchemaViolation(f"cannot sign: {path} is not a valid {what}: " + "; ".join(map(str, problems)))
+    return doc
+
+
+def default_manifest_path(root: str | Path, semantic_id: str, run_id: str) -> Path:
+    return Path(root) / MANIFESTS_DIR / semantic_id / f"{run_id}{MANIFEST_SUFFIX}"
+
+
+def sign_run(
+    run_dir: str | os.PathLike,
+    *,
+    root: str | os.PathLike | None = None,
+    out: str | os.PathLike | None = None,
+    key_path: str | os.PathLike | None = None,
+) -> Path:
+    """Sign every file of ``run_dir`` into an in-toto Statement in a DSSE envelope.
+
+    ``root`` (default: the current directory, normally the repository root) is what subject
+    paths are relative to; the run directory must lie under it. The predicate comes from
+    ``run.json``; ``fingerprint.json`` is collected and written into the run directory first
+    when absent, so it is a subject too. The public key is published under
+    ``<root>/manifests/keys/``; the default output is
+    ``<root>/manifests/<semantic_id>/<run_id>.intoto.json``. Returns the manifest path.
+    """
+    root_real, run_rel = run_dir_name(run_dir, root if root is not None else Path.cwd())
+    run_real = Path(root_real) / run_rel
+    run = _load_valid(run_real / RUN_FILE, "run record (run.json)")
+    fp_path = run_real / FINGERPRINT_FILE
+    if not fp_path.exists():
+        atomic_write_json(fp_path, fingerprint_mod.collect())
+    fingerprint = _load_valid(fp_path, "fingerprint (fingerprint.json)")
+    key = load_signing_key(key_path)
+
+    target = Path(out) if out else default_manifest_path(root_real, run["semantic_id"], run["run_id"])
+    target = Path(os.path.realpath(target.parent)) / target.name
+    # A manifest written inside the run directory must not list itself.
+    exclude = frozenset({relative_name(target, root_real)})
+    subjects = collect_subjects(run_real, root_real, exclude)
+    fp_name = relative_name(fp_path, root_real)
+    predicate = build_predicate(run, fingerprint, fp_name, fp_path.read_bytes(), run_rel)
+    problems = validate_document(predicate)
+    if problems:
+        raise SchemaViolation("manifest predicate does not match its schema: " + "; ".join(map(str, problems)))
+    envelope = sign_payload(statement_bytes(build_statement(subjects, predicate)), key)
+    publish_public_key(key.public_key, Path(root_real) / MANIFESTS_DIR / KEYS_DIR)
+    return atomic_write_json(target, envelope)
