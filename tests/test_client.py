@@ -25,6 +25,7 @@ from harness.client import (
 )
 from harness.client.sse import DONE, interpret
 from harness.contract import validate_file
+from harness.errors import InvalidInput
 from harness.workload import Arrival, Common, Request, make_workload, write_workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -175,3 +176,12 @@ def test_ctrl_c_writes_what_finished_and_an_aborted_result(workload_file, tmp_pa
     assert sum(counts.values()) == 30 and counts.get("length", 0) >= 2
     assert counts.get("cancelled", 0) + counts.get("not_sent", 0) >= 1
     assert doc["conclusion"]["failure"]["kind"] == "aborted" and doc["conclusion"]["valid"] is False
+
+
+def test_read_records_skips_a_torn_last_line_only(tmp_path):
+    path = tmp_path / "requests.jsonl"
+    path.write_text('{"index": 1, "status": "stop"}\n{"index": 0, "status": "length"}\n{"index": 2, "sta')
+    assert [(r.index, r.status) for r in read_records(path)] == [(0, "length"), (1, "stop")]
+    path.write_text('{"index": 1, "sta\n{"index": 0, "status": "length"}\n')
+    with pytest.raises(InvalidInput, match=":1: not a request record"):
+        read_records(path)

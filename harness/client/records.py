@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from harness.contract.schemas import iter_jsonl
+from harness.errors import InvalidInput
 
 # The result schema's termination enum; "ok" statuses are the ones with a complete stream.
 STATUSES = ("stop", "length", "aborted", "timeout", "error", "disconnected", "cancelled", "not_sent")
@@ -99,12 +99,23 @@ class RecordWriter:
 
 
 def read_records(path: str | os.PathLike) -> list[RequestRecord]:
-    """Records of a ``requests.jsonl`` sorted by index (the last record wins for a repeated index)."""
+    """Records of a ``requests.jsonl`` sorted by index (the last record wins for a repeated index).
+
+    A torn last line (the writer was killed mid-write) is skipped; a bad line elsewhere is an error.
+    """
     p = Path(path)
     if not p.exists() or p.stat().st_size == 0:
         return []
+    lines = p.read_bytes().split(b"\n")
     by_index: dict[int, RequestRecord] = {}
-    for _, obj in iter_jsonl(p):
-        rec = RequestRecord.from_dict(obj)
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            rec = RequestRecord.from_dict(json.loads(raw))
+        except (ValueError, TypeError, KeyError) as exc:
+            if lineno == len(lines):
+                break
+            raise InvalidInput(f"{p}:{lineno}: not a request record: {exc}") from None
         by_index[rec.index] = rec
     return [by_index[i] for i in sorted(by_index)]
