@@ -157,7 +157,8 @@ def _failure(cfg: MeasureConfig, run: ClientRun, records: list[RequestRecord]) -
     if broken and not endpoint_answers(cfg.endpoint):
         first = next((r.error for r in broken if r.error), "no answer")
         failure = Failure(stage="run", kind="server_crash",
-                          message=f"the endpoint stopped answering during the run; {len(broken)} requests ended early (first: {first})")
+                          message=f"the endpoint answered before the run and stopped during it; {len(broken)} requests "
+                          f"ended early (first: {first})")
         return cfg.failure_refiner(failure) if cfg.failure_refiner else failure
     return None
 
@@ -168,7 +169,13 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     closed, cap = _check(cfg, workload)
     references = load_references(cfg.reference_path) if cfg.reference_path else None
     out_dir = Path(cfg.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidInput(f"--out {out_dir}: cannot create the run directory: {exc.strerror or exc}") from None
+    if not endpoint_answers(cfg.endpoint):
+        raise InvalidInput(f"{cfg.endpoint} does not answer on {' or '.join(HEALTH_PATHS)}",
+                           hint="start the server or check --endpoint")
     requests_path = out_dir / REQUESTS_FILE
     RecordWriter(requests_path, truncate=True).close()
     metrics_url = cfg.metrics_url or cfg.endpoint.rstrip("/") + "/metrics"

@@ -156,3 +156,16 @@ def test_cli_run(workloads, tmp_path, capsys):
     assert main(["run", "--endpoint", "http://x", "--model", "m", "--workload", str(workloads["shared"]),
                  "--out", str(tmp_path), "--slo", "oops"]) == 1
     assert "KEY=MS" in capsys.readouterr().err
+
+
+def test_cli_bad_paths_and_dead_endpoint_are_one_line_errors(workloads, tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    cases = [
+        (["--workload", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "a")], "no such file"),
+        (["--workload", str(workloads["shared"]), "--out", str(tmp_path / "file" / "x")], "cannot create the run directory"),
+        (["--workload", str(workloads["shared"]), "--out", str(tmp_path / "b")], "does not answer"),
+    ]
+    for argv, message in cases:
+        assert main(["run", "--endpoint", "http://127.0.0.1:9", "--model", "m", *argv]) == 1
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
