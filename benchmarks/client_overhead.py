@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
+import psutil
 from tabulate import tabulate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,6 +60,14 @@ def start_servers(port: int, processes: int) -> list[subprocess.Popen]:
         if not line.startswith("ready"):
             raise SystemExit(f"fake server did not start: {line!r}")
     return procs
+
+
+def cpu_s(servers: list[subprocess.Popen]) -> tuple[float, float]:
+    """(CPU seconds of this process and its reaped children, CPU seconds of the server processes)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    client = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    server = sum(sum(psutil.Process(s.pid).cpu_times()[:2]) for s in servers)
+    return client, server
 
 
 def infkit_client(url: str, requests, streams: int, workers: int | None, out: Path) -> tuple[float, np.ndarray, float | None, int]:
@@ -122,27 +132,37 @@ def main() -> int:
             n = max(streams * args.rounds, 8)
             w = make_workload("random", Common(arrival=Arrival("closed", concurrency=streams), requests=n, input_tokens=16,
                                                output_tokens=OUT_TOKENS), {}, tok_dir)
+            c0, s0 = cpu_s(servers)
             rate, err, lag, workers = infkit_client(url, w.requests, streams, args.workers, tmp / f"r{streams}.jsonl")
+            c1, s1 = cpu_s(servers)
+            chunks = n * (OUT_TOKENS + 1)
             ideal = streams / IDEAL_E2E_S
             p50, p99 = np.percentile(err, [50, 99])
             summary[streams] = (rate, ideal, p99)
             rows.append(("infkit", streams, workers, n, f"{rate:.1f}", f"{ideal:.1f}", f"{rate / ideal:.1%}", f"{p50:.1f}",
-                         f"{p99:.1f}", f"{lag:.1f}" if lag is not None else "-"))
+                         f"{p99:.1f}", f"{lag:.1f}" if lag is not None else "-", f"{(c1 - c0) / chunks * 1e6:.1f}",
+                         f"{(s1 - s0) / chunks * 1e6:.1f}"))
         if not args.no_plain and 1024 in args.streams:
             prompts = [r.prompt for r in w.requests]
+            c0, s0 = cpu_s(servers)
             rate, err = asyncio.run(_plain(url, prompts, 1024))
+            c1, s1 = cpu_s(servers)
+            chunks = len(prompts) * (OUT_TOKENS + 1)
             p50, p99 = np.percentile(err, [50, 99])
             summary["plain"] = rate
             rows.append(("plain asyncio", 1024, 1, len(prompts), f"{rate:.1f}", f"{1024 / IDEAL_E2E_S:.1f}",
-                         f"{rate / (1024 / IDEAL_E2E_S):.1%}", f"{p50:.1f}", f"{p99:.1f}", "-"))
+                         f"{rate / (1024 / IDEAL_E2E_S):.1%}", f"{p50:.1f}", f"{p99:.1f}", "-",
+                         f"{(c1 - c0) / chunks * 1e6:.1f}", f"{(s1 - s0) / chunks * 1e6:.1f}"))
     finally:
         for s in servers:
             s.terminate()
             s.wait(10)
     print(f"fake server: TTFT {TTFT_MS:g} ms, {GAP_MS:g} ms/token, {OUT_TOKENS} tokens (ideal E2E {IDEAL_E2E_S * 1e3:.0f} ms); "
-          f"{os.cpu_count()} CPUs; {args.server_processes} server process(es)")
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.server_processes} server process(es); "
+          f"CPU us/chunk counts client start-up (worker processes) too")
     print(tabulate(rows, headers=["client", "streams", "procs", "requests", "req/s", "ideal req/s", "of ideal",
-                                  "TTFT err P50 ms", "TTFT err P99 ms", "loop lag P99 ms"]))
+                                  "TTFT err P50 ms", "TTFT err P99 ms", "loop lag P99 ms", "client CPU us/chunk",
+                                  "server CPU us/chunk"]))
     if 256 in summary:
         rate, ideal, p99 = summary[256]
         ok = rate / ideal >= 0.9 and p99 <= 20.0
