@@ -169,3 +169,16 @@ def test_cli_bad_paths_and_dead_endpoint_are_one_line_errors(workloads, tmp_path
         assert main(["run", "--endpoint", "http://127.0.0.1:9", "--model", "m", *argv]) == 1
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_concurrency_cap_counts_as_client_queue_wait_not_send_lag(workloads, tmp_path):
+    # 24 requests at 40/s but at most 2 in flight, each ~80 ms: requests queue behind the cap.
+    with FakeOpenAIServer(FakeConfig(ttft_s=0.03, gap_s=0.007)) as srv:
+        out = measure(_cfg(srv, workloads["poisson"], tmp_path, max_concurrency=2))
+    doc = out.result
+    assert doc["workload"]["concurrency"] == 2
+    waited = [r for r in out.records if r.slot_s is not None]
+    assert len(waited) >= 10
+    assert doc["performance"]["queue_wait_client_ms"]["max"] > 100.0  # waiting for a slot is client queue wait
+    assert doc["details"]["client"]["send_lag_p99_ms"] < 20.0  # ... but not lateness of the client
+    assert max(r.sent_s - r.slot_s for r in waited) < 0.02

@@ -176,6 +176,7 @@ async def run_share(share: Share, start_clock: Callable[[], float] = time.monoto
             warmed = await warm_pool(session, share.client, min(pool, len(share.requests)))
             # Long-lived setup objects leave the GC's view, and young collections run less
             # often: with thousands of live streams a full collection is a multi-ms stall.
+            thresholds = gc.get_threshold()
             gc.freeze()
             gc.set_threshold(GC_GEN0_THRESHOLD, 50, 100)
             t0 = start_clock()
@@ -191,6 +192,8 @@ async def run_share(share: Share, start_clock: Callable[[], float] = time.monoto
             finally:
                 lag_task.cancel()
                 await asyncio.gather(lag_task, return_exceptions=True)
+                gc.set_threshold(*thresholds)  # the caller's process gets its GC back as it was
+                gc.unfreeze()
     lags_ms = np.asarray(monitor.lags_s) * 1e3
     return ShareStats(
         worker=share.worker, t0=t0, records_written=written, interrupted=interrupted, lag_samples=int(lags_ms.size),
