@@ -65,6 +65,7 @@ def test_interpret_completions_chat_usage_and_errors():
     usage = interpret({"choices": [], "usage": {"completion_tokens": 3}})
     assert usage.usage == {"completion_tokens": 3} and usage.text == ""
     assert interpret({"error": {"message": "boom"}}).error == "boom"
+    assert interpret({"object": "error", "message": "too long", "code": 400}).error == "too long"
 
 
 def test_payload_flags():

@@ -52,7 +52,8 @@ def interpret(payload: dict[str, Any]) -> ChunkInfo:
     usage = payload.get("usage")
     choices = payload.get("choices")
     if not choices:
-        err = payload.get("error")
+        # {"error": {...}} (OpenAI, newer vLLM) or a bare {"object": "error", "message": ...} (older vLLM)
+        err = payload.get("error") if "error" in payload else (payload if payload.get("object") == "error" else None)
         if err is not None:
             return ChunkInfo("", None, usage, err.get("message", str(err)) if isinstance(err, dict) else str(err))
         return ChunkInfo("", None, usage, None)
