@@ -80,8 +80,10 @@ def _performance(cfg: MeasureConfig, inputs: ResultInputs) -> Performance:
     reasons = group.pop("null_reasons")
     perf = Performance(**group, null_reasons=reasons)
     queue = inputs.server_metrics.get("queue_time_ms")
-    if queue:
+    if queue and queue["distribution"]:
         perf.queue_wait_server_ms = queue["distribution"]
+    elif queue:
+        perf.null_reasons["queue_wait_server_ms"] = f"{queue['series']}: {queue['unresolved']}"
     else:
         perf.null_reasons["queue_wait_server_ms"] = inputs.server_metrics["absent"].get("queue_time_ms", "not measured")
     if inputs.peak_memory_bytes is not None:

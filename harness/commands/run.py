@@ -44,6 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reference", help="reference outputs (a previous requests.jsonl) for greedy agreement")
     p.add_argument("--max-send-lag-ms", type=float, default=ValidityLimits.send_lag_p99_ms,
                    help="validity: client send-lag P99 limit")
+    p.add_argument("--max-loop-lag-ms", type=float, default=ValidityLimits.loop_lag_p99_ms,
+                   help="validity: client event-loop lag P99 limit")
     p.set_defaults(func=run)
 
 
@@ -68,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         backend_version=args.backend_version, metrics_url=args.metrics_url, ignore_eos=args.ignore_eos,
         min_tokens=args.min_tokens, slo=_slo(args.slo), client_workers=args.client_workers,
         memory_probe=rss_probe(args.server_pid) if args.server_pid else None, reference_path=args.reference,
-        validity=ValidityLimits(send_lag_p99_ms=args.max_send_lag_ms),
+        validity=ValidityLimits(send_lag_p99_ms=args.max_send_lag_ms, loop_lag_p99_ms=args.max_loop_lag_ms),
     )
     outcome = measure(cfg)
     doc = outcome.result
