@@ -6,7 +6,8 @@
   nothing that finished); requests never sent get a ``not_sent`` record at the end;
 - ``metrics_before.prom`` / ``metrics_after.prom`` — the server's raw ``/metrics`` text;
 - ``result.json`` — the schema-valid result (server metrics in ``details.server_metrics``,
-  validity in ``conclusion``).
+  validity in ``conclusion``);
+- ``summary.txt`` — the same, as a short table for people.
 
 Ctrl-C ends the run: finished records stay, in-flight ones are ``cancelled``, the result
 is written with an ``aborted`` failure, then ``KeyboardInterrupt`` propagates.
@@ -37,12 +38,14 @@ from harness.errors import InvalidInput
 from harness.ids import new_run_id
 from harness.metrics import SLO_KEYS
 from harness.serving_result import ResultInputs, build_serving_result
+from harness.summary import render_summary
 from harness.telemetry import POLLED_GAUGES, GaugePoller, PeakSampler, scrape, summarize
 from harness.validity import ValidityLimits, load_references
 from harness.workload import Workload, load_workload
 
 REQUESTS_FILE = "requests.jsonl"
 RESULT_FILE = "result.json"
+SUMMARY_FILE = "summary.txt"
 METRICS_BEFORE = "metrics_before.prom"
 METRICS_AFTER = "metrics_after.prom"
 HEALTH_PATHS = ("/health", "/v1/models")
@@ -212,6 +215,7 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     )
     doc = build_serving_result(cfg, inputs)
     result_path = write_result(out_dir / RESULT_FILE, doc)
+    atomic_write_text(out_dir / SUMMARY_FILE, render_summary(doc))
     outcome = MeasureOutcome(result_path=result_path, requests_path=requests_path, metrics_before_path=before_path,
                              metrics_after_path=after_path, result=doc, records=tuple(records))
     if run.interrupted:

@@ -151,7 +151,8 @@ def test_cli_run(workloads, tmp_path, capsys):
         code = main(["run", "--endpoint", srv.url, "--model", "fake", "--workload", str(workloads["shared"]),
                      "--out", str(tmp_path), "--slo", "ttft_ms=200"])
     out = capsys.readouterr().out
-    assert code == 0 and "VALID" in out and "ttft_ms" in out
+    assert code == 0 and "VALID" in out and "ttft_ms" in out and "prefix-cache hit rate" in out
+    assert (tmp_path / "summary.txt").read_text().splitlines()[-1] == "VALID"
     assert validate_file(tmp_path / "result.json") == []
     assert main(["run", "--endpoint", "http://x", "--model", "m", "--workload", str(workloads["shared"]),
                  "--out", str(tmp_path), "--slo", "oops"]) == 1

@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tabulate import tabulate
-
 from harness.errors import InvalidInput
 from harness.metrics import SLO_KEYS
 from harness.serving import MeasureConfig, measure
+from harness.summary import render_summary
 from harness.telemetry import rss_probe
 from harness.validity import ValidityLimits
 
@@ -73,19 +72,7 @@ def run(args: argparse.Namespace) -> int:
         validity=ValidityLimits(send_lag_p99_ms=args.max_send_lag_ms, loop_lag_p99_ms=args.max_loop_lag_ms),
     )
     outcome = measure(cfg)
-    doc = outcome.result
-    perf, concl = doc["performance"], doc["conclusion"]
-    rows = []
-    for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_wait_client_ms", "queue_wait_server_ms"):
-        d = perf[name]
-        rows.append((name, *(f"{d[k]:.2f}" if d and k in d else "-" for k in ("mean", "p50", "p90", "p99"))))
-    print(tabulate(rows, headers=["metric", "mean", "p50", "p90", "p99"]))
-    tp = perf["throughput"]
-    if tp:
-        print(f"\n{tp['request_rate_rps']:.2f} req/s, {tp['output_tokens_per_s']:.1f} output tok/s over {tp['duration_s']:.2f} s")
-    print(f"terminations: {doc['correctness']['termination_counts']}")
-    print("VALID" if concl["valid"] else "INVALID")
-    for reason in concl["invalid_reasons"]:
-        print(f"  - {reason}")
+    print(render_summary(outcome.result), end="")
     print(f"wrote {outcome.result_path}")
+    concl = outcome.result["conclusion"]
     return 0 if concl["valid"] and not concl["failure"] else EXIT_INVALID
