@@ -1,0 +1,1 @@
+"""Environment roles as pinned images: locks, Dockerfile checks, dependency locks, builds."""

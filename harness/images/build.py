@@ -1,0 +1,180 @@
+"""Build, pull and re-lock role images with the machine's container engine.
+
+Builds go through the engine's CLI (``docker build`` with BuildKit, or ``podman
+build``) because build secrets — how a proxy CA reaches pip without landing in a
+layer — are a CLI feature, not one of the Engine API. A build may swap the
+base (``base_image``): the image then carries the substitution in its labels
+(``io.infkit.base.substituted-for``) and runs record it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.contract.atomic import atomic_write_text
+from harness.contract.result import utc_now
+from harness.errors import CapabilityMissing, InfkitError, InvalidInput
+from harness.images.locks import REPO_ROOT, ImageLock
+from harness.runtime.base import docker_engine_present
+
+DEFAULT_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+SOURCE_URL = "https://github.com/infkit/infkit"
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    role: str
+    engine: str | None = None  # docker | podman; None: INFKIT_CONTAINER_ENGINE, else detected
+    base_image: str | None = None  # swap the locked base (e.g. a locally imported Debian)
+    ca_bundle: Path | None = None  # passed as build secret `cabundle`; None: the system bundle if present
+    network_host: bool = True  # podman builds on these machines reach the mirrors only through the host network
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    refs: tuple[str, ...]
+    image_id: str
+    base_image: str
+    base_substituted_for: str | None
+    seconds: float
+
+
+def detect_engine(requested: str | None = None) -> str:
+    engine = requested or os.environ.get("INFKIT_CONTAINER_ENGINE")
+    if engine:
+        if engine not in ("docker", "podman"):
+            raise InvalidInput(f"unknown container engine {engine!r}", hint="docker or podman")
+        if not shutil.which(engine):
+            raise CapabilityMissing(f"{engine} is not installed")
+        return engine
+    if shutil.which("docker") and docker_engine_present():
+        return "docker"
+    if shutil.which("podman"):
+        return "podman"
+    raise CapabilityMissing("no container engine (docker with a running daemon, or podman)",
+                            hint="see docs/images.md: podman works on machines without a Docker daemon")
+
+
+def _run(argv: list[str], timeout_s: float, what: str) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise InfkitError(f"{what} took longer than {timeout_s:.0f} s") from exc
+    if proc.returncode != 0:
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-4:])
+        raise InfkitError(f"{what} failed (exit {proc.returncode}): {tail}")
+    return proc.stdout
+
+
+def git_revision(root: Path = REPO_ROOT) -> str:
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def image_id(engine: str, ref: str) -> str | None:
+    proc = subprocess.run([engine, "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        return None
+    found = proc.stdout.strip()
+    return found if found.startswith("sha256:") else f"sha256:{found}"
+
+
+def build_argv(lock: ImageLock, cfg: BuildConfig, engine: str, base_id: str | None) -> list[str]:
+    """The engine command line that builds ``lock``'s role (pure: tested without an engine)."""
+    base = cfg.base_image or lock.base_image
+    if cfg.base_image:
+        base_name, base_digest, substituted = cfg.base_image, base_id or "", lock.base_image
+    else:
+        base_name, base_digest, substituted = lock.doc["base"]["name"], lock.doc["base"]["digest"], ""
+    args = {
+        "BASE_IMAGE": base, "BASE_NAME": base_name, "BASE_DIGEST": base_digest,
+        "BASE_SUBSTITUTED_FOR": substituted, "SOURCE": SOURCE_URL,
+        "REVISION": git_revision(), "CREATED": utc_now(),
+    }
+    argv = [engine, "build", "-f", str(lock.dockerfile), "-t", lock.local_ref, "-t", lock.tag_ref]
+    if engine == "podman":
+        # HEALTHCHECK survives only in the docker image format; local bases must not be pulled
+        argv += ["--format", "docker", "--pull=never" if cfg.base_image else "--pull=missing"]
+    if cfg.network_host:
+        argv += ["--network=host"]
+    ca = cfg.ca_bundle if cfg.ca_bundle is not None else (DEFAULT_CA_BUNDLE if DEFAULT_CA_BUNDLE.is_file() else None)
+    if ca:
+        argv += ["--secret", f"id=cabundle,src={ca}"]
+    for name, value in args.items():
+        argv += ["--build-arg", f"{name}={value}"]
+    # The Dockerfile's LABELs carry the same values; labels given here are applied even when
+    # every layer comes from the cache (podman does not re-run a cached LABEL for new ARG values).
+    labels = {"org.opencontainers.image.revision": args["REVISION"], "org.opencontainers.image.created": args["CREATED"],
+              "org.opencontainers.image.base.name": base_name, "org.opencontainers.image.base.digest": base_digest,
+              "io.infkit.base.substituted-for": substituted}
+    for name, value in labels.items():
+        argv += ["--label", f"{name}={value}"]
+    return argv + [str(REPO_ROOT)]
+
+
+def build_image(lock: ImageLock, cfg: BuildConfig) -> BuildOutcome:
+    import time
+
+    if lock.base_placeholder and not cfg.base_image:
+        raise CapabilityMissing(
+            f"images/{lock.role}.lock.json has a placeholder base digest for {lock.doc['base']['name']}",
+            hint=f"resolve it with `make lock-base ROLE={lock.role}` where the registry is reachable",
+        )
+    engine = detect_engine(cfg.engine)
+    base_id = image_id(engine, cfg.base_image) if cfg.base_image else None
+    if cfg.base_image and base_id is None:
+        raise InvalidInput(f"base image {cfg.base_image} is not in the {engine} image store")
+    env = dict(os.environ, DOCKER_BUILDKIT="1")
+    t0 = time.monotonic()
+    proc = subprocess.run(build_argv(lock, cfg, engine, base_id), env=env, text=True, timeout=3600,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
+        raise InfkitError(f"building {lock.role} with {engine} failed (exit {proc.returncode}):\n{tail}")
+    built = image_id(engine, lock.local_ref)
+    if built is None:
+        raise InfkitError(f"{engine} reported success but {lock.local_ref} is not in the image store")
+    return BuildOutcome((lock.local_ref, lock.tag_ref), built, cfg.base_image or lock.base_image,
+                        lock.base_image if cfg.base_image else None, time.monotonic() - t0)
+
+
+def pull_image(lock: ImageLock, engine: str | None = None) -> str:
+    """Pull the role's image by the digest in its lock; returns the reference pulled."""
+    ref = lock.pull_ref()
+    engine = detect_engine(engine)
+    _run([engine, "pull", ref], 3600, f"{engine} pull {ref}")
+    return ref
+
+
+def resolve_registry_digest(ref: str) -> str:
+    """A tag's manifest digest from the registry, without pulling (Docker Engine API distribution endpoint)."""
+    try:
+        import docker
+    except ImportError as exc:
+        raise CapabilityMissing("the docker SDK is not installed", hint="pip install 'infkit[docker]'") from exc
+    try:
+        return docker.from_env().images.get_registry_data(ref).id
+    except docker.errors.DockerException as exc:
+        raise CapabilityMissing(f"cannot resolve {ref} against its registry: {exc}") from exc
+
+
+def pin_dockerfile_base(dockerfile: Path, name: str, digest: str) -> None:
+    """Rewrite the Dockerfile's ``BASE_IMAGE``/``BASE_DIGEST`` defaults to ``name@digest``."""
+    text = dockerfile.read_text()
+    new = re.sub(r"(?m)^ARG BASE_IMAGE=.*$", f"ARG BASE_IMAGE={name}@{digest}", text)
+    new = re.sub(r"(?m)^ARG BASE_DIGEST=.*$", f"ARG BASE_DIGEST={digest}", new)
+    if new == text and f"{name}@{digest}" not in text:
+        raise InvalidInput(f"{dockerfile} has no `ARG BASE_IMAGE=` line to rewrite")
+    atomic_write_text(dockerfile, new)

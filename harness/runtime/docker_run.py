@@ -1,0 +1,105 @@
+"""Run one harness command inside a role image and wait for it.
+
+This is how ``--runtime docker`` works for commands that are not servers
+(``infkit mech …``, ``infkit cuda …``): the same argv, executed by the image's
+entry point (``python3 -m harness`` from the read-only mount) with the run
+directory mounted read-write at its host path. The container has no network
+unless asked. In every ``run.json`` the command wrote under the run directory,
+the role's ``images`` entry is replaced by the image actually used (digest,
+base substitution).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.contract.atomic import atomic_write_bytes
+from harness.errors import InfkitError
+from harness.images.locks import load_lock
+from harness.runinfo import RUN_FILE, write_run_record
+from harness.runtime.docker import (
+    DEFAULT_SHM_BYTES,
+    DockerSettings,
+    check_gpu_request,
+    client,
+    device_requests,
+    image_record,
+    mounts_for,
+    resolve_image,
+)
+
+ENTRYPOINT = "/opt/infkit-image/infkit-entrypoint.sh"
+
+
+@dataclass(frozen=True)
+class HarnessRun:
+    exit_code: int
+    log_path: Path
+    image: dict[str, Any]
+    seconds: float
+
+
+def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, ...] = (), network: bool = False,
+                timeout_s: float = 3600.0, log_name: str = "container.log",
+                settings: DockerSettings | None = None, api=None) -> HarnessRun:
+    """Run ``infkit <args>`` in ``role``'s image; the log lands in ``run_dir/log_name``."""
+    settings = settings or DockerSettings.from_env()
+    lock = load_lock(role)
+    check_gpu_request(lock, gpus, settings)
+    api = api or client()
+    run_dir = Path(run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    image = resolve_image(api, lock, settings.image)
+    record = image_record(lock, image)
+    t0, started_s = time.monotonic(), time.time() - 1.0  # mtime granularity
+    container = api.containers.run(
+        image.id, entrypoint=[ENTRYPOINT], command=list(args), detach=True,
+        environment={"HOME": "/tmp", "INFKIT_CONTAINER_IMAGE": json.dumps(record)},
+        volumes=mounts_for(tuple(args), run_dir, settings.harness_root), working_dir=str(run_dir),
+        user=f"{os.getuid()}:{os.getgid()}", network_mode=None if network else "none",
+        device_requests=device_requests(gpus), shm_size=DEFAULT_SHM_BYTES,
+    )
+    try:
+        try:
+            code = int(container.wait(timeout=timeout_s).get("StatusCode", -1))
+        except Exception as exc:
+            container.kill()
+            raise InfkitError(f"{role} container did not finish within {timeout_s:.0f} s") from exc
+        log_path = run_dir / log_name
+        atomic_write_bytes(log_path, container.logs(stdout=True, stderr=True))
+    finally:
+        try:
+            container.remove(force=True)
+        except Exception:
+            pass
+    if code == 0:
+        record_image(run_dir, record, since=started_s)
+    return HarnessRun(code, log_path, record, time.monotonic() - t0)
+
+
+def record_image(run_dir: Path, record: dict[str, Any], since: float = 0.0) -> list[Path]:
+    """Put the container image into every ``run.json`` under ``run_dir`` written since ``since``.
+
+    An entry for the same role (compared case-insensitively: ``INF-CPU`` is ``inf-cpu``)
+    is replaced; the role keeps the spelling the experiment used.
+    """
+    from harness.runinfo import RunRecord
+
+    updated = []
+    for path in sorted(run_dir.rglob(RUN_FILE)):
+        if path.stat().st_mtime < since:
+            continue
+        doc = json.loads(path.read_text())
+        role = next((i["role"] for i in doc.get("images", []) if i.get("role", "").lower() == record["role"]),
+                    record["role"])
+        images = [i for i in doc.get("images", []) if i.get("role", "").lower() != record["role"]]
+        fields = {k: v for k, v in doc.items() if k != "schema"}
+        fields["images"] = [*images, {**record, "role": role}]
+        write_run_record(path.parent, RunRecord(**fields))
+        updated.append(path)
+    return updated

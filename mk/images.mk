@@ -1,0 +1,27 @@
+# Environment-role images (docs/images.md). ROLE=<role> picks one; without it, every role.
+# ENGINE=docker|podman overrides detection; BASE_IMAGE=<local ref> builds on a substitute base
+# (recorded in the image's labels and in every run that uses it).
+ROLE       ?=
+ENGINE     ?=
+BASE_IMAGE ?=
+IMAGE_ROLES = $(or $(ROLE),$(shell ls images/*.lock.json 2>/dev/null | sed -e 's|images/||' -e 's|\.lock\.json||'))
+ENGINE_ARG  = $(if $(ENGINE),--engine $(ENGINE))
+
+.PHONY: images pull lock lock-base images-check
+
+images: setup ## build role images (ROLE=..., ENGINE=docker|podman, BASE_IMAGE=local base)
+	@set -e; for r in $(IMAGE_ROLES); do \
+	  $(INFKIT) images build $$r $(ENGINE_ARG) $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)); done
+
+pull: setup ## pull role images by the digest in their locks (ROLE=...)
+	@set -e; for r in $(IMAGE_ROLES); do $(INFKIT) images pull $$r $(ENGINE_ARG); done
+
+lock: setup ## refresh image locks after a build/push (ROLE=..., DIGEST=sha256:... for one role)
+	@set -e; for r in $(IMAGE_ROLES); do \
+	  $(INFKIT) images lock $$r $(if $(DIGEST),--digest $(DIGEST)); done
+
+lock-base: setup ## resolve a role's base tag to its registry digest (needs a registry; ROLE=...)
+	@set -e; for r in $(IMAGE_ROLES); do $(INFKIT) images lock-base $$r; done
+
+images-check: setup ## hadolint + digest pins + locks consistent with their files
+	$(INFKIT) images check $(IMAGE_ROLES)

@@ -1,0 +1,153 @@
+"""inf-cpu built with podman from a local Debian base, then driven through the docker SDK.
+
+Needs a Docker-API engine (``DOCKER_HOST``) and the local base image
+(``INFKIT_LOCAL_BASE_IMAGE``); ``.ci/setup-docker.sh`` provides both with rootful
+podman. Skips without them, fails instead when ``INFKIT_REQUIRE_DOCKER=1``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.contract.schemas import validate_file
+from harness.images.locks import REPO_ROOT, load_lock
+from harness.runtime.base import ServerSpec, ServerStartError, get_runtime
+from harness.runtime.docker import HARNESS_MOUNT
+from harness.runtime.docker_run import run_harness
+from tests.conftest import require_or_skip
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def api():
+    docker = pytest.importorskip("docker")
+    try:
+        client = docker.from_env(timeout=60)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        require_or_skip("INFKIT_REQUIRE_DOCKER", f"no Docker-API engine reachable ({exc}); source .ci/setup-docker.sh")
+    return client
+
+
+@pytest.fixture(scope="module")
+def local_base(api) -> str:
+    base = os.environ.get("INFKIT_LOCAL_BASE_IMAGE")
+    if not base:
+        require_or_skip("INFKIT_REQUIRE_DOCKER", "INFKIT_LOCAL_BASE_IMAGE is not set; source .ci/setup-docker.sh")
+    return base
+
+
+@pytest.fixture(scope="module")
+def inf_cpu(api, local_base):
+    """`make images ROLE=inf-cpu` on the local base, as docs/images.md says; returns the SDK image."""
+    proc = subprocess.run(["make", "-C", str(REPO_ROOT), "images", "ROLE=inf-cpu", f"BASE_IMAGE={local_base}"],
+                          capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lock = load_lock("inf-cpu")
+    assert f"base substituted for {lock.base_image}" in proc.stdout
+    return api.images.get(lock.local_ref)
+
+
+def test_image_records_the_base_substitution(inf_cpu):
+    lock = load_lock("inf-cpu")
+    labels = inf_cpu.labels
+    assert labels["io.infkit.base.substituted-for"] == lock.base_image
+    assert labels["org.opencontainers.image.base.name"] == os.environ["INFKIT_LOCAL_BASE_IMAGE"]
+    assert labels["org.opencontainers.image.base.digest"].startswith("sha256:")
+    assert labels["io.infkit.role"] == "inf-cpu"
+    assert inf_cpu.attrs["Config"]["User"] == "10001:10001"
+
+
+def test_harness_command_in_container_writes_a_schema_valid_document(inf_cpu, tmp_path: Path):
+    run_dir = tmp_path / "run"
+    out = run_dir / "fingerprint.json"
+    outcome = run_harness("inf-cpu", ["fingerprint", "--out", str(out)], run_dir)
+    assert outcome.exit_code == 0, outcome.log_path.read_text()
+    assert validate_file(out) == []
+    doc = json.loads(out.read_text())
+    assert doc["host"]["os"].startswith("Debian GNU/Linux 12")  # ran in the image, not on the host's venv
+    assert doc["python"]["version"].startswith("3.11")
+    assert outcome.image["digest"] == inf_cpu.id
+    assert outcome.image["base_substituted"] == load_lock("inf-cpu").base_image
+    # the harness inside validates with the schemas it reads from the read-only mount
+    check = run_harness("inf-cpu", ["validate", str(out)], run_dir, log_name="validate.log")
+    assert check.exit_code == 0 and "valid" in check.log_path.read_text()
+
+
+def test_cpu_mechanism_in_container_records_its_image(inf_cpu, tmp_path: Path):
+    if importlib.util.find_spec("harness.commands.mech") is None:
+        pytest.skip("`infkit mech` is not in this checkout yet (the fingerprint test covers the same path)")
+    outcome = run_harness("inf-cpu", ["mech", "budget", "--out", str(tmp_path), "--run-id", "r1", "--quiet"], tmp_path)
+    assert outcome.exit_code == 0, outcome.log_path.read_text()
+    run_dir = tmp_path / "budget" / "r1"
+    assert validate_file(run_dir / "result.json") == []
+    assert validate_file(run_dir / "run.json") == []
+    images = json.loads((run_dir / "run.json").read_text())["images"]
+    assert [i["digest"] for i in images] == [inf_cpu.id]  # the container, not a native package list
+    assert images[0]["base_substituted"] == load_lock("inf-cpu").base_image
+
+
+def test_failing_command_reports_its_exit_code(inf_cpu, tmp_path: Path):
+    outcome = run_harness("inf-cpu", ["validate", str(tmp_path / "missing.json")], tmp_path)
+    assert outcome.exit_code == 1
+    assert "no such file" in outcome.log_path.read_text()
+
+
+def test_harness_mount_is_read_only_and_has_no_network(api, inf_cpu, tmp_path: Path):
+    script = (f"test -f {HARNESS_MOUNT}/harness/__init__.py && ! touch {HARNESS_MOUNT}/x 2>/dev/null && echo ro-ok; "
+              "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 53), timeout=2)' 2>/dev/null || echo no-net")
+    out = api.containers.run(inf_cpu.id, entrypoint=["sh", "-c", script], network_mode="none", remove=True,
+                             volumes={str(REPO_ROOT): {"bind": HARNESS_MOUNT, "mode": "ro"}})
+    assert out.decode().split() == ["ro-ok", "no-net"]
+
+
+def test_entrypoint_explains_a_missing_harness_mount(api, inf_cpu):
+    import docker
+
+    with pytest.raises(docker.errors.ContainerError) as info:
+        api.containers.run(inf_cpu.id, ["fingerprint"], network_mode="none", remove=True, stderr=True)
+    assert info.value.exit_status == 2
+    assert b"not mounted at /opt/infkit" in info.value.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_server_lifecycle_through_the_runtime(inf_cpu, tmp_path: Path):
+    port = _free_port()
+    spec = ServerSpec(argv=("python3", "-m", "http.server", str(port), "--bind", "0.0.0.0", "--directory", str(tmp_path)),
+                      port=port, role="inf-cpu", health_path="/")
+    handle = get_runtime("docker").start(spec, tmp_path)
+    try:
+        handle.wait_healthy(60)
+        assert handle.alive()
+        binding = handle.container.attrs["HostConfig"]["PortBindings"][f"{port}/tcp"][0]
+        assert binding["HostIp"] == "127.0.0.1"  # never on a public interface
+        assert (handle.memory_bytes() or 0) > 1 << 20
+        assert handle.image["digest"] == inf_cpu.id
+    finally:
+        code = handle.stop(timeout_s=10)
+    assert code == 0  # SIGINT: the server shut down cleanly
+    assert "GET / HTTP/1.1\" 200" in handle.log_path.read_text()
+
+
+def test_server_that_dies_fails_with_its_log(inf_cpu, tmp_path: Path):
+    spec = ServerSpec(argv=("python3", "-c", "import sys; print('bad flag --x'); sys.exit(3)"), port=_free_port(),
+                      role="inf-cpu")
+    handle = get_runtime("docker").start(spec, tmp_path)
+    try:
+        with pytest.raises(ServerStartError, match="bad flag --x"):
+            handle.wait_healthy(60)
+    finally:
+        assert handle.stop(timeout_s=5) == 3
