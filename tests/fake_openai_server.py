@@ -19,6 +19,7 @@ import json
 import logging
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -69,11 +70,6 @@ def _chunk(api: str, text: str | None, finish: str | None = None) -> bytes:
     else:
         choice = {"index": 0, "text": text or "", "finish_reason": finish}
     return b"data: " + json.dumps({"id": "fake", "object": "chunk", "model": "fake", "choices": [choice]}).encode() + b"\n\n"
-
-
-def _frame(payload: bytes) -> bytes:
-    """One HTTP/1.1 chunk (the response is chunked; aiohttp frames what goes through resp.write)."""
-    return b"%x\r\n%s\r\n" % (len(payload), payload)
 
 
 class FakeOpenAIServer:
@@ -162,52 +158,30 @@ class FakeOpenAIServer:
         return resp
 
     async def _stream(self, request, resp, api, n, max_tokens, prompt_tokens, cached, body) -> None:
-        """Tokens go out from timer callbacks straight to the transport (framed as HTTP chunks after
-        aiohttp has sent the headers): a token costs one callback, so the fake server stays cheap
-        next to the client under test."""
         cfg, st = self.config, self.state
-        loop = asyncio.get_running_loop()
-        transport = request.transport
-        start = loop.time()  # call_at runs on the loop's clock (uvloop's differs from time.monotonic)
-        frame = _frame(_chunk(api, " tok"))
-        ended: asyncio.Future = loop.create_future()
-
-        def due(k: int) -> float:
-            return start + cfg.ttft_s + k * cfg.gap_s + (self._rng.uniform(0, cfg.jitter_s) if cfg.jitter_s else 0.0)
-
-        def emit(k: int) -> None:
-            if ended.done() or transport is None or transport.is_closing():
-                if not ended.done():
-                    ended.set_result("gone")
-                return
+        start = time.monotonic()
+        token = _chunk(api, " tok")
+        for k in range(max_tokens):
+            due = start + cfg.ttft_s + k * cfg.gap_s + (self._rng.uniform(0, cfg.jitter_s) if cfg.jitter_s else 0.0)
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
             if k == 2 and cfg.stall_every and n % cfg.stall_every == 0:
-                return  # never another byte; the client's timeout must end it
+                await asyncio.sleep(3600)
             if k == 2 and cfg.disconnect_every and n % cfg.disconnect_every == 0:
-                transport.abort()
-                ended.set_result("gone")
+                request.transport.abort()
                 return
             if k == 2 and cfg.error_every and n % cfg.error_every == 0:
-                transport.write(_frame(b'data: {"error": {"message": "injected stream error", "code": 500}}\n\n'))
-                ended.set_result("error")
+                await resp.write(b'data: {"error": {"message": "injected stream error", "code": 500}}\n\n')
                 return
-            transport.write(frame)
+            await resp.write(token)
             st.generation_tokens += 1
-            if k + 1 < max_tokens:
-                loop.call_at(due(k + 1), emit, k + 1)
-            else:
-                ended.set_result("done")
-
-        loop.call_at(due(0), emit, 0)
-        outcome = await ended
-        if outcome == "gone":
-            return
-        if outcome == "done":
-            await resp.write(_chunk(api, None, cfg.finish_reason))
-            if cfg.usage and (body.get("stream_options") or {}).get("include_usage"):
-                usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
-                         "total_tokens": prompt_tokens + max_tokens, "prompt_tokens_details": {"cached_tokens": cached}}
-                await resp.write(b"data: " + json.dumps({"id": "fake", "choices": [], "usage": usage}).encode() + b"\n\n")
-            await resp.write(b"data: [DONE]\n\n")
+        await resp.write(_chunk(api, None, cfg.finish_reason))
+        if cfg.usage and (body.get("stream_options") or {}).get("include_usage"):
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens, "total_tokens": prompt_tokens + max_tokens,
+                     "prompt_tokens_details": {"cached_tokens": cached}}
+            await resp.write(b"data: " + json.dumps({"id": "fake", "choices": [], "usage": usage}).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
 
     async def _metrics(self, request: web.Request) -> web.Response:
