@@ -80,7 +80,7 @@ class MeasureConfig:
     min_tokens: bool = False
     slo: Mapping[str, float] = field(default_factory=dict)  # ttft_ms, tpot_ms, e2e_ms, itl_ms
     token_budget: Mapping[str, int | None] | None = None  # max_num_batched_tokens, max_num_seqs, block_size
-    client_workers: int | None = None  # None: one process per 512 concurrent streams, up to the CPU count
+    client_workers: int | None = None  # None: one process per 1024 concurrent streams, up to the CPU count
     validity: ValidityLimits = field(default_factory=ValidityLimits)
     reference_path: str | Path | None = None  # reference outputs for greedy agreement
     failure_refiner: Callable[[Failure], Failure] | None = None  # e.g. add the server's log tail

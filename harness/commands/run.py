@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-tokens", action="store_true", help="also send min_tokens = output length")
     p.add_argument("--slo", action="append", default=[], metavar="KEY=MS",
                    help=f"goodput SLO, repeatable; KEY in {', '.join(SLO_KEYS)}")
-    p.add_argument("--client-workers", type=int, help="client processes (default: one per 512 streams)")
+    p.add_argument("--client-workers", type=int, help="client processes (default: one per 1024 streams)")
     p.add_argument("--reference", help="reference outputs (a previous requests.jsonl) for greedy agreement")
     p.add_argument("--max-send-lag-ms", type=float, default=ValidityLimits.send_lag_p99_ms,
                    help="validity: client send-lag P99 limit")
