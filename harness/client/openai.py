@@ -1,0 +1,178 @@
+"""Stream one request to an OpenAI-compatible server and turn it into a ``RequestRecord``.
+
+Timeouts, disconnects, HTTP errors and cancellation each end in a termination status
+(never a hang); whatever arrived before the end is kept in the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from harness.client.http import ConnectionPool, HTTPProtocolError
+from harness.client.records import RequestRecord
+from harness.client.sse import DONE, SSEParser, interpret
+from harness.workload.model import Request
+
+APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+FINISH_STATUS = {"stop": "stop", "length": "length", "abort": "aborted", "aborted": "aborted", "eos": "stop"}
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """How requests are sent; one per run."""
+
+    endpoint: str  # base URL, e.g. http://127.0.0.1:8000
+    model: str
+    api: str = "completions"
+    timeout_s: float = 600.0
+    ignore_eos: bool = False  # ask the server to generate exactly output_tokens (vLLM/SGLang extension)
+    min_tokens: bool = False  # also send min_tokens = output_tokens
+    temperature: float = 0.0
+    keep_text: bool = True  # store the generated text in the record (greedy agreement needs it)
+
+    @property
+    def url(self) -> str:
+        return self.endpoint.rstrip("/") + APIS[self.api]
+
+
+def build_payload(cfg: ClientConfig, req: Request) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": cfg.model,
+        "max_tokens": req.output_tokens,
+        "temperature": cfg.temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if cfg.api == "chat":
+        body["messages"] = [dict(m) for m in req.messages] if req.messages is not None else [
+            {"role": "user", "content": req.prompt or ""}]
+    else:
+        if req.prompt is None:
+            raise ValueError(f"request {req.index} has chat messages; run it with api='chat'")
+        body["prompt"] = req.prompt
+    if cfg.ignore_eos:
+        body["ignore_eos"] = True
+    if cfg.min_tokens:
+        body["min_tokens"] = req.output_tokens
+    return body
+
+
+class _Progress:
+    """Mutable state of one stream; frozen into a record however the stream ends."""
+
+    __slots__ = ("sent_s", "first_s", "end_s", "chunks", "text", "finish", "usage", "http_status", "done")
+
+    def __init__(self) -> None:
+        self.sent_s: float | None = None
+        self.first_s: float | None = None
+        self.end_s: float | None = None
+        self.chunks: list[float] = []
+        self.text: list[str] = []
+        self.finish: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.http_status: int | None = None
+        self.done = False
+
+
+def _record(req: Request, p: _Progress, status: str, error: str | None, *, scheduled_s: float | None,
+            slot_s: float | None, worker: int, keep_text: bool) -> RequestRecord:
+    usage = p.usage or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return RequestRecord(
+        index=req.index, status=status, scheduled_s=scheduled_s, slot_s=slot_s, sent_s=p.sent_s,
+        first_token_s=p.first_s, end_s=p.end_s, chunk_s=tuple(p.chunks), input_tokens=req.input_tokens,
+        output_tokens_requested=req.output_tokens, prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"), cached_tokens=details.get("cached_tokens"),
+        finish_reason=p.finish, http_status=p.http_status, error=error,
+        output_text="".join(p.text) if keep_text else None, worker=worker,
+    )
+
+
+class _StreamSink:
+    """Body callback: SSE payloads into progress, timestamped at arrival; error bodies kept as text."""
+
+    __slots__ = ("p", "t0", "parser", "error", "raw")
+
+    def __init__(self, p: _Progress, t0: float) -> None:
+        self.p, self.t0, self.parser = p, t0, SSEParser()
+        self.error: str | None = None
+        self.raw: list[bytes] = []  # body of a non-200 answer
+
+    def __call__(self, data: bytes, now_abs: float) -> None:
+        p = self.p
+        if p.http_status is not None and p.http_status != 200:
+            self.raw.append(data)
+            return
+        now = now_abs - self.t0
+        for payload in self.parser.feed(data):
+            if payload is DONE:
+                p.done = True
+                continue
+            text, finish, usage, error = interpret(payload)
+            if error:
+                self.error = self.error or error
+                p.end_s = now
+            if text:
+                if p.first_s is None:
+                    p.first_s = now
+                p.chunks.append(now)
+                p.text.append(text)
+                p.end_s = now
+            if finish:
+                p.finish = finish
+            if usage:
+                p.usage = usage
+
+
+async def _stream(pool: ConnectionPool, cfg: ClientConfig, body: bytes, t0: float, p: _Progress) -> str | None:
+    """Run the request; return an error message (HTTP or in-stream) or None. Raises on transport errors."""
+    sink = _StreamSink(p, t0)
+
+    def on_send() -> None:
+        p.sent_s = time.monotonic() - t0
+
+    def on_head(status: int) -> None:
+        p.http_status = status
+
+    status, _ = await pool.request("POST", APIS[cfg.api], body, sink, on_send=on_send, on_head=on_head)
+    if p.end_s is None:
+        p.end_s = time.monotonic() - t0
+    if status != 200:
+        detail = b"".join(sink.raw)[:300].decode("utf-8", errors="replace").replace("\n", " ")
+        return f"HTTP {status}: {detail}"
+    return sink.error
+
+
+async def send_request(pool: ConnectionPool, cfg: ClientConfig, req: Request, t0: float, *,
+                       scheduled_s: float | None, slot_s: float | None = None, worker: int = 0) -> RequestRecord:
+    """Send ``req`` and return its record; ``CancelledError`` propagates after the record is built
+    (it is attached to the exception as ``record``)."""
+    p = _Progress()
+    body = json.dumps(build_payload(cfg, req)).encode("utf-8")
+
+    def done(status: str, error: str | None = None) -> RequestRecord:
+        return _record(req, p, status, error, scheduled_s=scheduled_s, slot_s=slot_s, worker=worker, keep_text=cfg.keep_text)
+
+    try:
+        error = await asyncio.wait_for(_stream(pool, cfg, body, t0, p), cfg.timeout_s)
+    except asyncio.CancelledError as exc:
+        exc.record = done("cancelled" if p.sent_s is not None else "not_sent", "cancelled by the client")  # type: ignore[attr-defined]
+        raise
+    except asyncio.TimeoutError:
+        return done("timeout", f"no complete response within {cfg.timeout_s:g} s")
+    except (ConnectionError, HTTPProtocolError) as exc:
+        status = "disconnected" if p.http_status == 200 else "error"
+        return done(status, f"{type(exc).__name__}: {exc}")
+    except OSError as exc:  # connection refused, unreachable host, TLS failure
+        return done("error", f"{type(exc).__name__}: {exc}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        return done("error", f"malformed stream: {exc}")
+    if error is not None:
+        return done("error", error)
+    if p.finish is None and not p.done:
+        return done("disconnected", "stream ended without a finish reason or [DONE]")
+    return done(FINISH_STATUS.get(p.finish or "stop", "stop"))

@@ -1,0 +1,121 @@
+"""Per-request records and their append-only file, ``requests.jsonl``.
+
+Times are seconds since the run's start ``t0`` on ``time.monotonic()`` (CLOCK_MONOTONIC,
+shared by every process on the machine, so worker processes agree on one clock).
+Each record is written with one ``os.write`` on an ``O_APPEND`` descriptor as soon as
+its request ends: lines from several worker processes never interleave, and a crash
+loses nothing that completed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from harness.errors import InvalidInput
+
+# The result schema's termination enum; "ok" statuses are the ones with a complete stream.
+STATUSES = ("stop", "length", "aborted", "timeout", "error", "disconnected", "cancelled", "not_sent")
+COMPLETED = ("stop", "length")
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """What happened to one request of the workload."""
+
+    index: int
+    status: str
+    scheduled_s: float | None = None  # when the schedule wanted it sent (closed loop: when its slot freed)
+    slot_s: float | None = None  # when a concurrency slot freed, if it had to wait for one
+    sent_s: float | None = None  # just before the HTTP request was written
+    first_token_s: float | None = None  # first chunk carrying generated text
+    end_s: float | None = None  # last content chunk or stream end
+    chunk_s: tuple[float, ...] = ()  # arrival time of every content chunk
+    input_tokens: int | None = None  # as the workload states
+    output_tokens_requested: int | None = None
+    prompt_tokens: int | None = None  # server usage
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    finish_reason: str | None = None  # as the server sent it
+    http_status: int | None = None
+    error: str | None = None
+    output_text: str | None = None
+    worker: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def completed(self) -> bool:
+        return self.status in COMPLETED
+
+    @property
+    def send_lag_s(self) -> float | None:
+        """Client lateness: sent minus the moment it could first have been sent."""
+        if self.sent_s is None or self.scheduled_s is None:
+            return None
+        ready = self.slot_s if self.slot_s is not None else self.scheduled_s
+        return max(0.0, self.sent_s - ready)
+
+    def to_json(self) -> str:
+        # A flat field walk: dataclasses.asdict deep-copies every chunk time, which shows up
+        # at thousands of records per second.
+        obj = {name: getattr(self, name) for name in _FIELDS}
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, obj: dict[str, Any]) -> RequestRecord:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in obj.items() if k in known}
+        values["chunk_s"] = tuple(values.get("chunk_s") or ())
+        return cls(**values)
+
+
+_FIELDS = tuple(f.name for f in fields(RequestRecord))
+
+
+class RecordWriter:
+    """Append-only JSONL writer; safe to share a path between processes."""
+
+    def __init__(self, path: str | os.PathLike, *, truncate: bool = False):
+        self.path = Path(path)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
+        self._fd = os.open(self.path, flags, 0o644)
+
+    def write(self, record: RequestRecord) -> None:
+        os.write(self._fd, (record.to_json() + "\n").encode("utf-8"))
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_records(path: str | os.PathLike) -> list[RequestRecord]:
+    """Records of a ``requests.jsonl`` sorted by index (the last record wins for a repeated index).
+
+    A torn last line (the writer was killed mid-write) is skipped; a bad line elsewhere is an error.
+    """
+    p = Path(path)
+    if not p.exists() or p.stat().st_size == 0:
+        return []
+    lines = p.read_bytes().split(b"\n")
+    by_index: dict[int, RequestRecord] = {}
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            rec = RequestRecord.from_dict(json.loads(raw))
+        except (ValueError, TypeError, KeyError) as exc:
+            if lineno == len(lines):
+                break
+            raise InvalidInput(f"{p}:{lineno}: not a request record: {exc}") from None
+        by_index[rec.index] = rec
+    return [by_index[i] for i in sorted(by_index)]

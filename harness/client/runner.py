@@ -1,0 +1,179 @@
+"""Drive one share of a workload in one asyncio process: closed loop or timed schedule.
+
+One keep-alive connection pool per process, opened before the clock starts; a loop-lag monitor measures how
+late the event loop wakes (the client's own bottleneck, reported for validity).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness.client.http import ConnectionPool
+from harness.client.openai import ClientConfig, send_request
+from harness.client.records import RecordWriter, RequestRecord
+from harness.workload.model import Request
+
+LAG_PROBE_INTERVAL_S = 0.005
+GC_GEN0_THRESHOLD = 50_000
+
+
+@dataclass(frozen=True)
+class Share:
+    """The requests one process sends, and how."""
+
+    worker: int
+    requests: tuple[Request, ...]
+    client: ClientConfig
+    records_path: str
+    closed_concurrency: int | None = None  # closed loop with this many slots; else follow offset_s
+    max_concurrency: int | None = None  # cap on in-flight requests of a timed schedule
+
+
+@dataclass(frozen=True)
+class ShareStats:
+    worker: int
+    t0: float | None
+    records_written: int
+    loop_lag_p99_ms: float | None
+    loop_lag_max_ms: float | None
+    interrupted: bool = False
+    lag_samples: int = 0
+    warm_connections: int = 0
+
+
+class _LagMonitor:
+    """Sleeps a fixed interval and records how late each wake-up is."""
+
+    def __init__(self) -> None:
+        self.lags_s: list[float] = []
+
+    async def run(self) -> None:
+        while True:
+            start = time.monotonic()
+            await asyncio.sleep(LAG_PROBE_INTERVAL_S)
+            self.lags_s.append(max(0.0, time.monotonic() - start - LAG_PROBE_INTERVAL_S))
+
+
+async def _guarded(coro, writer: RecordWriter) -> RequestRecord:
+    """Await a send and write its record however it ends (a cancelled one too)."""
+    try:
+        rec = await coro
+    except asyncio.CancelledError as exc:
+        rec = getattr(exc, "record", None)
+        if rec is not None:
+            writer.write(rec)
+        raise
+    writer.write(rec)
+    return rec
+
+
+async def _closed(share: Share, pool: ConnectionPool, writer: RecordWriter, t0: float) -> int:
+    queue = collections.deque(share.requests)
+    written = 0
+
+    async def slot() -> None:
+        nonlocal written
+        ready_s = max(0.0, time.monotonic() - t0)
+        while queue:
+            req = queue.popleft()
+            await _guarded(send_request(pool, share.client, req, t0, scheduled_s=ready_s, worker=share.worker), writer)
+            written += 1
+            ready_s = time.monotonic() - t0
+
+    await _all([asyncio.ensure_future(slot()) for _ in range(min(share.closed_concurrency or 1, len(queue)) or 1)])
+    return written
+
+
+async def _timed(share: Share, pool: ConnectionPool, writer: RecordWriter, t0: float) -> int:
+    sem = asyncio.Semaphore(share.max_concurrency) if share.max_concurrency else None
+    tasks: list[asyncio.Future] = []
+
+    async def one(req: Request) -> None:
+        slot_s = None
+        if sem is not None:
+            waited = sem.locked()
+            await sem.acquire()
+            slot_s = time.monotonic() - t0 if waited else None
+        try:
+            await _guarded(send_request(pool, share.client, req, t0, scheduled_s=req.offset_s or 0.0,
+                                        slot_s=slot_s, worker=share.worker), writer)
+        finally:
+            if sem is not None:
+                sem.release()
+
+    try:
+        for req in share.requests:
+            delay = t0 + (req.offset_s or 0.0) - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(one(req)))
+        await _all(tasks)
+    except asyncio.CancelledError:
+        await _cancel(tasks)
+        raise
+    return len(tasks)
+
+
+async def _all(tasks: list[asyncio.Future]) -> None:
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        await _cancel(tasks)
+        raise
+
+
+async def _cancel(tasks: list[asyncio.Future]) -> None:
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def run_share(share: Share, start_clock: Callable[[], float] = time.monotonic) -> ShareStats:
+    """Warm the connection pool, take the run clock ``t0 = start_clock()``, send the share's requests.
+
+    Every ended request is written. Worker processes pass a ``start_clock`` that reports
+    ready and blocks until the parent hands out the common ``t0``.
+    """
+    pool = share.closed_concurrency or share.max_concurrency or max(1, len(share.requests))
+    monitor = _LagMonitor()
+    interrupted = False
+    written = 0
+    with RecordWriter(share.records_path) as writer:
+        conns = ConnectionPool(share.client.endpoint)
+        try:
+            # Without warm connections the first wave of a high-concurrency run pays TCP setup in its TTFT.
+            warmed = await conns.warm(min(pool, len(share.requests)))
+            thresholds = gc.get_threshold()
+            gc.freeze()
+            gc.set_threshold(GC_GEN0_THRESHOLD, 50, 100)
+            t0 = start_clock()
+            delay = t0 - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            lag_task = asyncio.ensure_future(monitor.run())
+            try:
+                runner = _closed if share.closed_concurrency else _timed
+                written = await runner(share, conns, writer, t0)
+            except asyncio.CancelledError:
+                interrupted = True
+            finally:
+                lag_task.cancel()
+                await asyncio.gather(lag_task, return_exceptions=True)
+                gc.set_threshold(*thresholds)  # the caller's process gets its GC back as it was
+                gc.unfreeze()
+        finally:
+            conns.close()
+    lags_ms = np.asarray(monitor.lags_s) * 1e3
+    return ShareStats(
+        worker=share.worker, t0=t0, records_written=written, interrupted=interrupted, lag_samples=int(lags_ms.size),
+        warm_connections=warmed,
+        loop_lag_p99_ms=float(np.percentile(lags_ms, 99)) if lags_ms.size else None,
+        loop_lag_max_ms=float(lags_ms.max()) if lags_ms.size else None,
+    )

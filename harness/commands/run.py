@@ -1,0 +1,78 @@
+"""infkit run: replay a workload against an OpenAI-compatible endpoint and write the result."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.errors import InvalidInput
+from harness.metrics import SLO_KEYS
+from harness.serving import MeasureConfig, measure
+from harness.summary import render_summary
+from harness.telemetry import rss_probe
+from harness.validity import ValidityLimits
+
+EXIT_INVALID = 4  # the run finished and its result is written, but it is INVALID or failed
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="measure a server with a workload (requests.jsonl + result.json)",
+                       description="Exit 0 when the run is VALID, 4 when it finished INVALID or failed "
+                       "(result.json says why), 1 on bad input.")
+    p.add_argument("--endpoint", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", required=True, help="served model name")
+    p.add_argument("--workload", required=True, help="workload file from `infkit workload make`")
+    p.add_argument("--out", required=True, help="run directory to write")
+    p.add_argument("--api", choices=("completions", "chat"), default="completions")
+    p.add_argument("--max-concurrency", type=int, help="closed loop: concurrency (default: the workload's); "
+                   "timed schedule: cap on in-flight requests")
+    p.add_argument("--timeout", type=float, default=600.0, help="per-request timeout in seconds (default: 600)")
+    p.add_argument("--semantic-id", default="INF-FLOAT-BASELINE")
+    p.add_argument("--run-label", default="serving")
+    p.add_argument("--run-id", help="default: a new sortable id")
+    p.add_argument("--profile-id", default="INF-VLLM-CPU")
+    p.add_argument("--backend-name", default="vllm-cpu")
+    p.add_argument("--backend-version", default="unknown")
+    p.add_argument("--metrics-url", help="Prometheus endpoint (default: <endpoint>/metrics)")
+    p.add_argument("--server-pid", type=int, help="sample the peak RSS of this process tree")
+    p.add_argument("--ignore-eos", action="store_true", help="ask for exactly the workload's output lengths")
+    p.add_argument("--min-tokens", action="store_true", help="also send min_tokens = output length")
+    p.add_argument("--slo", action="append", default=[], metavar="KEY=MS",
+                   help=f"goodput SLO, repeatable; KEY in {', '.join(SLO_KEYS)}")
+    p.add_argument("--client-workers", type=int, help="client processes (default: one per 1024 streams)")
+    p.add_argument("--reference", help="reference outputs (a previous requests.jsonl) for greedy agreement")
+    p.add_argument("--max-send-lag-ms", type=float, default=ValidityLimits.send_lag_p99_ms,
+                   help="validity: client send-lag P99 limit")
+    p.add_argument("--max-loop-lag-ms", type=float, default=ValidityLimits.loop_lag_p99_ms,
+                   help="validity: client event-loop lag P99 limit")
+    p.set_defaults(func=run)
+
+
+def _slo(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        if key not in SLO_KEYS or not value:
+            raise InvalidInput(f"--slo {item!r}: use KEY=MS with KEY in {', '.join(SLO_KEYS)}")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise InvalidInput(f"--slo {item!r}: {value!r} is not a number") from None
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = MeasureConfig(
+        endpoint=args.endpoint, model=args.model, workload_path=Path(args.workload), out_dir=Path(args.out),
+        api=args.api, max_concurrency=args.max_concurrency, timeout_s=args.timeout, semantic_id=args.semantic_id,
+        run_label=args.run_label, run_id=args.run_id, profile_id=args.profile_id, backend_name=args.backend_name,
+        backend_version=args.backend_version, metrics_url=args.metrics_url, ignore_eos=args.ignore_eos,
+        min_tokens=args.min_tokens, slo=_slo(args.slo), client_workers=args.client_workers,
+        memory_probe=rss_probe(args.server_pid) if args.server_pid else None, reference_path=args.reference,
+        validity=ValidityLimits(send_lag_p99_ms=args.max_send_lag_ms, loop_lag_p99_ms=args.max_loop_lag_ms),
+    )
+    outcome = measure(cfg)
+    print(render_summary(outcome.result), end="")
+    print(f"wrote {outcome.result_path}")
+    concl = outcome.result["conclusion"]
+    return 0 if concl["valid"] and not concl["failure"] else EXIT_INVALID

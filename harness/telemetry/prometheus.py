@@ -1,0 +1,113 @@
+"""Prometheus ``/metrics`` scraping and parsing (``prometheus_client.parser``, the reference parser).
+
+A ``Snapshot`` maps every sample (name + labels) to its value. Series are summed over
+label sets (several engines or models behind one endpoint) except for the histogram
+bucket label ``le``. A series that is not in a snapshot is absent — never zero.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+SCRAPE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Parsed samples: ``(sample name, ((label, value), ...))`` → value."""
+
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]
+    taken_s: float = 0.0  # time.monotonic() at the scrape
+
+    def total(self, name: str) -> float | None:
+        """Sum of a sample over all label sets; None when absent."""
+        values = [v for (n, _), v in self.samples.items() if n == name]
+        return math.fsum(values) if values else None
+
+    def buckets(self, name: str) -> dict[float, float] | None:
+        """Cumulative histogram buckets ``le → count`` summed over other labels; None when absent."""
+        out: dict[float, float] = {}
+        for (n, labels), v in self.samples.items():
+            if n == f"{name}_bucket":
+                le = float(dict(labels)["le"])
+                out[le] = out.get(le, 0.0) + v
+        return out or None
+
+    def names(self) -> set[str]:
+        return {n for n, _ in self.samples}
+
+
+def parse(text: str, taken_s: float = 0.0) -> Snapshot:
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            key = (s.name, tuple(sorted(s.labels.items())))
+            samples[key] = samples.get(key, 0.0) + float(s.value)
+    return Snapshot(samples=samples, taken_s=taken_s)
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One scrape: the raw text (kept as evidence) and its parse, or why there is none."""
+
+    text: str | None
+    snapshot: Snapshot | None
+    error: str | None = None
+
+
+def scrape(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> Scrape:
+    """GET ``url`` and parse it; network and parse failures come back as ``error``, not exceptions."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - the user's own endpoint
+            text = resp.read().decode("utf-8", errors="replace")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return Scrape(None, None, f"{url}: {getattr(exc, 'reason', exc)}")
+    try:
+        return Scrape(text, parse(text, time.monotonic()))
+    except (ValueError, TypeError) as exc:
+        return Scrape(text, None, f"{url}: not Prometheus text format: {exc}")
+
+
+@dataclass
+class GaugePoller:
+    """Polls ``url`` in a thread during the run and keeps each named gauge's peak."""
+
+    url: str
+    gauges: Iterable[str]
+    interval_s: float = 0.5
+    peaks: dict[str, float] = field(default_factory=dict)
+    polls: int = 0
+    failures: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        names = tuple(self.gauges)
+        while not self._stop.wait(self.interval_s):
+            got = scrape(self.url, timeout_s=min(SCRAPE_TIMEOUT_S, max(self.interval_s * 4, 1.0)))
+            if got.snapshot is None:
+                self.failures += 1
+                continue
+            self.polls += 1
+            for name in names:
+                value = got.snapshot.total(name)
+                if value is not None:
+                    self.peaks[name] = max(value, self.peaks.get(name, value))
+
+    def start(self) -> GaugePoller:
+        self._thread = threading.Thread(target=self._run, name="infkit-gauge-poller", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(SCRAPE_TIMEOUT_S + 1)

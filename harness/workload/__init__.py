@@ -1,0 +1,40 @@
+"""Workloads: generators per kind, arrival processes, exact token counts, canonical files.
+
+Data flows one way: ``make_workload`` → ``write_workload`` (canonical JSONL) →
+``load_workload`` (validated, id re-checked) → the client.
+"""
+
+from harness.workload.arrival import PROCESSES, Arrival
+from harness.workload.generators import (
+    GENERATORS,
+    Common,
+    Option,
+    make_workload,
+    register_generator,
+)
+from harness.workload.model import (
+    Request,
+    Workload,
+    canonical_bytes,
+    compute_workload_id,
+    load_workload,
+    write_workload,
+)
+from harness.workload.tokens import ExactTokenizer
+
+__all__ = [
+    "GENERATORS",
+    "PROCESSES",
+    "Arrival",
+    "Common",
+    "ExactTokenizer",
+    "Option",
+    "Request",
+    "Workload",
+    "canonical_bytes",
+    "compute_workload_id",
+    "load_workload",
+    "make_workload",
+    "register_generator",
+    "write_workload",
+]

@@ -1,0 +1,72 @@
+"""Arrival processes: every request's send offset, written into the workload file.
+
+Offsets start at 0 for the first request and accumulate inter-arrival gaps drawn
+from a local ``random.Random`` (Mersenne Twister; its ``expovariate`` and
+``gammavariate`` are pure Python, so the same seed gives the same schedule on every
+machine and Python version). A closed loop has no offsets (None): the client sends
+the next request as soon as one of ``concurrency`` slots frees.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from harness.errors import InvalidInput
+from harness.workload.model import OFFSET_DECIMALS
+
+PROCESSES = ("closed", "poisson", "gamma", "constant", "trace")
+
+
+@dataclass(frozen=True)
+class Arrival:
+    process: str
+    rate_rps: float | None = None
+    burstiness: float | None = None
+    concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.process not in PROCESSES:
+            raise InvalidInput(f"unknown arrival process {self.process!r}", hint=f"choose one of: {', '.join(PROCESSES)}")
+        if self.process in ("poisson", "gamma", "constant") and not (self.rate_rps and self.rate_rps > 0):
+            raise InvalidInput(f"--arrival {self.process} needs --rate > 0 (requests per second)")
+        if self.process == "gamma" and not (self.burstiness and self.burstiness > 0):
+            raise InvalidInput("--arrival gamma needs --burstiness > 0 (1 = Poisson, < 1 burstier, > 1 smoother)")
+        if self.process == "closed" and not (self.concurrency and self.concurrency >= 1):
+            raise InvalidInput("--arrival closed needs --concurrency >= 1")
+
+    def to_header(self) -> dict:
+        out: dict = {"process": self.process}
+        if self.rate_rps is not None:
+            out["rate_rps"] = self.rate_rps
+        if self.burstiness is not None:
+            out["burstiness"] = self.burstiness
+        if self.concurrency is not None:
+            out["concurrency"] = self.concurrency
+        return out
+
+
+def offsets(arrival: Arrival, count: int, seed: int, trace_s: list[float] | None = None) -> list[float | None]:
+    """Send offsets in seconds (None for every request of a closed loop)."""
+    if arrival.process == "closed":
+        return [None] * count
+    if arrival.process == "trace":
+        if trace_s is None or len(trace_s) != count:
+            raise InvalidInput("--arrival trace needs a trace with one timestamp per request (kind 'trace')")
+        start = min(trace_s)
+        return [round(t - start, OFFSET_DECIMALS) for t in trace_s]
+    rng = random.Random(seed)
+    rate = float(arrival.rate_rps)  # type: ignore[arg-type]
+    out: list[float | None] = []
+    t = 0.0
+    for i in range(count):
+        if i > 0:
+            if arrival.process == "constant":
+                t += 1.0 / rate
+            elif arrival.process == "poisson":
+                t += rng.expovariate(rate)
+            else:  # gamma with mean gap 1/rate: shape = burstiness, scale = 1/(rate*burstiness)
+                b = float(arrival.burstiness)  # type: ignore[arg-type]
+                t += rng.gammavariate(b, 1.0 / (rate * b))
+        out.append(round(t, OFFSET_DECIMALS))
+    return out

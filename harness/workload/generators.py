@@ -1,0 +1,251 @@
+"""Workload generators, one per kind, registered by name.
+
+Every random dimension has its own seed (``lengths``, ``content``, ``arrival``) and
+every request's content comes from its own ``random.Random`` seeded with a string
+naming the dimension and the request (string seeds are hashed with SHA-512 by
+Python, stable across versions), so one request's text does not depend on the
+others and the same parameters give the same file anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import InvalidInput
+from harness.ids import sha256_file
+from harness.workload.arrival import Arrival, offsets
+from harness.workload.model import Request, Workload, finish_workload
+from harness.workload.tokens import ExactTokenizer
+
+GENERATOR_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class Option:
+    """A kind-specific parameter; the CLI derives ``--name-with-dashes`` from it."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+
+
+@dataclass(frozen=True)
+class Common:
+    """Parameters every kind takes."""
+
+    arrival: Arrival
+    seed: int = 0
+    requests: int | None = None
+    input_tokens: int = 256
+    output_tokens: int = 64
+    input_range: float = 0.0  # uniform in [N(1-r), N(1+r)], as vLLM's range ratio
+    output_range: float = 0.0
+    seeds: dict[str, int] = field(default_factory=dict)  # per-dimension overrides
+
+    def seed_for(self, dimension: str) -> int:
+        offset = {"lengths": 0, "content": 1, "arrival": 2}[dimension]
+        return self.seeds.get(dimension, self.seed + offset)
+
+
+Build = Callable[[Common, dict[str, Any], ExactTokenizer], tuple[list[Request], list[float] | None]]
+
+
+@dataclass(frozen=True)
+class Generator:
+    kind: str
+    build: Build
+    options: tuple[Option, ...] = ()
+    paired_with: str | None = None
+    help: str = ""
+
+
+GENERATORS: dict[str, Generator] = {}
+
+
+def register_generator(kind: str, *options: Option, paired_with: str | None = None, help: str = "") -> Callable[[Build], Build]:
+    def wrap(fn: Build) -> Build:
+        GENERATORS[kind] = Generator(kind, fn, tuple(options), paired_with, help)
+        return fn
+    return wrap
+
+
+def _rng(seed: int, *what: object) -> random.Random:
+    return random.Random(":".join(map(str, (seed, *what))))
+
+
+def _length(rng: random.Random, mean: int, ratio: float) -> int:
+    if ratio <= 0:
+        return mean
+    lo, hi = max(1, round(mean * (1 - ratio))), max(1, round(mean * (1 + ratio)))
+    return rng.randint(lo, hi)
+
+
+def _count(common: Common, default: int | None = None) -> int:
+    n = common.requests if common.requests is not None else default
+    if n is None or n < 1:
+        raise InvalidInput("--requests must be >= 1")
+    return n
+
+
+@register_generator("random", help="independent prompts; input/output lengths uniform around --input-tokens/--output-tokens")
+def _random(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], None]:
+    n = _count(common)
+    lengths_seed, content_seed = common.seed_for("lengths"), common.seed_for("content")
+    out = []
+    for i in range(n):
+        lr = _rng(lengths_seed, "request", i)
+        n_in, n_out = _length(lr, common.input_tokens, common.input_range), _length(lr, common.output_tokens, common.output_range)
+        out.append(Request(index=i, input_tokens=n_in, output_tokens=n_out, prompt=tok.text(n_in, _rng(content_seed, "prompt", i))))
+    return out, None
+
+
+_PREFIX_OPTIONS = (
+    Option("groups", int, 4, "number of prefix groups G"),
+    Option("prompts_per_group", int, 8, "prompts per group P (requests = G x P)"),
+    Option("prefix_tokens", int, 512, "shared prefix length L in tokens"),
+    Option("suffix_tokens", int, 64, "per-request suffix length Q in tokens"),
+)
+
+
+def _prefixed(common: Common, opts: dict[str, Any], tok: ExactTokenizer, shared: bool) -> tuple[list[Request], None]:
+    g_count, per_group = opts["groups"], opts["prompts_per_group"]
+    prefix_len, suffix_len = opts["prefix_tokens"], opts["suffix_tokens"]
+    if g_count < 1 or per_group < 1 or prefix_len < 1 or suffix_len < 1:
+        raise InvalidInput("--groups, --prompts-per-group, --prefix-tokens and --suffix-tokens must be >= 1")
+    n = g_count * per_group
+    if common.requests is not None and common.requests != n:
+        raise InvalidInput(f"--requests {common.requests} disagrees with --groups x --prompts-per-group = {n}; omit --requests")
+    lengths_seed, content_seed = common.seed_for("lengths"), common.seed_for("content")
+    group_prefix = [tok.text(prefix_len, _rng(content_seed, "prefix", g)) for g in range(g_count)]
+    out = []
+    for i in range(n):
+        # Round-robin over groups: consecutive requests belong to different groups.
+        g = i % g_count
+        prefix = group_prefix[g] if shared else tok.text(prefix_len, _rng(content_seed, "unique-prefix", i))
+        suffix = tok.text(suffix_len, _rng(content_seed, "suffix", i), after=prefix)
+        n_out = _length(_rng(lengths_seed, "request", i), common.output_tokens, common.output_range)
+        out.append(Request(index=i, input_tokens=prefix_len + suffix_len, output_tokens=n_out, prompt=prefix + suffix,
+                           group=g, prefix_tokens=prefix_len if shared else 0))
+    return out, None
+
+
+@register_generator("shared-prefix", *_PREFIX_OPTIONS, paired_with="unique-prefix",
+                    help="G groups x P prompts sharing an L-token prefix per group, Q-token unique suffix")
+def _shared(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], None]:
+    return _prefixed(common, opts, tok, shared=True)
+
+
+@register_generator("unique-prefix", *_PREFIX_OPTIONS, paired_with="shared-prefix",
+                    help="paired twin of shared-prefix: identical token lengths, no shared prefix")
+def _unique(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], None]:
+    return _prefixed(common, opts, tok, shared=False)
+
+
+@register_generator("long-context", Option("context_tokens", int, 4096, "input length of every request"),
+                    help="long inputs of exactly --context-tokens tokens, short outputs")
+def _long(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], None]:
+    n, n_in = _count(common), opts["context_tokens"]
+    if n_in < 1:
+        raise InvalidInput("--context-tokens must be >= 1")
+    content_seed, lengths_seed = common.seed_for("content"), common.seed_for("lengths")
+    return [Request(index=i, input_tokens=n_in, prompt=tok.text(n_in, _rng(content_seed, "prompt", i)),
+                    output_tokens=_length(_rng(lengths_seed, "request", i), common.output_tokens, common.output_range))
+            for i in range(n)], None
+
+
+@register_generator("multi-turn", Option("conversations", int, 4, "number of conversations"),
+                    Option("turns", int, 3, "user turns per conversation"),
+                    help="chat conversations; turn t re-sends the full history (fixed synthetic assistant replies)")
+def _multi_turn(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], None]:
+    n_conv, n_turns = opts["conversations"], opts["turns"]
+    if n_conv < 1 or n_turns < 1:
+        raise InvalidInput("--conversations and --turns must be >= 1")
+    content_seed, lengths_seed = common.seed_for("content"), common.seed_for("lengths")
+    histories: list[list[dict[str, str]]] = [[] for _ in range(n_conv)]
+    history_tokens = [0] * n_conv
+    out = []
+    for turn in range(n_turns):  # turn-major, so every re-sent history was sent before
+        for c in range(n_conv):
+            lr = _rng(lengths_seed, "turn", c, turn)
+            n_user, n_out = _length(lr, common.input_tokens, common.input_range), _length(lr, common.output_tokens, common.output_range)
+            user = {"role": "user", "content": tok.text(n_user, _rng(content_seed, "user", c, turn))}
+            messages = (*histories[c], user)
+            out.append(Request(index=len(out), input_tokens=history_tokens[c] + n_user, output_tokens=n_out,
+                               messages=tuple(messages), conversation=c, turn=turn))
+            reply = {"role": "assistant", "content": tok.text(n_out, _rng(content_seed, "assistant", c, turn))}
+            histories[c] = [*messages, reply]
+            history_tokens[c] += n_user + n_out
+    if common.requests is not None and common.requests != len(out):
+        raise InvalidInput(f"--requests {common.requests} disagrees with --conversations x --turns = {len(out)}; omit --requests")
+    return out, None
+
+
+def _trace_rows(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise InvalidInput(f"--trace {path}: no such file")
+    rows = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            ts = obj["timestamp_s"] if "timestamp_s" in obj else obj["timestamp"] / 1000.0  # Mooncake traces are in ms
+            rows.append({"t": float(ts), "in": int(obj.get("input_tokens", obj.get("input_length"))),
+                         "out": int(obj.get("output_tokens", obj.get("output_length")))})
+        except (ValueError, KeyError, TypeError):
+            raise InvalidInput(f"--trace {path}:{lineno}: need timestamp_s (or timestamp in ms), "
+                               "input_tokens|input_length, output_tokens|output_length") from None
+    if not rows:
+        raise InvalidInput(f"--trace {path}: no rows")
+    return rows
+
+
+@register_generator("trace", Option("trace", str, None, "JSONL trace: timestamp_s|timestamp(ms), input/output lengths"),
+                    help="replay a trace's timestamps and token lengths with generated content")
+def _trace(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], list[float]]:
+    if not opts.get("trace"):
+        raise InvalidInput("kind 'trace' needs --trace FILE")
+    rows = sorted(_trace_rows(Path(opts["trace"])), key=lambda r: r["t"])
+    if common.requests is not None:
+        rows = rows[: common.requests]
+    content_seed = common.seed_for("content")
+    reqs = [Request(index=i, input_tokens=r["in"], output_tokens=r["out"], prompt=tok.text(r["in"], _rng(content_seed, "prompt", i)))
+            for i, r in enumerate(rows)]
+    return reqs, [r["t"] for r in rows]
+
+
+def make_workload(kind: str, common: Common, options: dict[str, Any], tokenizer_dir: str | Path) -> Workload:
+    """Build a workload of ``kind``; ``options`` holds the kind's own parameters (defaults filled in)."""
+    if kind not in GENERATORS:
+        raise InvalidInput(f"unknown workload kind {kind!r}", hint=f"choose one of: {', '.join(GENERATORS)}")
+    gen = GENERATORS[kind]
+    opts = {o.name: options.get(o.name, o.default) for o in gen.options}
+    if common.input_tokens < 1 or common.output_tokens < 1:
+        raise InvalidInput("--input-tokens and --output-tokens must be >= 1")
+    if not (0 <= common.input_range < 1 and 0 <= common.output_range < 1):
+        raise InvalidInput("--input-range and --output-range must be in [0, 1)")
+    tok = ExactTokenizer(tokenizer_dir)
+    requests, trace_s = gen.build(common, opts, tok)
+    sched = offsets(common.arrival, len(requests), common.seed_for("arrival"), trace_s)
+    requests = [Request(**{**r.__dict__, "offset_s": off}) for r, off in zip(requests, sched, strict=False)]
+    params = {"version": GENERATOR_VERSION, "seed": common.seed, "input_tokens": common.input_tokens, "output_tokens": common.output_tokens,
+              "input_range": common.input_range, "output_range": common.output_range, "requests": common.requests,
+              **{k: (Path(v).name if k == "trace" and v else v) for k, v in opts.items()}}
+    if opts.get("trace"):
+        params["trace_sha256"] = sha256_file(opts["trace"])
+    header = {
+        "workload_id": "",
+        "kind": kind,
+        "generator": params,
+        "arrival": common.arrival.to_header(),
+        "seeds": {d: common.seed_for(d) for d in ("lengths", "content", "arrival")},
+        "tokenizer": {"name": tok.ref.name, "sha256": tok.ref.sha256},
+        "paired_with": gen.paired_with,
+    }
+    return finish_workload(header, requests)

@@ -1,0 +1,160 @@
+"""Workload files: frozen request records, canonical bytes, ``workload_id``, load and write.
+
+A workload file is JSON Lines: line 1 is the header (``schemas/workload.schema.json``),
+then one request per line (its ``$defs/request``). Canonical form, the only form infkit
+writes: each line is ``json.dumps(obj, sort_keys=True, separators=(",", ":"),
+ensure_ascii=False, allow_nan=False)`` followed by ``\\n``, UTF-8.
+
+``workload_id`` = ``"sha256:" + sha256(canonical bytes of the whole file with the header's
+workload_id set to "")``. Same parameters therefore give byte-identical files and the
+same id on any machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.contract.atomic import atomic_write_bytes
+from harness.contract.schemas import iter_jsonl, validate_file
+from harness.errors import InvalidInput
+
+WORKLOAD_SCHEMA = "infkit/workload/v1"
+OFFSET_DECIMALS = 6  # send offsets are rounded to the microsecond before they are written
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a workload; ``offset_s`` is None in a closed loop."""
+
+    index: int
+    input_tokens: int
+    output_tokens: int
+    offset_s: float | None = None
+    prompt: str | None = None
+    messages: tuple[dict[str, str], ...] | None = None
+    group: int | None = None
+    prefix_tokens: int | None = None
+    conversation: int | None = None
+    turn: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "index": self.index,
+            "offset_s": self.offset_s,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+        }
+        if self.prompt is not None:
+            out["prompt"] = self.prompt
+        if self.messages is not None:
+            out["messages"] = [dict(m) for m in self.messages]
+        for name in ("group", "prefix_tokens", "conversation", "turn"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, obj: dict[str, Any]) -> Request:
+        messages = obj.get("messages")
+        return cls(
+            index=obj["index"],
+            input_tokens=obj["input_tokens"],
+            output_tokens=obj["output_tokens"],
+            offset_s=obj.get("offset_s"),
+            prompt=obj.get("prompt"),
+            messages=tuple(dict(m) for m in messages) if messages is not None else None,
+            group=obj.get("group"),
+            prefix_tokens=obj.get("prefix_tokens"),
+            conversation=obj.get("conversation"),
+            turn=obj.get("turn"),
+        )
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A header (dict, as in the file) and its requests in index order."""
+
+    header: dict[str, Any]
+    requests: tuple[Request, ...] = field(default_factory=tuple)
+
+    @property
+    def workload_id(self) -> str:
+        return self.header["workload_id"]
+
+    @property
+    def kind(self) -> str:
+        return self.header["kind"]
+
+    @property
+    def arrival(self) -> dict[str, Any]:
+        return self.header["arrival"]
+
+
+def canonical_line(obj: Any) -> bytes:
+    return (
+        json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"
+    ).encode("utf-8")
+
+
+def canonical_bytes(header: dict[str, Any], requests: tuple[Request, ...] | list[Request]) -> bytes:
+    return canonical_line(header) + b"".join(canonical_line(r.to_dict()) for r in requests)
+
+
+def compute_workload_id(header: dict[str, Any], requests: tuple[Request, ...] | list[Request]) -> str:
+    blank = {**header, "workload_id": ""}
+    return "sha256:" + hashlib.sha256(canonical_bytes(blank, requests)).hexdigest()
+
+
+def token_summary(values: list[int]) -> dict[str, Any]:
+    total = sum(values)
+    return {"min": min(values), "max": max(values), "mean": round(total / len(values), 6), "total": total}
+
+
+def finish_workload(header: dict[str, Any], requests: list[Request]) -> Workload:
+    """Fill the derived header fields (counts, token summaries, id) and return the workload."""
+    if not requests:
+        raise InvalidInput("a workload needs at least one request")
+    head = dict(header)
+    head["schema"] = WORKLOAD_SCHEMA
+    head["request_count"] = len(requests)
+    head["token_counts"] = {
+        "input": token_summary([r.input_tokens for r in requests]),
+        "output": token_summary([r.output_tokens for r in requests]),
+    }
+    head["workload_id"] = ""
+    head["workload_id"] = compute_workload_id(head, requests)
+    return Workload(header=head, requests=tuple(requests))
+
+
+def write_workload(path: str | os.PathLike, workload: Workload) -> Path:
+    return atomic_write_bytes(path, canonical_bytes(workload.header, workload.requests))
+
+
+def load_workload(path: str | os.PathLike) -> Workload:
+    """Read, schema-check and re-hash a workload file; a changed file is a clear error."""
+    p = Path(path)
+    problems = validate_file(p)
+    if problems:
+        raise InvalidInput(f"{p}: not a valid workload file: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""))
+    lines = [obj for _, obj in iter_jsonl(p)]
+    header = lines[0]
+    if header.get("schema") != WORKLOAD_SCHEMA:
+        raise InvalidInput(f"{p}: first line is a {header.get('schema')!r} document, not a workload header")
+    requests = tuple(Request.from_dict(obj) for obj in lines[1:])
+    if len(requests) != header["request_count"]:
+        raise InvalidInput(f"{p}: header says {header['request_count']} requests, the file has {len(requests)}")
+    if [r.index for r in requests] != list(range(len(requests))):
+        raise InvalidInput(f"{p}: request indexes must be 0..{len(requests) - 1} in order")
+    recomputed = compute_workload_id(header, requests)
+    if recomputed != header["workload_id"]:
+        raise InvalidInput(
+            f"{p}: workload_id {header['workload_id']} does not match its content ({recomputed})",
+            hint="the file was edited after it was made; re-make it with `infkit workload make`",
+        )
+    return Workload(header=header, requests=requests)
