@@ -6,7 +6,8 @@
   nothing that finished); requests never sent get a ``not_sent`` record at the end;
 - ``metrics_before.prom`` / ``metrics_after.prom`` — the server's raw ``/metrics`` text;
 - ``result.json`` — the schema-valid result (server metrics in ``details.server_metrics``,
-  validity in ``conclusion``).
+  validity in ``conclusion``);
+- ``summary.txt`` — the same, as a short table for people.
 
 Ctrl-C ends the run: finished records stay, in-flight ones are ``cancelled``, the result
 is written with an ``aborted`` failure, then ``KeyboardInterrupt`` propagates.
@@ -22,19 +23,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.client import ClientConfig, RecordWriter, RequestRecord, auto_workers, plan_shares, read_records, run_client
+from harness.client import (
+    ClientConfig,
+    RecordWriter,
+    RequestRecord,
+    auto_workers,
+    plan_shares,
+    read_records,
+    run_client,
+)
 from harness.client.pool import ClientRun
 from harness.contract import Failure, atomic_write_text, write_result
 from harness.errors import InvalidInput
 from harness.ids import new_run_id
 from harness.metrics import SLO_KEYS
 from harness.serving_result import ResultInputs, build_serving_result
+from harness.summary import render_summary
 from harness.telemetry import POLLED_GAUGES, GaugePoller, PeakSampler, scrape, summarize
 from harness.validity import ValidityLimits, load_references
 from harness.workload import Workload, load_workload
 
 REQUESTS_FILE = "requests.jsonl"
 RESULT_FILE = "result.json"
+SUMMARY_FILE = "summary.txt"
 METRICS_BEFORE = "metrics_before.prom"
 METRICS_AFTER = "metrics_after.prom"
 HEALTH_PATHS = ("/health", "/v1/models")
@@ -69,7 +80,7 @@ class MeasureConfig:
     min_tokens: bool = False
     slo: Mapping[str, float] = field(default_factory=dict)  # ttft_ms, tpot_ms, e2e_ms, itl_ms
     token_budget: Mapping[str, int | None] | None = None  # max_num_batched_tokens, max_num_seqs, block_size
-    client_workers: int | None = None  # None: one process per 128 concurrent streams, up to the CPU count
+    client_workers: int | None = None  # None: one process per 1024 concurrent streams, up to the CPU count
     validity: ValidityLimits = field(default_factory=ValidityLimits)
     reference_path: str | Path | None = None  # reference outputs for greedy agreement
     failure_refiner: Callable[[Failure], Failure] | None = None  # e.g. add the server's log tail
@@ -149,7 +160,8 @@ def _failure(cfg: MeasureConfig, run: ClientRun, records: list[RequestRecord]) -
     if broken and not endpoint_answers(cfg.endpoint):
         first = next((r.error for r in broken if r.error), "no answer")
         failure = Failure(stage="run", kind="server_crash",
-                          message=f"the endpoint stopped answering during the run; {len(broken)} requests ended early (first: {first})")
+                          message=f"the endpoint answered before the run and stopped during it; {len(broken)} requests "
+                          f"ended early (first: {first})")
         return cfg.failure_refiner(failure) if cfg.failure_refiner else failure
     return None
 
@@ -160,7 +172,13 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     closed, cap = _check(cfg, workload)
     references = load_references(cfg.reference_path) if cfg.reference_path else None
     out_dir = Path(cfg.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidInput(f"--out {out_dir}: cannot create the run directory: {exc.strerror or exc}") from None
+    if not endpoint_answers(cfg.endpoint):
+        raise InvalidInput(f"{cfg.endpoint} does not answer on {' or '.join(HEALTH_PATHS)}",
+                           hint="start the server or check --endpoint")
     requests_path = out_dir / REQUESTS_FILE
     RecordWriter(requests_path, truncate=True).close()
     metrics_url = cfg.metrics_url or cfg.endpoint.rstrip("/") + "/metrics"
@@ -197,6 +215,7 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     )
     doc = build_serving_result(cfg, inputs)
     result_path = write_result(out_dir / RESULT_FILE, doc)
+    atomic_write_text(out_dir / SUMMARY_FILE, render_summary(doc))
     outcome = MeasureOutcome(result_path=result_path, requests_path=requests_path, metrics_before_path=before_path,
                              metrics_after_path=after_path, result=doc, records=tuple(records))
     if run.interrupted:

@@ -8,8 +8,17 @@ from typing import TYPE_CHECKING, Any
 
 from harness import fingerprint
 from harness.client import RequestRecord
+from harness.client.loop import loop_name
 from harness.client.pool import ClientRun
-from harness.contract import Conclusion, Correctness, Failure, Identity, Performance, WorkloadInfo, build_result
+from harness.contract import (
+    Conclusion,
+    Correctness,
+    Failure,
+    Identity,
+    Performance,
+    WorkloadInfo,
+    build_result,
+)
 from harness.metrics import output_tokens, performance
 from harness.validity import ClientHealth, correctness, invalid_reasons, schedule_stats
 from harness.workload import Workload
@@ -71,8 +80,10 @@ def _performance(cfg: MeasureConfig, inputs: ResultInputs) -> Performance:
     reasons = group.pop("null_reasons")
     perf = Performance(**group, null_reasons=reasons)
     queue = inputs.server_metrics.get("queue_time_ms")
-    if queue:
+    if queue and queue["distribution"]:
         perf.queue_wait_server_ms = queue["distribution"]
+    elif queue:
+        perf.null_reasons["queue_wait_server_ms"] = f"{queue['series']}: {queue['unresolved']}"
     else:
         perf.null_reasons["queue_wait_server_ms"] = inputs.server_metrics["absent"].get("queue_time_ms", "not measured")
     if inputs.peak_memory_bytes is not None:
@@ -117,7 +128,7 @@ def build_serving_result(cfg: MeasureConfig, inputs: ResultInputs) -> dict[str, 
     details = {
         "server_metrics": inputs.server_metrics,
         "client": {
-            "workers": inputs.run.workers, "loop_lag_p99_ms": health.loop_lag_p99_ms, "loop_lag_max_ms": health.loop_lag_max_ms,
+            "workers": inputs.run.workers, "event_loop": loop_name(), "loop_lag_p99_ms": health.loop_lag_p99_ms, "loop_lag_max_ms": health.loop_lag_max_ms,
             **schedule_stats(records, timed=timed), "api": cfg.api, "ignore_eos": cfg.ignore_eos, "min_tokens": cfg.min_tokens,
         },
         "usage": {"completed": done, "without_server_usage": usage_missing,

@@ -16,12 +16,16 @@ import argparse
 import asyncio
 import hashlib
 import json
+import logging
 import random
 import threading
 import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
+
+# Injected crashes and drops make aiohttp log every aborted handler; they are the point, not news.
+logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
 
 BLOCK_WORDS = 16
 QUEUE_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
@@ -80,6 +84,7 @@ class FakeOpenAIServer:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._responses: set[web.StreamResponse] = set()
+        self._site: web.TCPSite | None = None
 
     @property
     def url(self) -> str:
@@ -205,7 +210,7 @@ class FakeOpenAIServer:
             "# TYPE vllm:request_queue_time_seconds histogram",
         ]
         cum = 0
-        for bound, count in zip((*QUEUE_BUCKETS_S, "+Inf"), st.queue_counts):
+        for bound, count in zip((*QUEUE_BUCKETS_S, "+Inf"), st.queue_counts, strict=False):
             cum += count
             lines.append(f'vllm:request_queue_time_seconds_bucket{{{lab},le="{bound}"}} {cum}')
         lines += [f"vllm:request_queue_time_seconds_sum{{{lab}}} {st.queue_sum_s}",
@@ -217,17 +222,20 @@ class FakeOpenAIServer:
         return "\n".join(lines) + "\n"
 
     def crash(self) -> None:
-        """Stop answering: drop every open stream and refuse what follows."""
+        """Stop answering: stop listening, drop every open stream, cut keep-alive connections."""
         self.state.crashed = True
+        if self._site is not None and self._site._server is not None:  # noqa: SLF001 - test double
+            self._site._server.close()  # noqa: SLF001
         for resp in list(self._responses):
             if resp._req is not None and resp._req.transport is not None:  # noqa: SLF001 - test double
                 resp._req.transport.abort()
 
     async def _start(self) -> None:
-        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_port=True, backlog=4096)
         await site.start()
+        self._site = site
         self.port = site._server.sockets[0].getsockname()[1]  # noqa: SLF001 - the bound ephemeral port
 
     def start(self) -> FakeOpenAIServer:
@@ -235,9 +243,17 @@ class FakeOpenAIServer:
 
         def main() -> None:
             self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loop)
             self._loop.run_until_complete(self._start())
             ready.set()
             self._loop.run_forever()
+            # Finish every handler (stalled ones included) before the loop closes.
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
 
         self._thread = threading.Thread(target=main, name="fake-openai-server", daemon=True)
         self._thread.start()
@@ -279,7 +295,12 @@ def main() -> None:
         await asyncio.Event().wait()
 
     try:
-        asyncio.run(serve())
+        try:
+            import uvloop
+        except ImportError:
+            asyncio.run(serve())
+        else:
+            uvloop.run(serve())
     except KeyboardInterrupt:
         pass
 

@@ -7,7 +7,14 @@ import os
 import pytest
 from fake_openai_server import FakeConfig, FakeOpenAIServer
 
-from harness.telemetry import PeakSampler, histogram_quantile, parse, process_tree_rss, scrape, summarize
+from harness.telemetry import (
+    PeakSampler,
+    histogram_quantile,
+    parse,
+    process_tree_rss,
+    scrape,
+    summarize,
+)
 
 VLLM_BEFORE = """\
 # TYPE vllm:prefix_cache_queries_total counter
@@ -55,6 +62,7 @@ def test_deltas_across_the_run():
     assert s["prefix_cache"]["hit_rate"] == 0.5
     assert s["preemptions"] == 3
     assert s["kv_cache_usage_peak"] == 0.73  # polled peak beats the end-point values
+    assert s["queue_time_ms"]["n"] == 10 and s["queue_time_ms"]["mean_ms"] == 100.0
     q = s["queue_time_ms"]["distribution"]
     # delta buckets: <=0.01: 2, <=0.1: 6, <=1.0: 10 of 10; sum +1.0 s over 10 requests
     assert q["n"] == 10 and q["mean"] == 100.0
@@ -107,3 +115,15 @@ def test_peak_sampler_keeps_the_peak_and_counts_failures():
     rss = process_tree_rss(os.getpid())
     assert rss is not None and rss > 10_000_000
     assert process_tree_rss(2**22 + 12345) is None
+
+
+def test_histogram_below_its_first_bucket_is_unresolved_not_interpolated():
+    def snap(count: int, total_s: float):
+        return parse(f'h_bucket{{le="0.3"}} {count}\nh_bucket{{le="1.0"}} {count}\nh_bucket{{le="+Inf"}} {count}\n'
+                     f"h_sum {total_s}\nh_count {count}\n")
+
+    from harness.telemetry.server_metrics import histogram_delta_ms
+
+    observed, why = histogram_delta_ms(snap(0, 0.0), snap(8, 0.00016), "h")
+    assert why is None and observed["n"] == 8 and observed["mean_ms"] == 0.02
+    assert observed["distribution"] is None and "below the smallest bucket bound (300 ms)" in observed["unresolved"]

@@ -6,14 +6,27 @@ import hashlib
 import json
 import random
 import statistics
+from pathlib import Path
 
 import pytest
-from tiny_tokenizer import tokenizer_dir  # noqa: F401 - pytest fixture
+from tiny_tokenizer import session_tokenizer
 
 from harness.cli import main
 from harness.errors import InvalidInput
-from harness.workload import Arrival, Common, ExactTokenizer, load_workload, make_workload, write_workload
+from harness.workload import (
+    Arrival,
+    Common,
+    ExactTokenizer,
+    load_workload,
+    make_workload,
+    write_workload,
+)
 from harness.workload.arrival import offsets
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory) -> Path:
+    return session_tokenizer(tmp_path_factory)
 
 
 def _closed(**kw) -> Common:
@@ -113,7 +126,7 @@ def test_load_rejects_edited_file(tokenizer_dir, tmp_path):
 def test_arrival_offsets():
     assert offsets(Arrival("constant", rate_rps=4.0), 4, seed=0) == [0.0, 0.25, 0.5, 0.75]
     assert offsets(Arrival("closed", concurrency=2), 3, seed=0) == [None, None, None]
-    gaps = lambda xs: [b - a for a, b in zip(xs, xs[1:])]  # noqa: E731
+    gaps = lambda xs: [b - a for a, b in zip(xs, xs[1:], strict=False)]  # noqa: E731
     poisson = offsets(Arrival("poisson", rate_rps=10.0), 4001, seed=1)
     assert statistics.mean(gaps(poisson)) == pytest.approx(0.1, rel=0.05)
     assert statistics.stdev(gaps(poisson)) == pytest.approx(0.1, rel=0.08)  # exponential: sd = mean

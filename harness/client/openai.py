@@ -12,14 +12,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
+from harness.client.http import ConnectionPool, HTTPProtocolError
 from harness.client.records import RequestRecord
 from harness.client.sse import DONE, SSEParser, interpret
 from harness.workload.model import Request
 
 APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
-READ_BUFFER_BYTES = 4 * 1024 * 1024  # long-context responses and large usage payloads fit one buffer
 FINISH_STATUS = {"stop": "stop", "length": "length", "abort": "aborted", "aborted": "aborted", "eos": "stop"}
 
 
@@ -94,42 +92,62 @@ def _record(req: Request, p: _Progress, status: str, error: str | None, *, sched
     )
 
 
-async def _stream(session: aiohttp.ClientSession, cfg: ClientConfig, body: bytes, t0: float, p: _Progress) -> str | None:
-    """Run the request; return an in-stream error message or None. Raises on transport errors."""
-    parser = SSEParser()
-    p.sent_s = time.monotonic() - t0
-    async with session.post(cfg.url, data=body, headers={"Content-Type": "application/json"}) as resp:
-        p.http_status = resp.status
-        if resp.status != 200:
-            detail = (await resp.text())[:300].replace("\n", " ")
-            p.end_s = time.monotonic() - t0
-            return f"HTTP {resp.status}: {detail}"
-        async for data in resp.content.iter_any():
-            now = time.monotonic() - t0
-            for payload in parser.feed(data):
-                if payload is DONE:
-                    p.done = True
-                    continue
-                info = interpret(payload)
-                if info.error:
-                    p.end_s = now
-                    return info.error
-                if info.text:
-                    if p.first_s is None:
-                        p.first_s = now
-                    p.chunks.append(now)
-                    p.text.append(info.text)
-                    p.end_s = now
-                if info.finish_reason:
-                    p.finish = info.finish_reason
-                if info.usage:
-                    p.usage = info.usage
-        if p.end_s is None:
-            p.end_s = time.monotonic() - t0
-    return None
+class _StreamSink:
+    """Body callback: SSE payloads into progress, timestamped at arrival; error bodies kept as text."""
+
+    __slots__ = ("p", "t0", "parser", "error", "raw")
+
+    def __init__(self, p: _Progress, t0: float) -> None:
+        self.p, self.t0, self.parser = p, t0, SSEParser()
+        self.error: str | None = None
+        self.raw: list[bytes] = []  # body of a non-200 answer
+
+    def __call__(self, data: bytes, now_abs: float) -> None:
+        p = self.p
+        if p.http_status is not None and p.http_status != 200:
+            self.raw.append(data)
+            return
+        now = now_abs - self.t0
+        for payload in self.parser.feed(data):
+            if payload is DONE:
+                p.done = True
+                continue
+            text, finish, usage, error = interpret(payload)
+            if error:
+                self.error = self.error or error
+                p.end_s = now
+            if text:
+                if p.first_s is None:
+                    p.first_s = now
+                p.chunks.append(now)
+                p.text.append(text)
+                p.end_s = now
+            if finish:
+                p.finish = finish
+            if usage:
+                p.usage = usage
 
 
-async def send_request(session: aiohttp.ClientSession, cfg: ClientConfig, req: Request, t0: float, *,
+async def _stream(pool: ConnectionPool, cfg: ClientConfig, body: bytes, t0: float, p: _Progress) -> str | None:
+    """Run the request; return an error message (HTTP or in-stream) or None. Raises on transport errors."""
+    sink = _StreamSink(p, t0)
+
+    def on_send() -> None:
+        p.sent_s = time.monotonic() - t0
+
+    def on_head(status: int) -> None:
+        p.http_status = status
+
+    status, _ = await pool.request("POST", APIS[cfg.api], body, sink, on_send=on_send, on_head=on_head)
+    if p.end_s is None:
+        p.end_s = time.monotonic() - t0
+    if status != 200:
+        detail = b"".join(sink.raw)[:300].decode("utf-8", errors="replace").replace("\n", " ")
+        return f"HTTP {status}: {detail}"
+    return sink.error
+
+
+async def send_request(pool: ConnectionPool, cfg: ClientConfig, req: Request, t0: float, *,
                        scheduled_s: float | None, slot_s: float | None = None, worker: int = 0) -> RequestRecord:
     """Send ``req`` and return its record; ``CancelledError`` propagates after the record is built
     (it is attached to the exception as ``record``)."""
@@ -140,17 +158,17 @@ async def send_request(session: aiohttp.ClientSession, cfg: ClientConfig, req: R
         return _record(req, p, status, error, scheduled_s=scheduled_s, slot_s=slot_s, worker=worker, keep_text=cfg.keep_text)
 
     try:
-        error = await _stream(session, cfg, body, t0, p)
+        error = await asyncio.wait_for(_stream(pool, cfg, body, t0, p), cfg.timeout_s)
     except asyncio.CancelledError as exc:
         exc.record = done("cancelled" if p.sent_s is not None else "not_sent", "cancelled by the client")  # type: ignore[attr-defined]
         raise
     except asyncio.TimeoutError:
         return done("timeout", f"no complete response within {cfg.timeout_s:g} s")
-    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, ConnectionResetError) as exc:
-        return done("disconnected", f"{type(exc).__name__}: {exc}".strip(": "))
-    except aiohttp.ClientError as exc:
+    except (ConnectionError, HTTPProtocolError) as exc:
         status = "disconnected" if p.http_status == 200 else "error"
         return done(status, f"{type(exc).__name__}: {exc}")
+    except OSError as exc:  # connection refused, unreachable host, TLS failure
+        return done("error", f"{type(exc).__name__}: {exc}")
     except (ValueError, UnicodeDecodeError) as exc:
         return done("error", f"malformed stream: {exc}")
     if error is not None:

@@ -1,6 +1,6 @@
 """Drive one share of a workload in one asyncio process: closed loop or timed schedule.
 
-One pooled keep-alive ``aiohttp`` session per process; a loop-lag monitor measures how
+One keep-alive connection pool per process, opened before the clock starts; a loop-lag monitor measures how
 late the event loop wakes (the client's own bottleneck, reported for validity).
 """
 
@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import aiohttp
 import numpy as np
 
-from harness.client.openai import READ_BUFFER_BYTES, ClientConfig, send_request
+from harness.client.http import ConnectionPool
+from harness.client.openai import ClientConfig, send_request
 from harness.client.records import RecordWriter, RequestRecord
 from harness.workload.model import Request
 
 LAG_PROBE_INTERVAL_S = 0.005
+GC_GEN0_THRESHOLD = 50_000
 
 
 @dataclass(frozen=True)
@@ -59,32 +61,6 @@ class _LagMonitor:
             self.lags_s.append(max(0.0, time.monotonic() - start - LAG_PROBE_INTERVAL_S))
 
 
-def make_session(cfg: ClientConfig, pool_size: int) -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(limit=pool_size, limit_per_host=pool_size, keepalive_timeout=300,
-                                     enable_cleanup_closed=False, ttl_dns_cache=None)
-    return aiohttp.ClientSession(connector=connector, read_bufsize=READ_BUFFER_BYTES, auto_decompress=False,
-                                 timeout=aiohttp.ClientTimeout(total=cfg.timeout_s))
-
-
-async def warm_pool(session: aiohttp.ClientSession, cfg: ClientConfig, connections: int) -> int:
-    """Open up to ``connections`` keep-alive connections before the clock starts; returns how many answered.
-
-    Without this, the first wave of a high-concurrency run pays TCP setup inside its TTFT.
-    """
-    url = cfg.endpoint.rstrip("/") + "/v1/models"
-
-    async def one() -> bool:
-        try:
-            async with session.get(url) as resp:
-                await resp.read()
-                return True
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-            return False
-
-    results = await asyncio.gather(*(one() for _ in range(connections)))
-    return sum(results)
-
-
 async def _guarded(coro, writer: RecordWriter) -> RequestRecord:
     """Await a send and write its record however it ends (a cancelled one too)."""
     try:
@@ -98,7 +74,7 @@ async def _guarded(coro, writer: RecordWriter) -> RequestRecord:
     return rec
 
 
-async def _closed(share: Share, session: aiohttp.ClientSession, writer: RecordWriter, t0: float) -> int:
+async def _closed(share: Share, pool: ConnectionPool, writer: RecordWriter, t0: float) -> int:
     queue = collections.deque(share.requests)
     written = 0
 
@@ -107,7 +83,7 @@ async def _closed(share: Share, session: aiohttp.ClientSession, writer: RecordWr
         ready_s = max(0.0, time.monotonic() - t0)
         while queue:
             req = queue.popleft()
-            await _guarded(send_request(session, share.client, req, t0, scheduled_s=ready_s, worker=share.worker), writer)
+            await _guarded(send_request(pool, share.client, req, t0, scheduled_s=ready_s, worker=share.worker), writer)
             written += 1
             ready_s = time.monotonic() - t0
 
@@ -115,7 +91,7 @@ async def _closed(share: Share, session: aiohttp.ClientSession, writer: RecordWr
     return written
 
 
-async def _timed(share: Share, session: aiohttp.ClientSession, writer: RecordWriter, t0: float) -> int:
+async def _timed(share: Share, pool: ConnectionPool, writer: RecordWriter, t0: float) -> int:
     sem = asyncio.Semaphore(share.max_concurrency) if share.max_concurrency else None
     tasks: list[asyncio.Future] = []
 
@@ -126,7 +102,7 @@ async def _timed(share: Share, session: aiohttp.ClientSession, writer: RecordWri
             await sem.acquire()
             slot_s = time.monotonic() - t0 if waited else None
         try:
-            await _guarded(send_request(session, share.client, req, t0, scheduled_s=req.offset_s or 0.0,
+            await _guarded(send_request(pool, share.client, req, t0, scheduled_s=req.offset_s or 0.0,
                                         slot_s=slot_s, worker=share.worker), writer)
         finally:
             if sem is not None:
@@ -170,8 +146,13 @@ async def run_share(share: Share, start_clock: Callable[[], float] = time.monoto
     interrupted = False
     written = 0
     with RecordWriter(share.records_path) as writer:
-        async with make_session(share.client, pool) as session:
-            warmed = await warm_pool(session, share.client, min(pool, len(share.requests)))
+        conns = ConnectionPool(share.client.endpoint)
+        try:
+            # Without warm connections the first wave of a high-concurrency run pays TCP setup in its TTFT.
+            warmed = await conns.warm(min(pool, len(share.requests)))
+            thresholds = gc.get_threshold()
+            gc.freeze()
+            gc.set_threshold(GC_GEN0_THRESHOLD, 50, 100)
             t0 = start_clock()
             delay = t0 - time.monotonic()
             if delay > 0:
@@ -179,12 +160,16 @@ async def run_share(share: Share, start_clock: Callable[[], float] = time.monoto
             lag_task = asyncio.ensure_future(monitor.run())
             try:
                 runner = _closed if share.closed_concurrency else _timed
-                written = await runner(share, session, writer, t0)
+                written = await runner(share, conns, writer, t0)
             except asyncio.CancelledError:
                 interrupted = True
             finally:
                 lag_task.cancel()
                 await asyncio.gather(lag_task, return_exceptions=True)
+                gc.set_threshold(*thresholds)  # the caller's process gets its GC back as it was
+                gc.unfreeze()
+        finally:
+            conns.close()
     lags_ms = np.asarray(monitor.lags_s) * 1e3
     return ShareStats(
         worker=share.worker, t0=t0, records_written=written, interrupted=interrupted, lag_samples=int(lags_ms.size),

@@ -8,8 +8,7 @@ read, and hands back the payloads. ``[DONE]`` ends the stream.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 DONE = object()
 
@@ -39,30 +38,29 @@ class SSEParser:
         return out
 
 
-@dataclass
-class ChunkInfo:
+class ChunkInfo(NamedTuple):
     """What one streamed payload carries."""
 
-    text: str = ""
-    finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
-    error: str | None = None
+    text: str
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+    error: str | None
 
 
 def interpret(payload: dict[str, Any]) -> ChunkInfo:
     """Text, finish reason, usage or in-stream error of one completions/chat payload."""
-    info = ChunkInfo(usage=payload.get("usage"))
-    if "error" in payload and not payload.get("choices"):
-        err = payload["error"]
-        info.error = err.get("message", str(err)) if isinstance(err, dict) else str(err)
-        return info
-    choices = payload.get("choices") or ()
-    if choices:
-        choice = choices[0]
-        delta = choice.get("delta")
-        if delta is not None:  # chat: content, or reasoning text from reasoning models
-            info.text = delta.get("content") or delta.get("reasoning_content") or ""
-        else:
-            info.text = choice.get("text") or ""
-        info.finish_reason = choice.get("finish_reason")
-    return info
+    usage = payload.get("usage")
+    choices = payload.get("choices")
+    if not choices:
+        # {"error": {...}} (OpenAI, newer vLLM) or a bare {"object": "error", "message": ...} (older vLLM)
+        err = payload.get("error") if "error" in payload else (payload if payload.get("object") == "error" else None)
+        if err is not None:
+            return ChunkInfo("", None, usage, err.get("message", str(err)) if isinstance(err, dict) else str(err))
+        return ChunkInfo("", None, usage, None)
+    choice = choices[0]
+    delta = choice.get("delta")
+    if delta is not None:  # chat: content, or reasoning text from reasoning models
+        text = delta.get("content") or delta.get("reasoning_content") or ""
+    else:
+        text = choice.get("text") or ""
+    return ChunkInfo(text, choice.get("finish_reason"), usage, None)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tabulate import tabulate
-
 from harness.errors import InvalidInput
 from harness.metrics import SLO_KEYS
 from harness.serving import MeasureConfig, measure
+from harness.summary import render_summary
 from harness.telemetry import rss_probe
 from harness.validity import ValidityLimits
 
@@ -40,10 +39,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-tokens", action="store_true", help="also send min_tokens = output length")
     p.add_argument("--slo", action="append", default=[], metavar="KEY=MS",
                    help=f"goodput SLO, repeatable; KEY in {', '.join(SLO_KEYS)}")
-    p.add_argument("--client-workers", type=int, help="client processes (default: one per 128 streams)")
+    p.add_argument("--client-workers", type=int, help="client processes (default: one per 1024 streams)")
     p.add_argument("--reference", help="reference outputs (a previous requests.jsonl) for greedy agreement")
     p.add_argument("--max-send-lag-ms", type=float, default=ValidityLimits.send_lag_p99_ms,
                    help="validity: client send-lag P99 limit")
+    p.add_argument("--max-loop-lag-ms", type=float, default=ValidityLimits.loop_lag_p99_ms,
+                   help="validity: client event-loop lag P99 limit")
     p.set_defaults(func=run)
 
 
@@ -68,22 +69,10 @@ def run(args: argparse.Namespace) -> int:
         backend_version=args.backend_version, metrics_url=args.metrics_url, ignore_eos=args.ignore_eos,
         min_tokens=args.min_tokens, slo=_slo(args.slo), client_workers=args.client_workers,
         memory_probe=rss_probe(args.server_pid) if args.server_pid else None, reference_path=args.reference,
-        validity=ValidityLimits(send_lag_p99_ms=args.max_send_lag_ms),
+        validity=ValidityLimits(send_lag_p99_ms=args.max_send_lag_ms, loop_lag_p99_ms=args.max_loop_lag_ms),
     )
     outcome = measure(cfg)
-    doc = outcome.result
-    perf, concl = doc["performance"], doc["conclusion"]
-    rows = []
-    for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_wait_client_ms", "queue_wait_server_ms"):
-        d = perf[name]
-        rows.append((name, *(f"{d[k]:.2f}" if d and k in d else "-" for k in ("mean", "p50", "p90", "p99"))))
-    print(tabulate(rows, headers=["metric", "mean", "p50", "p90", "p99"]))
-    tp = perf["throughput"]
-    if tp:
-        print(f"\n{tp['request_rate_rps']:.2f} req/s, {tp['output_tokens_per_s']:.1f} output tok/s over {tp['duration_s']:.2f} s")
-    print(f"terminations: {doc['correctness']['termination_counts']}")
-    print("VALID" if concl["valid"] else "INVALID")
-    for reason in concl["invalid_reasons"]:
-        print(f"  - {reason}")
+    print(render_summary(outcome.result), end="")
     print(f"wrote {outcome.result_path}")
+    concl = outcome.result["conclusion"]
     return 0 if concl["valid"] and not concl["failure"] else EXIT_INVALID

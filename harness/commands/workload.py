@@ -8,7 +8,15 @@ from pathlib import Path
 from tabulate import tabulate
 
 from harness.errors import InvalidInput
-from harness.workload import GENERATORS, PROCESSES, Arrival, Common, load_workload, make_workload, write_workload
+from harness.workload import (
+    GENERATORS,
+    PROCESSES,
+    Arrival,
+    Common,
+    load_workload,
+    make_workload,
+    write_workload,
+)
 
 DEFAULT_MODEL = "smollm2-135m"
 

@@ -65,7 +65,13 @@ def histogram_quantile(q: float, buckets: dict[float, float]) -> float:
 
 
 def histogram_delta_ms(before: Snapshot, after: Snapshot, name: str) -> tuple[dict[str, Any] | None, str | None]:
-    """A ``distribution_ms`` estimated from a seconds histogram's delta (percentiles from buckets)."""
+    """The run's observations of a seconds histogram: ``{"n", "mean_ms", "distribution"}``, or (None, why).
+
+    ``distribution`` (a ``distribution_ms``) has percentiles interpolated inside buckets as
+    Prometheus' ``histogram_quantile`` does; it is None, with ``unresolved`` saying why, when
+    every observation lies below the smallest bucket bound (e.g. vLLM's first queue-time
+    bucket is 0.3 s): interpolating from 0 would report 150 ms for sub-millisecond waits.
+    """
     b0, b1 = before.buckets(name), after.buckets(name)
     s0, s1 = before.total(f"{name}_sum"), after.total(f"{name}_sum")
     if b0 is None or b1 is None or s0 is None or s1 is None:
@@ -76,10 +82,17 @@ def histogram_delta_ms(before: Snapshot, after: Snapshot, name: str) -> tuple[di
         return None, f"{name} went down: the server restarted during the run"
     if count < 1:
         return None, f"{name} observed no request during the run"
-    dist = {"n": int(round(count)), "mean": round((s1 - s0) / count * 1e3, 4)}
+    out: dict[str, Any] = {"n": int(round(count)), "mean_ms": round((s1 - s0) / count * 1e3, 4), "distribution": None}
+    first = min(delta)
+    if delta[first] >= count:
+        out["unresolved"] = (f"all {out['n']} observations are below the smallest bucket bound ({first * 1e3:g} ms); "
+                             f"mean {out['mean_ms']} ms")
+        return out, None
+    dist = {"n": out["n"], "mean": out["mean_ms"]}
     for key, q in (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99)):
         dist[key] = round(histogram_quantile(q, delta) * 1e3, 4)
-    return dist, None
+    out["distribution"] = dist
+    return out, None
 
 
 def _first_present(snap: Snapshot, names: tuple[str, ...]) -> str | None:
@@ -120,9 +133,10 @@ def summarize(before: Snapshot | None, after: Snapshot | None, peaks: dict[str, 
         absent["prefix_cache"] = "no prefix-cache counters (" + ", ".join(h for h, _ in PREFIX_CACHE) + ")"
     queue_name = _first_present(after, tuple(f"{h}_sum" for h in QUEUE_HISTOGRAMS))
     if queue_name:
-        dist, why = histogram_delta_ms(before, after, queue_name.removesuffix("_sum"))
-        out["queue_time_ms"] = {"distribution": dist, "series": queue_name.removesuffix("_sum"),
-                                "percentiles": "estimated from histogram buckets (Prometheus histogram_quantile)"} if dist else None
+        observed, why = histogram_delta_ms(before, after, queue_name.removesuffix("_sum"))
+        if observed:
+            out["queue_time_ms"] = {**observed, "series": queue_name.removesuffix("_sum"),
+                                    "percentiles": "estimated from histogram buckets (Prometheus histogram_quantile)"}
         if why:
             absent["queue_time_ms"] = why
     else:

@@ -5,7 +5,13 @@ Data flows one way: ``make_workload`` â†’ ``write_workload`` (canonical JSONL) â
 """
 
 from harness.workload.arrival import PROCESSES, Arrival
-from harness.workload.generators import GENERATORS, Common, Option, make_workload, register_generator
+from harness.workload.generators import (
+    GENERATORS,
+    Common,
+    Option,
+    make_workload,
+    register_generator,
+)
 from harness.workload.model import (
     Request,
     Workload,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InvalidInput
+from harness.ids import sha256_file
 from harness.workload.arrival import Arrival, offsets
 from harness.workload.model import Request, Workload, finish_workload
 from harness.workload.tokens import ExactTokenizer
@@ -232,10 +233,12 @@ def make_workload(kind: str, common: Common, options: dict[str, Any], tokenizer_
     tok = ExactTokenizer(tokenizer_dir)
     requests, trace_s = gen.build(common, opts, tok)
     sched = offsets(common.arrival, len(requests), common.seed_for("arrival"), trace_s)
-    requests = [Request(**{**r.__dict__, "offset_s": off}) for r, off in zip(requests, sched)]
+    requests = [Request(**{**r.__dict__, "offset_s": off}) for r, off in zip(requests, sched, strict=False)]
     params = {"version": GENERATOR_VERSION, "seed": common.seed, "input_tokens": common.input_tokens, "output_tokens": common.output_tokens,
               "input_range": common.input_range, "output_range": common.output_range, "requests": common.requests,
               **{k: (Path(v).name if k == "trace" and v else v) for k, v in opts.items()}}
+    if opts.get("trace"):
+        params["trace_sha256"] = sha256_file(opts["trace"])
     header = {
         "workload_id": "",
         "kind": kind,

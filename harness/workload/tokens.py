@@ -54,7 +54,7 @@ class ExactTokenizer:
         words = [w for w in words if len(w) >= 2 and w.isalpha() and w.islower()]
         # Keep words that are exactly one token after a space: a text of n such " word"s is n tokens.
         spaced = self._tok.encode_batch([" " + w for w in words], add_special_tokens=False)
-        return [w for w, enc in zip(words, spaced) if len(enc.ids) == 1]
+        return [w for w, enc in zip(words, spaced, strict=False) if len(enc.ids) == 1]
 
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False).ids)

@@ -1,0 +1,130 @@
+"""KV lifecycle and reuse (INF-PREFIX-CACHE mechanism): two prefix caches on the paired prefix workloads.
+
+Runs the shared-prefix workload and its unique-prefix twin (same lengths and
+arrivals, nothing shared) through the batching engine with each block manager
+(vLLM-style hashed blocks, SGLang-style radix tree, and no cache), and reports
+the managers' counters and the TTFT effect of reuse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+from harness.contract import Conclusion
+from harness.errors import InvalidInput
+from harness.mech import metrics
+from harness.mech.batching import engine_config, workload_info
+from harness.mech.costmodel import StepCostModel, load_cost_model
+from harness.mech.output import MechOutput, save_figure, table
+from harness.mech.simulate import POOLS, run_continuous
+from harness.mech.workload import SimWorkload, SyntheticSpec, paired_prefix_workloads, read_workload
+
+
+@dataclass(frozen=True)
+class KvCacheConfig:
+    HELP: ClassVar[dict[str, str]] = {
+        "shared_workload": "shared-prefix workload file (with --unique-workload); default: synthetic pair",
+        "unique_workload": "its unique-prefix twin",
+        "requests": "synthetic: requests per arm",
+        "rate_rps": "synthetic: Poisson arrival rate",
+        "groups": "synthetic: prefix groups",
+        "prefix_tokens": "synthetic: shared prefix length per group",
+        "input_mean": "synthetic: mean prompt tokens (prefix included)",
+        "output_mean": "synthetic: mean output tokens",
+        "managers": "block managers to compare: none, hashed, radix",
+        "num_blocks": "KV blocks in the pool (capacity)",
+        "cost_model": "step_cost.json from infkit mech calibrate",
+    }
+
+    shared_workload: str | None = None
+    unique_workload: str | None = None
+    requests: int = 400
+    rate_rps: float = 4.0
+    groups: int = 8
+    prefix_tokens: int = 1536
+    input_mean: int = 1900
+    output_mean: int = 64
+    seed: int = 0
+    managers: tuple[str, ...] = ("none", "hashed", "radix")
+    policy: str = "fcfs"
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 32
+    block_size: int = 16
+    num_blocks: int = 2048
+    chunked_prefill: bool = True
+    cost_model: str | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.shared_workload) != bool(self.unique_workload):
+            raise InvalidInput("give both --shared-workload and --unique-workload, or neither")
+        unknown = set(self.managers) - set(POOLS)
+        if unknown or not self.managers:
+            raise InvalidInput(f"unknown managers {sorted(unknown)}", hint="choose from " + ", ".join(POOLS))
+
+
+def paired(cfg: KvCacheConfig) -> tuple[SimWorkload, SimWorkload]:
+    if cfg.shared_workload and cfg.unique_workload:
+        return read_workload(cfg.shared_workload), read_workload(cfg.unique_workload)
+    return paired_prefix_workloads(SyntheticSpec(
+        requests=cfg.requests, rate_rps=cfg.rate_rps, input_mean=cfg.input_mean, output_mean=cfg.output_mean,
+        groups=cfg.groups, prefix_tokens=cfg.prefix_tokens, seed=cfg.seed, spread=0.2))
+
+
+def run(cfg: KvCacheConfig) -> MechOutput:
+    shared, unique = paired(cfg)
+    cost = load_cost_model(cfg.cost_model) if cfg.cost_model else StepCostModel()
+    ecfg = engine_config(cfg)
+    cells: dict[str, dict[str, Any]] = {}
+    for manager in cfg.managers:
+        for arm, wl in (("shared", shared), ("unique", unique)):
+            result, pool = run_continuous(wl, ecfg, cost, manager)
+            cells[f"{manager}/{arm}"] = {**metrics.summarize(result), "kv": pool.counters.as_dict()}
+    effects = {}
+    for manager in cfg.managers:
+        s, u = cells[f"{manager}/shared"], cells[f"{manager}/unique"]
+        effects[manager] = {"ttft_p50_ratio_shared_over_unique": round(s["ttft_ms"]["p50"] / u["ttft_ms"]["p50"], 6),
+                            "hit_rate_shared": s["kv"]["hit_rate"], "hit_rate_unique": u["kv"]["hit_rate"]}
+    rows = [[name, c["kv"]["hit_rate"], c["kv"]["hit_tokens"], c["kv"]["references"], c["kv"]["evictions"],
+             c["kv"]["reclaimed_blocks"], c["kv"]["peak_used_blocks"], c["ttft_ms"]["p50"], c["ttft_ms"]["p95"],
+             c["preemptions"]] for name, c in cells.items()]
+    best = min((m for m in cfg.managers if m != "none"), default=cfg.managers[0],
+               key=lambda m: effects[m]["ttft_p50_ratio_shared_over_unique"])
+    main = cells[f"{best}/shared"]
+    summary = (f"paired workloads: shared {shared.workload_id} / unique {unique.workload_id}; capacity "
+               f"{cfg.num_blocks} blocks x {cfg.block_size} tokens; simulated ms\n\n"
+               + table(["manager/arm", "hit rate", "hit tokens", "references", "evictions", "reclaimed",
+                        "peak blocks", "TTFT p50", "TTFT p95", "preemptions"], rows)
+               + "\n\n" + table(["manager", "TTFT p50 shared/unique", "hit rate shared", "hit rate unique"],
+                                [[m, e["ttft_p50_ratio_shared_over_unique"], e["hit_rate_shared"],
+                                  e["hit_rate_unique"]] for m, e in effects.items()]))
+    return MechOutput(
+        semantic_id="INF-PREFIX-CACHE", run_label=f"kvcache/{best}/shared", model=None,
+        model_null_reason="the step-cost model stands in for the model",
+        workload=workload_info(shared, ecfg, cfg.seed), performance=metrics.performance(main),
+        correctness=metrics.correctness(main, len(shared.requests)),
+        conclusion=Conclusion(evidence_level="single", decision="inconclusive",
+                              next_step="measure the same paired workloads on a server (make bench-69)",
+                              summary=f"{best}: TTFT p50 x{effects[best]['ttft_p50_ratio_shared_over_unique']:.3f} "
+                                      f"shared vs unique at hit rate {effects[best]['hit_rate_shared']:.3f}"),
+        details={"cells": cells, "effects": effects, "unique_workload_id": unique.workload_id,
+                 "cost_model": cost.to_dict(), "effective": {**asdict(cfg), "engine": asdict(ecfg)}},
+        summary_text=summary, requested=asdict(cfg), workload_id=shared.workload_id,
+        plots={"kvcache.png": lambda path: _plot(cells, cfg.managers, path)},
+    )
+
+
+def _plot(cells: dict[str, dict[str, Any]], managers: tuple[str, ...], path: Any) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6))
+    xs = range(len(managers))
+    for off, arm in ((-0.2, "shared"), (0.2, "unique")):
+        ax1.bar([x + off for x in xs], [cells[f"{m}/{arm}"]["ttft_ms"]["p50"] for m in managers], 0.4, label=arm)
+        ax2.bar([x + off for x in xs], [cells[f"{m}/{arm}"]["kv"]["hit_rate"] for m in managers], 0.4, label=arm)
+    for ax, label in ((ax1, "TTFT p50 (simulated ms)"), (ax2, "prefix-cache hit rate")):
+        ax.set_xticks(list(xs), managers)
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+    fig.suptitle("shared vs unique prefix, by block manager")
+    save_figure(fig, path)

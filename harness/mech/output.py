@@ -1,0 +1,198 @@
+"""What every mechanism run writes: result.json, run.json, summary.txt and optional PNG plots.
+
+A mechanism returns a ``MechOutput`` (pure data, no wall clock); ``write_mech_run``
+turns it into files under ``<out_root>/<name>/<run_id>/``. Everything that goes
+into result.json except ``identity.run_id``/``created_utc`` and the environment
+fingerprint is a function of the mechanism's inputs, so two runs with the same
+inputs and seeds produce byte-identical results once those fields are fixed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import __version__
+from harness.contract import (
+    Conclusion,
+    Correctness,
+    Environment,
+    Identity,
+    Performance,
+    WorkloadInfo,
+    atomic_write_json,
+    atomic_write_text,
+    build_result,
+    write_result,
+)
+from harness.contract.result import utc_now
+from harness.ids import new_run_id
+from harness.runinfo import RunRecord, native_image, write_run_record
+
+PROFILE_ID = "INF-CPU"
+SIMULATOR_BACKEND = "infkit-mech"
+NO_WORKLOAD_ID = "sha256:" + hashlib.sha256(b"no-workload").hexdigest()
+
+PlotFn = Callable[[Path], None]
+
+
+def canonical_sha256(obj: Any) -> str:
+    """sha256 of the canonical JSON form of ``obj`` (sorted keys, no spaces)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def config_ref(name: str, config: dict[str, Any]) -> dict[str, str]:
+    """A model reference for a simulated model: its name and the hash of its config dict."""
+    return {"name": name, "version": "config:" + canonical_sha256(config)}
+
+
+def distribution_ms(values: Sequence[float]) -> dict[str, float] | None:
+    """Summary of a latency sample in ms; percentiles by linear interpolation (numpy default)."""
+    if len(values) == 0:
+        return None
+    arr = np.asarray(values, dtype=float)
+    p50, p90, p95, p99 = np.percentile(arr, [50, 90, 95, 99])
+    return {
+        "n": int(arr.size),
+        "mean": round(float(arr.mean()), 6),
+        "std": round(float(arr.std()), 6),
+        "min": round(float(arr.min()), 6),
+        "p50": round(float(p50), 6),
+        "p90": round(float(p90), 6),
+        "p95": round(float(p95), 6),
+        "p99": round(float(p99), 6),
+        "max": round(float(arr.max()), 6),
+    }
+
+
+def token_summary(values: Sequence[int]) -> dict[str, float]:
+    if len(values) == 0:
+        return {"min": 0, "max": 0, "mean": 0.0, "total": 0}
+    return {"min": int(min(values)), "max": int(max(values)),
+            "mean": round(sum(values) / len(values), 6), "total": int(sum(values))}
+
+
+def no_workload(reason: str, seed: int = 0) -> WorkloadInfo:
+    """The workload group of a formula-only mechanism (no requests)."""
+    info = WorkloadInfo(request_count=0, input_tokens=token_summary([]), output_tokens=token_summary([]),
+                        arrival={"process": "none"}, concurrency=None, seed=seed)
+    info.null_reasons["concurrency"] = reason
+    return info
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], floatfmt: str = ".4g") -> str:
+    from tabulate import tabulate
+
+    return tabulate(rows, headers=headers, floatfmt=floatfmt, tablefmt="github")
+
+
+@dataclass(frozen=True)
+class MechOutput:
+    """Everything a mechanism computed; ``write_mech_run`` adds identity and environment."""
+
+    semantic_id: str
+    run_label: str
+    model: dict[str, str] | None
+    workload: WorkloadInfo
+    performance: Performance
+    correctness: Correctness
+    conclusion: Conclusion
+    details: dict[str, Any]
+    summary_text: str
+    requested: dict[str, Any]
+    kind: str = "simulation"
+    workload_id: str = NO_WORKLOAD_ID
+    model_null_reason: str = "no model: the mechanism is model-independent"
+    plots: dict[str, PlotFn] = field(default_factory=dict)
+    extra_files: dict[str, str] = field(default_factory=dict)
+
+
+def simulator_environment(created_utc: str) -> tuple[Environment, dict[str, Any]]:
+    """The environment group and its fingerprint document, fingerprinted as of ``created_utc``.
+
+    Pinning the fingerprint's timestamp to the run's keeps wall-clock time out of the
+    hashed parts; ``fingerprint.json`` is the document whose sha256 the group names.
+    """
+    from harness.fingerprint import collect, environment_group
+
+    doc = collect()
+    doc["created_utc"] = created_utc
+    return environment_group(PROFILE_ID, SIMULATOR_BACKEND, __version__, doc=doc), doc
+
+
+def result_document(out: MechOutput, *, run_id: str, created_utc: str, environment: Environment) -> dict[str, Any]:
+    identity = Identity(semantic_id=out.semantic_id, workload_id=out.workload_id, run_label=out.run_label,
+                        run_id=run_id, model=out.model, tokenizer=None, created_utc=created_utc)
+    identity.null_reasons["tokenizer"] = "simulated tokens: no tokenizer is involved"
+    if out.model is None:
+        identity.null_reasons["model"] = out.model_null_reason
+    return build_result(kind=out.kind, identity=identity, workload=out.workload, environment=environment,  # type: ignore[arg-type]
+                        performance=out.performance, correctness=out.correctness, conclusion=out.conclusion,
+                        details=out.details)
+
+
+def write_mech_run(out_root: str | Path, name: str, out: MechOutput, *, run_id: str | None = None,
+                   created_utc: str | None = None, environment: Environment | None = None) -> Path:
+    """Write result.json, fingerprint.json, summary.txt, plots and run.json under ``out_root/name/run_id``.
+
+    Returns the run folder, ready for ``infkit sign``.
+    """
+    run_id = run_id or new_run_id()
+    started = created_utc or utc_now()
+    run_dir = Path(out_root) / name / run_id
+    fingerprint = None
+    if environment is None:
+        environment, fingerprint = simulator_environment(started)
+    doc = result_document(out, run_id=run_id, created_utc=started, environment=environment)
+    write_result(run_dir / "result.json", doc)
+    if fingerprint is not None:
+        atomic_write_json(run_dir / "fingerprint.json", fingerprint)
+    for filename, text in out.extra_files.items():
+        atomic_write_text(run_dir / filename, text)
+    plot_note = _write_plots(run_dir, out.plots)
+    atomic_write_text(run_dir / "summary.txt", "\n\n".join(filter(None, [out.summary_text.rstrip(), plot_note])) + "\n")
+    record = RunRecord(
+        semantic_id=out.semantic_id, run_id=run_id, run_label=out.run_label,
+        requested=out.requested, effective=out.details.get("effective", out.requested),
+        evidence_level=out.conclusion.evidence_level, decision=out.conclusion.decision,
+        workload_ids=[out.workload_id] if out.workload_id != NO_WORKLOAD_ID else [],
+        images=[native_image(PROFILE_ID)], model=out.model, started_utc=started, ended_utc=utc_now(),
+    )
+    write_run_record(run_dir, record)
+    return run_dir
+
+
+def _write_plots(run_dir: Path, plots: dict[str, PlotFn]) -> str:
+    """Render each plot to PNG with the Agg backend; return a note when matplotlib is missing."""
+    if not plots:
+        return ""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+    except ImportError:
+        return "plots skipped: matplotlib is not installed (pip install 'infkit[plots]')"
+    for filename, draw in plots.items():
+        draw(run_dir / filename)
+    return ""
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Save a matplotlib figure atomically as PNG and close it."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    from harness.contract import atomic_write_bytes
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())

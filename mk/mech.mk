@@ -1,0 +1,32 @@
+# CPU mechanism kit: `make mech-NAME` writes runs/mech/NAME/RUN_ID/{result.json,run.json,summary.txt,*.png}.
+# MECH_ARGS passes options through (see `infkit mech NAME --help`); ENDPOINT=URL makes mech-calibrate
+# profile a live server instead of running its self-check.
+MECH_OUT  ?= runs/mech
+MECH_ARGS ?=
+ENDPOINT  ?=
+MECHS     := lifecycle budget batching kvcache specdec calibrate
+
+.PHONY: mech-all mech-speed $(addprefix mech-,$(MECHS))
+
+mech-lifecycle: setup ## request lifecycle: state machine + event trace (tiny scenario or --requests FILE)
+	$(INFKIT) mech lifecycle --out $(MECH_OUT) $(MECH_ARGS)
+
+mech-budget: setup ## iteration budget: KV bytes/token, block capacity, batch x context OOM boundary
+	$(INFKIT) mech budget --out $(MECH_OUT) $(MECH_ARGS)
+
+mech-batching: setup ## static vs continuous vs P/D-disaggregated serving, simulated
+	$(INFKIT) mech batching --out $(MECH_OUT) $(MECH_ARGS)
+
+mech-kvcache: setup ## hashed-block vs radix prefix cache on shared vs unique prefix workloads
+	$(INFKIT) mech kvcache --out $(MECH_OUT) $(MECH_ARGS)
+
+mech-specdec: setup ## speculative decoding: formulas, Monte-Carlo, topologies, proposal schedules
+	$(INFKIT) mech specdec --out $(MECH_OUT) $(MECH_ARGS)
+
+mech-calibrate: setup ## fit the step-cost model; held-out TTFT/TPOT prediction error (ENDPOINT=URL for a live server)
+	$(INFKIT) mech calibrate --out $(MECH_OUT) $(if $(ENDPOINT),--endpoint $(ENDPOINT)) $(MECH_ARGS)
+
+mech-all: $(addprefix mech-,$(MECHS)) ## every CPU mechanism
+
+mech-speed: setup ## simulated requests per wall second for a 100k-request workload (target >= 20000)
+	$(BIN)/python benchmarks/sim_speed.py

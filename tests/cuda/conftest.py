@@ -1,0 +1,70 @@
+"""Fixtures for the CUDA mechanism tests: torch (skip or fail per INFKIT_REQUIRE_TORCH), a CUDA device, a runner."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+
+def _root_conftest():
+    # The root conftest is loaded by pytest as a plugin; load it by path so its helper is shared, not copied.
+    path = Path(__file__).resolve().parents[1] / "conftest.py"
+    spec = importlib.util.spec_from_file_location("infkit_tests_root_conftest", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+require_or_skip = _root_conftest().require_or_skip
+
+
+@pytest.fixture(scope="session")
+def torch():
+    try:
+        import torch
+    except ImportError:
+        require_or_skip("INFKIT_REQUIRE_TORCH", "torch not installed (make setup-torch)")
+    import transformers  # noqa: F401  (the torch extra brings both)
+
+    return torch
+
+
+@pytest.fixture
+def cuda(torch):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    return torch
+
+
+@pytest.fixture
+def run_cuda(torch, tmp_path) -> Callable:
+    """Run experiment ``name`` with config overrides into tmp_path; return the RunOutput."""
+    from harness.cuda.registry import get_experiment
+    from harness.cuda.runner import run_experiment
+
+    def run(name: str, device: str = "cpu", **config):
+        exp = get_experiment(name)
+        return run_experiment(exp, exp.config_cls(**config), device=device, out_root=tmp_path / "runs")
+
+    return run
+
+
+@pytest.fixture
+def valid():
+    """Assert that a written document satisfies its schema and the evidence rules."""
+    from harness.contract import validate_file
+
+    def check(path: Path) -> None:
+        problems = validate_file(path)
+        assert not problems, [str(p) for p in problems]
+
+    return check
+
+
+@pytest.fixture
+def require():
+    """``require(env_var, reason)``: skip, or fail when CI sets ``env_var=1``."""
+    return require_or_skip
