@@ -1,6 +1,6 @@
 """bench-69, INF-PREFIX-CACHE: does prefix caching cut TTFT when requests share a prefix?
 
-Arms (same model, lengths, concurrency; DESIGN §1 "unique vs shared prefix paired contract"):
+Arms (same model, lengths, concurrency; the unique vs shared prefix paired contract):
   A  unique-prefix/cache-on   the twin workload: identical token lengths, nothing shared
   B  shared-prefix/cache-on   G groups of P prompts sharing an L-token prefix
   C  shared-prefix/cache-off  control: B's workload on a server with prefix caching off
