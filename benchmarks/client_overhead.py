@@ -51,8 +51,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_servers(port: int, processes: int) -> list[subprocess.Popen]:
-    cmd = [sys.executable, str(REPO / "tests" / "fake_openai_server.py"), "--port", str(port),
+SERVERS = {"lean": "lean_fake_server.py", "aiohttp": "fake_openai_server.py"}
+
+
+def start_servers(kind: str, port: int, processes: int) -> list[subprocess.Popen]:
+    cmd = [sys.executable, str(REPO / "tests" / SERVERS[kind]), "--port", str(port),
            "--ttft-ms", str(TTFT_MS), "--gap-ms", str(GAP_MS)]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
     for p in procs:
@@ -118,13 +121,15 @@ def main() -> int:
     ap.add_argument("--streams", type=int, nargs="+", default=[1, 16, 64, 256, 1024])
     ap.add_argument("--rounds", type=int, default=4, help="requests per stream")
     ap.add_argument("--workers", type=int, help="client processes (default: infkit's auto rule)")
+    ap.add_argument("--server", choices=sorted(SERVERS), default="lean",
+                    help="lean: timer callbacks and raw transport writes; aiohttp: the tests' fault-injecting server")
     ap.add_argument("--server-processes", type=int, default=1)
     ap.add_argument("--no-plain", action="store_true", help="skip the plain-client comparison")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="infkit-overhead-"))
     tok_dir = train_tokenizer(tmp / "tok")
     port = free_port()
-    servers = start_servers(port, args.server_processes)
+    servers = start_servers(args.server, port, args.server_processes)
     url = f"http://127.0.0.1:{port}"
     rows, summary = [], {}
     try:
@@ -158,7 +163,7 @@ def main() -> int:
             s.terminate()
             s.wait(10)
     print(f"fake server: TTFT {TTFT_MS:g} ms, {GAP_MS:g} ms/token, {OUT_TOKENS} tokens (ideal E2E {IDEAL_E2E_S * 1e3:.0f} ms); "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.server_processes} server process(es); "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.server_processes} {args.server} server process(es); "
           f"CPU us/chunk counts client start-up (worker processes) too")
     print(tabulate(rows, headers=["client", "streams", "procs", "requests", "req/s", "ideal req/s", "of ideal",
                                   "TTFT err P50 ms", "TTFT err P99 ms", "loop lag P99 ms", "client CPU us/chunk",

@@ -147,7 +147,9 @@ class _Response(asyncio.Protocol):
             eol = buf.find(b"\r\n", pos)
             if eol < 0:
                 break
-            size_text = buf[pos:eol].split(b";", 1)[0].strip()
+            size_text = buf[pos:eol]
+            if b";" in size_text:
+                size_text = size_text.split(b";", 1)[0]
             try:
                 size = int(size_text, 16)
             except ValueError:
@@ -156,9 +158,13 @@ class _Response(asyncio.Protocol):
             if size == 0:  # last chunk; trailers are not used by streaming servers
                 self._finish()
                 return
-            self._left = size
             pos = eol + 2
-        self._buf = buf[pos:]
+            if pos + size + 2 <= n:  # the whole chunk and its CRLF arrived: a streamed event's usual case
+                self.sink(buf[pos:pos + size], now)
+                pos += size + 2
+            else:
+                self._left = size
+        self._buf = buf[pos:] if pos < n else b""
 
 
 class ConnectionPool:

