@@ -6,8 +6,12 @@ microsecond it spends per token is taken from the client. ``fake_openai_server.p
 a task wake-up from ``asyncio.sleep`` and aiohttp's response writer per token. This
 server speaks just enough HTTP/1.1 for the happy path — keep-alive ``POST`` to
 ``/v1/completions`` and ``/v1/chat/completions`` with a ``Content-Length`` body, a
-chunked ``text/event-stream`` answer — and sends each token from a timer callback
-straight to the transport: one timer and one ``write`` per token, no task.
+chunked ``text/event-stream`` answer — and writes tokens straight to the transports
+from one timer per millisecond: every token due in that millisecond is sent by the same
+callback, so a token costs a list append and one ``write``, no task and no timer of its
+own. The event loop's clock has millisecond resolution anyway (uvloop's timers are
+libuv's); a token is never sent early, and at most 1 ms late plus the loop's lag. A
+stream that fell behind sends its overdue tokens in one write.
 
 Timing is the fake server's: the first token ``ttft`` after the request arrived, then
 one every ``gap`` on an absolute timetable (lateness does not accumulate); the stream
@@ -23,7 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
+import math
 
 HEAD_END = b"\r\n\r\n"
 STREAM_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -60,34 +64,52 @@ def _plain(status: str, text: str, *, close: bool = False) -> bytes:
         status.encode(), len(body), conn, body)
 
 
+class _Ticker:
+    """Due tokens grouped by millisecond; one loop timer per millisecond that has any."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.due: dict[int, list[_Stream]] = {}
+
+    def at(self, when_s: float, stream: _Stream) -> None:
+        ms = math.ceil(when_s * 1e3)
+        bucket = self.due.get(ms)
+        if bucket is None:
+            self.due[ms] = [stream]
+            self.loop.call_at(ms / 1e3, self._fire, ms)
+        else:
+            bucket.append(stream)
+
+    def _fire(self, ms: int) -> None:
+        now_s = self.loop.time()
+        for stream in self.due.pop(ms):
+            stream.conn.tick(stream, now_s)
+
+
 class _Stream:
-    """One response in flight: its timetable and the timer of its next token."""
+    """One response in flight: its timetable and how far along it is."""
 
-    __slots__ = ("conn", "start", "k", "n", "tail", "timer")
+    __slots__ = ("conn", "start", "k", "n", "token", "tail")
 
-    def __init__(self, conn: _Connection, start: float, n: int, tail: bytes) -> None:
-        self.conn, self.start, self.k, self.n, self.tail = conn, start, 0, n, tail
-        self.timer: asyncio.TimerHandle | None = None
+    def __init__(self, conn: _Connection, start: float, n: int, token: bytes, tail: bytes) -> None:
+        self.conn, self.start, self.k, self.n, self.token, self.tail = conn, start, 0, n, token, tail
 
 
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; answers one request at a time."""
 
-    def __init__(self, server: LeanServer) -> None:
-        self.server = server
-        self.loop = asyncio.get_running_loop()
+    def __init__(self, server: LeanServer, ticker: _Ticker) -> None:
+        self.server, self.ticker = server, ticker
+        self.loop = ticker.loop
         self.transport: asyncio.Transport | None = None
         self.buf = b""
         self.stream: _Stream | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.transport = transport  # type: ignore[assignment]  # asyncio and uvloop set TCP_NODELAY
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.stream is not None and self.stream.timer is not None:
-            self.stream.timer.cancel()
-        self.stream = None
+        self.stream = None  # a token still due for it finds it gone
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
@@ -130,20 +152,27 @@ class _Connection(asyncio.Protocol):
             tail += _frame(_event({"id": "fake", "choices": [], "usage": usage}))
         tail += _frame(b"data: [DONE]\n\n") + b"0\r\n\r\n"
         self.transport.write(STREAM_HEAD)
-        s = self.stream = _Stream(self, self.loop.time(), n, tail)
-        s.timer = self.loop.call_at(s.start + srv.ttft_s, self._tick, api)
+        s = self.stream = _Stream(self, self.loop.time(), n, srv.token[api], tail)
+        self.ticker.at(s.start + srv.ttft_s, s)
 
-    def _tick(self, api: str) -> None:
-        """Send the next token (and the tail after the last one); schedule the one after."""
-        s = self.stream
-        if s is None:
+    def tick(self, s: _Stream, now_s: float) -> None:
+        """Send stream ``s``'s tokens due by ``now_s`` in one write (the tail after the last); queue the next.
+
+        On time that is one token; a server that fell behind its timetable catches up with one write, as a
+        real server's event loop does, instead of a write per overdue token.
+        """
+        if self.stream is not s:
+            return  # the connection was lost
+        srv, k = self.server, s.k + 1
+        while k < s.n and s.start + srv.ttft_s + k * srv.gap_s <= now_s:
+            k += 1
+        data = s.token * (k - s.k)
+        s.k = k
+        if k < s.n:
+            self.transport.write(data)
+            self.ticker.at(s.start + srv.ttft_s + k * srv.gap_s, s)
             return
-        self.transport.write(self.server.token[api])
-        s.k += 1
-        if s.k < s.n:
-            s.timer = self.loop.call_at(s.start + self.server.ttft_s + s.k * self.server.gap_s, self._tick, api)
-            return
-        self.transport.write(s.tail)
+        self.transport.write(data + s.tail)
         self.stream = None
         if self.buf:
             self._next_request()
@@ -159,8 +188,9 @@ class LeanServer:
         self.finish = {api: f[1] for api, f in frames.items()}
 
     async def serve(self, host: str, port: int) -> asyncio.AbstractServer:
-        loop = asyncio.get_running_loop()
-        return await loop.create_server(lambda: _Connection(self), host, port, reuse_port=True, backlog=4096)
+        ticker = _Ticker(asyncio.get_running_loop())
+        return await ticker.loop.create_server(lambda: _Connection(self, ticker), host, port, reuse_port=True,
+                                               backlog=4096)
 
 
 def main() -> None:
