@@ -57,6 +57,13 @@ def test_sse_parser_handles_split_reads_comments_and_done():
     assert p.feed(b'ta: {"b": 2}\r\n\ndata: [DONE]\n\n') == [{"b": 2}, DONE]
 
 
+def test_sse_payload_with_trailing_garbage_is_malformed():
+    with pytest.raises(ValueError, match="extra data"):
+        SSEParser().feed(b'data: {"a": 1} {"b": 2}\n\n')
+    with pytest.raises(ValueError):
+        SSEParser().feed(b"data: {\xff}\n\n")
+
+
 def test_interpret_completions_chat_usage_and_errors():
     assert interpret({"choices": [{"text": "hi", "finish_reason": None}]}).text == "hi"
     chat = interpret({"choices": [{"delta": {"content": "yo"}, "finish_reason": "stop"}]})
