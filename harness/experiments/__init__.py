@@ -1,0 +1,1 @@
+"""Experiments: the paired runner, its statistics, and one module per bench."""

