@@ -33,7 +33,8 @@ from harness.mech.calibrate import (
 from harness.mech.costmodel import COST_MODEL_SCHEMA
 from harness.mech.enginetypes import EngineConfig
 from harness.mech.fitting import Observation, fit_to_measurements
-from harness.mech.output import MechOutput, distribution_ms, save_figure, table
+from harness.mech.output import MechOutput, save_figure, table
+from harness.stats_summary import distribution_ms
 from harness.mech.workload import SyntheticSpec, read_workload, synthetic
 
 

@@ -20,7 +20,8 @@ from harness.mech.blocks import PlainPool
 from harness.mech.costmodel import StepCostModel
 from harness.mech.engine import Engine
 from harness.mech.enginetypes import EngineConfig, Event, Seq
-from harness.mech.output import MechOutput, distribution_ms, table, token_summary
+from harness.mech.output import MechOutput, table, token_summary
+from harness.stats_summary import distribution_ms
 from harness.mech.workload import SimRequest
 
 FINAL = {"finish_stop": "finished_stopped", "finish_length": "finished_length",

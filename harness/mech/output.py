@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from harness import __version__
 from harness.contract import (
     Conclusion,
@@ -51,25 +49,6 @@ def canonical_sha256(obj: Any) -> str:
 def config_ref(name: str, config: dict[str, Any]) -> dict[str, str]:
     """A model reference for a simulated model: its name and the hash of its config dict."""
     return {"name": name, "version": "config:" + canonical_sha256(config)}
-
-
-def distribution_ms(values: Sequence[float]) -> dict[str, float] | None:
-    """Summary of a latency sample in ms; percentiles by linear interpolation (numpy default)."""
-    if len(values) == 0:
-        return None
-    arr = np.asarray(values, dtype=float)
-    p50, p90, p95, p99 = np.percentile(arr, [50, 90, 95, 99])
-    return {
-        "n": int(arr.size),
-        "mean": round(float(arr.mean()), 6),
-        "std": round(float(arr.std()), 6),
-        "min": round(float(arr.min()), 6),
-        "p50": round(float(p50), 6),
-        "p90": round(float(p90), 6),
-        "p95": round(float(p95), 6),
-        "p99": round(float(p99), 6),
-        "max": round(float(arr.max()), 6),
-    }
 
 
 def token_summary(values: Sequence[int]) -> dict[str, float]:
