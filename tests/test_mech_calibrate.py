@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from harness.errors import CapabilityMissing, InvalidInput
+from harness.errors import InvalidInput
 from harness.mech.calibrate import (
     CalibrateConfig,
     compare,
@@ -120,12 +120,17 @@ def test_self_check_run() -> None:
     assert set(out.details["recovery"]) == set(FEATURES)
 
 
-def test_invalid_calibration_inputs() -> None:
+def test_invalid_calibration_inputs(tmp_path) -> None:
     with pytest.raises(InvalidInput, match="together"):
         CalibrateConfig(profile_records="p.jsonl")
     with pytest.raises(InvalidInput, match="repeats"):
         CalibrateConfig(repeats=0)
-    with pytest.raises(CapabilityMissing, match="endpoint|live profiling"):
-        run(CalibrateConfig(endpoint="http://127.0.0.1:9"))
+    with pytest.raises(InvalidInput, match="does not answer"):
+        run(CalibrateConfig(endpoint="http://127.0.0.1:9", record_dir=str(tmp_path)))
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(InvalidInput, match="one source"):
+        CalibrateConfig(endpoint="http://127.0.0.1:9", serve=True)
+    with pytest.raises(InvalidInput, match="base URL"):
+        CalibrateConfig(endpoint="127.0.0.1:9")
     with pytest.raises(InvalidInput, match="usable measurements"):
         equations(profiling_plan(), {}, TRUTH, ENGINE)

@@ -20,10 +20,10 @@ from typing import Any
 
 from harness.contract import Conclusion, Correctness, Failure, Performance
 from harness.cuda.device import import_torch, time_calls
-from harness.stats_summary import distribution_ms
 from harness.cuda.registry import CommonConfig, Experiment
 from harness.cuda.runner import Outcome, RunContext, mechanism_workload
 from harness.errors import InvalidInput
+from harness.stats_summary import distribution_ms
 
 
 @dataclass(frozen=True)
