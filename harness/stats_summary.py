@@ -25,3 +25,12 @@ def distribution_ms(values_ms: Sequence[float], decimals: int = DECIMALS) -> dic
     out = {"mean": a.mean(), "std": a.std(), "min": a.min(), "p50": p50, "p90": p90, "p95": p95, "p99": p99,
            "max": a.max()}
     return {"n": int(a.size), **{k: round(float(v), decimals) for k, v in out.items()}}
+
+
+def token_summary(values: Sequence[int]) -> dict[str, Any]:
+    """The schema's token-count summary (min, max, mean, total); zeros for no values."""
+    if len(values) == 0:
+        return {"min": 0, "max": 0, "mean": 0.0, "total": 0}
+    total = int(sum(values))
+    return {"min": int(min(values)), "max": int(max(values)), "mean": round(total / len(values), DECIMALS),
+            "total": total}

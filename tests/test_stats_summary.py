@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.stats_summary import distribution_ms
+from harness.stats_summary import distribution_ms, token_summary
 
 
 def test_linear_percentiles_and_population_std():
@@ -19,3 +19,9 @@ def test_rounding_and_empty():
     assert distribution_ms([1 / 3], decimals=2)["p99"] == 0.33
     assert distribution_ms([1 / 3])["mean"] == 0.333333
     assert distribution_ms([]) is None
+
+
+def test_token_summary():
+    assert token_summary([3, 1, 2]) == {"min": 1, "max": 3, "mean": 2.0, "total": 6}
+    assert token_summary([1, 2])["mean"] == 1.5
+    assert token_summary([]) == {"min": 0, "max": 0, "mean": 0.0, "total": 0}

@@ -32,6 +32,7 @@ from harness.contract import (
 from harness.contract.result import utc_now
 from harness.ids import new_run_id
 from harness.runinfo import RunRecord, native_image, write_run_record
+from harness.stats_summary import token_summary
 
 PROFILE_ID = "INF-CPU"
 SIMULATOR_BACKEND = "infkit-mech"
@@ -49,13 +50,6 @@ def canonical_sha256(obj: Any) -> str:
 def config_ref(name: str, config: dict[str, Any]) -> dict[str, str]:
     """A model reference for a simulated model: its name and the hash of its config dict."""
     return {"name": name, "version": "config:" + canonical_sha256(config)}
-
-
-def token_summary(values: Sequence[int]) -> dict[str, float]:
-    if len(values) == 0:
-        return {"min": 0, "max": 0, "mean": 0.0, "total": 0}
-    return {"min": int(min(values)), "max": int(max(values)),
-            "mean": round(sum(values) / len(values), 6), "total": int(sum(values))}
 
 
 def no_workload(reason: str, seed: int = 0) -> WorkloadInfo:
