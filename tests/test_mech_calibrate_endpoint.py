@@ -16,6 +16,7 @@ from tiny_tokenizer import session_tokenizer
 from harness.cli import main
 from harness.contract import validate_file
 from harness.errors import InvalidInput
+from harness.ids import sha256_file
 from harness.mech.calibrate import CalibrateConfig, profiling_plan, read_measured
 from harness.mech.calibrate_live import make_workloads, plan_trace, record_live
 from harness.workload import load_workload
@@ -49,6 +50,7 @@ def test_endpoint_calibration_uses_the_measured_records(tokenizer_dir, tmp_path)
         assert obs.tpot_ms == pytest.approx(1e3 * GAP_S, abs=5)
     comparison = result["details"]["comparison"]
     assert comparison["ttft_ms_p50"]["measured"] == pytest.approx(1e3 * TTFT_S, abs=25)
+    assert result["identity"]["tokenizer"]["version"] == sha256_file(tokenizer_dir / "tokenizer.json")
     assert result["identity"]["workload_id"] == load_workload(run_dir / "heldout_workload.jsonl").workload_id
 
 

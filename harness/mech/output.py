@@ -83,6 +83,7 @@ class MechOutput:
     kind: str = "simulation"
     workload_id: str = NO_WORKLOAD_ID
     model_null_reason: str = "no model: the mechanism is model-independent"
+    tokenizer: dict[str, str] | None = None  # set when real prompts were tokenized (live calibration)
     plots: dict[str, PlotFn] = field(default_factory=dict)
     extra_files: dict[str, str] = field(default_factory=dict)
 
@@ -102,8 +103,9 @@ def simulator_environment(created_utc: str) -> tuple[Environment, dict[str, Any]
 
 def result_document(out: MechOutput, *, run_id: str, created_utc: str, environment: Environment) -> dict[str, Any]:
     identity = Identity(semantic_id=out.semantic_id, workload_id=out.workload_id, run_label=out.run_label,
-                        run_id=run_id, model=out.model, tokenizer=None, created_utc=created_utc)
-    identity.null_reasons["tokenizer"] = "simulated tokens: no tokenizer is involved"
+                        run_id=run_id, model=out.model, tokenizer=out.tokenizer, created_utc=created_utc)
+    if out.tokenizer is None:
+        identity.null_reasons["tokenizer"] = "simulated tokens: no tokenizer is involved"
     if out.model is None:
         identity.null_reasons["model"] = out.model_null_reason
     return build_result(kind=out.kind, identity=identity, workload=out.workload, environment=environment,  # type: ignore[arg-type]
@@ -136,7 +138,7 @@ def write_mech_run(out_root: str | Path, name: str, out: MechOutput, *, run_id: 
         requested=out.requested, effective=out.details.get("effective", out.requested),
         evidence_level=out.conclusion.evidence_level, decision=out.conclusion.decision,
         workload_ids=[out.workload_id] if out.workload_id != NO_WORKLOAD_ID else [],
-        images=[native_image(PROFILE_ID)], model=out.model, started_utc=started, ended_utc=utc_now(),
+        images=[native_image(PROFILE_ID)], model=out.model, tokenizer=out.tokenizer, started_utc=started, ended_utc=utc_now(),
     )
     write_run_record(run_dir, record)
     return run_dir
