@@ -1,6 +1,6 @@
 """Records → the result's performance group. Pure: no clock, no I/O, no printing.
 
-Definitions (DESIGN §3), over requests that completed (status ``stop`` or ``length``):
+Definitions (docs/measurement.md), over requests that completed (status ``stop`` or ``length``):
 
 - TTFT = first content chunk − sent.
 - E2E = last content chunk (or stream end) − sent.

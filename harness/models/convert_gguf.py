@@ -3,7 +3,7 @@
 Standalone on purpose: the serving venv has torch and transformers but not
 infkit. Transformers dequantizes the GGUF on load (kept as bfloat16, the dtype vLLM serves on CPU); clearing the quantizer and
 the config's ``quantization_config`` makes ``save_pretrained`` write a plain
-checkpoint that vLLM serves (DESIGN §4).
+checkpoint that vLLM serves.
 
 Usage: python convert_gguf.py --gguf FILE --out DIR
 """

@@ -2,7 +2,7 @@
 
 The server runs in its own process group (so stopping it reaches every worker
 it forks), its stdout and stderr go to a log file in the run directory, and its
-memory is the summed RSS of the whole process tree (DESIGN §3: peak memory on CPU).
+memory is the summed RSS of the whole process tree (docs/measurement.md: peak memory on CPU).
 """
 
 from __future__ import annotations

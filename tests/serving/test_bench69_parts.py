@@ -193,3 +193,15 @@ def test_images_come_from_the_servers_or_the_native_env():
                                                "digest": digest}]
     native = bench69._images(vllm, {"cache-on": {"image": None}})
     assert native[0]["native"] is True and native[0]["role"] == "inf-vllm-011-cu128"
+
+
+def test_an_interrupted_schedule_leaves_the_finished_runs_with_the_caller():
+    def run_one(arm, repeat):
+        if repeat == 2:
+            raise KeyboardInterrupt
+        return arm_run(arm, repeat, 500)
+
+    kept: list[ArmRun] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_schedule(interleaved([ARM_UNIQUE, ARM_SHARED], 3), run_one, progress=lambda _: None, into=kept)
+    assert [(r.label, r.repeat) for r in kept] == [(ARM_UNIQUE, 1), (ARM_SHARED, 1)]
