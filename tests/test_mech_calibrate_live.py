@@ -16,12 +16,11 @@ import numpy as np
 import pytest
 
 from harness.contract.schemas import validate_file
-from harness.errors import InfkitError
 from harness.mech import get_mechanism
 from harness.mech.calibrate import CalibrateConfig, read_measured
 from harness.mech.costmodel import load_cost_model
 from harness.mech.output import write_mech_run
-from tests.conftest import require_or_skip
+from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = pytest.mark.slow
 SMALL = {"repeats": 1, "gap_s": 2.5, "heldout_requests": 12, "heldout_rate_rps": 1.0}
@@ -29,12 +28,7 @@ SMALL = {"repeats": 1, "gap_s": 2.5, "heldout_requests": 12, "heldout_rate_rps":
 
 @pytest.fixture(scope="module")
 def prepared():
-    from harness.models import ensure_model
-
-    try:
-        return ensure_model("smollm2-135m", progress=lambda line: print(line, flush=True))
-    except InfkitError as exc:
-        require_or_skip("INFKIT_REQUIRE_SLOW", f"the vllm-cpu serving environment cannot be built here: {exc}")
+    return prepared_model_or_skip()
 
 
 def test_serve_calibrate_fits_real_records(prepared, tmp_path: Path) -> None:
