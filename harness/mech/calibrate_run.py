@@ -59,11 +59,13 @@ class Inputs:
 
 def _recorded(cfg: CalibrateConfig, source: str = "recorded measurements", label: str = "recorded",
               provenance: dict[str, Any] | None = None) -> Inputs:
+    """Read the measured inputs (each read error is one line); copies of them go into the run folder."""
+    profile, heldout = read_measured(cfg.profile_records), read_workload(cfg.heldout_workload)  # type: ignore[arg-type]
+    measured = read_measured(cfg.heldout_records)  # type: ignore[arg-type]
     paths = {"profile_requests.jsonl": cfg.profile_records, "heldout_workload.jsonl": cfg.heldout_workload,
              "heldout_requests.jsonl": cfg.heldout_records}
-    files = {name: Path(p).read_text() for name, p in paths.items()} if provenance is not None else {}
-    return Inputs(source, label, read_measured(cfg.profile_records), read_workload(cfg.heldout_workload),  # type: ignore[arg-type]
-                  read_measured(cfg.heldout_records), files, provenance or {})  # type: ignore[arg-type]
+    files = {name: Path(p).read_text() for name, p in paths.items()}  # type: ignore[arg-type]
+    return Inputs(source, label, profile, heldout, measured, files, provenance or {})
 
 
 def _live(cfg: CalibrateConfig) -> Inputs:
