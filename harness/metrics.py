@@ -13,9 +13,8 @@ Definitions (docs/measurement.md), over requests that completed (status ``stop``
 - Goodput = completed requests meeting every stated SLO (``ttft_ms``, ``tpot_ms``,
   ``e2e_ms``, ``itl_ms`` as each request's worst gap) per second.
 
-Percentiles: linear interpolation between closest ranks (Hyndman & Fan type 7, numpy's
-default), recorded as ``percentile_method: "linear"``. ``std`` is the population
-standard deviation (ddof = 0).
+Distributions are ``harness.stats_summary.distribution_ms`` (linear-interpolated
+percentiles, recorded as ``percentile_method: "linear"``), rounded to ``DECIMALS``.
 """
 
 from __future__ import annotations
@@ -26,28 +25,25 @@ from typing import Any
 import numpy as np
 
 from harness.client.records import RequestRecord
+from harness.stats_summary import PERCENTILE_METHOD, distribution_ms
 
-PERCENTILE_METHOD = "linear"
+__all__ = ["DECIMALS", "PERCENTILE_METHOD", "SLO_KEYS", "meets_slo", "output_tokens", "per_request", "performance"]
+
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms")
 DECIMALS = 4
 
 
 def distribution(values_ms: Sequence[float]) -> dict[str, Any] | None:
-    """A ``distribution_ms`` object, or None for no values."""
-    if len(values_ms) == 0:
-        return None
-    a = np.asarray(values_ms, dtype=float)
-    p50, p90, p95, p99 = np.percentile(a, [50, 90, 95, 99], method=PERCENTILE_METHOD)
-    out = {"n": int(a.size), "mean": a.mean(), "std": a.std(), "min": a.min(), "p50": p50, "p90": p90,
-           "p95": p95, "p99": p99, "max": a.max()}
-    return {k: (v if k == "n" else round(float(v), DECIMALS)) for k, v in out.items()}
+    """A ``distribution_ms`` object at this module's rounding, or None for no values."""
+    return distribution_ms(values_ms, DECIMALS)
 
 
 def output_tokens(rec: RequestRecord) -> int:
     return rec.completion_tokens if rec.completion_tokens is not None else len(rec.chunk_s)
 
 
-def _per_request(rec: RequestRecord) -> dict[str, float | None]:
+def per_request(rec: RequestRecord) -> dict[str, float | None]:
+    """TTFT, E2E, TPOT and worst ITL (ms) of one sent and ended request, as defined above."""
     ttft = (rec.first_token_s - rec.sent_s) * 1e3 if rec.first_token_s is not None else None
     e2e = (rec.end_s - rec.sent_s) * 1e3
     n_out = output_tokens(rec)
@@ -68,7 +64,7 @@ def performance(records: Sequence[RequestRecord], slo: Mapping[str, float] | Non
     if unknown:
         raise ValueError(f"unknown SLO keys {unknown}; use {', '.join(SLO_KEYS)}")
     done = [r for r in records if r.completed and r.sent_s is not None and r.end_s is not None]
-    per = [_per_request(r) for r in done]
+    per = [per_request(r) for r in done]
     itl = [g for r in done for g in (np.diff(r.chunk_s) * 1e3).tolist()]
     sent = [r for r in records if r.sent_s is not None]
     waits = [(r.sent_s - r.scheduled_s) * 1e3 for r in sent if r.scheduled_s is not None]

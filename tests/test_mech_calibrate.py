@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from harness.errors import CapabilityMissing, InvalidInput
+from harness.errors import InvalidInput
 from harness.mech.calibrate import (
     CalibrateConfig,
     compare,
@@ -21,6 +21,7 @@ from harness.mech.costmodel import FEATURES, StepCostModel, load_cost_model, sav
 from harness.mech.enginetypes import EngineConfig
 from harness.mech.fitting import Observation, equations, fit_to_measurements, nnls_relative
 from harness.mech.workload import SyntheticSpec, synthetic
+from tests.mech_workloads import write_workload_file
 
 TRUTH = StepCostModel(base_ms=5.0, prefill_ms_per_token=0.3, prefill_ms_per_kilopair=0.08, decode_ms_per_seq=2.0,
                       decode_ms_per_kilotoken=1.2)
@@ -102,11 +103,9 @@ def test_recorded_calibration_from_files(tmp_path) -> None:
         return str(path)
 
     wl_path = tmp_path / "heldout.jsonl"
-    wl_path.write_text(json.dumps({"schema": "infkit/workload/v1", "workload_id": "sha256:" + "a" * 64,
-                                   "kind": "random", "arrival": {"process": "poisson", "rate_rps": 0.5}}) + "\n"
-                       + "".join(json.dumps({"index": r.index, "offset_s": r.arrival_s, "input_tokens": r.input_tokens,
-                                             "output_tokens": r.output_tokens, "prompt": "x"}) + "\n"
-                                 for r in heldout.requests))
+    write_workload_file(wl_path, [{"index": r.index, "offset_s": r.arrival_s, "input_tokens": r.input_tokens,
+                                   "output_tokens": r.output_tokens} for r in heldout.requests],
+                        kind="random", arrival={"process": "poisson", "rate_rps": 0.5})
     cfg = CalibrateConfig(profile_records=write("profile.jsonl", prof), heldout_workload=str(wl_path),
                           heldout_records=write("heldout_measured.jsonl", meas))
     out = run(cfg)
@@ -121,12 +120,17 @@ def test_self_check_run() -> None:
     assert set(out.details["recovery"]) == set(FEATURES)
 
 
-def test_invalid_calibration_inputs() -> None:
+def test_invalid_calibration_inputs(tmp_path) -> None:
     with pytest.raises(InvalidInput, match="together"):
         CalibrateConfig(profile_records="p.jsonl")
     with pytest.raises(InvalidInput, match="repeats"):
         CalibrateConfig(repeats=0)
-    with pytest.raises(CapabilityMissing, match="endpoint|live profiling"):
-        run(CalibrateConfig(endpoint="http://127.0.0.1:9"))
+    with pytest.raises(InvalidInput, match="does not answer"):
+        run(CalibrateConfig(endpoint="http://127.0.0.1:9", record_dir=str(tmp_path)))
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(InvalidInput, match="one source"):
+        CalibrateConfig(endpoint="http://127.0.0.1:9", serve=True)
+    with pytest.raises(InvalidInput, match="base URL"):
+        CalibrateConfig(endpoint="127.0.0.1:9")
     with pytest.raises(InvalidInput, match="usable measurements"):
         equations(profiling_plan(), {}, TRUTH, ENGINE)

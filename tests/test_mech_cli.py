@@ -11,6 +11,7 @@ from harness.contract import validate_file
 from harness.mech import MECHANISMS, get_mechanism
 from harness.mech.batching import BatchingConfig
 from harness.mech.output import write_mech_run
+from tests.mech_workloads import write_workload_file
 
 FAST_ARGS = {
     "lifecycle": [],
@@ -66,16 +67,14 @@ def test_bad_input_is_one_line_and_nonzero(argv: list[str], message: str, tmp_pa
 
 
 def test_workload_file_is_read(tmp_path) -> None:
-    header = {"schema": "infkit/workload/v1", "workload_id": "sha256:" + "b" * 64, "kind": "shared-prefix",
-              "arrival": {"process": "poisson", "rate_rps": 2.0}, "seeds": {"arrival": 1}}
     rows = [{"index": i, "offset_s": i * 0.5, "input_tokens": 300, "output_tokens": 20, "group": i % 2,
-             "prefix_tokens": 256, "prompt": "x"} for i in range(12)]
+             "prefix_tokens": 256} for i in range(12)]
     path = tmp_path / "w.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in [header, *rows]))
+    workload_id = write_workload_file(path, rows, kind="shared-prefix", arrival={"process": "poisson", "rate_rps": 2.0})
     assert main(["mech", "batching", "--workload", str(path), "--prefix-cache", "hashed", "--modes", "continuous",
                  "--out", str(tmp_path / "out"), "--run-id", "w", "--quiet"]) == 0
     result = json.loads((tmp_path / "out" / "batching" / "w" / "result.json").read_text())
-    assert result["identity"]["workload_id"] == "sha256:" + "b" * 64
+    assert result["identity"]["workload_id"] == workload_id
     assert result["workload"]["request_count"] == 12
     assert result["details"]["modes"]["continuous"]["kv"]["hit_rate"] > 0.5
 
@@ -87,3 +86,12 @@ def test_a_mechanism_run_can_be_signed_and_audited(tmp_path, monkeypatch) -> Non
     assert (tmp_path / "runs/mech/lifecycle/s1/fingerprint.json").exists()
     assert main(["sign", "runs/mech/lifecycle/s1"]) == 0
     assert main(["audit", "manifests"]) == 0
+
+
+def test_an_edited_workload_file_is_refused(tmp_path, capsys) -> None:
+    path = tmp_path / "w.jsonl"
+    write_workload_file(path, [{"index": 0, "offset_s": 0.0, "input_tokens": 30, "output_tokens": 4}],
+                        kind="random", arrival={"process": "poisson", "rate_rps": 1.0})
+    path.write_text(path.read_text().replace('"input_tokens":30', '"input_tokens":31'))
+    assert main(["mech", "batching", "--workload", str(path), "--out", str(tmp_path / "out")]) != 0
+    assert "does not match its content" in capsys.readouterr().err

@@ -21,11 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from harness.errors import CapabilityMissing, InvalidInput
-
-PERCENTILE_METHOD = "linear"
+from harness.stats_summary import distribution_ms
 
 
 def import_torch():
@@ -60,18 +57,6 @@ def synchronize(device: str) -> None:
         import_torch().cuda.synchronize()
 
 
-def summarize_ms(samples_ms: list[float]) -> dict[str, float]:
-    """A ``distribution_ms`` object (n, mean, std, min, p50, p90, p95, p99, max)."""
-    if not samples_ms:
-        raise ValueError("no samples to summarise")
-    a = np.asarray(samples_ms, dtype=float)
-    q = np.percentile(a, [50, 90, 95, 99], method=PERCENTILE_METHOD)
-    return {
-        "n": int(a.size), "mean": float(a.mean()), "std": float(a.std()), "min": float(a.min()),
-        "p50": float(q[0]), "p90": float(q[1]), "p95": float(q[2]), "p99": float(q[3]), "max": float(a.max()),
-    }
-
-
 @dataclass(frozen=True)
 class Timing:
     """One timed series: the raw samples plus how they were taken."""
@@ -81,7 +66,7 @@ class Timing:
     clock: str
 
     def summary(self) -> dict[str, Any]:
-        return {**summarize_ms(list(self.samples_ms)), "warmup": self.warmup, "clock": self.clock}
+        return {**distribution_ms(self.samples_ms), "warmup": self.warmup, "clock": self.clock}
 
 
 def time_calls(fn: Callable[[], Any], *, device: str, warmup: int, iters: int) -> Timing:

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.contract import Conclusion, Correctness, Failure, Performance
-from harness.cuda.device import import_torch, summarize_ms, time_calls
+from harness.cuda.device import import_torch, time_calls
 from harness.cuda.registry import CommonConfig, Experiment
 from harness.cuda.runner import Outcome, RunContext, mechanism_workload
 from harness.errors import InvalidInput
+from harness.stats_summary import distribution_ms
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def _outcome(config: OverlapConfig, ctx: RunContext, series: dict, identical: bo
     exposed = [max(0.0, o - p50["compute_only"]) for o in series["overlapped"].samples_ms]
     figures: dict[str, Any] = {
         "series": {k: t.summary() for k, t in series.items()},
-        "exposed_transfer_ms": summarize_ms(exposed),
+        "exposed_transfer_ms": distribution_ms(exposed),
         "exposed_transfer_serial_ms": max(0.0, p50["serial"] - p50["compute_only"]),
         "hidden_fraction": 1 - max(0.0, p50["overlapped"] - p50["compute_only"]) / p50["transfer_only"],
         "speedup_overlapped_vs_serial": p50["serial"] / p50["overlapped"],

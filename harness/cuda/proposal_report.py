@@ -13,9 +13,9 @@ from typing import Any
 
 from harness.contract import Conclusion, Correctness, Failure, Performance, atomic_write_json
 from harness.contract.schemas import validate_document
-from harness.cuda.device import summarize_ms
 from harness.cuda.runner import Outcome, RunContext, mechanism_workload
 from harness.errors import SchemaViolation
+from harness.stats_summary import distribution_ms
 
 PROPOSAL_SCHEMA = "infkit/proposal/v1"
 
@@ -27,8 +27,8 @@ def arm_figures(arm: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
     new_tokens = sum(c["new_tokens"] for c in mine)
     passes = sum(c["target_passes"] for c in mine)
     ratios = [target[(c["prompt"], c["round"])]["latency_ms"] / c["latency_ms"] for c in mine]
-    latency = summarize_ms([c["latency_ms"] for c in mine])
-    target_p50 = summarize_ms([c["latency_ms"] for c in target.values()])["p50"]
+    latency = distribution_ms([c["latency_ms"] for c in mine])
+    target_p50 = distribution_ms([c["latency_ms"] for c in target.values()])["p50"]
     every = [c for c in calls if c["arm"] == arm]
     return {
         "arm": arm,

@@ -17,9 +17,10 @@ from harness.mech import metrics
 from harness.mech.costmodel import StepCostModel, load_cost_model
 from harness.mech.enginetypes import EngineConfig, EngineRun
 from harness.mech.models import get_model, kv_bytes_per_token
-from harness.mech.output import MechOutput, config_ref, save_figure, table, token_summary
+from harness.mech.output import MechOutput, config_ref, save_figure, table
 from harness.mech.simulate import MODES, HandOff, run_continuous, run_disaggregated, run_static
 from harness.mech.workload import SimWorkload, SyntheticSpec, read_workload, synthetic
+from harness.stats_summary import token_summary
 
 
 @dataclass(frozen=True)

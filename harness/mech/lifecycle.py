@@ -20,8 +20,9 @@ from harness.mech.blocks import PlainPool
 from harness.mech.costmodel import StepCostModel
 from harness.mech.engine import Engine
 from harness.mech.enginetypes import EngineConfig, Event, Seq
-from harness.mech.output import MechOutput, distribution_ms, table, token_summary
+from harness.mech.output import MechOutput, table
 from harness.mech.workload import SimRequest
+from harness.stats_summary import distribution_ms, token_summary
 
 FINAL = {"finish_stop": "finished_stopped", "finish_length": "finished_length",
          "finish_aborted": "finished_aborted", "finish_timeout": "finished_timeout",

@@ -7,7 +7,7 @@ from typing import Any
 
 from harness.contract import Correctness, Performance
 from harness.mech.enginetypes import EngineRun, RequestRecord
-from harness.mech.output import distribution_ms
+from harness.stats_summary import distribution_ms
 
 SIMULATED = "simulated ms from the step-cost model"
 

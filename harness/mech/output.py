@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from harness import __version__
 from harness.contract import (
     Conclusion,
@@ -34,6 +32,7 @@ from harness.contract import (
 from harness.contract.result import utc_now
 from harness.ids import new_run_id
 from harness.runinfo import RunRecord, native_image, write_run_record
+from harness.stats_summary import token_summary
 
 PROFILE_ID = "INF-CPU"
 SIMULATOR_BACKEND = "infkit-mech"
@@ -51,32 +50,6 @@ def canonical_sha256(obj: Any) -> str:
 def config_ref(name: str, config: dict[str, Any]) -> dict[str, str]:
     """A model reference for a simulated model: its name and the hash of its config dict."""
     return {"name": name, "version": "config:" + canonical_sha256(config)}
-
-
-def distribution_ms(values: Sequence[float]) -> dict[str, float] | None:
-    """Summary of a latency sample in ms; percentiles by linear interpolation (numpy default)."""
-    if len(values) == 0:
-        return None
-    arr = np.asarray(values, dtype=float)
-    p50, p90, p95, p99 = np.percentile(arr, [50, 90, 95, 99])
-    return {
-        "n": int(arr.size),
-        "mean": round(float(arr.mean()), 6),
-        "std": round(float(arr.std()), 6),
-        "min": round(float(arr.min()), 6),
-        "p50": round(float(p50), 6),
-        "p90": round(float(p90), 6),
-        "p95": round(float(p95), 6),
-        "p99": round(float(p99), 6),
-        "max": round(float(arr.max()), 6),
-    }
-
-
-def token_summary(values: Sequence[int]) -> dict[str, float]:
-    if len(values) == 0:
-        return {"min": 0, "max": 0, "mean": 0.0, "total": 0}
-    return {"min": int(min(values)), "max": int(max(values)),
-            "mean": round(sum(values) / len(values), 6), "total": int(sum(values))}
 
 
 def no_workload(reason: str, seed: int = 0) -> WorkloadInfo:
@@ -110,6 +83,7 @@ class MechOutput:
     kind: str = "simulation"
     workload_id: str = NO_WORKLOAD_ID
     model_null_reason: str = "no model: the mechanism is model-independent"
+    tokenizer: dict[str, str] | None = None  # set when real prompts were tokenized (live calibration)
     plots: dict[str, PlotFn] = field(default_factory=dict)
     extra_files: dict[str, str] = field(default_factory=dict)
 
@@ -129,8 +103,9 @@ def simulator_environment(created_utc: str) -> tuple[Environment, dict[str, Any]
 
 def result_document(out: MechOutput, *, run_id: str, created_utc: str, environment: Environment) -> dict[str, Any]:
     identity = Identity(semantic_id=out.semantic_id, workload_id=out.workload_id, run_label=out.run_label,
-                        run_id=run_id, model=out.model, tokenizer=None, created_utc=created_utc)
-    identity.null_reasons["tokenizer"] = "simulated tokens: no tokenizer is involved"
+                        run_id=run_id, model=out.model, tokenizer=out.tokenizer, created_utc=created_utc)
+    if out.tokenizer is None:
+        identity.null_reasons["tokenizer"] = "simulated tokens: no tokenizer is involved"
     if out.model is None:
         identity.null_reasons["model"] = out.model_null_reason
     return build_result(kind=out.kind, identity=identity, workload=out.workload, environment=environment,  # type: ignore[arg-type]
@@ -163,7 +138,7 @@ def write_mech_run(out_root: str | Path, name: str, out: MechOutput, *, run_id: 
         requested=out.requested, effective=out.details.get("effective", out.requested),
         evidence_level=out.conclusion.evidence_level, decision=out.conclusion.decision,
         workload_ids=[out.workload_id] if out.workload_id != NO_WORKLOAD_ID else [],
-        images=[native_image(PROFILE_ID)], model=out.model, started_utc=started, ended_utc=utc_now(),
+        images=[native_image(PROFILE_ID)], model=out.model, tokenizer=out.tokenizer, started_utc=started, ended_utc=utc_now(),
     )
     write_run_record(run_dir, record)
     return run_dir

@@ -1,8 +1,9 @@
 """Requests for the simulators: read from infkit workload files or generated in-process.
 
-A workload file is JSONL: a header (``"schema": "infkit/workload/v1"``) then one
-request per line with ``index, offset_s, input_tokens, output_tokens`` and,
-for prefix workloads, ``group`` and ``prefix_tokens``. Simulated prompt token
+Workload files are read with ``harness.workload.load_workload`` (schema-checked, id
+re-hashed), the same reader the serving client uses; the simulator keeps each request's
+``index, offset_s, input_tokens, output_tokens`` and, for prefix workloads, ``group`` and
+``prefix_tokens``. Simulated prompt token
 ids are derived deterministically: prefix token i of group g is mix(g, i),
 every other token is mix of the request index and position, so requests of one
 group share exactly their first ``prefix_tokens`` tokens.
@@ -10,7 +11,6 @@ group share exactly their first ``prefix_tokens`` tokens.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -20,8 +20,8 @@ import numpy as np
 
 from harness.errors import InvalidInput
 from harness.mech.output import canonical_sha256
+from harness.workload import Workload, load_workload
 
-WORKLOAD_SCHEMA = "infkit/workload/v1"
 _MASK64 = (1 << 64) - 1
 
 
@@ -70,41 +70,24 @@ def prompt_token_ids(req: SimRequest, length: int | None = None) -> tuple[int, .
     return tuple(ids)
 
 
-def _request(obj: dict[str, Any], line_no: int) -> SimRequest:
-    try:
-        req = SimRequest(
-            index=int(obj["index"]), arrival_s=None if obj.get("offset_s") is None else float(obj["offset_s"]),
-            input_tokens=int(obj["input_tokens"]), output_tokens=int(obj["output_tokens"]),
-            group=None if obj.get("group") is None else int(obj["group"]),
-            prefix_tokens=int(obj.get("prefix_tokens") or 0), priority=int(obj.get("priority") or 0),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidInput(f"workload line {line_no}: bad request ({exc!r})") from None
-    if req.input_tokens < 1 or req.output_tokens < 1 or req.prefix_tokens > req.input_tokens:
-        raise InvalidInput(f"workload line {line_no}: need input_tokens >= 1, output_tokens >= 1 and "
-                           "prefix_tokens <= input_tokens")
-    return req
+def from_workload(workload: Workload) -> SimWorkload:
+    """The simulator's view of a serving workload: lengths, offsets and prefix groups, no text."""
+    reqs = tuple(SimRequest(index=r.index, arrival_s=r.offset_s, input_tokens=r.input_tokens,
+                            output_tokens=r.output_tokens, group=r.group, prefix_tokens=r.prefix_tokens or 0)
+                 for r in workload.requests)
+    bad = [r.index for r in reqs if r.prefix_tokens > r.input_tokens]
+    if bad:
+        raise InvalidInput(f"workload {workload.workload_id}: request {bad[0]} has prefix_tokens > input_tokens")
+    arrival = dict(workload.arrival)
+    return SimWorkload(reqs, workload.workload_id, workload.kind, arrival, dict(workload.header.get("seeds") or {}),
+                       arrival.get("concurrency"))
 
 
 def read_workload(path: str | Path) -> SimWorkload:
-    """Read an infkit workload file (header line + request lines)."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as exc:
-        raise InvalidInput(f"cannot read workload {path}: {exc.strerror}") from None
-    try:
-        header = json.loads(lines[0]) if lines else {}
-        rows = [json.loads(line) for line in lines[1:] if line.strip()]
-    except ValueError as exc:
-        raise InvalidInput(f"workload {path} is not JSONL: {exc}") from None
-    if header.get("schema") != WORKLOAD_SCHEMA:
-        raise InvalidInput(f"{path}: first line is not a workload header (schema {WORKLOAD_SCHEMA})")
-    requests = tuple(_request(r, i + 2) for i, r in enumerate(rows))
-    if not requests:
-        raise InvalidInput(f"workload {path} has no requests")
-    arrival = dict(header.get("arrival") or {"process": "trace"})
-    return SimWorkload(requests, header.get("workload_id") or canonical_sha256(rows), header.get("kind", "trace"),
-                       arrival, dict(header.get("seeds") or {}), arrival.get("concurrency"))
+    """Read an infkit workload file (``harness.workload.load_workload``) for the simulators."""
+    if not Path(path).is_file():
+        raise InvalidInput(f"cannot read workload {path}: no such file")
+    return from_workload(load_workload(path))
 
 
 @dataclass(frozen=True)

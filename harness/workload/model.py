@@ -22,6 +22,7 @@ from typing import Any
 from harness.contract.atomic import atomic_write_bytes
 from harness.contract.schemas import iter_jsonl, validate_file
 from harness.errors import InvalidInput
+from harness.stats_summary import token_summary
 
 WORKLOAD_SCHEMA = "infkit/workload/v1"
 OFFSET_DECIMALS = 6  # send offsets are rounded to the microsecond before they are written
@@ -109,11 +110,6 @@ def canonical_bytes(header: dict[str, Any], requests: tuple[Request, ...] | list
 def compute_workload_id(header: dict[str, Any], requests: tuple[Request, ...] | list[Request]) -> str:
     blank = {**header, "workload_id": ""}
     return "sha256:" + hashlib.sha256(canonical_bytes(blank, requests)).hexdigest()
-
-
-def token_summary(values: list[int]) -> dict[str, Any]:
-    total = sum(values)
-    return {"min": min(values), "max": max(values), "mean": round(total / len(values), 6), "total": total}
 
 
 def finish_workload(header: dict[str, Any], requests: list[Request]) -> Workload:

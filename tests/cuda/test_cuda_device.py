@@ -8,17 +8,9 @@ from harness.cuda.device import (
     LiveTensorMeter,
     measure_peak_memory,
     resolve_device,
-    summarize_ms,
     time_calls,
 )
 from harness.errors import CapabilityMissing, InvalidInput
-
-
-def test_summary_uses_linear_percentiles():
-    s = summarize_ms([4.0, 1.0, 3.0, 2.0])
-    assert s["n"] == 4 and s["min"] == 1.0 and s["max"] == 4.0 and s["mean"] == 2.5
-    assert s["p50"] == pytest.approx(2.5)
-    assert s["p95"] == pytest.approx(3.85)  # rank 0.95 * 3 = 2.85 -> 3 + 0.85 * (4 - 3)
 
 
 def test_time_calls_runs_warmup_untimed(torch):
