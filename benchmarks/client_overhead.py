@@ -38,6 +38,8 @@ sys.path.insert(0, str(REPO / "tests"))
 from tiny_tokenizer import train_tokenizer  # noqa: E402
 
 from harness.client import ClientConfig, auto_workers, plan_shares, read_records, run_client  # noqa: E402
+from harness.contract import atomic_write_json  # noqa: E402
+from harness.fingerprint import collect  # noqa: E402
 from harness.metrics import performance  # noqa: E402
 from harness.workload import Arrival, Common, make_workload  # noqa: E402
 
@@ -121,6 +123,56 @@ async def _plain(url: str, prompts: list[str], streams: int) -> tuple[float, np.
     return len(ends) / (max(ends) - start), np.array(ttfts)
 
 
+HEADERS = ["client", "streams", "procs", "requests", "req/s", "ideal req/s", "of ideal", "TTFT err P50 ms",
+           "TTFT err P99 ms", "after 1st wave P99 ms", "loop lag P99 ms", "client CPU us/chunk", "server CPU us/chunk"]
+
+
+def one_pass(args, url: str, servers: list[subprocess.Popen], tok_dir: Path, tmp: Path) -> tuple[list, dict]:
+    """Every stream count with infkit, then the plain client at 1024 streams: (table rows, target figures)."""
+    rows, summary = [], {}
+    for streams in args.streams:
+        n = max(streams * args.rounds, 8)
+        w = make_workload("random", Common(arrival=Arrival("closed", concurrency=streams), requests=n, input_tokens=16,
+                                           output_tokens=OUT_TOKENS), {}, tok_dir)
+        c0, s0 = cpu_s(servers)
+        rate, err, steady, lag, workers = infkit_client(url, w.requests, streams, args.workers, tmp / f"r{streams}.jsonl")
+        c1, s1 = cpu_s(servers)
+        chunks = n * (OUT_TOKENS + 1)
+        ideal = streams / IDEAL_E2E_S
+        p50, p99 = np.percentile(err, [50, 99])
+        summary[streams] = {"rate_rps": rate, "of_ideal": rate / ideal, "ttft_err_p99_ms": p99}
+        rows.append(("infkit", streams, workers, n, round(rate, 1), round(ideal, 1), f"{rate / ideal:.1%}", round(p50, 1),
+                     round(p99, 1), round(float(np.percentile(steady, 99)), 1) if steady.size else "-",
+                     round(lag, 1) if lag is not None else "-", round((c1 - c0) / chunks * 1e6, 1),
+                     round((s1 - s0) / chunks * 1e6, 1)))
+    if not args.no_plain and 1024 in args.streams:
+        prompts = [r.prompt for r in w.requests]
+        c0, s0 = cpu_s(servers)
+        rate, err = asyncio.run(_plain(url, prompts, 1024))
+        c1, s1 = cpu_s(servers)
+        chunks = len(prompts) * (OUT_TOKENS + 1)
+        p50, p99 = np.percentile(err, [50, 99])
+        summary["plain"] = {"rate_rps": rate}
+        rows.append(("plain asyncio", 1024, 1, len(prompts), round(rate, 1), round(1024 / IDEAL_E2E_S, 1),
+                     f"{rate / (1024 / IDEAL_E2E_S):.1%}", round(p50, 1), round(p99, 1), "-", "-",
+                     round((c1 - c0) / chunks * 1e6, 1), round((s1 - s0) / chunks * 1e6, 1)))
+    return rows, summary
+
+
+def verdicts(summary: dict) -> list[str]:
+    out = []
+    if 256 in summary:
+        t = summary[256]
+        ok = t["of_ideal"] >= 0.9 and t["ttft_err_p99_ms"] <= 20.0
+        out.append(f"target 256 streams: >= 90% of ideal and TTFT P99 error <= 20 ms: {'PASS' if ok else 'FAIL'} "
+                   f"({t['of_ideal']:.1%}, {t['ttft_err_p99_ms']:.1f} ms)")
+    if 1024 in summary and "plain" in summary:
+        ratio = summary[1024]["rate_rps"] / summary["plain"]["rate_rps"]
+        summary["ratio_1024"] = ratio
+        out.append(f"target 1024 streams: >= 2x the plain client: {'PASS' if ratio >= 2 else 'FAIL'} ({ratio:.2f}x)")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--streams", type=int, nargs="+", default=[1, 16, 64, 256, 1024])
@@ -130,61 +182,58 @@ def main() -> int:
                     help="lean: timer callbacks and raw transport writes; aiohttp: the tests' fault-injecting server")
     ap.add_argument("--server-processes", type=int, default=1)
     ap.add_argument("--no-plain", action="store_true", help="skip the plain-client comparison")
+    ap.add_argument("--repeat", type=int, default=1, help="measure the whole sequence this many times")
+    ap.add_argument("--json", type=Path, help="also write every pass, the load averages and the host summary here")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="infkit-overhead-"))
     tok_dir = train_tokenizer(tmp / "tok")
     port = free_port()
     servers = start_servers(args.server, port, args.server_processes)
     url = f"http://127.0.0.1:{port}"
-    rows, summary = [], {}
+    passes = []
     try:
-        for streams in args.streams:
-            n = max(streams * args.rounds, 8)
-            w = make_workload("random", Common(arrival=Arrival("closed", concurrency=streams), requests=n, input_tokens=16,
-                                               output_tokens=OUT_TOKENS), {}, tok_dir)
-            c0, s0 = cpu_s(servers)
-            rate, err, steady, lag, workers = infkit_client(url, w.requests, streams, args.workers,
-                                                            tmp / f"r{streams}.jsonl")
-            c1, s1 = cpu_s(servers)
-            chunks = n * (OUT_TOKENS + 1)
-            ideal = streams / IDEAL_E2E_S
-            p50, p99 = np.percentile(err, [50, 99])
-            summary[streams] = (rate, ideal, p99)
-            rows.append(("infkit", streams, workers, n, f"{rate:.1f}", f"{ideal:.1f}", f"{rate / ideal:.1%}", f"{p50:.1f}",
-                         f"{p99:.1f}", f"{np.percentile(steady, 99):.1f}" if steady.size else "-",
-                         f"{lag:.1f}" if lag is not None else "-", f"{(c1 - c0) / chunks * 1e6:.1f}",
-                         f"{(s1 - s0) / chunks * 1e6:.1f}"))
-        if not args.no_plain and 1024 in args.streams:
-            prompts = [r.prompt for r in w.requests]
-            c0, s0 = cpu_s(servers)
-            rate, err = asyncio.run(_plain(url, prompts, 1024))
-            c1, s1 = cpu_s(servers)
-            chunks = len(prompts) * (OUT_TOKENS + 1)
-            p50, p99 = np.percentile(err, [50, 99])
-            summary["plain"] = rate
-            rows.append(("plain asyncio", 1024, 1, len(prompts), f"{rate:.1f}", f"{1024 / IDEAL_E2E_S:.1f}",
-                         f"{rate / (1024 / IDEAL_E2E_S):.1%}", f"{p50:.1f}", f"{p99:.1f}", "-", "-",
-                         f"{(c1 - c0) / chunks * 1e6:.1f}", f"{(s1 - s0) / chunks * 1e6:.1f}"))
+        for k in range(args.repeat):
+            load_before = os.getloadavg()[0]
+            rows, summary = one_pass(args, url, servers, tok_dir, tmp)
+            lines = verdicts(summary)
+            passes.append({"load_average_1m_before": load_before, "load_average_1m_after": os.getloadavg()[0],
+                           "rows": [dict(zip(HEADERS, r, strict=True)) for r in rows], "targets": summary, "verdicts": lines})
+            print(f"pass {k + 1}/{args.repeat}: fake server TTFT {TTFT_MS:g} ms, {GAP_MS:g} ms/token, {OUT_TOKENS} tokens "
+                  f"(ideal E2E {IDEAL_E2E_S * 1e3:.0f} ms); {os.cpu_count()} CPUs, load average {load_before:.2f} before, "
+                  f"{os.getloadavg()[0]:.2f} after; {args.server_processes} {args.server} server process(es)")
+            print(tabulate(rows, headers=HEADERS))
+            print("\n".join(lines), flush=True)
     finally:
         for s in servers:
             s.terminate()
             s.wait(10)
-    print(f"fake server: TTFT {TTFT_MS:g} ms, {GAP_MS:g} ms/token, {OUT_TOKENS} tokens (ideal E2E {IDEAL_E2E_S * 1e3:.0f} ms); "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.server_processes} {args.server} server process(es); "
-          f"CPU us/chunk counts client start-up (worker processes) too")
-    print(tabulate(rows, headers=["client", "streams", "procs", "requests", "req/s", "ideal req/s", "of ideal",
-                                  "TTFT err P50 ms", "TTFT err P99 ms", "after 1st wave P99 ms", "loop lag P99 ms",
-                                  "client CPU us/chunk",
-                                  "server CPU us/chunk"]))
-    if 256 in summary:
-        rate, ideal, p99 = summary[256]
-        ok = rate / ideal >= 0.9 and p99 <= 20.0
-        print(f"target 256 streams: >= 90% of ideal and TTFT P99 error <= 20 ms: {'PASS' if ok else 'FAIL'} "
-              f"({rate / ideal:.1%}, {p99:.1f} ms)")
-    if 1024 in summary and "plain" in summary:
-        ratio = summary[1024][0] / summary["plain"]
-        print(f"target 1024 streams: >= 2x the plain client: {'PASS' if ratio >= 2 else 'FAIL'} ({ratio:.2f}x)")
+    if args.repeat > 1:
+        print(spread(passes))
+    if args.json:
+        fp = collect()
+        host = fp["host"]
+        doc = {"benchmark": "client_overhead", "command": " ".join(sys.argv), "harness": fp["harness"],
+               "host": {k: host[k] for k in ("os", "kernel", "machine", "cpu_model", "cpu_cores_logical", "memory_total_bytes")},
+               "python": sys.version.split()[0], "passes": passes}
+        atomic_write_json(args.json, doc)
     return 0
+
+
+def spread(passes: list[dict]) -> str:
+    """min / median / max over passes of each target figure."""
+    def mmm(values: list[float], fmt: str) -> str:
+        return "/".join(format(v, fmt) for v in (min(values), float(np.median(values)), max(values)))
+    out = [f"spread over {len(passes)} passes (min/median/max):"]
+    t256 = [p["targets"][256] for p in passes if 256 in p["targets"]]
+    if t256:
+        out.append(f"  256 streams: {mmm([t['of_ideal'] * 100 for t in t256], '.1f')} % of ideal, "
+                   f"TTFT err P99 {mmm([t['ttft_err_p99_ms'] for t in t256], '.1f')} ms")
+    ratios = [p["targets"]["ratio_1024"] for p in passes if "ratio_1024" in p["targets"]]
+    if ratios:
+        out.append(f"  1024 streams: {mmm(ratios, '.2f')} x the plain client")
+    loads = [p["load_average_1m_before"] for p in passes]
+    out.append(f"  load average before each pass: {', '.join(f'{v:.2f}' for v in loads)}")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
