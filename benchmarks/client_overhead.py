@@ -1,7 +1,8 @@
 """How much latency and throughput the client itself costs.
 
-A fake OpenAI server (separate processes) streams 32 tokens with TTFT 50 ms and 10 ms
-between tokens, so every request ideally takes 360 ms. Closed loops of 1, 16, 64, 256
+A fake OpenAI server (separate processes; by default the lean one, tests/lean_fake_server.py,
+since its CPU counts: it shares the cores with the client) streams 32 tokens with TTFT 50 ms
+and 10 ms between tokens, so every request ideally takes 360 ms. Closed loops of 1, 16, 64, 256
 and 1024 concurrent streams then show the request rate sustained as a fraction of the
 ideal (streams / 0.36 s) and the measured-minus-injected TTFT (P50/P99). At 1024 streams
 the same load is also driven by a plain single-process asyncio client that opens a
@@ -10,7 +11,8 @@ session per request, the pattern of simple benchmark scripts.
 Targets (2 cores, server included): at 256 streams >= 90 % of ideal with TTFT P99
 error <= 20 ms; at 1024 streams at least twice the plain client's rate.
 
-    .venv/bin/python benchmarks/client_overhead.py [--streams 1 16 64 256 1024] [--rounds 4]
+    .venv/bin/python benchmarks/client_overhead.py [--streams 1 16 64 256 1024] [--rounds 4] [--repeat 3]
+        [--server lean|aiohttp] [--json FILE]
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""An in-process fake OpenAI-compatible SSE server for the client's tests and the overhead benchmark.
+"""An in-process fake OpenAI-compatible SSE server for the client's tests (the overhead benchmark's
+default is the cheaper ``lean_fake_server.py``; this one with ``--server aiohttp``).
 
 It streams ``/v1/completions`` and ``/v1/chat/completions`` with a configured TTFT,
 per-token gap and jitter (on an absolute timetable, so server-side lag does not
