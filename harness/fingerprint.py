@@ -221,6 +221,12 @@ def git_state(root: Path = REPO_ROOT) -> tuple[str | None, bool | None]:
 
     commit = git("rev-parse", "HEAD")
     if commit is None:
+        # Inside a role image the harness is a read-only mount without git: the runner
+        # passes the revision it read on the host.
+        env_commit = os.environ.get("INFKIT_HARNESS_GIT_COMMIT")
+        env_dirty = os.environ.get("INFKIT_HARNESS_GIT_DIRTY")
+        if env_commit:
+            return env_commit, (env_dirty == "1") if env_dirty in ("0", "1") else None
         return None, None
     status = git("status", "--porcelain", "--untracked-files=no")
     return commit, (bool(status) if status is not None else None)

@@ -1,5 +1,6 @@
 # CUDA mechanism experiments (INF-CUDA-MECHANISM): `make cuda-NAME [DEVICE=cpu|cuda] [CUDA_ARGS=...]`.
-# On a machine without a GPU they run on CPU and record the fallback honestly.
+# On a machine without a GPU they run on CPU and record the fallback honestly. Each run is signed;
+# RUNTIME=docker runs it inside the inf-cuda-mechanism image (GPU=N as a device request).
 
 TORCH_STAMP := $(VENV)/.installed-torch
 DEVICE      ?= auto
@@ -22,6 +23,7 @@ cuda-proposal: ## assisted generation schedules and prompt lookup vs target-only
 cuda-overlap: ## serial vs CUDA-stream overlapped copies (capability precheck on CPU)
 
 $(addprefix cuda-,$(CUDA_EXPERIMENTS)): cuda-%: setup setup-torch
-	$(INFKIT) cuda $* --device $(DEVICE) $(CUDA_ARGS)
+	$(call harness,inf-cuda-mechanism,runs/cuda,cuda $* --out $(abspath runs/cuda) --device $(DEVICE) $(CUDA_ARGS))
+	$(call sign-latest,runs/cuda/$*)
 
 cuda-all: $(addprefix cuda-,$(CUDA_EXPERIMENTS)) ## run every CUDA mechanism experiment

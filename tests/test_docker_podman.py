@@ -93,6 +93,11 @@ def test_cpu_mechanism_in_container_records_its_image(inf_cpu, tmp_path: Path):
     images = json.loads((run_dir / "run.json").read_text())["images"]
     assert [i["digest"] for i in images] == [inf_cpu.id]  # the container, not a native package list
     assert images[0]["base_substituted"] == load_lock("inf-cpu").base_image
+    # the mounted harness's revision, read on the host, reaches the run's fingerprint
+    from harness.fingerprint import git_state
+
+    recorded = json.loads((run_dir / "fingerprint.json").read_text())["harness"]
+    assert recorded["git_commit"] == git_state(REPO_ROOT)[0]
 
 
 def test_failing_command_reports_its_exit_code(inf_cpu, tmp_path: Path):

@@ -126,3 +126,11 @@ def test_git_state_reports_commit_and_dirty_flag(tmp_path):
     assert fingerprint.git_state(tmp_path) == (commit, True)
     outside = tmp_path / "missing-dir"
     assert fingerprint.git_state(outside) == (None, None)
+
+
+def test_git_state_inside_an_image_comes_from_the_runner(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFKIT_HARNESS_GIT_COMMIT", "a" * 40)
+    monkeypatch.setenv("INFKIT_HARNESS_GIT_DIRTY", "1")
+    assert fingerprint.git_state(tmp_path / "no-git-here") == ("a" * 40, True)
+    monkeypatch.setenv("INFKIT_HARNESS_GIT_DIRTY", "0")
+    assert fingerprint.git_state(tmp_path / "no-git-here") == ("a" * 40, False)

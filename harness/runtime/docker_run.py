@@ -44,6 +44,16 @@ class HarnessRun:
     seconds: float
 
 
+def harness_git_env(harness_root: Path) -> dict[str, str]:
+    """The mounted harness's git revision, read on the host (images carry no git)."""
+    from harness.fingerprint import git_state
+
+    commit, dirty = git_state(Path(harness_root))
+    if commit is None:
+        return {}
+    return {"INFKIT_HARNESS_GIT_COMMIT": commit, "INFKIT_HARNESS_GIT_DIRTY": "1" if dirty else "0"}
+
+
 def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, ...] = (), network: bool = False,
                 timeout_s: float = 3600.0, log_name: str = "container.log",
                 settings: DockerSettings | None = None, api=None) -> HarnessRun:
@@ -59,7 +69,7 @@ def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, .
     t0, started_s = time.monotonic(), time.time() - 1.0  # mtime granularity
     container = api.containers.run(
         image.id, entrypoint=[ENTRYPOINT], command=list(args), detach=True,
-        environment={"HOME": "/tmp", "INFKIT_CONTAINER_IMAGE": json.dumps(record)},
+        environment={"HOME": "/tmp", "INFKIT_CONTAINER_IMAGE": json.dumps(record), **harness_git_env(settings.harness_root)},
         volumes=mounts_for(tuple(args), run_dir, settings.harness_root), working_dir=str(run_dir),
         user=f"{os.getuid()}:{os.getgid()}", network_mode=None if network else "none",
         device_requests=device_requests(gpus), shm_size=DEFAULT_SHM_BYTES,
