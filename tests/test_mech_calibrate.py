@@ -80,6 +80,9 @@ def test_outliers_are_dropped_and_counted() -> None:
 def test_cost_model_roundtrip_and_bad_files(tmp_path) -> None:
     path = save_cost_model(tmp_path / "m.json", TRUTH, {"source": "test"})
     assert load_cost_model(path) == TRUTH
+    from harness.contract.schemas import validate_file
+
+    assert validate_file(path) == []  # audits of calibrate runs validate it by its marker
     (tmp_path / "bad.json").write_text(json.dumps({"schema": "other"}))
     with pytest.raises(InvalidInput, match="not a step-cost model"):
         load_cost_model(tmp_path / "bad.json")
