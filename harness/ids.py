@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import os
 import secrets
 from pathlib import Path
@@ -17,6 +18,16 @@ def new_run_id() -> str:
 
 def sha256_bytes(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def canonical_json(obj: object) -> bytes:
+    """The one canonical JSON form hashed into ids: sorted keys, no spaces, UTF-8, no NaN."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def sha256_canonical(obj: object) -> str:
+    """sha256 of ``canonical_json(obj)``: the id of a config or spec dict."""
+    return sha256_bytes(canonical_json(obj))
 
 
 def sha256_file(path: str | os.PathLike, chunk_bytes: int = 1 << 20) -> str:

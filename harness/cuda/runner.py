@@ -34,7 +34,7 @@ from harness.cuda.device import import_torch, resolve_device
 from harness.cuda.registry import Experiment
 from harness.fingerprint import collect as collect_fingerprint
 from harness.fingerprint import environment_group
-from harness.ids import new_run_id, sha256_bytes
+from harness.ids import new_run_id, sha256_canonical
 from harness.runinfo import RunRecord, native_image, write_run_record
 
 PROFILE_ID = "INF-CUDA-MECHANISM"
@@ -93,7 +93,7 @@ def workload_id(experiment: str, config: Any) -> str:
     """
     settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in EXECUTION_ONLY}
     spec = {"experiment": experiment, "config": settings}
-    return sha256_bytes(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode())
+    return sha256_canonical(spec)
 
 
 def run_experiment(

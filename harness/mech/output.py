@@ -9,8 +9,6 @@ inputs and seeds produce byte-identical results once those fields are fixed.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,26 +28,20 @@ from harness.contract import (
     write_result,
 )
 from harness.contract.result import utc_now
-from harness.ids import new_run_id
+from harness.ids import new_run_id, sha256_bytes, sha256_canonical
 from harness.runinfo import RunRecord, native_image, write_run_record
 from harness.stats_summary import token_summary
 
 PROFILE_ID = "INF-CPU"
 SIMULATOR_BACKEND = "infkit-mech"
-NO_WORKLOAD_ID = "sha256:" + hashlib.sha256(b"no-workload").hexdigest()
+NO_WORKLOAD_ID = sha256_bytes(b"no-workload")
 
 PlotFn = Callable[[Path], None]
 
 
-def canonical_sha256(obj: Any) -> str:
-    """sha256 of the canonical JSON form of ``obj`` (sorted keys, no spaces)."""
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
 def config_ref(name: str, config: dict[str, Any]) -> dict[str, str]:
     """A model reference for a simulated model: its name and the hash of its config dict."""
-    return {"name": name, "version": "config:" + canonical_sha256(config)}
+    return {"name": name, "version": "config:" + sha256_canonical(config)}
 
 
 def no_workload(reason: str, seed: int = 0) -> WorkloadInfo:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import InvalidInput
-from harness.mech.output import canonical_sha256
+from harness.ids import sha256_canonical
 from harness.workload import Workload, load_workload
 
 _MASK64 = (1 << 64) - 1
@@ -134,7 +134,7 @@ def synthetic(spec: SyntheticSpec) -> SimWorkload:
         reqs.append(SimRequest(i, round(float(offsets[i]), 6), int(inputs[i]) + prefix, int(outputs[i]),
                                int(groups[i]) if spec.groups else None, prefix))
     arrival = {"process": "poisson", "rate_rps": spec.rate_rps}
-    return SimWorkload(tuple(reqs), canonical_sha256({"synthetic": spec.__dict__}), spec.kind, arrival, seeds)
+    return SimWorkload(tuple(reqs), sha256_canonical({"synthetic": spec.__dict__}), spec.kind, arrival, seeds)
 
 
 def paired_prefix_workloads(spec: SyntheticSpec) -> tuple[SimWorkload, SimWorkload]:
@@ -142,6 +142,6 @@ def paired_prefix_workloads(spec: SyntheticSpec) -> tuple[SimWorkload, SimWorklo
     shared = synthetic(SyntheticSpec(**{**spec.__dict__, "kind": "shared-prefix"}))
     unique_reqs = tuple(SimRequest(r.index, r.arrival_s, r.input_tokens, r.output_tokens, None, 0)
                         for r in shared.requests)
-    unique = SimWorkload(unique_reqs, canonical_sha256({"synthetic": spec.__dict__, "twin": "unique-prefix"}),
+    unique = SimWorkload(unique_reqs, sha256_canonical({"synthetic": spec.__dict__, "twin": "unique-prefix"}),
                          "unique-prefix", shared.arrival, shared.seeds)
     return shared, unique

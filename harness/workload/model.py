@@ -12,8 +12,6 @@ same id on any machine.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +20,7 @@ from typing import Any
 from harness.contract.atomic import atomic_write_bytes
 from harness.contract.schemas import iter_jsonl, validate_file
 from harness.errors import InvalidInput
+from harness.ids import canonical_json, sha256_bytes
 from harness.stats_summary import token_summary
 
 WORKLOAD_SCHEMA = "infkit/workload/v1"
@@ -98,9 +97,7 @@ class Workload:
 
 
 def canonical_line(obj: Any) -> bytes:
-    return (
-        json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"
-    ).encode("utf-8")
+    return canonical_json(obj) + b"\n"
 
 
 def canonical_bytes(header: dict[str, Any], requests: tuple[Request, ...] | list[Request]) -> bytes:
@@ -109,7 +106,7 @@ def canonical_bytes(header: dict[str, Any], requests: tuple[Request, ...] | list
 
 def compute_workload_id(header: dict[str, Any], requests: tuple[Request, ...] | list[Request]) -> str:
     blank = {**header, "workload_id": ""}
-    return "sha256:" + hashlib.sha256(canonical_bytes(blank, requests)).hexdigest()
+    return sha256_bytes(canonical_bytes(blank, requests))
 
 
 def finish_workload(header: dict[str, Any], requests: list[Request]) -> Workload:
