@@ -21,6 +21,7 @@ from harness import __version__
 from harness.contract.result import utc_now
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+FINGERPRINT_FILE = "fingerprint.json"  # the name every run directory gives its fingerprint
 ENV_PREFIXES = ("CUDA_", "NCCL_", "VLLM_", "SGLANG_", "OMP_", "MKL_", "OPENBLAS_", "PYTORCH_", "TORCH_",
                 "NVIDIA_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "INFKIT_", "KMP_", "GOMP_", "LD_PRELOAD")
 SECRET_PATTERN = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)

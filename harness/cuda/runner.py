@@ -32,8 +32,8 @@ from harness.contract import (
 from harness.contract.result import utc_now
 from harness.cuda.device import import_torch, resolve_device
 from harness.cuda.registry import Experiment
+from harness.fingerprint import FINGERPRINT_FILE, environment_group
 from harness.fingerprint import collect as collect_fingerprint
-from harness.fingerprint import environment_group
 from harness.ids import new_run_id, sha256_canonical
 from harness.runinfo import RunRecord, native_image, write_run_record
 
@@ -110,7 +110,7 @@ def run_experiment(
     run_dir.mkdir(parents=True, exist_ok=False)
     started = utc_now()
     fingerprint = collect_fingerprint()  # the machine as it was when the run started; signing reuses it
-    atomic_write_json(run_dir / "fingerprint.json", fingerprint)
+    atomic_write_json(run_dir / FINGERPRINT_FILE, fingerprint)
     ctx = RunContext(device=effective_device, run_dir=run_dir, samples=SampleSink(run_dir / "samples.jsonl"))
     try:
         outcome: Outcome = experiment.run(config, ctx)

@@ -201,7 +201,7 @@ def run_bench69(cfg: Bench69Config, *, root: Path = Path("."), progress: Progres
                                   "requests_per_arm": cfg.requests_per_arm, "notice": placement.notice},
                        evidence_level="precheck", decision="blocked",
                        model=model.run_entry(), tokenizer=model.tokenizer_ref)
-    atomic_write_json(run_dir / "fingerprint.json", fingerprint_mod.collect())
+    atomic_write_json(run_dir / fingerprint_mod.FINGERPRINT_FILE, fingerprint_mod.collect())
     workloads = make_workloads(cfg, model, run_dir / "workloads", progress)
     record.workload_ids = sorted({w.workload_id for k, w in workloads.items() if k != "warmup"})
     protocol = Protocol(

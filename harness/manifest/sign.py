@@ -15,7 +15,6 @@ from harness.manifest.predicate import build_predicate, build_statement, stateme
 from harness.manifest.subjects import collect_subjects, relative_name, run_dir_name
 from harness.runinfo import RUN_FILE
 
-FINGERPRINT_FILE = "fingerprint.json"
 MANIFESTS_DIR = "manifests"
 KEYS_DIR = "keys"
 MANIFEST_SUFFIX = ".intoto.json"
@@ -55,7 +54,7 @@ def sign_run(
     root_real, run_rel = run_dir_name(run_dir, root if root is not None else Path.cwd())
     run_real = Path(root_real) / run_rel
     run = _load_valid(run_real / RUN_FILE, "run record (run.json)")
-    fp_path = run_real / FINGERPRINT_FILE
+    fp_path = run_real / fingerprint_mod.FINGERPRINT_FILE
     if not fp_path.exists():
         atomic_write_json(fp_path, fingerprint_mod.collect())
     fingerprint = _load_valid(fp_path, "fingerprint (fingerprint.json)")

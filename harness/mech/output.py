@@ -28,6 +28,7 @@ from harness.contract import (
     write_result,
 )
 from harness.contract.result import utc_now
+from harness.fingerprint import FINGERPRINT_FILE
 from harness.ids import new_run_id, sha256_bytes, sha256_canonical
 from harness.runinfo import RunRecord, native_image, write_run_record
 from harness.stats_summary import token_summary
@@ -120,7 +121,7 @@ def write_mech_run(out_root: str | Path, name: str, out: MechOutput, *, run_id: 
     doc = result_document(out, run_id=run_id, created_utc=started, environment=environment)
     write_result(run_dir / "result.json", doc)
     if fingerprint is not None:
-        atomic_write_json(run_dir / "fingerprint.json", fingerprint)
+        atomic_write_json(run_dir / FINGERPRINT_FILE, fingerprint)
     for filename, text in out.extra_files.items():
         atomic_write_text(run_dir / filename, text)
     plot_note = _write_plots(run_dir, out.plots)

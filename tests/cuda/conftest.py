@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-
-def _root_conftest():
-    # The root conftest is loaded by pytest as a plugin; load it by path so its helper is shared, not copied.
-    path = Path(__file__).resolve().parents[1] / "conftest.py"
-    spec = importlib.util.spec_from_file_location("infkit_tests_root_conftest", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-require_or_skip = _root_conftest().require_or_skip
+from tests.conftest import require_or_skip
 
 
 @pytest.fixture(scope="session")
