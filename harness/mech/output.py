@@ -153,14 +153,7 @@ def _write_plots(run_dir: Path, plots: dict[str, PlotFn]) -> str:
 
 
 def save_figure(fig: Any, path: Path) -> None:
-    """Save a matplotlib figure atomically as PNG and close it."""
-    import io
+    """Save a mechanism's figure (harness.report.plots.save_figure at the mechanisms' size)."""
+    from harness.report.plots import save_figure as save_png
 
-    import matplotlib.pyplot as plt
-
-    from harness.contract import atomic_write_bytes
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    save_png(fig, path, dpi=110, bbox_inches="tight")

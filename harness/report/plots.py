@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -12,9 +13,8 @@ from harness.contract.atomic import atomic_write_bytes
 from harness.errors import CapabilityMissing
 
 
-def cdf_png(series: Mapping[str, Sequence[float]], path: Path, *, title: str, xlabel: str,
-            log_x: bool = True) -> Path:
-    """Empirical CDF of each labelled sample set on one axis."""
+def pyplot():
+    """matplotlib.pyplot on the headless Agg backend, or a clear CapabilityMissing."""
     try:
         import matplotlib
 
@@ -22,6 +22,21 @@ def cdf_png(series: Mapping[str, Sequence[float]], path: Path, *, title: str, xl
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise CapabilityMissing("matplotlib is not installed", hint="pip install 'infkit[plots]'") from exc
+    return plt
+
+
+def save_figure(fig: Any, path: Path, **savefig: Any) -> Path:
+    """Write a figure as PNG atomically and close it; no creation time in the file's metadata."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None}, **savefig)
+    pyplot().close(fig)
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def cdf_png(series: Mapping[str, Sequence[float]], path: Path, *, title: str, xlabel: str,
+            log_x: bool = True) -> Path:
+    """Empirical CDF of each labelled sample set on one axis."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.0, 4.2), dpi=120)
     for label, values in series.items():
         xs = np.sort(np.asarray(values, dtype=float))
@@ -38,8 +53,4 @@ def cdf_png(series: Mapping[str, Sequence[float]], path: Path, *, title: str, xl
     ax.set_title(title)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    buf = io.BytesIO()
-    # A fixed metadata block keeps the PNG free of the creation time.
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return atomic_write_bytes(path, buf.getvalue())
+    return save_figure(fig, path)
