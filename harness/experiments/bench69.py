@@ -269,7 +269,7 @@ def run_bench69(cfg: Bench69Config, *, root: Path = Path("."), progress: Progres
     record.images = _images(backend, servers)
     outputs = write_outputs(run_dir=run_dir, root=root, title="bench-69 INF-PREFIX-CACHE", runs=runs,
                             labels=[ARM_UNIQUE, ARM_SHARED, ARM_CONTROL], comparison=comparison, record=record,
-                            wall_s=time.monotonic() - started, sign=cfg.sign, progress=progress)
+                            wall_s=time.monotonic() - started, sign=cfg.sign)
     return Bench69Outcome(run_dir=run_dir, comparison=comparison, outputs=outputs, failed=failed)
 
 

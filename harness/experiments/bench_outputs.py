@@ -14,6 +14,7 @@ from tabulate import tabulate
 from harness.contract import atomic_write_text, write_result
 from harness.contract.result import utc_now
 from harness.experiments.paired import ArmRun
+from harness.manifest import sign_run
 from harness.report.plots import cdf_png
 from harness.runinfo import RunRecord, write_run_record
 
@@ -95,20 +96,10 @@ def summary_text(title: str, runs: Sequence[ArmRun], labels: Sequence[str], comp
     return "\n".join(lines) + "\n"
 
 
-def sign_if_available(run_dir: Path, root: Path, progress: Progress) -> Path | None:
-    """Sign with harness.manifest when it is installed; otherwise say so and leave the run unsigned."""
-    try:
-        from harness.manifest import sign_run
-    except ImportError:
-        progress("manifest: harness.manifest is not available in this build; the run is not signed")
-        return None
-    return sign_run(run_dir, root=root)
-
-
 def write_outputs(
     *, run_dir: Path, root: Path, title: str, runs: Sequence[ArmRun], labels: Sequence[str],
     comparison: dict[str, Any], record: RunRecord, wall_s: float,
-    sign: bool, progress: Progress,
+    sign: bool,
 ) -> BenchOutputs:
     comparison_path = write_result(run_dir / "comparison.json", comparison)
     summary = summary_text(title, runs, labels, comparison, wall_s)
@@ -120,5 +111,5 @@ def write_outputs(
                             title=f"{title}: TTFT CDF (all repeats)", xlabel="TTFT (ms, log scale)")
     record.ended_utc = utc_now()
     write_run_record(run_dir, record)
-    manifest = sign_if_available(run_dir, root, progress) if sign else None
+    manifest = sign_run(run_dir, root=root) if sign else None
     return BenchOutputs(run_dir, comparison_path, summary_path, plot_path, manifest, summary)
