@@ -12,7 +12,6 @@ not interleaved, evidence. The claim is B vs A; C must show no gain.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from harness.errors import InvalidInput
 from harness.experiments.bench_outputs import BenchOutputs, write_outputs
 from harness.experiments.paired import (
     ArmRun,
+    Progress,
     Protocol,
     build_comparison,
     effect_of,
@@ -51,7 +51,6 @@ SEMANTIC_ID = "INF-PREFIX-CACHE"
 ARM_UNIQUE = "unique-prefix/cache-on"
 ARM_SHARED = "shared-prefix/cache-on"
 ARM_CONTROL = "shared-prefix/cache-off"
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

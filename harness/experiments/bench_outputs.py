@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,8 +17,6 @@ from harness.experiments.paired import ArmRun
 from harness.manifest import sign_run
 from harness.report.plots import cdf_png
 from harness.runinfo import RunRecord, write_run_record
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
