@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata as md
+import json
+import os
 import platform
 import sys
 from dataclasses import asdict, dataclass, field
@@ -44,12 +46,20 @@ class RunRecord:
         return {"schema": "infkit/run/v1", **asdict(self)}
 
 
-def native_image(role: str, python_executable: str | None = None) -> dict[str, Any]:
-    """The `images` entry for a run outside containers: the environment's package list digest.
+CONTAINER_IMAGE_ENV = "INFKIT_CONTAINER_IMAGE"  # set by the docker runner inside a role image
 
-    With ``python_executable`` (e.g. the serving venv's python) the list is read from that
-    environment; otherwise from the current one.
+
+def native_image(role: str, python_executable: str | None = None) -> dict[str, Any]:
+    """The `images` entry of the environment a run executes in.
+
+    Inside a role image the docker runner passes the image actually used (ref, digest, base
+    substitution) in ``INFKIT_CONTAINER_IMAGE``; that is the entry. Otherwise the entry is the
+    environment's package list digest, read from ``python_executable`` (e.g. the serving
+    venv's python) when given, else from the current environment.
     """
+    container = os.environ.get(CONTAINER_IMAGE_ENV)
+    if container and not python_executable:
+        return {**json.loads(container), "role": role}
     if python_executable:
         import subprocess
 

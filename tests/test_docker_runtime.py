@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from harness.contract.schemas import validate_document
 from harness.errors import CapabilityMissing
 from harness.images.locks import load_lock
-from harness.runinfo import RunRecord, native_image, write_run_record
+from harness.runinfo import CONTAINER_IMAGE_ENV, RunRecord, native_image
 from harness.runtime.base import get_runtime
 from harness.runtime.docker import (
     HARNESS_MOUNT,
@@ -22,7 +22,6 @@ from harness.runtime.docker import (
     image_record,
     mounts_for,
 )
-from harness.runtime.docker_run import record_image
 
 DIGEST = "sha256:" + "cd" * 32
 
@@ -83,15 +82,13 @@ def test_settings_from_env():
     assert DockerSettings.from_env({}) == DockerSettings()
 
 
-def test_container_image_replaces_the_native_entry_in_run_json(tmp_path: Path):
-    record = RunRecord(semantic_id="INF-ITERATION-BUDGET", run_id="r1", run_label="t", requested={}, effective={},
-                       evidence_level="single", decision="inconclusive", images=[native_image("INF-CPU")])
-    nested = tmp_path / "budget" / "r1"  # experiments write under OUT/NAME/RUN_ID
-    nested.mkdir(parents=True)
-    write_run_record(nested, record)
+def test_inside_a_role_image_the_run_records_the_container_image(monkeypatch):
     image = {"role": "inf-cpu", "ref": "localhost/infkit/inf-cpu:0.1.0", "digest": DIGEST, "base_substituted": None}
-    assert record_image(tmp_path, image, since=time.time() + 60) == []  # older than the container: untouched
-    assert record_image(tmp_path, image) == [nested / "run.json"]
-    doc = json.loads((nested / "run.json").read_text())
-    assert doc["images"] == [{**image, "role": "INF-CPU"}]
-    assert record_image(tmp_path / "missing", image) == []
+    assert native_image("INF-CPU")["native"] is True
+    monkeypatch.setenv(CONTAINER_IMAGE_ENV, json.dumps(image))
+    entry = native_image("INF-CPU")  # the role keeps the experiment's spelling
+    assert entry == {**image, "role": "INF-CPU"}
+    record = RunRecord(semantic_id="INF-ITERATION-BUDGET", run_id="r1", run_label="t", requested={}, effective={},
+                       evidence_level="single", decision="inconclusive", images=[entry])
+    assert validate_document(record.to_dict()) == []
+

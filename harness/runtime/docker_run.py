@@ -4,9 +4,9 @@ This is how ``--runtime docker`` works for commands that are not servers
 (``infkit mech …``, ``infkit cuda …``): the same argv, executed by the image's
 entry point (``python3 -m harness`` from the read-only mount) with the run
 directory mounted read-write at its host path. The container has no network
-unless asked. In every ``run.json`` the command wrote under the run directory,
-the role's ``images`` entry is replaced by the image actually used (digest,
-base substitution).
+unless asked. The image actually used (digest, base substitution) is passed in
+``INFKIT_CONTAINER_IMAGE``, so the run records it in its own ``run.json``
+(``harness.runinfo.native_image``), and so do its manifest and audit.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from harness.contract.atomic import atomic_write_bytes
 from harness.errors import InfkitError
 from harness.images.locks import load_lock
-from harness.runinfo import RUN_FILE, write_run_record
+from harness.runinfo import CONTAINER_IMAGE_ENV
 from harness.runtime.docker import (
     DEFAULT_SHM_BYTES,
     DockerSettings,
@@ -66,10 +66,10 @@ def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, .
     run_dir.mkdir(parents=True, exist_ok=True)
     image = resolve_image(api, lock, settings.image)
     record = image_record(lock, image)
-    t0, started_s = time.monotonic(), time.time() - 1.0  # mtime granularity
+    t0 = time.monotonic()
     container = api.containers.run(
         image.id, entrypoint=[ENTRYPOINT], command=list(args), detach=True,
-        environment={"HOME": "/tmp", "INFKIT_CONTAINER_IMAGE": json.dumps(record), **harness_git_env(settings.harness_root)},
+        environment={"HOME": "/tmp", CONTAINER_IMAGE_ENV: json.dumps(record), **harness_git_env(settings.harness_root)},
         volumes=mounts_for(tuple(args), run_dir, settings.harness_root), working_dir=str(run_dir),
         user=f"{os.getuid()}:{os.getgid()}", network_mode=None if network else "none",
         device_requests=device_requests(gpus), shm_size=DEFAULT_SHM_BYTES,
@@ -87,29 +87,6 @@ def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, .
             container.remove(force=True)
         except Exception:
             pass
-    if code == 0:
-        record_image(run_dir, record, since=started_s)
     return HarnessRun(code, log_path, record, time.monotonic() - t0)
 
 
-def record_image(run_dir: Path, record: dict[str, Any], since: float = 0.0) -> list[Path]:
-    """Put the container image into every ``run.json`` under ``run_dir`` written since ``since``.
-
-    An entry for the same role (compared case-insensitively: ``INF-CPU`` is ``inf-cpu``)
-    is replaced; the role keeps the spelling the experiment used.
-    """
-    from harness.runinfo import RunRecord
-
-    updated = []
-    for path in sorted(run_dir.rglob(RUN_FILE)):
-        if path.stat().st_mtime < since:
-            continue
-        doc = json.loads(path.read_text())
-        role = next((i["role"] for i in doc.get("images", []) if i.get("role", "").lower() == record["role"]),
-                    record["role"])
-        images = [i for i in doc.get("images", []) if i.get("role", "").lower() != record["role"]]
-        fields = {k: v for k, v in doc.items() if k != "schema"}
-        fields["images"] = [*images, {**record, "role": role}]
-        write_run_record(path.parent, RunRecord(**fields))
-        updated.append(path)
-    return updated
