@@ -41,9 +41,13 @@ class RunRecord:
     started_utc: str = field(default_factory=utc_now)
     ended_utc: str | None = None
     status: str = "completed"
+    outputs: dict[str, Any] | None = None  # {"result", "summary", "figures"}: what a reader opens first
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": "infkit/run/v1", **asdict(self)}
+        doc = {"schema": "infkit/run/v1", **asdict(self)}
+        if doc["outputs"] is None:
+            del doc["outputs"]
+        return doc
 
 
 CONTAINER_IMAGE_ENV = "INFKIT_CONTAINER_IMAGE"  # set by the docker runner inside a role image

@@ -83,6 +83,7 @@ class MeasureConfig:
     client_workers: int | None = None  # None: one process per 1024 concurrent streams, up to the CPU count
     validity: ValidityLimits = field(default_factory=ValidityLimits)
     reference_path: str | Path | None = None  # reference outputs for greedy agreement
+    server_alive: Callable[[], bool] | None = None  # checked after the run: a dead server is a server_crash
     failure_refiner: Callable[[Failure], Failure] | None = None  # e.g. add the server's log tail
     extra_details: Mapping[str, Any] = field(default_factory=dict)
     keep_text: bool = True
@@ -157,11 +158,13 @@ def _failure(cfg: MeasureConfig, run: ClientRun, records: list[RequestRecord]) -
         done = sum(r.completed for r in records)
         return Failure(stage="run", kind="aborted", message=f"interrupted: {done} of {len(records)} requests completed")
     broken = [r for r in records if r.status in ("error", "disconnected", "timeout", "not_sent")]
-    if broken and not endpoint_answers(cfg.endpoint):
+    exited = cfg.server_alive is not None and not cfg.server_alive()
+    if exited or (broken and not endpoint_answers(cfg.endpoint)):
         first = next((r.error for r in broken if r.error), "no answer")
+        message = ("the server process exited during the run" if exited else
+                   "the endpoint answered before the run and stopped during it")
         failure = Failure(stage="run", kind="server_crash",
-                          message=f"the endpoint answered before the run and stopped during it; {len(broken)} requests "
-                          f"ended early (first: {first})")
+                          message=f"{message}; {len(broken)} requests ended early (first: {first})")
         return cfg.failure_refiner(failure) if cfg.failure_refiner else failure
     return None
 
@@ -210,7 +213,7 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
         workload=workload, records=records, run=run, server_metrics=server, closed_concurrency=closed,
         max_concurrency=cap, peak_memory_bytes=peak_bytes, failure=_failure(cfg, run, records),
         references=references, run_id=cfg.run_id or new_run_id(),
-        requested={k: v for k, v in dataclasses.asdict(dataclasses.replace(cfg, memory_probe=None, failure_refiner=None)).items()
+        requested={k: v for k, v in dataclasses.asdict(dataclasses.replace(cfg, memory_probe=None, failure_refiner=None, server_alive=None)).items()
                    if k not in ("extra_details",)},
     )
     doc = build_serving_result(cfg, inputs)

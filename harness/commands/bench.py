@@ -1,56 +1,27 @@
-"""infkit bench NN: run a paired serving bench end to end (flags derived from the bench's config)."""
+"""infkit bench NN: run one bench spec end to end (flags derived from the spec's config)."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
-from typing import Any
 
-from harness.experiments import bench69
-
-HELP = {
-    "scale": "multiply the number of prefix groups (more requests per arm)",
-    "repeats": "interleaved A/B repeats (< 3 lowers the evidence level)",
-    "gpu": "GPU index for the containerized vLLM path; without a GPU the CPU default runs",
-    "runtime": "local or docker (default: docker with a GPU and an engine, else local)",
-    "backend": "vllm-cpu, vllm or sglang (default follows the runtime)",
-    "control": "run the shared-prefix cache-off control arm",
-    "sign": "sign the run directory into manifests/",
-}
-BENCHES = {"69": (bench69.Bench69Config, bench69.run_bench69, bench69.__doc__)}
-
-
-def _add_config_flags(parser: argparse.ArgumentParser, config_cls: type) -> None:
-    for f in dataclasses.fields(config_cls):
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default
-        if isinstance(default, bool):
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
-                                help=HELP.get(f.name))
-            continue
-        kind = {int: int, float: float}.get(type(default), str)
-        if isinstance(default, Path):
-            kind = Path
-        parser.add_argument(flag, dest=f.name, type=kind, default=default,
-                            help=f"{HELP.get(f.name, '')} (default: {default})".strip())
+from harness.cliconfig import add_config_arguments, config_from_args
+from harness.experiments import benches, get_bench
+from harness.experiments.runner import run_bench
+from harness.progress import reporter
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="run a paired serving bench (e.g. `infkit bench 69`)")
-    benches = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
-    for number, (config_cls, _, doc) in BENCHES.items():
-        b = benches.add_parser(number, help=doc.strip().splitlines()[0], description=doc,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
-        _add_config_flags(b, config_cls)
+    p = sub.add_parser("bench", help="run a serving bench (e.g. `infkit bench 69`)",
+                       description="Run one project exit as a bench spec: " + "; ".join(
+                           f"{n} {s.semantic_id}" for n, s in benches().items()))
+    names = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    for name, spec in benches().items():
+        b = names.add_parser(name, help=f"{spec.semantic_id}: {spec.question}", description=spec.doc,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+        add_config_arguments(b, spec.config)
+        b.add_argument("--make-vars", default="", help=argparse.SUPPRESS)  # Make's MAKEOVERRIDES (mk/bench.mk)
         b.set_defaults(func=run)
-
-
-def _config(args: argparse.Namespace, config_cls: type) -> Any:
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)}
-    for key in ("gpu", "runtime", "backend"):
-        values[key] = values[key] or None  # an empty Make variable means "not set"
-    return config_cls(**values)
 
 
 def _relative(path: Path) -> Path:
@@ -59,16 +30,21 @@ def _relative(path: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    config_cls, runner, _ = BENCHES[args.bench]
-    outcome = runner(_config(args, config_cls), root=Path.cwd(), progress=lambda line: print(line, flush=True))
-    out = outcome.outputs
+    spec = get_bench(args.bench)
+    cfg = config_from_args(spec.config, args, make_overrides=args.make_vars)
+    outcome = run_bench(spec, cfg, root=Path.cwd(), reporter=reporter(f"bench-{spec.name}"))
+    done = outcome.finished
     print()
-    print(out.summary, end="")
-    print(f"\nrun directory: {_relative(out.run_dir)}")
-    print("  comparison.json, summary.txt, ttft_cdf.png, run.json, fingerprint.json,")
-    print("  arms/<arm>/r<N>/{result.json,requests.jsonl,metrics_*.prom}, servers/server-*.log")
-    if out.manifest:
-        manifest = _relative(out.manifest)
+    print(done.summary, end="")
+    print(f"\nrun directory: {_relative(done.path)}")
+    files = ["run.json", "summary.txt", "fingerprint.json", *(f"{f}" for f in spec.outputs)]
+    result = outcome.result
+    print(f"  {result['kind']}.json, " + ", ".join(files))
+    print("  arms/<arm>/r<N>/{result.json,requests.jsonl,metrics_*.prom}, servers/server-*.log, workloads/")
+    if done.figures:
+        print("figures:       " + ", ".join(str(_relative(done.path / f)) for f in done.figures))
+    if done.manifest:
+        manifest = _relative(done.manifest)
         print(f"manifest:      {manifest}")
         print(f"check it:      infkit audit {manifest}")
     if outcome.failed:

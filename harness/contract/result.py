@@ -20,7 +20,7 @@ from harness.contract.schemas import validate_document
 from harness.errors import SchemaViolation
 
 RESULT_SCHEMA = "infkit/result/v1"
-ResultKind = Literal["serving", "mechanism", "simulation", "comparison"]
+ResultKind = Literal["serving", "mechanism", "simulation", "comparison", "sweep"]
 EvidenceLevel = Literal["precheck", "single", "repeated", "paired"]
 Decision = Literal["adopt", "reject", "inconclusive", "blocked"]
 

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.backends.base import Backend, BackendConfig
+from harness.progress import Progress
 from harness.runtime.base import Runtime, ServerHandle
-
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -27,7 +25,9 @@ class ServerSession:
     command: list[str]
     env: dict[str, str]
     startup_s: float
+    settings: dict[str, Any] = field(default_factory=dict)  # what this server variant sets beyond the bench's base
     exit_status: int | None = None
+    resets: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def base_url(self) -> str:
@@ -37,12 +37,14 @@ class ServerSession:
     def metrics_url(self) -> str:
         return self.handle.base_url + "/metrics"
 
-    def reset_prefix_cache(self) -> bool:
-        return self.backend.reset_prefix_cache(self.handle.base_url)
+    def reset_prefix_cache(self) -> Any:
+        outcome = self.backend.reset_prefix_cache(self.handle.base_url)
+        self.resets.append(outcome if isinstance(outcome, dict) else {"ok": bool(outcome)})
+        return outcome
 
     def record(self) -> dict[str, Any]:
         return {"name": self.name, "backend": self.backend.name, "version": self.backend.version(),
-                "command": self.command, "env": self.env, "pid": self.handle.pid,
+                "command": self.command, "env": self.env, "pid": self.handle.pid, "settings": self.settings,
                 "startup_s": round(self.startup_s, 1), "log": self.handle.log_path.name,
                 "prefix_caching": self.config.prefix_caching, "exit_status": self.exit_status,
                 "image": self.handle.image}
@@ -50,24 +52,20 @@ class ServerSession:
 
 @contextmanager
 def server_session(name: str, backend: Backend, runtime: Runtime, config: BackendConfig, log_dir: Path, *,
-                   start_timeout_s: float, progress: Progress = print,
+                   start_timeout_s: float, progress: Progress = print, settings: dict[str, Any] | None = None,
                    on_start: Callable[[ServerSession], None] | None = None) -> Iterator[ServerSession]:
     """Start ``backend`` under ``runtime``, wait for health, yield, and always stop the whole server."""
     spec = backend.server_spec(config)
     progress(f"server {name}: starting {backend.name} {backend.version()} on port {spec.port} "
-             f"(about a minute on 2 cores; the first start ever compiles for longer)")
+             f"(about a minute on 2 cores; a new engine configuration compiles for longer)")
     started = time.monotonic()
     handle = runtime.start(spec, log_dir, log_name=f"server-{name}.log")
     session = ServerSession(name=name, backend=backend, handle=handle, config=config, command=list(spec.argv),
-                            env=dict(spec.env), startup_s=0.0)
+                            env=dict(spec.env), startup_s=0.0, settings=dict(settings or {}))
     try:
         if on_start:
             on_start(session)
-        # The local runtime reports progress while it waits; other runtimes may not take it.
-        if "progress" in inspect.signature(handle.wait_healthy).parameters:
-            handle.wait_healthy(start_timeout_s, progress=progress)  # type: ignore[call-arg]
-        else:
-            handle.wait_healthy(start_timeout_s)
+        handle.wait_healthy(start_timeout_s, progress=progress)
         session.startup_s = time.monotonic() - started
         progress(f"server {name}: healthy after {session.startup_s:.0f} s")
         yield session

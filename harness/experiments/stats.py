@@ -1,11 +1,14 @@
 """Paired-effect statistics and the decision rules for A/B serving comparisons.
 
-Effect of arm B relative to arm A on a latency metric: for each interleaved
-repeat r, ``ratio_r = median(B_r) / median(A_r)``; the estimate is the
-geometric mean of the per-repeat ratios. Its interval comes from a seeded
-two-level bootstrap: resample the repeats (pairs) with replacement and, within
-each drawn pair, resample each arm's requests with replacement; percentile
-interval. The request level keeps the interval honest when repeats are few.
+Effect of arm B relative to arm A on a metric: for each interleaved repeat r,
+``ratio_r = stat(B_r) / stat(A_r)`` (``stat`` is the metric's statistic over the
+requests of the run: median, P99, …); the estimate is the geometric mean of the
+per-repeat ratios. Its interval comes from a seeded two-level bootstrap:
+resample the repeats (pairs) with replacement and, within each drawn pair,
+resample each arm's requests with replacement; percentile interval. The request
+level keeps the interval honest when repeats are few. A metric that exists only
+per run (throughput, hit rate) has one value per arm run: its interval resamples
+the repeats alone (``repeat_ratio_effect``), which is wide with few repeats.
 
 Decision (stated once, here):
   * adopt        — the interval lies entirely on the wanted side of no-effect (1.0),
@@ -19,6 +22,7 @@ Decision (stated once, here):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -43,6 +47,8 @@ class PairedEffect:
     confidence: float
     resamples: int
     seed: int
+    statistic: str = "median"
+    levels: str = "repeats, then requests within each arm"
 
     @property
     def n_pairs(self) -> int:
@@ -50,9 +56,8 @@ class PairedEffect:
 
     @property
     def method(self) -> str:
-        return (f"two-level paired bootstrap (repeats, then requests within each arm), {self.resamples} "
-                f"resamples, seed {self.seed}, percentile interval; estimate = geometric mean over repeats "
-                "of median(B)/median(A)")
+        return (f"paired bootstrap ({self.levels}), {self.resamples} resamples, seed {self.seed}, percentile "
+                f"interval; estimate = geometric mean over repeats of {self.statistic}(B)/{self.statistic}(A)")
 
 
 @dataclass(frozen=True)
@@ -62,8 +67,7 @@ class Verdict:
     reason: str
 
 
-def _median_ratio(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.median(b) / np.median(a))
+Statistic = Callable[[np.ndarray], float]
 
 
 def paired_ratio_effect(
@@ -72,8 +76,12 @@ def paired_ratio_effect(
     confidence: float = DEFAULT_CONFIDENCE,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
+    statistic: Statistic = np.median,
 ) -> PairedEffect:
     """Effect of B over A from per-repeat samples ``[(a_values, b_values), ...]``."""
+    def ratio(a: np.ndarray, b: np.ndarray) -> float:
+        return float(statistic(b) / statistic(a))
+
     if not pairs:
         raise InvalidInput("no completed A/B pairs to compare")
     arrays = []
@@ -81,10 +89,10 @@ def paired_ratio_effect(
         a_arr, b_arr = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
         if a_arr.size == 0 or b_arr.size == 0:
             raise InvalidInput(f"repeat {i + 1} has an arm without completed requests")
-        if np.median(a_arr) <= 0 or np.median(b_arr) <= 0:
-            raise InvalidInput(f"repeat {i + 1}: medians must be positive for a ratio")
+        if statistic(a_arr) <= 0 or statistic(b_arr) <= 0:
+            raise InvalidInput(f"repeat {i + 1}: the statistic must be positive in both arms for a ratio")
         arrays.append((a_arr, b_arr))
-    per_repeat = tuple(_median_ratio(a, b) for a, b in arrays)
+    per_repeat = tuple(ratio(a, b) for a, b in arrays)
     value = math.exp(float(np.mean(np.log(per_repeat))))
 
     rng = np.random.default_rng(seed)
@@ -97,7 +105,7 @@ def paired_ratio_effect(
             a, b = arrays[j]
             a_s = a[rng.integers(0, a.size, size=a.size)]
             b_s = b[rng.integers(0, b.size, size=b.size)]
-            logs += math.log(_median_ratio(a_s, b_s))
+            logs += math.log(max(ratio(a_s, b_s), 1e-300))
         log_means[k] = logs / n
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.exp(np.quantile(log_means, [alpha, 1.0 - alpha]))
@@ -105,7 +113,31 @@ def paired_ratio_effect(
     # widening to include it is conservative (it can only make a claim harder).
     lo, hi = min(float(lo), value), max(float(hi), value)
     return PairedEffect(value=value, ci_low=lo, ci_high=hi, per_repeat=per_repeat, confidence=confidence,
-                        resamples=resamples, seed=seed)
+                        resamples=resamples, seed=seed, statistic=getattr(statistic, "__name__", "statistic"))
+
+
+def repeat_ratio_effect(
+    pairs: list[tuple[float, float]],
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    name: str = "value",
+) -> PairedEffect:
+    """Effect of B over A from one value per arm run ``[(a, b), ...]``: the repeats are resampled, nothing else."""
+    if not pairs:
+        raise InvalidInput("no completed A/B pairs to compare")
+    if any(a <= 0 or b <= 0 for a, b in pairs):
+        raise InvalidInput(f"{name} must be positive in both arms for a ratio")
+    logs = np.log(np.asarray([b / a for a, b in pairs], dtype=float))
+    value = math.exp(float(logs.mean()))
+    rng = np.random.default_rng(seed)
+    means = logs[rng.integers(0, logs.size, size=(resamples, logs.size))].mean(axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.exp(np.quantile(means, [alpha, 1.0 - alpha]))
+    return PairedEffect(value=value, ci_low=min(float(lo), value), ci_high=max(float(hi), value),
+                        per_repeat=tuple(float(math.exp(x)) for x in logs), confidence=confidence,
+                        resamples=resamples, seed=seed, statistic=name, levels="repeats only: one value per arm run")
 
 
 def decide(effect: PairedEffect, *, better: Literal["lower", "higher"] = "lower",

@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,7 +179,7 @@ class DockerHandle(ServerHandle):
     def alive(self) -> bool:
         return self._status() in ("created", "running", "restarting")
 
-    def wait_healthy(self, timeout_s: float) -> None:
+    def wait_healthy(self, timeout_s: float, progress: Callable[[str], None] | None = None) -> None:
         url = self.base_url + self.spec.health_path
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

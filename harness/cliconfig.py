@@ -1,0 +1,199 @@
+"""Configs are frozen dataclasses; their fields are the command line (and the Make variables).
+
+One derivation for benches, mechanisms and CUDA experiments: every field becomes
+``--field-name``; its ``help`` and constraints live in the field's metadata, set
+with :func:`knob`. Values are parsed here (not by argparse) so a bad value gives a
+one-line ``InvalidInput`` naming the flag. Sequences take ``--xs 1 2 4`` or
+``--xs 1,2,4``. ``check_config`` applies the declared constraints to any config
+instance, so a spec's defaults are held to the same rules as a user's flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+from harness.errors import InvalidInput
+
+UNSET = object()  # argparse default: the field keeps the dataclass default
+METAVARS = {int: "N", float: "X", str: "TEXT", Path: "PATH"}
+
+
+def knob(default: Any, help: str, *, min: float | None = None, max: float | None = None,  # noqa: A002
+         choices: tuple[Any, ...] | None = None, cli: bool = True) -> Any:
+    """A config field with its help text and the constraints ``check_config`` enforces."""
+    meta = {"help": help, "min": min, "max": max, "choices": choices, "cli": cli}
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("knob defaults must be immutable (use a tuple)")
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _unwrap(hint: Any) -> tuple[Any, bool, bool]:
+    """(element type, is_sequence, is_optional) of a field annotation."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        inner, many, _ = _unwrap(args[0])
+        return inner, many, len(args) < len(typing.get_args(hint))
+    if origin in (tuple, list):
+        return typing.get_args(hint)[0], True, False
+    return hint, False, False
+
+
+def _choices_of(kind: Any, meta: typing.Mapping[str, Any]) -> tuple[Any, ...] | None:
+    if typing.get_origin(kind) is Literal:
+        return typing.get_args(kind)
+    return meta.get("choices")
+
+
+def parse_value(text: str, kind: Any, name: str) -> Any:
+    """One command-line word as ``kind`` (int, float, str, Path, bool, Literal[...])."""
+    base = str if typing.get_origin(kind) is Literal else kind
+    try:
+        if base is bool:
+            low = text.lower()
+            if low not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(text)
+            return low in ("1", "true", "yes", "on")
+        value = base(text)
+    except (ValueError, TypeError):
+        raise InvalidInput(f"{flag(name)}: cannot read {text!r} as {getattr(base, '__name__', base)}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput(f"{flag(name)}: {text!r} is not a finite number")
+    return value
+
+
+def _field_types(cls: type) -> list[tuple[dataclasses.Field, Any]]:
+    hints = typing.get_type_hints(cls)
+    return [(f, hints[f.name]) for f in dataclasses.fields(cls) if f.init and f.metadata.get("cli", True)]
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value)) or "none"
+    return "none" if value is None else str(value)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One option per field of ``cls``; help and default from the field."""
+    for f, hint in _field_types(cls):
+        kind, many, _ = _unwrap(hint)
+        choices = _choices_of(kind, f.metadata)
+        text = f.metadata.get("help", "")
+        if choices:
+            text += f" (one of: {', '.join(map(str, choices))})"
+        if "default" not in text:
+            text = f"{text} (default: {_shown(f.default)})".strip()
+        if kind is bool and not many:
+            parser.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=UNSET,
+                                help=text)
+        else:
+            parser.add_argument(flag(f.name), dest=f.name, nargs="+" if many else None, default=UNSET,
+                                metavar=METAVARS.get(kind, "VALUE"), help=text.replace("%", "%%"))
+
+
+def values_from_args(cls: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The fields the user set on the command line, parsed (unset fields are absent)."""
+    values: dict[str, Any] = {}
+    for f, hint in _field_types(cls):
+        raw = getattr(args, f.name, UNSET)
+        if raw is UNSET:
+            continue
+        kind, many, optional = _unwrap(hint)
+        if isinstance(raw, bool):
+            values[f.name] = raw
+        elif many:
+            words = [w for item in raw for w in str(item).split(",") if w.strip()]
+            values[f.name] = tuple(parse_value(w.strip(), kind, f.name) for w in words)
+        elif optional and raw.strip().lower() in ("", "none"):
+            values[f.name] = None
+        else:
+            values[f.name] = parse_value(raw, kind, f.name)
+    return values
+
+
+def make_vars(cls: type, overrides: str) -> dict[str, Any]:
+    """Fields set as Make command-line variables (GNU make's ``MAKEOVERRIDES``: ``REPEATS=5 RATES=1,2``).
+
+    A variable is a field when its lower-cased name is one (``SLO_TTFT_P99_MS`` → ``slo_ttft_p99_ms``);
+    other variables belong to Make and are ignored. An empty value leaves the default.
+    """
+    words, word, escaped = [], "", False
+    for ch in overrides:
+        if escaped:
+            word, escaped = word + ch, False
+        elif ch == "\\":
+            escaped = True
+        elif ch.isspace():
+            words, word = words + [word] if word else words, ""
+        else:
+            word += ch
+    words += [word] if word else []
+    fields = {f.name: (f, hint) for f, hint in _field_types(cls)}
+    values: dict[str, Any] = {}
+    for item in words:
+        name, sep, value = item.partition("=")
+        key = name.lower()
+        if not sep or key not in fields or not value.strip():
+            continue
+        f, hint = fields[key]
+        kind, many, optional = _unwrap(hint)
+        if many:
+            values[key] = tuple(parse_value(w.strip(), kind, key) for w in value.split(",") if w.strip())
+        else:
+            values[key] = parse_value(value, kind, key)
+    return values
+
+
+def check_config(cfg: Any) -> None:
+    """Apply every field's declared constraints; the first violation raises ``InvalidInput`` naming the flag."""
+    for f, hint in _field_types(type(cfg)):
+        kind, many, _ = _unwrap(hint)
+        value = getattr(cfg, f.name)
+        items = value if many and value is not None else (value,)
+        choices = _choices_of(kind, f.metadata)
+        for item in items:
+            if item is None:
+                continue
+            if isinstance(item, float) and not math.isfinite(item):
+                raise InvalidInput(f"{flag(f.name)}: {item} is not a finite number")
+            if choices and item not in choices:
+                raise InvalidInput(f"{flag(f.name)}: {item!r} is not one of {', '.join(map(str, choices))}")
+            lo, hi = f.metadata.get("min"), f.metadata.get("max")
+            if lo is not None and item < lo:
+                raise InvalidInput(f"{flag(f.name)} must be at least {lo:g}, got {item}")
+            if hi is not None and item > hi:
+                raise InvalidInput(f"{flag(f.name)} must be at most {hi:g}, got {item}")
+
+
+def config_from_args(cls: type, args: argparse.Namespace, *, make_overrides: str = "", **overrides: Any) -> Any:
+    """An instance of ``cls`` from Make variables, then the parsed command line (which wins), checked before any work."""
+    try:
+        cfg = cls(**{**make_vars(cls, make_overrides), **values_from_args(cls, args), **overrides})
+    except TypeError as exc:  # a field without a default was not given
+        raise InvalidInput(str(exc)) from None
+    check_config(cfg)
+    check = getattr(cfg, "check", None)
+    if callable(check):
+        check()
+    return cfg
+
+
+def config_dict(cfg: Any) -> dict[str, Any]:
+    """A config as JSON-ready values (paths as strings, tuples as lists)."""
+    def plain(v: Any) -> Any:
+        if isinstance(v, Path):
+            return str(v)
+        if isinstance(v, (tuple, list)):
+            return [plain(x) for x in v]
+        return v
+    return {f.name: plain(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}

@@ -1,0 +1,1 @@
+"""One module per project exit, each exporting ``SPEC`` (a ``BenchSpec``); discovered, never listed."""

@@ -1,0 +1,34 @@
+"""Where a bench's servers run: backend and runtime from GPU=, RUNTIME= and BACKEND=."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.backends import get_backend
+from harness.errors import InvalidInput
+from harness.runtime.base import default_runtime_name, docker_engine_present, nvidia_gpu_present
+
+
+@dataclass(frozen=True)
+class Placement:
+    backend: str
+    runtime: str
+    notice: str | None = None
+
+
+def resolve_placement(gpu: str | None, backend: str | None, runtime: str | None) -> Placement:
+    """GPU=N asks for the containerized GPU path; without a GPU and an engine, say so and run the CPU default."""
+    if gpu not in (None, ""):
+        missing = [what for what, ok in (("NVIDIA GPU", nvidia_gpu_present()),
+                                         ("Docker engine", docker_engine_present())) if not ok]
+        if missing:
+            notice = (f"GPU={gpu} asks for the containerized vLLM path, but this machine has no "
+                      f"{' and no '.join(missing)}: running the CPU default (vllm-cpu, local runtime)")
+            return Placement("vllm-cpu", "local", notice)
+        return Placement(backend or "vllm", runtime or "docker")
+    runtime = runtime or default_runtime_name()
+    backend = backend or ("vllm" if runtime == "docker" else "vllm-cpu")
+    if runtime not in get_backend(backend).runtimes:
+        raise InvalidInput(f"backend {backend} does not run under runtime {runtime}",
+                           hint=f"use RUNTIME={'/'.join(get_backend(backend).runtimes)}")
+    return Placement(backend, runtime)

@@ -1,0 +1,302 @@
+"""The one runner of every bench spec.
+
+Placement (backend, runtime), the model, the run directory, workloads, server starts
+per phase (warm-up after each start, the prefix cache reset before each arm run),
+the arm runs, Ctrl-C, a server that dies or does not start — then the reading,
+the top-level result (built and validated once), the summary, figures, run.json
+and the signed manifest.
+
+Failure rules: a failed arm run (e.g. the server died) stops the bench, keeps every
+completed request and blocks the decision. A server variant the spec marks optional
+that the engine refuses to start is recorded as ``capability_missing`` with the
+engine's own message, and the bench goes on without its arms. Ctrl-C keeps what was
+measured and signs it as an aborted run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from harness.backends import Backend, BackendConfig, get_backend
+from harness.cliconfig import check_config, config_dict
+from harness.contract import Failure
+from harness.errors import InvalidInput
+from harness.experiments.analysis import claim_figures, read_claims, top_result
+from harness.experiments.arms import ArmContext, ArmRun, Workload, arm_dir, measure_arm, warm_up
+from harness.experiments.outputs import arm_table, summary_text
+from harness.experiments.placement import Placement, resolve_placement
+from harness.experiments.server_session import ServerSession, server_session
+from harness.experiments.spec import Arm, BenchConfig, BenchSpec, History, Plan, WorkloadPlan
+from harness.models import PreparedModel, ensure_model
+from harness.progress import Reporter
+from harness.rundir import Finished, RunDirectory
+from harness.runinfo import native_image
+from harness.runtime.base import ServerStartError, get_runtime
+from harness.runtime.local import free_port
+from harness.telemetry.prometheus import parse
+from harness.workload import make_workload, write_workload
+
+BACKEND_FIELDS = frozenset(f.name for f in dataclasses.fields(BackendConfig))
+
+
+@dataclass(frozen=True)
+class BenchOutcome:
+    spec: BenchSpec
+    run_dir: Path
+    result: dict[str, Any]
+    finished: Finished
+    failed: bool
+
+
+class Stop(Exception):
+    """Ends the schedule: a failed arm run, a required server that did not start, or Ctrl-C."""
+
+    def __init__(self, failure: Failure):
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+class Servers:
+    """The server variants of one phase: started on first use (then warmed up), all stopped at its end."""
+
+    def __init__(self, bench: Bench, stack: ExitStack):
+        self.bench, self.stack, self.live = bench, stack, {}
+
+    def get(self, name: str) -> ServerSession:
+        if name not in self.live:
+            self.live[name] = self.bench.start(name, self.stack)
+        return self.live[name]
+
+
+class Bench:
+    """One execution of a spec: its plan, run directory, history and servers."""
+
+    def __init__(self, spec: BenchSpec, cfg: BenchConfig, placement: Placement, model: PreparedModel, plan: Plan,
+                 rd: RunDirectory, reporter: Reporter):
+        self.spec, self.cfg, self.placement, self.model, self.plan = spec, cfg, placement, model, plan
+        self.rd, self.reporter = rd, reporter
+        self.history = History(cfg=cfg, model=model)
+        self.runtime = get_runtime(placement.runtime)
+        self.servers: dict[str, dict[str, Any]] = {}
+        self.kv_cache: dict[str, dict[str, Any] | None] = {}
+        self.refused: dict[str, str] = {}
+        self.ctx = ArmContext(semantic_id=spec.semantic_id, run_id=rd.run_id, run_dir=rd.path, model=model,
+                              request_timeout_s=cfg.request_timeout_s, runtime=placement.runtime,
+                              ignore_eos=plan.ignore_eos)
+        self.base = BackendConfig(model_dir=str(model.path), served_model_name=cfg.model, port=0, seed=cfg.seed,
+                                  kv_cache_space_gib=cfg.kv_cache_space_gib, max_model_len=cfg.max_model_len,
+                                  in_container=placement.runtime == "docker")
+        for variant in plan.servers:
+            unknown = sorted(set(variant.settings) - BACKEND_FIELDS)
+            if unknown:
+                raise InvalidInput(f"spec: server variant {variant.name!r} sets unknown backend fields {unknown}")
+
+    def backend_of(self, name: str) -> Backend:
+        return get_backend(self.plan.server(name).backend or self.placement.backend)
+
+    def workload(self, plan: WorkloadPlan) -> Workload:
+        if plan.name not in self.history.workloads:
+            made = make_workload(plan.kind, plan.common, dict(plan.options), self.model.path)
+            path = write_workload(self.rd.file(f"workloads/{plan.name}.jsonl"), made)
+            self.history.workloads[plan.name] = Workload(path, made.workload_id, len(made.requests))
+        return self.history.workloads[plan.name]
+
+    def workload_of(self, arm: Arm) -> Workload:
+        if isinstance(arm.workload, WorkloadPlan):
+            return self.workload(arm.workload)
+        return self.workload(next(w for w in self.plan.workloads if w.name == arm.workload))
+
+    def start(self, name: str, stack: ExitStack) -> ServerSession:
+        variant = self.plan.server(name)
+        backend = self.backend_of(name)
+        config = replace(self.base, port=free_port(), **variant.settings)
+        self.reporter.state(f"server {name}: starting")
+        srv = stack.enter_context(server_session(
+            name, backend, self.runtime, config, self.rd.path / "servers", start_timeout_s=self.cfg.start_timeout_s,
+            progress=self.reporter, settings=dict(variant.settings), on_start=self.record_server))
+        stack.callback(lambda: self.record_server(srv))
+        if self.plan.warmup is not None:
+            warm_up(self.ctx, srv, self.workload(next(w for w in self.plan.workloads if w.name == self.plan.warmup)),
+                    self.reporter)
+        self.reporter.state(f"server {name}: up")
+        return srv
+
+    def record_server(self, srv: ServerSession) -> None:
+        """servers.json: each server's exact command, version, settings, pid and exit status, kept current."""
+        entry = srv.record()
+        entry["kv_cache"] = self.kv_cache.get(srv.name)
+        entry["prefix_cache_resets"] = srv.resets
+        self.servers[srv.name] = entry
+        self.rd.write_json("servers/servers.json", {"servers": list(self.servers.values()),
+                                                    "refused": self.refused})
+
+    def run_step(self, servers: Servers, repeat: int, arm: Arm, index: int, total: int | None) -> ArmRun:
+        srv = servers.get(arm.server)
+        workload = self.workload_of(arm)
+        if self.plan.reset_prefix_cache:
+            srv.reset_prefix_cache()
+        self.reporter(f"[{index}/{total or '?'}] {arm.label} repeat {repeat}")
+        self.reporter.state(f"server {srv.name}: serving {arm.label}")
+        t0 = time.monotonic()
+        outcome = measure_arm(self.ctx, srv, workload, arm_dir(self.rd.path, arm.label, repeat), arm.label,
+                              arm.client, self.reporter)
+        if srv.name not in self.kv_cache and outcome.metrics_before_path is not None:
+            self.kv_cache[srv.name] = kv_cache_config(outcome.metrics_before_path)
+        run = ArmRun(label=arm.label, repeat=repeat, result_path=outcome.result_path, result=outcome.result,
+                     records=outcome.records, server=srv.name, workload=arm.workload_name,
+                     seconds=time.monotonic() - t0)
+        self.reporter.step_done(run.seconds)
+        return run
+
+    def execute(self) -> Failure | None:
+        """Every phase in order; the failure that stopped the schedule, if any."""
+        plan, history = self.plan, self.history
+        total = sum(len(p.steps) if not callable(p.steps) else (p.planned_steps or 0) for p in plan.phases) or None
+        self.reporter.begin(total, f"{len(plan.phases)} phase(s), {total or 'a number of'} arm runs")
+        index = 0
+        for phase in plan.phases:
+            try:
+                with ExitStack() as stack:
+                    servers = Servers(self, stack)
+                    steps = phase.steps(history) if callable(phase.steps) else phase.steps
+                    for repeat, arm in steps:
+                        if arm.server in self.refused:
+                            continue
+                        index += 1
+                        try:
+                            run = self.run_step(servers, repeat, arm, index, total)
+                        except ServerStartError as exc:
+                            self.refuse(arm.server, exc)
+                            continue
+                        history.runs.append(run)
+                        if run.failure:
+                            self.reporter(f"  {arm.label} repeat {repeat} failed: {run.failure['kind']}: "
+                                          f"{run.failure['message']}")
+                            return Failure(**run.failure)
+            except Stop as stop:
+                return stop.failure
+            except KeyboardInterrupt:
+                if not history.runs:
+                    raise
+                self.reporter("interrupted: writing and signing the arms already measured")
+                return Failure(stage="run", kind="aborted", message="interrupted by the user")
+        return None
+
+    def refuse(self, name: str, exc: ServerStartError) -> None:
+        """An optional variant the engine will not start is a recorded capability gap; any other is the end."""
+        message, _, tail = str(exc).partition("\n")
+        if self.plan.server(name).optional:
+            self.refused[name] = f"{message}\n{tail[-2000:]}".strip()
+            self.reporter(f"server {name}: refused by the engine here, recorded as capability_missing: {message}")
+            return
+        if not self.history.runs:
+            raise exc  # nothing measured: the error and its log tail are the whole story
+        self.reporter(f"server {name} did not start; keeping the arms already measured: {message}")
+        raise Stop(Failure(stage="server_start", kind="server_crash", message=f"server {name}: {message}",
+                           log_tail=tail or None))
+
+    def images(self) -> list[dict[str, Any]]:
+        """Images the servers ran from (docker), else the native serving environment's package digest."""
+        pulled = {(s["image"]["ref"], s["image"]["digest"], s["backend"]) for s in self.servers.values() if s.get("image")}
+        if pulled:
+            return [{"role": get_backend(b).role, "ref": ref, "digest": digest} for ref, digest, b in sorted(pulled)]
+        backends = sorted({self.backend_of(s.name).name for s in self.plan.servers})
+        return [native_image(get_backend(b).role, get_backend(b).native_python()) for b in backends]
+
+
+def kv_cache_config(metrics_path: Path) -> dict[str, Any] | None:
+    """KV-cache capacity as the engine reports it (vLLM's ``cache_config_info`` labels), or None."""
+    snap = parse(metrics_path.read_text())
+    for (name, labels), _ in snap.samples.items():
+        if name == "vllm:cache_config_info":
+            info = dict(labels)
+            picked: dict[str, Any] = {}
+            for key in ("kv_cache_size_tokens", "block_size", "num_gpu_blocks", "kv_cache_memory_bytes"):
+                try:
+                    picked[key] = int(info[key])
+                except (KeyError, ValueError):
+                    continue
+            picked["enable_prefix_caching"] = info.get("enable_prefix_caching") == "True"
+            return picked
+    return None
+
+
+def protocol_record(cfg: BenchConfig, plan: Plan) -> dict[str, Any]:
+    return {"repeats": cfg.repeats, "order": plan.order,
+            "warmup_requests_per_server_start": cfg.warmup_requests if plan.warmup else 0,
+            "prefix_cache_reset_before_each_arm_run": plan.reset_prefix_cache,
+            "ignore_eos": plan.ignore_eos, "notes": list(plan.notes)}
+
+
+def run_bench(spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), reporter: Reporter | None = None
+              ) -> BenchOutcome:
+    """Run the whole bench; the outcome says where everything is."""
+    reporter = reporter or Reporter(name=f"bench-{spec.name}")
+    check_config(cfg)
+    cfg.check()
+    placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
+    if placement.notice:
+        reporter(placement.notice)
+    started = time.monotonic()
+    model = ensure_model(cfg.model, progress=reporter)
+    plan = spec.plan(cfg, model)
+    plan.check()
+    rd = RunDirectory.create(root / spec.out_root(cfg), semantic_id=spec.semantic_id,
+                             run_label=plan.run_label or spec.title, requested=config_dict(cfg), root=root,
+                             sign=cfg.sign, effective={"backend": placement.backend, "runtime": placement.runtime,
+                                                       "notice": placement.notice},
+                             model=model.run_entry(), tokenizer=model.tokenizer_ref)
+    reporter(f"bench-{spec.name}: run {rd.run_id} -> {rd.path.relative_to(root) if rd.path.is_relative_to(root) else rd.path}")
+    bench = Bench(spec, cfg, placement, model, plan, rd, reporter)
+    try:
+        for w in plan.workloads:
+            bench.workload(w)
+        failure = bench.execute()
+    except BaseException as exc:
+        rd.abandon(has_data=bool(bench.servers), error=exc)
+        raise
+    finally:
+        end = getattr(reporter, "end", None)
+        if end:
+            end()
+    return finish(bench, failure, time.monotonic() - started)
+
+
+def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome:
+    spec, cfg, plan, history, rd = bench.spec, bench.cfg, bench.plan, bench.history, bench.rd
+    if not history.runs:
+        raise InvalidInput("no arm completed a run: nothing to conclude", hint="see servers/servers.json")
+    if plan.read is not None:
+        reading = plan.read(history)
+        if failure is not None and reading.failure is None:
+            reading.failure, reading.decision, reading.evidence_level = failure, "blocked", "single"
+            reading.invalid_reasons = reading.invalid_reasons or [f"{failure.stage}: {failure.kind}"]
+    else:
+        reading = read_claims(history, plan, seed=cfg.seed, resamples=cfg.resamples, repeats=cfg.repeats,
+                              failure=failure)
+        reading.figures.update(claim_figures(history, plan, f"bench-{spec.name} {spec.semantic_id}"))
+    for name, message in bench.refused.items():
+        reading.details.setdefault("capability_missing", {})[name] = message
+    labels = list(dict.fromkeys([*(a.label for a in plan.arms), *(r.label for r in history.runs)]))
+    extra = {"servers": list(bench.servers.values()), "workloads": {
+        k: {"path": str(w.path.relative_to(rd.path)), "workload_id": w.workload_id} for k, w in history.workloads.items()}}
+    result = top_result(history, plan, reading, semantic_id=spec.semantic_id, run_id=rd.run_id,
+                        next_steps=spec.next_steps, protocol=protocol_record(cfg, plan), extra=extra)
+    result_name = f"{reading.kind}.json"
+    rd.write_result(result_name, result)
+    for name, draw in reading.figures.items():
+        rd.figure(name, draw)
+    summary = summary_text(f"bench-{spec.name} {spec.semantic_id}", arm_table(history.runs, labels, plan.columns),
+                           reading, result, wall_s)
+    measured = {k for k in history.workloads if k != plan.warmup}
+    aborted = failure is not None and failure.kind == "aborted"
+    finished = rd.finish(summary=summary, result=result_name, evidence_level=result["conclusion"]["evidence_level"],
+                         decision=result["conclusion"]["decision"],
+                         status="aborted" if aborted else "failed" if failure else "completed", images=bench.images(),
+                         workload_ids=sorted({history.workloads[k].workload_id for k in measured}))
+    return BenchOutcome(spec=spec, run_dir=rd.path, result=result, finished=finished, failed=failure is not None)

@@ -1,0 +1,143 @@
+"""Load sweeps: one request list replayed at load levels, each point read from its arm runs.
+
+A point's figures come from its repeats: latency percentiles pool their completed
+requests; achieved throughput is the median of the repeats with their min–max
+spread. A point is valid only when every repeat is valid — a point where the
+client could not keep its schedule describes the client, so it is marked and
+never read as the server's. ``saturation`` states its rule in its result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.experiments.arms import ArmRun
+from harness.experiments.metrics import (
+    E2E_P50,
+    E2E_P99,
+    OUTPUT_TOKENS_PER_S,
+    REQUEST_RATE,
+    TPOT_P50,
+    TPOT_P99,
+    TTFT_P50,
+    TTFT_P99,
+)
+
+CURVE_METRICS = (TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, E2E_P50, E2E_P99)
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One load level as measured: offered load, achieved throughput (median, spread) and latencies."""
+
+    label: str
+    offered_rps: float | None  # Poisson rate; None for a closed loop
+    concurrency: int | None  # closed-loop concurrency; None for a timed schedule
+    repeats: int
+    valid: bool
+    invalid_reasons: tuple[str, ...]
+    achieved_rps: float | None
+    achieved_rps_range: tuple[float, float] | None
+    output_tokens_per_s: float | None
+    output_tokens_per_s_range: tuple[float, float] | None
+    latency_ms: dict[str, float | None] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["invalid_reasons"] = list(self.invalid_reasons)
+        return out
+
+
+def _spread(values: Sequence[float]) -> tuple[float | None, tuple[float, float] | None]:
+    if not values:
+        return None, None
+    return float(np.median(values)), (float(min(values)), float(max(values)))
+
+
+def load_point(runs: Sequence[ArmRun], label: str, *, offered_rps: float | None = None,
+               concurrency: int | None = None) -> LoadPoint:
+    """Read one point from the arm runs with ``label`` (failed runs are left out and make the point invalid)."""
+    mine = [r for r in runs if r.label == label]
+    done = [r for r in mine if not r.failure and r.records]
+    reasons = [f"repeat {r.repeat}: {reason}" for r in mine for reason in r.result["conclusion"]["invalid_reasons"]]
+    rate, rate_range = _spread([v for v in (REQUEST_RATE.of_run(r) for r in done) if v is not None])
+    tok, tok_range = _spread([v for v in (OUTPUT_TOKENS_PER_S.of_run(r) for r in done) if v is not None])
+    return LoadPoint(label=label, offered_rps=offered_rps, concurrency=concurrency, repeats=len(mine),
+                     valid=bool(done) and not reasons and len(done) == len(mine), invalid_reasons=tuple(reasons),
+                     achieved_rps=rate, achieved_rps_range=rate_range, output_tokens_per_s=tok,
+                     output_tokens_per_s_range=tok_range,
+                     latency_ms={m.name: m.value(done) for m in CURVE_METRICS})
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """The saturation point by the stated rule, and each timed point's verdict."""
+
+    rule: str
+    light: LoadPoint | None
+    point: LoadPoint | None
+    verdicts: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "light_load": self.light.to_dict() if self.light else None,
+                "point": self.point.to_dict() if self.point else None, "verdicts": self.verdicts}
+
+
+def saturation(points: Sequence[LoadPoint], *, tolerance: float, ttft_factor: float) -> Saturation:
+    """The highest offered rate whose achieved rate is within ``tolerance`` of offered and whose P99 TTFT
+    stays under ``ttft_factor`` x the lightest valid point's P99 TTFT (timed points only; invalid ones skipped)."""
+    rule = (f"highest valid offered rate with achieved req/s >= (1 - {tolerance:g}) x offered and P99 TTFT <= "
+            f"{ttft_factor:g} x the P99 TTFT of the lightest valid load")
+    timed = sorted((p for p in points if p.offered_rps is not None), key=lambda p: p.offered_rps or 0.0)
+    valid = [p for p in timed if p.valid and p.latency_ms.get(TTFT_P99.name) is not None]
+    verdicts = {p.label: "invalid: " + "; ".join(p.invalid_reasons) for p in timed if not p.valid}
+    if not valid:
+        return Saturation(rule, None, None, verdicts)
+    light = valid[0]
+    limit = ttft_factor * float(light.latency_ms[TTFT_P99.name] or 0.0)
+    best = None
+    for p in valid:
+        kept = p.achieved_rps is not None and p.achieved_rps >= (1 - tolerance) * float(p.offered_rps or 0.0)
+        fast = float(p.latency_ms[TTFT_P99.name] or 0.0) <= limit
+        verdicts[p.label] = ("keeps up" if kept and fast else
+                             ", ".join(filter(None, ["throughput falls behind the offered load" if not kept else "",
+                                                     f"P99 TTFT over {limit:.0f} ms" if not fast else ""])))
+        if kept and fast:
+            best = p
+    return Saturation(rule, light, best, verdicts)
+
+
+def curve_png(points: Sequence[LoadPoint], path: Path, *, title: str, saturated: LoadPoint | None) -> Path:
+    """TTFT, TPOT and E2E (P50 and P99) against achieved output tok/s; invalid points hollow and unconnected."""
+    from harness.report.plots import pyplot, save_figure
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(13.0, 4.2), dpi=110)
+    ordered = sorted((p for p in points if p.output_tokens_per_s is not None), key=lambda p: p.output_tokens_per_s)
+    for ax, (name, p50, p99) in zip(axes, (("TTFT", TTFT_P50, TTFT_P99), ("TPOT", TPOT_P50, TPOT_P99),
+                                            ("E2E", E2E_P50, E2E_P99)), strict=True):
+        for metric, style in ((p50, "o-"), (p99, "s--")):
+            good = [(p.output_tokens_per_s, p.latency_ms[metric.name]) for p in ordered
+                    if p.valid and p.latency_ms.get(metric.name) is not None]
+            bad = [(p.output_tokens_per_s, p.latency_ms[metric.name]) for p in ordered
+                   if not p.valid and p.latency_ms.get(metric.name) is not None]
+            label = metric.title.split(" ")[1]
+            if good:
+                ax.plot(*zip(*good, strict=True), style, label=label)
+            if bad:
+                ax.plot(*zip(*bad, strict=True), style[0], mfc="none", color="grey", label=f"{label} (invalid)")
+        if saturated is not None and saturated.output_tokens_per_s is not None:
+            ax.axvline(saturated.output_tokens_per_s, color="red", alpha=0.5, lw=1, label="saturation")
+        ax.set_yscale("log")
+        ax.set_xlabel("achieved output tok/s")
+        ax.set_ylabel(f"{name} (ms, log scale)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return save_figure(fig, path)
