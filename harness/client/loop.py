@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -18,9 +20,25 @@ def loop_name() -> str:
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run`` on the fastest available loop; Ctrl-C cancels the main task either way."""
+    """``asyncio.run`` on the fastest available loop; Ctrl-C cancels the main task either way.
+
+    A second Ctrl-C while the loop shuts down (the run's records are being written) is ignored
+    until the loop is closed, so it cannot tear the loop down half-way; the first one still
+    ends the run with ``KeyboardInterrupt``.
+    """
     try:
         import uvloop
+
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
     except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
+        runner = asyncio.Runner()
+    try:
+        return runner.run(coro)
+    finally:
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            runner.close()
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)

@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
         manifest = _relative(done.manifest)
         print(f"manifest:      {manifest}")
         print(f"check it:      infkit audit {manifest}")
+    if outcome.aborted:
+        print("interrupted: every completed request is kept, and the run is signed as aborted")
+        return 130
     if outcome.failed:
         print("bench failed: the decision is blocked (see the failure above); every completed request is kept")
         return 1

@@ -15,7 +15,7 @@ measured and signs it as an aborted run.
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -24,6 +24,7 @@ from typing import Any
 
 from harness.backends import Backend, BackendConfig, get_backend
 from harness.cliconfig import check_config, config_dict
+from harness.client import read_records
 from harness.contract import Failure
 from harness.errors import InvalidInput
 from harness.experiments.analysis import claim_figures, read_claims, top_result
@@ -38,10 +39,9 @@ from harness.rundir import Finished, RunDirectory
 from harness.runinfo import native_image
 from harness.runtime.base import ServerStartError, get_runtime
 from harness.runtime.local import free_port
+from harness.serving import REQUESTS_FILE, RESULT_FILE
 from harness.telemetry.prometheus import parse
 from harness.workload import make_workload, write_workload
-
-BACKEND_FIELDS = frozenset(f.name for f in dataclasses.fields(BackendConfig))
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ class BenchOutcome:
     result: dict[str, Any]
     finished: Finished
     failed: bool
+    aborted: bool = False
 
 
 class Stop(Exception):
@@ -91,10 +92,6 @@ class Bench:
         self.base = BackendConfig(model_dir=str(model.path), served_model_name=cfg.model, port=0, seed=cfg.seed,
                                   kv_cache_space_gib=cfg.kv_cache_space_gib, max_model_len=cfg.max_model_len,
                                   in_container=placement.runtime == "docker")
-        for variant in plan.servers:
-            unknown = sorted(set(variant.settings) - BACKEND_FIELDS)
-            if unknown:
-                raise InvalidInput(f"spec: server variant {variant.name!r} sets unknown backend fields {unknown}")
 
     def backend_of(self, name: str) -> Backend:
         return get_backend(self.plan.server(name).backend or self.placement.backend)
@@ -118,8 +115,8 @@ class Bench:
         self.reporter.state(f"server {name}: starting")
         srv = stack.enter_context(server_session(
             name, backend, self.runtime, config, self.rd.path / "servers", start_timeout_s=self.cfg.start_timeout_s,
-            progress=self.reporter, settings=dict(variant.settings), on_start=self.record_server))
-        stack.callback(lambda: self.record_server(srv))
+            progress=self.reporter, settings=dict(variant.settings), on_start=self.record_server,
+            on_stop=self.record_server))
         if self.plan.warmup is not None:
             warm_up(self.ctx, srv, self.workload(next(w for w in self.plan.workloads if w.name == self.plan.warmup)),
                     self.reporter)
@@ -143,8 +140,17 @@ class Bench:
         self.reporter(f"[{index}/{total or '?'}] {arm.label} repeat {repeat}")
         self.reporter.state(f"server {srv.name}: serving {arm.label}")
         t0 = time.monotonic()
-        outcome = measure_arm(self.ctx, srv, workload, arm_dir(self.rd.path, arm.label, repeat), arm.label,
-                              arm.client, self.reporter)
+        out = arm_dir(self.rd.path, arm.label, repeat)
+        try:
+            outcome = measure_arm(self.ctx, srv, workload, out, arm.label, arm.client, self.reporter)
+        except KeyboardInterrupt:
+            if (out / RESULT_FILE).is_file():  # measure wrote the interrupted arm's result: keep it in the run
+                result = json.loads((out / RESULT_FILE).read_text(encoding="utf-8"))
+                self.history.runs.append(ArmRun(label=arm.label, repeat=repeat, result_path=out / RESULT_FILE,
+                                                result=result, records=tuple(read_records(out / REQUESTS_FILE)),
+                                                server=srv.name, workload=arm.workload_name,
+                                                seconds=time.monotonic() - t0))
+            raise
         if srv.name not in self.kv_cache and outcome.metrics_before_path is not None:
             self.kv_cache[srv.name] = kv_cache_config(outcome.metrics_before_path)
         run = ArmRun(label=arm.label, repeat=repeat, result_path=outcome.result_path, result=outcome.result,
@@ -276,6 +282,7 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
         if failure is not None and reading.failure is None:
             reading.failure, reading.decision, reading.evidence_level = failure, "blocked", "single"
             reading.invalid_reasons = reading.invalid_reasons or [f"{failure.stage}: {failure.kind}"]
+            reading.summary = f"{failure.kind}: {failure.message}; read so far: {reading.summary}"
     else:
         reading = read_claims(history, plan, seed=cfg.seed, resamples=cfg.resamples, repeats=cfg.repeats,
                               failure=failure)
@@ -299,4 +306,5 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
                          decision=result["conclusion"]["decision"],
                          status="aborted" if aborted else "failed" if failure else "completed", images=bench.images(),
                          workload_ids=sorted({history.workloads[k].workload_id for k in measured}))
-    return BenchOutcome(spec=spec, run_dir=rd.path, result=result, finished=finished, failed=failure is not None)
+    return BenchOutcome(spec=spec, run_dir=rd.path, result=result, finished=finished, failed=failure is not None,
+                        aborted=aborted)

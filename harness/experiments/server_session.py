@@ -53,8 +53,13 @@ class ServerSession:
 @contextmanager
 def server_session(name: str, backend: Backend, runtime: Runtime, config: BackendConfig, log_dir: Path, *,
                    start_timeout_s: float, progress: Progress = print, settings: dict[str, Any] | None = None,
-                   on_start: Callable[[ServerSession], None] | None = None) -> Iterator[ServerSession]:
-    """Start ``backend`` under ``runtime``, wait for health, yield, and always stop the whole server."""
+                   on_start: Callable[[ServerSession], None] | None = None,
+                   on_stop: Callable[[ServerSession], None] | None = None) -> Iterator[ServerSession]:
+    """Start ``backend`` under ``runtime``, wait for health, yield, and always stop the whole server.
+
+    ``on_start`` sees the session as soon as the process exists (its pid is worth recording before the
+    health wait); ``on_stop`` sees it stopped, with its exit status.
+    """
     spec = backend.server_spec(config)
     progress(f"server {name}: starting {backend.name} {backend.version()} on port {spec.port} "
              f"(about a minute on 2 cores; a new engine configuration compiles for longer)")
@@ -72,3 +77,5 @@ def server_session(name: str, backend: Backend, runtime: Runtime, config: Backen
     finally:
         session.exit_status = handle.stop()
         progress(f"server {name}: stopped")
+        if on_stop:
+            on_stop(session)

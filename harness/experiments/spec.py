@@ -20,11 +20,13 @@ One runner (``harness.experiments.runner``) executes every spec.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from harness.backends.base import BackendConfig
 from harness.cliconfig import knob
 from harness.errors import InvalidInput
 from harness.experiments.metrics import (
@@ -169,6 +171,11 @@ class Plan:
         workloads = {w.name for w in self.workloads}
         servers = {s.name for s in self.servers}
         arms = {a.label for a in self.arms}
+        fields = {f.name for f in dataclasses.fields(BackendConfig)}
+        for variant in self.servers:
+            unknown = sorted(set(variant.settings) - fields)
+            if unknown:
+                raise InvalidInput(f"spec: server variant {variant.name!r} sets unknown backend fields {unknown}")
         for arm in self.arms:
             if isinstance(arm.workload, str) and arm.workload not in workloads:
                 raise InvalidInput(f"spec: arm {arm.label!r} names unknown workload {arm.workload!r}")

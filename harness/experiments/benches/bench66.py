@@ -55,12 +55,12 @@ PROBE = "probe"
 class Config(BenchConfig):
     """Defaults sized for ≤ 10 minutes on 2 CPU cores once the serving env and model are cached."""
 
-    requests: int = knob(24, "requests in the fixed list (x --scale); every level replays the same list", min=2)
+    requests: int = knob(16, "requests in the fixed list (x --scale); every level replays the same list", min=2)
     input_tokens: int = knob(256, "mean prompt length in tokens", min=1)
-    output_tokens: int = knob(48, "mean generated tokens per request (ignore_eos: exact)", min=2)
+    output_tokens: int = knob(32, "mean generated tokens per request (ignore_eos: exact)", min=2)
     length_range: float = knob(0.25, "prompt and output lengths uniform in [N(1-r), N(1+r)]", min=0, max=0.9)
     rates: tuple[float, ...] = knob((), "Poisson rates in req/s (empty: --rate-fractions of the probed capacity)")
-    rate_fractions: tuple[float, ...] = knob((0.2, 0.4, 0.6, 0.8, 1.0, 1.25), "load levels as fractions of the "
+    rate_fractions: tuple[float, ...] = knob((0.25, 0.5, 0.75, 1.0, 1.25), "load levels as fractions of the "
                                              "probed capacity", min=0.01)
     concurrencies: tuple[int, ...] = knob((), "closed-loop concurrency levels added to the sweep", min=1)
     probe_concurrency: int = knob(16, "closed-loop concurrency of the capacity probe", min=1)

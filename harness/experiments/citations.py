@@ -1,0 +1,66 @@
+"""A bench cites another run by its signed manifest: audited first, then recorded by path and sha256.
+
+Topics exchange only versioned JSON through manifests, never in-memory state: bench-72 and
+bench-81 read bench-66's baseline, bench-68 reads ``cuda-proposal``'s ``proposal.json``.
+``cite`` refuses a manifest that does not audit VALID, so an edited or forged baseline can
+never feed a later decision.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import InvalidInput
+from harness.ids import sha256_file
+from harness.manifest.audit import AuditConfig, audit_paths
+from harness.manifest.sign import MANIFEST_SUFFIX, MANIFESTS_DIR
+
+
+@dataclass(frozen=True)
+class Citation:
+    """A verified run: its manifest (path, sha256), run record and top-level result."""
+
+    manifest: Path
+    sha256: str
+    run_dir: Path
+    run: dict[str, Any]
+    result: dict[str, Any] | None
+
+    def file(self, name: str) -> Path:
+        """A file of the cited run (it is a verified subject of the manifest)."""
+        return self.run_dir / name
+
+    def to_dict(self, root: Path) -> dict[str, Any]:
+        path = self.manifest.resolve()
+        shown = path.relative_to(root.resolve()) if path.is_relative_to(root.resolve()) else path
+        return {"manifest": str(shown), "sha256": self.sha256, "semantic_id": self.run["semantic_id"],
+                "run_id": self.run["run_id"], "decision": self.run["decision"],
+                "evidence_level": self.run["evidence_level"]}
+
+
+def latest_manifest(root: Path, semantic_id: str) -> Path | None:
+    """The newest manifest of ``semantic_id`` under ``root/manifests`` (run ids sort by time), or None."""
+    found = sorted((Path(root) / MANIFESTS_DIR / semantic_id).glob(f"*{MANIFEST_SUFFIX}"))
+    return found[-1] if found else None
+
+
+def cite(manifest: str | Path, root: Path, *, semantic_id: str | None = None) -> Citation:
+    """Audit ``manifest`` under ``root`` and return what it vouches for; INVALID is an input error."""
+    path = Path(manifest)
+    if not path.is_file():
+        raise InvalidInput(f"cited manifest {path}: no such file")
+    (report,) = audit_paths([path], AuditConfig(root=Path(root)))
+    if not report.valid:
+        reasons = "; ".join(f.message for f in report.findings[:3])
+        raise InvalidInput(f"cited manifest {path} does not audit VALID: {reasons}")
+    predicate = report.predicate or {}
+    if semantic_id and predicate.get("semantic_id") != semantic_id:
+        raise InvalidInput(f"cited manifest {path} is a {predicate.get('semantic_id')} run, not {semantic_id}")
+    run_dir = Path(root) / predicate["run_dir"]
+    run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    result_name = (run.get("outputs") or {}).get("result")
+    result = json.loads((run_dir / result_name).read_text(encoding="utf-8")) if result_name else None
+    return Citation(manifest=path, sha256=sha256_file(path), run_dir=run_dir, run=run, result=result)

