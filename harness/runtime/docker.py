@@ -35,7 +35,6 @@ from harness.runtime.base import (
     ServerHandle,
     ServerSpec,
     ServerStartError,
-    register_runtime,
 )
 
 HARNESS_MOUNT = "/opt/infkit"
@@ -268,4 +267,4 @@ class DockerRuntime(Runtime):
         return DockerHandle(container, spec, run_dir / log_name, image_record(lock, image))
 
 
-register_runtime("docker", DockerRuntime)
+RUNTIME = DockerRuntime
