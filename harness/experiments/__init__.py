@@ -15,7 +15,7 @@ from harness.registry import discover, lookup
 BENCH_PACKAGE = "harness.experiments.benches"
 
 
-def benches() -> dict[str, BenchSpec]:
+def bench_specs() -> dict[str, BenchSpec]:
     """Every bench spec, by number."""
     return discover(BENCH_PACKAGE, "SPEC", BenchSpec)
 

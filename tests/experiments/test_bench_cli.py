@@ -11,7 +11,7 @@ import pytest
 
 from harness.cliconfig import add_config_arguments, check_config, config_from_args, knob, make_vars
 from harness.errors import InvalidInput
-from harness.experiments import benches
+from harness.experiments import bench_specs
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def test_a_spec_default_is_held_to_the_same_rules():
 
 
 def test_every_bench_spec_lists_every_knob_in_its_help():
-    for name, spec in benches().items():
+    for name, spec in bench_specs().items():
         out = subprocess.run([sys.executable, "-m", "harness", "bench", name, "--help"], capture_output=True,
                              text=True, timeout=60).stdout
         import dataclasses
