@@ -60,8 +60,9 @@ def check_out_dir(out_dir: Path) -> None:
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "report.json").is_file():
         raise InvalidInput(f"-o {out_dir}: the folder exists and does not hold a report",
                            hint="name a new or empty folder; an earlier report folder is replaced")
-    if not out_dir.parent.exists():
-        raise InvalidInput(f"-o {out_dir}: the parent folder {out_dir.parent} does not exist")
+    parent = next((p for p in out_dir.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise InvalidInput(f"-o {out_dir}: {parent} is not a directory")
 
 
 def _chart_series(section: dict[str, Any]) -> dict[tuple[str, str | None], list[tuple[str, dict[str, Any]]]]:
@@ -113,6 +114,7 @@ def build_report(paths: list[str], config: ReportConfig) -> ReportOutputs:
     placed = [Placed(i, read_run(i, config.root) if i.valid else None) for i in items]
     sections = bench_sections(placed, config.root, out_dir)
     notes: list[str] = []
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
         images = {f.sha256: f.png for p in placed if p.view for f in p.view.figures}

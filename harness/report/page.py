@@ -172,12 +172,14 @@ def _diff(section: dict[str, Any], diff: dict[str, Any]) -> str:
     parts.append(f"<p><strong>Environment</strong> ({len(env)} difference{'s' if len(env) != 1 else ''})</p>"
                  + (_small_table(("group", "what", diff["a"], diff["b"]), env) if env
                     else '<p class="muted">fingerprints and run records agree</p>'))
-    for run_id in (diff["a"], diff["b"]):
+    both = _overrides(section, diff["a"]) == _overrides(section, diff["b"])
+    for run_id in (diff["a"],) if both else (diff["a"], diff["b"]):
         overrides = _overrides(section, run_id)
         if overrides:
             rows = [(f"<code>{escape(o['key'])}</code>", f"<code>{escape(o['requested'] or '—')}</code>",
                      f"<code>{escape(o['effective'] or '—')}</code>") for o in overrides]
-            parts.append(f"<p><strong>Requested ≠ effective in <code>{escape(run_id)}</code></strong></p>"
+            where = "both runs" if both else f"<code>{escape(run_id)}</code>"
+            parts.append(f"<p><strong>Requested ≠ effective in {where}</strong></p>"
                          + _small_table(("setting", "requested", "effective"), rows))
     return "".join(parts) + "</article>"
 
