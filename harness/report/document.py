@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
+from harness.manifest.subjects import unsafe_name_reason
 from harness.report.compare import (
     Comparability,
     comparability,
@@ -44,7 +45,8 @@ def relative_link(target: Path, out_dir: Path) -> str:
 def _links(placed: Placed, root: Path, out_dir: Path) -> dict[str, str | None]:
     item, view = placed.item, placed.view
     run_dir = ((item.audit.predicate or {}).get("run_dir") if item.audit else None)
-    in_root = run_dir if isinstance(run_dir, str) and (root / run_dir).is_dir() else None
+    # An INVALID manifest's run_dir is unverified: link it only when it is a plain path under the root.
+    in_root = run_dir if unsafe_name_reason(run_dir) is None and (root / run_dir).is_dir() else None
     return {
         "manifest": relative_link(item.manifest, out_dir) if item.manifest else None,
         "run_dir": relative_link(root / in_root, out_dir) if in_root else None,

@@ -10,7 +10,12 @@ MAX_ENV_ITEMS = 12  # a pull-request comment lists the first few differences; th
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text for one table cell: no pipe, no newline, no raw HTML (names come from the runs)."""
+    return text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _lines(texts: list[str]) -> str:
+    return "<br>".join(_cell(t) for t in texts)
 
 
 def _run_cell(row: dict[str, Any]) -> str:
@@ -18,19 +23,18 @@ def _run_cell(row: dict[str, Any]) -> str:
     if row["links"]["run_dir"]:
         title = f"[{title}]({row['links']['run_dir']})"
     manifest = f" ([manifest]({row['links']['manifest']}))" if row["links"]["manifest"] else ""
-    label = f"<br>{row['run_label']}" if row["run_label"] else ""
-    return _cell(title + manifest + label)
+    return _lines([title + manifest, *([row["run_label"]] if row["run_label"] else [])])
 
 
 def _row(index: int, row: dict[str, Any], reference: str | None) -> str:
     if row["verdict"] == "INVALID":
-        reasons = "<br>".join(f"[{r['check']}] {r['message']}" for r in row["reasons"][:5])
-        more = f"<br>… {len(row['reasons']) - 5} more" if len(row["reasons"]) > 5 else ""
-        return f"| {index} | {_run_cell(row)} | **INVALID** | {_cell(reasons + more)} | — | — |"
-    headline = "<br>".join(headline_text(h) for h in row["headline"]) or "no headline figures"
+        reasons = [f"[{r['check']}] {r['message']}" for r in row["reasons"][:5]]
+        more = [f"… {len(row['reasons']) - 5} more"] if len(row["reasons"]) > 5 else []
+        return f"| {index} | {_run_cell(row)} | **INVALID** | {_lines(reasons + more)} | — | — |"
+    headline = _lines([headline_text(h) for h in row["headline"]]) or "no headline figures"
     c = row["conclusion"]
     conclusion = f"{c['decision']}, {c['evidence_level']}" + ("" if c["valid"] else ", run invalid") if c else "—"
-    return (f"| {index} | {_run_cell(row)} | VALID | {_cell(headline)} | {_cell(conclusion)} | "
+    return (f"| {index} | {_run_cell(row)} | VALID | {headline} | {_cell(conclusion)} | "
             f"{_cell(like_text(row, reference))} |")
 
 
