@@ -46,6 +46,10 @@ class ManifestReport:
     subjects: int = 0
     subjects_verified: int = 0
     predicate: dict[str, Any] | None = None
+    # What a reader of the run may rely on: the signed sha256 of each subject, and the parsed
+    # infkit documents whose bytes matched it (so a report shows exactly what was verified).
+    subject_digests: dict[str, str] = field(default_factory=dict, repr=False)
+    documents: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     @property
     def valid(self) -> bool:
@@ -175,8 +179,11 @@ def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys) ->
     if predicate is not None:
         findings += check_evidence(predicate, audited.documents)
         findings += _fingerprint_is_subject(predicate["fingerprint"], subjects)
-    count = len(subjects) if isinstance(subjects, list) else 0
-    return ManifestReport(str(path), tuple(findings), signer, count, audited.verified, predicate)
+    listed = subjects if isinstance(subjects, list) else []
+    digests = {s["name"]: s["digest"].get("sha256") for s in listed
+               if isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("digest"), dict)}
+    return ManifestReport(str(path), tuple(findings), signer, len(listed), audited.verified, predicate, digests,
+                          audited.documents)
 
 
 def audit_paths(paths: list[str | os.PathLike], config: AuditConfig) -> list[ManifestReport]:
