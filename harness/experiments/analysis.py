@@ -22,13 +22,11 @@ from harness.contract import (
     Conclusion,
     Correctness,
     Effect,
-    Environment,
     Failure,
-    Identity,
     Performance,
-    WorkloadInfo,
     build_result,
 )
+from harness.contract.result import utc_now
 from harness.experiments.arms import ArmRun, completed_runs
 from harness.experiments.metrics import Metric
 from harness.experiments.spec import Claim, History, Plan
@@ -205,7 +203,6 @@ def top_result(history: History, plan: Plan, reading: Reading, *, semantic_id: s
     reference = next((r.result for r in runs if r.label == treatment), runs[0].result)
     ident = dict(reference["identity"])
     ident.update(run_label=plan.run_label or ident["run_label"], run_id=run_id)
-    ident.pop("created_utc", None)
     workload = dict(reference["workload"], repeats=protocol["repeats"])
     terminations: Counter[str] = Counter()
     for run in runs:
@@ -221,8 +218,7 @@ def top_result(history: History, plan: Plan, reading: Reading, *, semantic_id: s
         conclusion.repeats = None
     return build_result(
         kind=reading.kind,  # type: ignore[arg-type]
-        identity=Identity(**ident), workload=WorkloadInfo(**workload),
-        environment=Environment(**reference["environment"]),
+        identity={**ident, "created_utc": utc_now()}, workload=workload, environment=reference["environment"],
         performance=Performance.not_applicable(f"a {reading.kind}; per-arm distributions are in the arm results"),
         correctness=Correctness(output_count=sum(r.completed for r in runs), termination_counts=dict(terminations),
                                 quality=None, null_reasons={"quality": "no reference outputs for this workload"}),
