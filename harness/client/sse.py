@@ -10,19 +10,39 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
+from harness.contract.jsonio import json_type, raw_decode_capped
+
 DONE = object()
 
 
 _DECODER = json.JSONDecoder()
 
 
+class MalformedStream(ValueError):
+    """A ``data:`` payload that is not a JSON object of the expected shape."""
+
+
 def _loads(payload: bytes) -> Any:
     """``json.loads`` for one stripped payload, without its encoding sniffing and whitespace regexes
     (about half the cost per streamed token)."""
-    text = payload.decode("utf-8")
-    obj, end = _DECODER.raw_decode(text)
+    try:
+        text = payload.decode("utf-8")
+        try:
+            obj, end = _DECODER.raw_decode(text)
+        except ValueError as exc:
+            if isinstance(exc, json.JSONDecodeError):
+                raise
+            # An integer beyond Python's digit limit: parse again with it as a marker, so a usage
+            # count records as absent with its reason instead of failing the whole request.
+            obj, end = raw_decode_capped(text)
+    except UnicodeDecodeError as exc:
+        raise MalformedStream(f"data: payload is not UTF-8 (byte {exc.start})") from None
+    except ValueError as exc:
+        raise MalformedStream(f"data: payload is not JSON: {str(exc)[:120]}") from None
+    except RecursionError:
+        raise MalformedStream("data: payload is nested too deeply") from None
     if end != len(text):
-        raise ValueError(f"extra data after the JSON payload at char {end}")
+        raise MalformedStream(f"data: payload has extra data after the JSON value at char {end}")
     return obj
 
 
@@ -60,20 +80,41 @@ class ChunkInfo(NamedTuple):
     error: str | None
 
 
-def interpret(payload: dict[str, Any]) -> ChunkInfo:
-    """Text, finish reason, usage or in-stream error of one completions/chat payload."""
+def _shape(value: Any, kind: type, what: str) -> Any:
+    if value is not None and type(value) is not kind:
+        raise MalformedStream(f"{what} is {json_type(value)}, not {'a string' if kind is str else 'an object'}")
+    return value
+
+
+def interpret(payload: Any) -> ChunkInfo:
+    """Text, finish reason, usage or in-stream error of one completions/chat payload.
+
+    A payload of another shape (not an object, ``choices`` not a list of objects, text or
+    finish reason not strings) raises ``MalformedStream``; ``usage`` is passed on as sent and
+    checked where the record is built.
+    """
+    if type(payload) is not dict:
+        raise MalformedStream(f"data: payload is {json_type(payload)}, not an object")
     usage = payload.get("usage")
     choices = payload.get("choices")
     if not choices:
         # {"error": {...}} (OpenAI, newer vLLM) or a bare {"object": "error", "message": ...} (older vLLM)
         err = payload.get("error") if "error" in payload else (payload if payload.get("object") == "error" else None)
         if err is not None:
-            return ChunkInfo("", None, usage, err.get("message", str(err)) if isinstance(err, dict) else str(err))
+            message = err.get("message", err) if isinstance(err, dict) else err
+            return ChunkInfo("", None, usage, (message if isinstance(message, str) else json.dumps(message))[:500])
+        if choices is not None and type(choices) is not list:
+            raise MalformedStream(f"choices is {json_type(choices)}, not a list")
         return ChunkInfo("", None, usage, None)
-    choice = choices[0]
-    delta = choice.get("delta")
+    if type(choices) is not list:
+        raise MalformedStream(f"choices is {json_type(choices)}, not a list")
+    choice = _shape(choices[0], dict, "choices[0]")
+    if choice is None:
+        raise MalformedStream("choices[0] is null, not an object")
+    delta = _shape(choice.get("delta"), dict, "choices[0].delta")
     if delta is not None:  # chat: content, or reasoning text from reasoning models
-        text = delta.get("content") or delta.get("reasoning_content") or ""
+        text = _shape(delta.get("content"), str, "delta.content") or _shape(
+            delta.get("reasoning_content"), str, "delta.reasoning_content") or ""
     else:
-        text = choice.get("text") or ""
-    return ChunkInfo(text, choice.get("finish_reason"), usage, None)
+        text = _shape(choice.get("text"), str, "choices[0].text") or ""
+    return ChunkInfo(text, _shape(choice.get("finish_reason"), str, "finish_reason"), usage, None)

@@ -62,6 +62,9 @@ def _slo(items: list[str]) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    for flag, limit in (("--max-send-lag-ms", args.max_send_lag_ms), ("--max-loop-lag-ms", args.max_loop_lag_ms)):
+        if not limit >= 0:  # NaN fails too
+            raise InvalidInput(f"{flag} {limit}: must be a finite number of milliseconds >= 0")
     cfg = MeasureConfig(
         endpoint=args.endpoint, model=args.model, workload_path=Path(args.workload), out_dir=Path(args.out),
         api=args.api, max_concurrency=args.max_concurrency, timeout_s=args.timeout, semantic_id=args.semantic_id,

@@ -41,7 +41,7 @@ class DocumentError(InvalidInput):
     """A file cannot be read as a JSON document (missing, binary, malformed, out-of-range values, ...)."""
 
 
-class _HugeInt:
+class HugeInt:
     """Stands in for an over-long integer literal until the walk reports where it is."""
 
     __slots__ = ("digits",)
@@ -49,20 +49,29 @@ class _HugeInt:
     def __init__(self, digits: int):
         self.digits = digits
 
+    def __str__(self) -> str:
+        return f"<integer of {self.digits} digits>"
 
-def _parse_int(text: str) -> int | _HugeInt:
+
+def _parse_int(text: str) -> int | HugeInt:
     digits = len(text) - (text[0] == "-")
-    return _HugeInt(digits) if digits > MAX_INT_DIGITS else int(text)
+    return HugeInt(digits) if digits > MAX_INT_DIGITS else int(text)
 
 
 _DECODER = json.JSONDecoder(parse_int=_parse_int)
+
+
+def raw_decode_capped(text: str) -> tuple[Any, int]:
+    """``JSONDecoder.raw_decode`` with over-long integers as ``HugeInt`` markers (NaN passes through):
+    for callers that record a bad value as absent instead of refusing the whole text."""
+    return _DECODER.raw_decode(text)
 
 
 def json_type(value: Any) -> str:
     """The JSON name of a parsed value's type."""
     if isinstance(value, bool):
         return "boolean"
-    return {dict: "object", list: "array", str: "string", int: "number", float: "number",
+    return {dict: "object", list: "array", str: "string", int: "number", float: "number", HugeInt: "number",
             type(None): "null"}.get(type(value), type(value).__name__)
 
 
@@ -74,7 +83,7 @@ def _scalar_problem(value: Any) -> str | None:
     elif kind is str:
         if not value.isascii() and _SURROGATE.search(value):
             return "a string with a lone UTF-16 surrogate (not encodable as UTF-8)"
-    elif kind is _HugeInt:
+    elif kind is HugeInt:
         return f"an integer of {value.digits} digits (at most {MAX_INT_DIGITS})"
     return None
 
