@@ -6,7 +6,14 @@ import argparse
 from pathlib import Path
 
 from harness.contract.paths import check_output_dir
-from harness.manifest.keys import init_key, key_id, load_public_key, load_signing_key, public_pem, publish_public_key
+from harness.manifest.keys import (
+    init_key,
+    key_id,
+    load_public_key,
+    load_signing_key,
+    public_pem,
+    publish_public_key,
+)
 from harness.manifest.sign import KEYS_DIR, MANIFESTS_DIR
 from harness.manifest.trust import add_to_policy
 

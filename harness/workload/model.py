@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract.atomic import atomic_write_bytes
-from harness.contract.schemas import Problem, iter_jsonl, register_file_check, validate_document, validate_file
+from harness.contract.schemas import (
+    Problem,
+    iter_jsonl,
+    register_file_check,
+    validate_document,
+    validate_file,
+)
 from harness.errors import InvalidInput
 from harness.ids import canonical_json, sha256_bytes
 from harness.stats_summary import token_summary
