@@ -31,6 +31,7 @@ from typing import Any
 from harness.errors import InvalidInput
 
 MAX_INT_DIGITS = 40  # > 2**128; every count, id, seed and timestamp infkit reads is far shorter
+_INT_LIMIT = 10**MAX_INT_DIGITS
 MAX_DEPTH = 64  # infkit documents nest < 10 levels
 MAX_JSON_BYTES = 32 * 1024 * 1024  # one JSON document, or one line of a JSON Lines file
 BINARY_PROBE_BYTES = 8192
@@ -85,6 +86,8 @@ def _scalar_problem(value: Any) -> str | None:
             return "a string with a lone UTF-16 surrogate (not encodable as UTF-8)"
     elif kind is HugeInt:
         return f"an integer of {value.digits} digits (at most {MAX_INT_DIGITS})"
+    elif kind is int and not -_INT_LIMIT < value < _INT_LIMIT:  # a writer's value no reader would accept
+        return f"an integer of more than {MAX_INT_DIGITS} digits"
     return None
 
 
@@ -214,13 +217,12 @@ def iter_json_lines(path: str | os.PathLike, *, expect: type | None = dict) -> I
 
 
 def dumps_bytes(obj: Any, where: str, **options: Any) -> bytes:
-    """``json.dumps(obj, **options)`` as UTF-8, or a one-line error naming the value JSON cannot hold."""
-    try:
-        return json.dumps(obj, allow_nan=False, ensure_ascii=False, **options).encode("utf-8")
-    except (ValueError, UnicodeEncodeError, RecursionError) as exc:
-        problem = find_problem(obj)
-        detail = f"{problem[1]} at {problem[0]}" if problem else str(exc)
-        raise InvalidInput(f"cannot write {where} as JSON: {detail}") from None
+    """``json.dumps(obj, **options)`` as UTF-8, or a one-line error naming the value JSON (as infkit
+    reads it back) cannot hold: what infkit writes, it can read."""
+    problem = find_problem(obj)
+    if problem is not None:
+        raise InvalidInput(f"cannot write {where} as JSON: {problem[1]} at {problem[0]}")
+    return json.dumps(obj, allow_nan=False, ensure_ascii=False, **options).encode("utf-8")
 
 
 def is_finite_number(value: Any) -> bool:

@@ -53,12 +53,12 @@ def load_policy(path: str | os.PathLike) -> TrustPolicy:
     try:
         problems = validate_document(doc)
     except DocumentError as exc:
-        raise InvalidInput(f"--trust {p}: {exc}", hint=f'a trust policy is {{"schema": "{TRUST_SCHEMA}", '
+        raise InvalidInput(f"trust policy {p}: {exc}", hint=f'a trust policy is {{"schema": "{TRUST_SCHEMA}", '
                            '"keys": [{"keyid": "<64 hex>", "owner": "..."}]}') from None
     if doc.get("schema") != TRUST_SCHEMA:
-        raise InvalidInput(f"--trust {p}: a {doc.get('schema')!r} document, not a trust policy ({TRUST_SCHEMA})")
+        raise InvalidInput(f"trust policy {p}: a {doc.get('schema')!r} document, not a trust policy ({TRUST_SCHEMA})")
     if problems:
-        raise InvalidInput(f"--trust {p}: not a valid trust policy: {problems[0]}")
+        raise InvalidInput(f"trust policy {p}: not valid: {problems[0]}")
     return TrustPolicy(p, {k["keyid"]: k.get("owner") for k in doc["keys"]})
 
 

@@ -18,6 +18,7 @@ from harness.errors import InvalidInput
 from harness.workload.model import OFFSET_DECIMALS
 
 PROCESSES = ("closed", "poisson", "gamma", "constant", "trace")
+MAX_CONCURRENCY = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,8 @@ class Arrival:
         for flag, value in (("--rate", self.rate_rps), ("--burstiness", self.burstiness)):
             if value is not None and not (is_finite_number(value) and value > 0):
                 raise InvalidInput(f"{flag} {value}: must be a finite number > 0")
-        if self.concurrency is not None and self.concurrency < 1:
-            raise InvalidInput(f"--concurrency {self.concurrency}: must be >= 1")
+        if self.concurrency is not None and not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise InvalidInput(f"--concurrency {self.concurrency}: must be in [1, {MAX_CONCURRENCY}]")
         if self.process in ("poisson", "gamma", "constant") and self.rate_rps is None:
             raise InvalidInput(f"--arrival {self.process} needs --rate > 0 (requests per second)")
         if self.process == "gamma" and self.burstiness is None:

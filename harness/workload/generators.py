@@ -71,6 +71,7 @@ class Generator:
 GENERATORS: dict[str, Generator] = {}
 MAX_REQUESTS = 1_000_000
 MAX_TOKENS = 10_000_000  # per request: beyond any served context length
+MAX_SEED = 2**64
 
 
 def register_generator(kind: str, *options: Option, paired_with: str | None = None, help: str = "",
@@ -259,6 +260,10 @@ def check_options(kind: str, common: Common, options: dict[str, Any]) -> dict[st
     for name, value in (("--input-range", common.input_range), ("--output-range", common.output_range)):
         if not (is_finite_number(value) and 0 <= value < 1):
             raise InvalidInput(f"{name} {value}: must be in [0, 1)")
+    for dim in ("lengths", "content", "arrival"):
+        if abs(common.seed_for(dim)) >= MAX_SEED:
+            raise InvalidInput(f"the {dim} seed {common.seed_for(dim)} (--seed or --{dim}-seed): must be within "
+                               "+-2**64")
     if common.requests is not None and not 1 <= common.requests <= MAX_REQUESTS:
         raise InvalidInput(f"--requests {common.requests}: must be in [1, {MAX_REQUESTS}]")
     for o in gen.options:

@@ -182,7 +182,8 @@ def load_workload(path: str | os.PathLike) -> Workload:
     p = Path(path)
     header = next(iter_jsonl(p))[1]
     if header.get("schema") != WORKLOAD_SCHEMA:
-        raise InvalidInput(f"{p}: first line is a {header.get('schema')!r} document, not a workload header")
+        kind = f"a {header['schema']!r} document" if "schema" in header else "a line without a \"schema\" marker"
+        raise InvalidInput(f"{p}: the first line is {kind}, not a workload header ({WORKLOAD_SCHEMA})")
     problems = validate_file(p)
     if problems:
         hint = "re-make it with `infkit workload make`" if problems[0].rule == RULE else None
