@@ -52,7 +52,7 @@ class FakeConfig:
     queue_s: float = 0.0  # fake server-side queue time observed per request
     kv_capacity: int = 256  # requests that fill the fake KV cache
     usage_raw: bytes | None = None  # send these bytes verbatim as the usage chunk's "usage" value
-    bad_chunk: bytes | None = None  # a raw `data:` payload sent after 2 tokens; the stream then goes on
+    bad_chunk: bytes | None = None  # a raw `data:` payload sent after the first token; the stream then goes on
     metrics_raw: str | None = None  # serve this text as /metrics instead of the computed series
 
 
@@ -180,7 +180,7 @@ class FakeOpenAIServer:
             if k == 2 and cfg.error_every and n % cfg.error_every == 0:
                 await resp.write(b'data: {"error": {"message": "injected stream error", "code": 500}}\n\n')
                 return
-            if k == 2 and cfg.bad_chunk is not None:
+            if k == 1 and cfg.bad_chunk is not None:
                 await resp.write(b"data: " + cfg.bad_chunk + b"\n\n")
             await resp.write(token)
             st.generation_tokens += 1

@@ -179,6 +179,8 @@ class _StreamSink:
                 p.finish = finish
             if usage is not None:
                 p.usage = usage
+        if self.parser.failure is not None:
+            raise self.parser.failure  # the HTTP layer ends the request with it: status error
 
 
 async def _stream(pool: ConnectionPool, cfg: ClientConfig, body: bytes, t0: float, p: _Progress) -> str | None:

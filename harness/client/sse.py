@@ -47,14 +47,21 @@ def _loads(payload: bytes) -> Any:
 
 
 class SSEParser:
-    """Feed raw bytes, get back decoded JSON payloads (or ``DONE``)."""
+    """Feed raw bytes, get back decoded JSON payloads (or ``DONE``).
 
-    __slots__ = ("_partial",)
+    A malformed payload ends the parse: ``feed`` returns the payloads before it and keeps the
+    ``MalformedStream`` in ``failure`` (what arrived first is timed and kept; the rest is not read).
+    """
+
+    __slots__ = ("_partial", "failure")
 
     def __init__(self) -> None:
         self._partial = b""
+        self.failure: MalformedStream | None = None
 
     def feed(self, data: bytes) -> list[Any]:
+        if self.failure is not None:
+            return []
         if self._partial:
             data = self._partial + data
         lines = data.split(b"\n")
@@ -67,7 +74,11 @@ class SSEParser:
             if payload == b"[DONE]":
                 out.append(DONE)
             elif payload:
-                out.append(_loads(payload))
+                try:
+                    out.append(_loads(payload))
+                except MalformedStream as exc:
+                    self.failure = exc
+                    break
         return out
 
 
@@ -80,10 +91,8 @@ class ChunkInfo(NamedTuple):
     error: str | None
 
 
-def _shape(value: Any, kind: type, what: str) -> Any:
-    if value is not None and type(value) is not kind:
-        raise MalformedStream(f"{what} is {json_type(value)}, not {'a string' if kind is str else 'an object'}")
-    return value
+def _wrong(what: str, value: Any, wanted: str) -> MalformedStream:
+    return MalformedStream(f"{what} is {json_type(value)}, not {wanted}")
 
 
 def interpret(payload: Any) -> ChunkInfo:
@@ -91,10 +100,10 @@ def interpret(payload: Any) -> ChunkInfo:
 
     A payload of another shape (not an object, ``choices`` not a list of objects, text or
     finish reason not strings) raises ``MalformedStream``; ``usage`` is passed on as sent and
-    checked where the record is built.
+    checked where the record is built. The checks are inline ``type`` tests: this runs per token.
     """
     if type(payload) is not dict:
-        raise MalformedStream(f"data: payload is {json_type(payload)}, not an object")
+        raise _wrong("data: payload", payload, "an object")
     usage = payload.get("usage")
     choices = payload.get("choices")
     if not choices:
@@ -104,17 +113,23 @@ def interpret(payload: Any) -> ChunkInfo:
             message = err.get("message", err) if isinstance(err, dict) else err
             return ChunkInfo("", None, usage, (message if isinstance(message, str) else json.dumps(message))[:500])
         if choices is not None and type(choices) is not list:
-            raise MalformedStream(f"choices is {json_type(choices)}, not a list")
+            raise _wrong("choices", choices, "a list")
         return ChunkInfo("", None, usage, None)
     if type(choices) is not list:
-        raise MalformedStream(f"choices is {json_type(choices)}, not a list")
-    choice = _shape(choices[0], dict, "choices[0]")
-    if choice is None:
-        raise MalformedStream("choices[0] is null, not an object")
-    delta = _shape(choice.get("delta"), dict, "choices[0].delta")
+        raise _wrong("choices", choices, "a list")
+    choice = choices[0]
+    if type(choice) is not dict:
+        raise _wrong("choices[0]", choice, "an object")
+    delta = choice.get("delta")
     if delta is not None:  # chat: content, or reasoning text from reasoning models
-        text = _shape(delta.get("content"), str, "delta.content") or _shape(
-            delta.get("reasoning_content"), str, "delta.reasoning_content") or ""
+        if type(delta) is not dict:
+            raise _wrong("choices[0].delta", delta, "an object")
+        text = delta.get("content") or delta.get("reasoning_content") or ""
     else:
-        text = _shape(choice.get("text"), str, "choices[0].text") or ""
-    return ChunkInfo(text, _shape(choice.get("finish_reason"), str, "finish_reason"), usage, None)
+        text = choice.get("text") or ""
+    if type(text) is not str:
+        raise _wrong("the choice's text", text, "a string")
+    finish = choice.get("finish_reason")
+    if finish is not None and type(finish) is not str:
+        raise _wrong("finish_reason", finish, "a string")
+    return ChunkInfo(text, finish, usage, None)

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         if not limit >= 0:  # NaN fails too
             raise InvalidInput(f"{flag} {limit}: must be a finite number of milliseconds >= 0")
     cfg = MeasureConfig(
-        endpoint=args.endpoint, model=args.model, workload_path=Path(args.workload), out_dir=Path(args.out),
+        endpoint=args.endpoint, model=args.model, workload_path=Path(args.workload), out_dir=args.out,
         api=args.api, max_concurrency=args.max_concurrency, timeout_s=args.timeout, semantic_id=args.semantic_id,
         run_label=args.run_label, run_id=args.run_id, profile_id=args.profile_id, backend_name=args.backend_name,
         backend_version=args.backend_version, metrics_url=args.metrics_url, ignore_eos=args.ignore_eos,
