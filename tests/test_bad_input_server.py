@@ -59,28 +59,28 @@ CHUNKS = {  # raw data: payload sent mid-stream -> what the record's error says
 }
 
 
-def _measure(srv: FakeOpenAIServer, out: Path):
-    return measure(MeasureConfig(endpoint=srv.url, model="fake", workload_path=WORKLOAD, out_dir=out, timeout_s=10))
-
-
-def _no_traceback(capfd) -> None:
+def _measure(config: FakeConfig, out: Path, capfd):
+    """Run the example workload against a misbehaving server; check what every case must hold:
+    no traceback, exactly one record per request, a schema-valid result written."""
+    with FakeOpenAIServer(config) as srv:
+        outcome = measure(MeasureConfig(endpoint=srv.url, model="fake", workload_path=WORKLOAD, out_dir=out,
+                                        timeout_s=10))
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Fatal error" not in err, err[-2000:]
+    records = read_records(outcome.requests_path)
+    assert [r.index for r in records] == list(range(REQUESTS))
+    assert len(outcome.requests_path.read_text().splitlines()) == REQUESTS  # exactly one record each
+    assert validate_file(outcome.result_path) == []
+    return outcome, records
 
 
 @pytest.mark.parametrize("case", sorted(USAGE))
 def test_insane_usage_is_absent_with_its_reason(tmp_path, capfd, case):
     raw, reason = USAGE[case]
-    with FakeOpenAIServer(FakeConfig(ttft_s=0.001, gap_s=0.001, usage_raw=raw)) as srv:
-        outcome = _measure(srv, tmp_path)
-    _no_traceback(capfd)
-    records = read_records(outcome.requests_path)
-    assert [r.index for r in records] == list(range(REQUESTS))
-    assert len(outcome.requests_path.read_text().splitlines()) == REQUESTS  # exactly one record each
+    outcome, records = _measure(FakeConfig(ttft_s=0.001, gap_s=0.001, usage_raw=raw), tmp_path, capfd)
     for rec in records:
         assert rec.status == "length" and reason in rec.server_data_error, rec
         assert rec.completion_tokens is None or "completion_tokens" not in reason
-    assert validate_file(outcome.result_path) == []
     assert outcome.result["details"]["usage"]["server_data_rejected"] == REQUESTS
     assert outcome.result["correctness"]["termination_counts"] == {"length": REQUESTS}
 
@@ -88,38 +88,28 @@ def test_insane_usage_is_absent_with_its_reason(tmp_path, capfd, case):
 @pytest.mark.parametrize("case", sorted(CHUNKS))
 def test_a_malformed_payload_ends_its_request_as_error(tmp_path, capfd, case):
     raw, message = CHUNKS[case]
-    with FakeOpenAIServer(FakeConfig(ttft_s=0.001, gap_s=0.001, bad_chunk=raw)) as srv:
-        outcome = _measure(srv, tmp_path)
-    _no_traceback(capfd)
-    records = read_records(outcome.requests_path)
-    assert len(outcome.requests_path.read_text().splitlines()) == REQUESTS
+    outcome, records = _measure(FakeConfig(ttft_s=0.001, gap_s=0.001, bad_chunk=raw), tmp_path, capfd)
     for rec in records:
         assert rec.status == "error" and rec.error.startswith("malformed stream: ") and message in rec.error, rec
         assert len(rec.chunk_s) == 1  # the token that arrived before the bad payload is kept
-    assert validate_file(outcome.result_path) == []
     assert outcome.result["correctness"]["termination_counts"] == {"error": REQUESTS}
     assert outcome.result["conclusion"]["valid"] is False
 
 
 def test_a_lone_surrogate_in_the_text_is_replaced_and_noted(tmp_path, capfd):
-    with FakeOpenAIServer(FakeConfig(ttft_s=0.001, gap_s=0.001, bad_chunk=b'{"choices": [{"text": "\\ud800"}]}')) as srv:
-        outcome = _measure(srv, tmp_path)
-    _no_traceback(capfd)
-    for rec in read_records(outcome.requests_path):
+    config = FakeConfig(ttft_s=0.001, gap_s=0.001, bad_chunk=b'{"choices": [{"text": "\\ud800"}]}')
+    _, records = _measure(config, tmp_path, capfd)
+    for rec in records:
         assert rec.status == "length" and "\ufffd" in rec.output_text
         assert "lone UTF-16 surrogates, replaced by U+FFFD" in rec.server_data_error
-    assert validate_file(outcome.result_path) == []
 
 
 def test_non_finite_server_metrics_are_absent_not_fatal(tmp_path, capfd):
     metrics = ("# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc NaN\n"
                "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total +Inf\n")
-    with FakeOpenAIServer(FakeConfig(ttft_s=0.001, gap_s=0.001, metrics_raw=metrics)) as srv:
-        outcome = _measure(srv, tmp_path)
-    _no_traceback(capfd)
+    outcome, _ = _measure(FakeConfig(ttft_s=0.001, gap_s=0.001, metrics_raw=metrics), tmp_path, capfd)
     server = outcome.result["details"]["server_metrics"]
     assert server.get("kv_cache_usage_peak") is None and "kv_cache_usage_peak" in json.dumps(server["absent"])
-    assert validate_file(outcome.result_path) == []
 
 
 @pytest.mark.parametrize("config, rc, status", [
