@@ -34,6 +34,7 @@ RUN_FLAGS = {
     "send-lag-nan": (["--max-send-lag-ms", "nan"], "--max-send-lag-ms nan"),
     "loop-lag-negative": (["--max-loop-lag-ms", "-4"], "--max-loop-lag-ms -4.0"),
     "metrics-url-not-http": (["--metrics-url", "ftp://x"], "--metrics-url 'ftp://x'"),
+    "server-pid-gone": (["--server-pid", "0"], "--server-pid 0: no such process"),
 }
 
 
