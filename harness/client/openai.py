@@ -95,7 +95,10 @@ def _token_count(value: Any, what: str, problems: list[str]) -> int | None:
     if type(value) is HugeInt:
         shown = f"an integer of {value.digits} digits"
     else:
-        shown = f"{json_type(value)} {json.dumps(value, default=str)[:40]}"
+        try:
+            shown = f"{json_type(value)} {json.dumps(value, default=str)[:40]}"
+        except (ValueError, RecursionError):  # a deeply nested value: its type says enough
+            shown = json_type(value)
     problems.append(f"{what} is {shown}, not a token count in [0, {MAX_SERVER_TOKENS}]")
     return None
 
@@ -235,7 +238,7 @@ async def send_request(pool: ConnectionPool, cfg: ClientConfig, req: Request, t0
         return done(status, f"{type(exc).__name__}: {exc}")
     except OSError as exc:  # connection refused, unreachable host, TLS failure
         return done("error", f"{type(exc).__name__}: {exc}")
-    except ValueError as exc:  # MalformedStream: a data: payload of the wrong shape; a bad chunk size
+    except ValueError as exc:  # MalformedStream: a data: payload that is not JSON or of the wrong shape
         return done("error", f"malformed stream: {exc}")
     except Exception as exc:  # noqa: BLE001 - whatever went wrong, the request gets its one record
         return done("error", f"client error: {type(exc).__name__}: {exc}")
