@@ -34,6 +34,10 @@ from harness.client import (
 )
 from harness.client.pool import ClientRun
 from harness.contract import Failure, atomic_write_text, write_result
+from harness.contract.jsonio import find_problem, is_finite_number
+from harness.contract.paths import check_output_dir
+from harness.contract.result import RESULT_SCHEMA
+from harness.contract.schemas import value_problem
 from harness.errors import InvalidInput
 from harness.ids import new_run_id
 from harness.metrics import SLO_KEYS
@@ -104,18 +108,44 @@ class MeasureOutcome:
 
 
 def _check(cfg: MeasureConfig, workload: Workload) -> tuple[int | None, int | None]:
-    """(closed-loop concurrency, timed max concurrency) after validating the config."""
+    """(closed-loop concurrency, timed max concurrency) after validating the config.
+
+    Everything the result will carry is checked here, before the first request, with the rule the
+    result is held to: a value that would stop the result from being written must not cost a run.
+    """
     if cfg.api not in ("completions", "chat"):
         raise InvalidInput(f"--api {cfg.api!r}: choose completions or chat")
-    if not cfg.endpoint.startswith(("http://", "https://")):
-        raise InvalidInput(f"--endpoint {cfg.endpoint!r}: need a base URL such as http://127.0.0.1:8000")
-    if cfg.timeout_s <= 0:
-        raise InvalidInput("--timeout must be > 0 seconds")
-    if cfg.max_concurrency is not None and cfg.max_concurrency < 1:
-        raise InvalidInput("--max-concurrency must be >= 1")
+    for flag, url in (("--endpoint", cfg.endpoint), ("--metrics-url", cfg.metrics_url or cfg.endpoint)):
+        if not url.startswith(("http://", "https://")):
+            raise InvalidInput(f"{flag} {url!r}: need a base URL such as http://127.0.0.1:8000")
+    if not (is_finite_number(cfg.timeout_s) and cfg.timeout_s > 0):
+        raise InvalidInput(f"--timeout {cfg.timeout_s}: must be a finite number of seconds > 0")
+    for flag, count in (("--max-concurrency", cfg.max_concurrency), ("--client-workers", cfg.client_workers)):
+        if count is not None and count < 1:
+            raise InvalidInput(f"{flag} {count}: must be >= 1")
     unknown_slo = sorted(set(cfg.slo) - set(SLO_KEYS))
     if unknown_slo:
         raise InvalidInput(f"unknown SLO keys {unknown_slo}", hint=f"use {', '.join(SLO_KEYS)}")
+    for key, bound in cfg.slo.items():
+        if not (is_finite_number(bound) and bound > 0):
+            raise InvalidInput(f"--slo {key}={bound}: an SLO is a finite number of milliseconds > 0")
+    for name, limit in cfg.validity.to_dict().items():
+        if not is_finite_number(limit):
+            raise InvalidInput(f"validity limit {name} {limit}: must be a finite number")
+    fields = {"--semantic-id": ("$defs/identity/properties/semantic_id", cfg.semantic_id),
+              "--run-label": ("$defs/identity/properties/run_label", cfg.run_label),
+              "--profile-id": ("$defs/environment/properties/profile_id", cfg.profile_id),
+              "--backend-name": ("$defs/environment/properties/backend/properties/name", cfg.backend_name),
+              "--backend-version": ("$defs/environment/properties/backend/properties/version", cfg.backend_version),
+              "runtime": ("$defs/environment/properties/runtime", cfg.runtime)}
+    if cfg.run_id is not None:
+        fields["--run-id"] = ("$defs/identity/properties/run_id", cfg.run_id)
+    for flag, (rule, value) in fields.items():
+        if problem := value_problem(RESULT_SCHEMA, rule, value):
+            raise InvalidInput(f"{flag}: {problem}")
+    requested = dataclasses.replace(cfg, memory_probe=None, failure_refiner=None)
+    if problem := find_problem(dataclasses.asdict(requested)):
+        raise InvalidInput(f"cannot record the run's settings: {problem[1]} at {problem[0]}")
     if cfg.api == "completions" and any(r.prompt is None for r in workload.requests):
         raise InvalidInput(f"workload {workload.kind!r} holds chat messages; run it with --api chat")
     if workload.arrival["process"] == "closed":
@@ -174,14 +204,14 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     workload = load_workload(cfg.workload_path)
     closed, cap = _check(cfg, workload)
     references = load_references(cfg.reference_path) if cfg.reference_path else None
-    out_dir = Path(cfg.out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InvalidInput(f"--out {out_dir}: cannot create the run directory: {exc.strerror or exc}") from None
+    out_dir = check_output_dir(cfg.out_dir, "--out")
     if not endpoint_answers(cfg.endpoint):
         raise InvalidInput(f"{cfg.endpoint} does not answer on {' or '.join(HEALTH_PATHS)}",
                            hint="start the server or check --endpoint")
+    try:  # only now: a refused run leaves no directory behind
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidInput(f"--out {out_dir}: cannot create the run directory: {exc.strerror or exc}") from None
     requests_path = out_dir / REQUESTS_FILE
     RecordWriter(requests_path, truncate=True).close()
     metrics_url = cfg.metrics_url or cfg.endpoint.rstrip("/") + "/metrics"

@@ -121,6 +121,7 @@ def build_serving_result(cfg: MeasureConfig, inputs: ResultInputs) -> dict[str, 
     corr = correctness(records, inputs.references)
     corr_reasons = corr.pop("null_reasons")
     usage_missing = sum(1 for r in records if r.completed and r.completion_tokens is None)
+    rejected = [r for r in records if r.server_data_error]
     done = sum(r.completed for r in records)
     ttft = perf.ttft_ms["p50"] if perf.ttft_ms else None
     summary = f"{done}/{len(records)} requests completed" + (f"; TTFT P50 {ttft:.1f} ms" if ttft is not None else "") + \
@@ -134,7 +135,10 @@ def build_serving_result(cfg: MeasureConfig, inputs: ResultInputs) -> dict[str, 
         "usage": {"completed": done, "without_server_usage": usage_missing,
                   "note": ("output tokens of requests without server usage were counted from content chunks"
                            if usage_missing else "output tokens from the server's usage"),
-                  "output_tokens_counted": sum(output_tokens(r) for r in records if r.completed)},
+                  "output_tokens_counted": sum(output_tokens(r) for r in records if r.completed),
+                  # server-reported values that were not sane were recorded as absent; requests.jsonl says why
+                  "server_data_rejected": len(rejected),
+                  "server_data_first_rejection": rejected[0].server_data_error if rejected else None},
         "validity_limits": cfg.validity.to_dict(),
         "requested": _jsonable(inputs.requested),
         **_jsonable(dict(cfg.extra_details)),

@@ -36,7 +36,10 @@ def infkit(*args: str) -> list[str]:
 
 
 def env_for(tmp: Path) -> dict[str, str]:
-    return {**os.environ, "INFKIT_SIGNING_KEY": str(tmp / "keys" / "signing.pem"), "PYTHONUNBUFFERED": "1",
+    # A private config dir: the default key is created there on first use (a key named by
+    # INFKIT_SIGNING_KEY must already exist, so that variable is dropped).
+    env = {k: v for k, v in os.environ.items() if k not in ("INFKIT_SIGNING_KEY", "INFKIT_SIGNING_KEY_PEM")}
+    return {**env, "XDG_CONFIG_HOME": str(tmp / "config"), "PYTHONUNBUFFERED": "1",
             "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
 
 

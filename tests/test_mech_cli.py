@@ -80,7 +80,9 @@ def test_workload_file_is_read(tmp_path) -> None:
 
 
 def test_a_mechanism_run_can_be_signed_and_audited(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("INFKIT_SIGNING_KEY", str(tmp_path / "keys" / "signing.pem"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the default key is created there
+    monkeypatch.delenv("INFKIT_SIGNING_KEY", raising=False)
+    monkeypatch.delenv("INFKIT_SIGNING_KEY_PEM", raising=False)
     monkeypatch.chdir(tmp_path)
     assert main(["mech", "lifecycle", "--out", "runs/mech", "--run-id", "s1", "--quiet"]) == 0
     assert (tmp_path / "runs/mech/lifecycle/s1/fingerprint.json").exists()

@@ -7,12 +7,14 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from harness.contract.paths import check_output_file
 from harness.errors import InvalidInput
 from harness.workload import (
     GENERATORS,
     PROCESSES,
     Arrival,
     Common,
+    check_options,
     load_workload,
     make_workload,
     write_workload,
@@ -74,6 +76,9 @@ def run_make(args: argparse.Namespace) -> int:
         input_range=args.input_range, output_range=args.output_range, seeds=seeds,
     )
     options = {name: getattr(args, name) for name in args.options}
+    # Every flag and the output path are checked before the tokenizer (or the model) is prepared.
+    check_options(args.kind, common, options)
+    check_output_file(args.out, "-o/--out")
     workload = make_workload(args.kind, common, options, _tokenizer_dir(args.tokenizer))
     path = write_workload(args.out, workload)
     print(f"{path}: {workload.kind}, {len(workload.requests)} requests, {workload.workload_id}")

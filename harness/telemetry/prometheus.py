@@ -46,11 +46,16 @@ class Snapshot:
 
 
 def parse(text: str, taken_s: float = 0.0) -> Snapshot:
+    """Samples of a Prometheus text page; a NaN or infinite sample is left out (absent, never a number:
+    it could not be written into a JSON result, and no delta or peak of it means anything)."""
     samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
+            value = float(s.value)
+            if not math.isfinite(value):
+                continue
             key = (s.name, tuple(sorted(s.labels.items())))
-            samples[key] = samples.get(key, 0.0) + float(s.value)
+            samples[key] = samples.get(key, 0.0) + value
     return Snapshot(samples=samples, taken_s=taken_s)
 
 

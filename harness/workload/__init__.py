@@ -9,6 +9,7 @@ from harness.workload.generators import (
     GENERATORS,
     Common,
     Option,
+    check_options,
     make_workload,
     register_generator,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "Request",
     "Workload",
     "canonical_bytes",
+    "check_options",
     "compute_workload_id",
     "load_workload",
     "make_workload",
