@@ -143,14 +143,22 @@ def _check(cfg: MeasureConfig, workload: Workload) -> tuple[int | None, int | No
     for flag, (rule, value) in fields.items():
         if problem := value_problem(RESULT_SCHEMA, rule, value):
             raise InvalidInput(f"{flag}: {problem}")
-    requested = dataclasses.replace(cfg, memory_probe=None, failure_refiner=None)
-    if problem := find_problem(dataclasses.asdict(requested)):
+    if problem := find_problem(recorded_settings(cfg)):
         raise InvalidInput(f"cannot record the run's settings: {problem[1]} at {problem[0]}")
     if cfg.api == "completions" and any(r.prompt is None for r in workload.requests):
         raise InvalidInput(f"workload {workload.kind!r} holds chat messages; run it with --api chat")
     if workload.arrival["process"] == "closed":
         return cfg.max_concurrency or workload.arrival["concurrency"], None
     return None, cfg.max_concurrency
+
+
+CALLBACKS = ("memory_probe", "server_alive", "failure_refiner")
+
+
+def recorded_settings(cfg: MeasureConfig) -> dict[str, Any]:
+    """The settings a result records as requested: every field but the callbacks and the extra details."""
+    plain = dataclasses.replace(cfg, **dict.fromkeys(CALLBACKS))
+    return {k: v for k, v in dataclasses.asdict(plain).items() if k not in (*CALLBACKS, "extra_details")}
 
 
 def endpoint_answers(endpoint: str, timeout_s: float = 3.0) -> bool:
@@ -243,8 +251,7 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
         workload=workload, records=records, run=run, server_metrics=server, closed_concurrency=closed,
         max_concurrency=cap, peak_memory_bytes=peak_bytes, failure=_failure(cfg, run, records),
         references=references, run_id=cfg.run_id or new_run_id(),
-        requested={k: v for k, v in dataclasses.asdict(dataclasses.replace(cfg, memory_probe=None, failure_refiner=None, server_alive=None)).items()
-                   if k not in ("extra_details",)},
+        requested=recorded_settings(cfg),
     )
     doc = build_serving_result(cfg, inputs)
     result_path = write_result(out_dir / RESULT_FILE, doc)

@@ -9,5 +9,5 @@ report: setup ## audit runs, then one static page comparing them + report.json +
 	@if [ -z "$(RUNS)" ] && [ -z "$$(find manifests -name '*.intoto.json' -print -quit 2>/dev/null)" ]; then \
 	  echo "report: no signed manifests under manifests/ yet (a bench-NN, mech-NAME or cuda-NAME target writes one per run)"; \
 	else \
-	  $(INFKIT) report $(or $(RUNS),manifests) -o '$(O)'; \
+	  $(INFKIT) report $(or $(RUNS),manifests) -o '$(O)' $(if $(TRUST),--trust $(TRUST)); \
 	fi

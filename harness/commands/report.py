@@ -25,13 +25,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--root", default=".", help="directory run and subject paths are relative to (default: .)")
     p.add_argument("--trusted-key", action="extend", nargs="+", default=[], metavar="PEM",
                    help="public key(s) to trust instead of every ROOT/manifests/keys/*.pub.pem")
+    p.add_argument("--trust", metavar="FILE", help="trust policy naming the key ids allowed to sign (as infkit audit)")
     p.add_argument("--no-charts", action="store_true", help="leave out the cross-run charts (no matplotlib needed)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     config = ReportConfig(out_dir=Path(args.out), root=Path(args.root),
-                          trusted_keys=tuple(map(Path, args.trusted_key)), charts=not args.no_charts)
+                          trusted_keys=tuple(map(Path, args.trusted_key)), charts=not args.no_charts,
+                          trust_policy=Path(args.trust) if args.trust else None)
     out = build_report(args.inputs, config)
     print(f"report: {out.index} ({out.page_bytes / 1024:.0f} KiB): {out.inputs} input{'s' if out.inputs != 1 else ''}, "
           f"{out.valid} VALID, {out.invalid} INVALID")

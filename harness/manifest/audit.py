@@ -177,11 +177,16 @@ def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys) ->
                           trusted.trusted(signer), digests, audited.documents)
 
 
+def auditor_keys(config: AuditConfig) -> TrustedKeys:
+    """The keys an audit with ``config`` verifies against, and the trust policy that names who may sign."""
+    policy = load_policy(config.trust_policy) if config.trust_policy is not None else None
+    return load_trusted_keys(config.trusted_keys, config.root / MANIFESTS_DIR / KEYS_DIR, policy)
+
+
 def audit_paths(paths: list[str | os.PathLike], config: AuditConfig) -> list[ManifestReport]:
     """Audit every manifest named (directories expand to their ``*.intoto.json``)."""
-    policy = load_policy(config.trust_policy) if config.trust_policy is not None else None
     manifests = find_manifests(paths)
     if not manifests:
         raise InvalidInput(f"no *{MANIFEST_SUFFIX} manifests under {', '.join(map(str, paths))}")
-    trusted = load_trusted_keys(config.trusted_keys, config.root / MANIFESTS_DIR / KEYS_DIR, policy)
+    trusted = auditor_keys(config)
     return [audit_manifest(m, config.root, trusted) for m in manifests]

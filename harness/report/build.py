@@ -37,6 +37,7 @@ class ReportConfig:
     out_dir: Path
     root: Path = field(default_factory=Path.cwd)
     trusted_keys: tuple[Path, ...] = ()  # empty: every <root>/manifests/keys/*.pub.pem
+    trust_policy: Path | None = None  # key ids allowed to sign (harness.manifest.trust); None: integrity only
     charts: bool = True  # cross-run charts (need matplotlib)
 
 
@@ -110,7 +111,8 @@ def build_report(paths: list[str], config: ReportConfig) -> ReportOutputs:
         raise InvalidInput(f"--root {config.root}: not a directory")
     out_dir = Path(os.path.abspath(config.out_dir))
     check_out_dir(out_dir)
-    items = audit_inputs(paths, AuditConfig(root=config.root, trusted_keys=config.trusted_keys))
+    items = audit_inputs(paths, AuditConfig(root=config.root, trusted_keys=config.trusted_keys,
+                                               trust_policy=config.trust_policy))
     placed = [Placed(i, read_run(i, config.root) if i.valid else None) for i in items]
     sections = bench_sections(placed, config.root, out_dir)
     notes: list[str] = []
@@ -127,7 +129,8 @@ def build_report(paths: list[str], config: ReportConfig) -> ReportOutputs:
             except CapabilityMissing as exc:
                 notes.append(f"no cross-run charts: {exc}")
         doc = report_document(sections, created_utc=utc_now(), root=str(config.root),
-                              trusted_keys=[str(k) for k in config.trusted_keys], notes=notes)
+                              trusted_keys=[str(k) for k in config.trusted_keys], notes=notes,
+                              trust_policy=str(config.trust_policy) if config.trust_policy else None)
         problems = validate_document(doc)
         if problems:
             raise SchemaViolation("report.json does not satisfy its schema: " + "; ".join(map(str, problems[:5])))

@@ -80,7 +80,7 @@ def _valid_row(placed: Placed, links: dict[str, str | None], comp: Comparability
         "started_utc": run["started_utc"], "workload_ids": list(run.get("workload_ids") or []),
         "model_version": (run.get("model") or {}).get("version"), "backend": view.backend,
         "manifest": str(item.manifest), "run_dir": view.run_dir, "links": links,
-        "signer_keyid": item.audit.signer_keyid, "headline": [dict(h) for h in view.headline],
+        "signer_keyid": item.audit.signer_keyid, "signer_trusted": item.audit.trusted, "headline": [dict(h) for h in view.headline],
         "conclusion": view.conclusion, "like_for_like": comp.like_for_like,
         "not_like_for_like": list(comp.reasons), "overridden_settings": overridden_settings(view),
         "figures": [{"name": f.name, "sha256": f.sha256} for f in view.figures],
@@ -130,12 +130,13 @@ def bench_sections(placed: list[Placed], root: Path, out_dir: Path) -> list[dict
 
 
 def report_document(sections: list[dict[str, Any]], *, created_utc: str, root: str,
-                    trusted_keys: list[str], notes: list[str]) -> dict[str, Any]:
+                    trusted_keys: list[str], notes: list[str], trust_policy: str | None = None) -> dict[str, Any]:
     rows = [r for s in sections for r in s["runs"]]
     valid = sum(r["verdict"] == "VALID" for r in rows)
     doc = {
         "schema": REPORT_SCHEMA, "created_utc": created_utc,
         "generator": {"name": "infkit", "version": __version__}, "root": root, "trusted_keys": trusted_keys,
+        "trust_policy": trust_policy,
         "counts": {"inputs": len(rows), "valid": valid, "invalid": len(rows) - valid},
         "benches": sections,
     }

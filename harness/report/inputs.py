@@ -19,7 +19,7 @@ from harness.manifest.audit import (
     ManifestReport,
     audit_manifest,
     find_manifests,
-    load_trusted_keys,
+    auditor_keys,
 )
 from harness.manifest.findings import Finding
 from harness.manifest.sign import default_manifest_path
@@ -88,7 +88,7 @@ def _names_run_dir(report: ManifestReport, run_dir: Path, root: Path) -> Finding
 
 def audit_inputs(paths: list[str], config: AuditConfig) -> list[AuditedInput]:
     """Map every named path to manifests and audit each once (a run named twice is one input)."""
-    trusted = load_trusted_keys(config)
+    trusted = auditor_keys(config)
     out: list[AuditedInput] = []
     seen: set[str] = set()
     for given in paths:

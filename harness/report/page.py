@@ -130,7 +130,7 @@ def _row(index: int, row: dict[str, Any], reference: str | None) -> str:
     like_badge = _badge("like-for-like" if row["like_for_like"] else "not like-for-like",
                         "ok" if row["like_for_like"] else "warn")
     return (f'<tr class="valid" id="row-{index}"><td data-label="#">{index}</td>{run_cell}'
-            f'<td data-label="verdict">{_badge("VALID", "ok")}</td>'
+            f'<td data-label="verdict">{_badge("VALID", "ok") if row.get("signer_trusted") else _badge("VALID-UNTRUSTED", "warn")}</td>'
             f'<td data-label="headline" class="headline">{headline}</td>'
             f'<td data-label="conclusion">{_conclusion_cell(row["conclusion"], row["notes"])}</td>'
             f'<td data-label="like-for-like">{like_badge}{"<br>" if not like.startswith("<ul") else ""}{like}</td>'
@@ -227,6 +227,8 @@ def render_page(doc: dict[str, Any], images: dict[str, bytes]) -> str:
     notes = _list([escape(n) for n in doc.get("notes", [])])
     keys = ", ".join(f"<code>{escape(k)}</code>" for k in doc["trusted_keys"]) or \
         "every <code>manifests/keys/*.pub.pem</code> under the root"
+    keys += (f"; signers allowed by the trust policy <code>{escape(doc['trust_policy'])}</code>" if doc.get("trust_policy")
+             else "; no trust policy: signatures prove the files are intact, not who signed them (VALID-UNTRUSTED)")
     body = "".join(_section(s, images) for s in doc["benches"]) or "<p>No inputs.</p>"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

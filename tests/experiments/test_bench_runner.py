@@ -104,7 +104,8 @@ def bench_env(tokenizer_dir, monkeypatch, tmp_path):
     backends = {"fake": FakeBackend()}
     monkeypatch.setattr(runner_mod, "get_backend", lambda name: backends[name])
     monkeypatch.setattr(placement_mod, "get_backend", lambda name: backends[name])
-    monkeypatch.setenv("INFKIT_SIGNING_KEY", str(tmp_path / "keys" / "signing.pem"))
+    monkeypatch.delenv("INFKIT_SIGNING_KEY", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # a private default key, made on first use
     return tmp_path
 
 
