@@ -112,6 +112,25 @@ def test_a_mechanism_run_is_signed_when_it_ends(tmp_path, monkeypatch, capsys) -
     assert "1 VALID, 0 INVALID" in capsys.readouterr().out
 
 
+def test_a_run_in_a_role_image_is_queued_and_signed_by_the_host(tmp_path, monkeypatch, capsys) -> None:
+    """What `infkit images run` does around a container, in-process: the run lists itself, the host signs it."""
+    from harness.rundir import SIGN_QUEUE_ENV, sign_queued
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("INFKIT_SIGNING_KEY_PEM", raising=False)
+    monkeypatch.chdir(tmp_path)
+    queue = tmp_path / "runs" / ".sign-queue-x"
+    monkeypatch.setenv(SIGN_QUEUE_ENV, str(queue))
+    assert main(["mech", "specdec", "--passes", "200", "--alphas", "0.7", "--gammas", "2", "--calls", "2",
+                 "--out", "runs/mech", "--run-id", "q1", "--quiet"]) == 0
+    assert queue.read_text().split() == [str(tmp_path / "runs/mech/specdec/q1")]
+    assert not (tmp_path / "manifests").exists() and "manifest:" not in capsys.readouterr().out
+    monkeypatch.delenv(SIGN_QUEUE_ENV)
+    assert sign_queued(queue, tmp_path) == [tmp_path / "manifests/INF-PROPOSAL/q1.intoto.json"]
+    assert not queue.exists()
+    assert main(["audit", "manifests"]) == 0
+
+
 def test_make_mech_budget_signs_an_audit_valid_run(tmp_path, repo_root) -> None:
     """The Makefile's own recipe (knobs as Make variables), run as make runs it: signed in-process, VALID."""
     venv = Path(sys.executable).parent.parent

@@ -176,6 +176,7 @@ def run_lock_deps(args: argparse.Namespace) -> int:
 
 
 def run_in_image(args: argparse.Namespace) -> int:
+    from harness.commands._runargs import relative
     from harness.ids import new_run_id
     from harness.rundir import sign_queued
     from harness.runtime.docker_run import run_harness
@@ -189,7 +190,8 @@ def run_in_image(args: argparse.Namespace) -> int:
                           sign_queue=queue)
     sys.stdout.write(outcome.log_path.read_text(errors="replace"))
     for manifest in sign_queued(queue, Path.cwd()):
-        print(f"manifest: {manifest}")
+        print(f"manifest: {relative(manifest)}")
+        print(f"check it: infkit audit {relative(manifest)}")
     print(json.dumps({"exit_code": outcome.exit_code, "image": outcome.image, "seconds": round(outcome.seconds, 1)}),
           file=sys.stderr)
     return outcome.exit_code
