@@ -62,6 +62,8 @@ class RunDirectory:
         """Make the run folder (it must not exist) and write its fingerprint."""
         run_id = run_id or new_run_id()
         path = Path(out_root) / run_id
+        if sign:
+            check_signable(out_root, root if root is not None else Path.cwd())
         try:
             path.mkdir(parents=True)
         except FileExistsError:
@@ -147,6 +149,20 @@ class RunDirectory:
         from harness.manifest import sign_run
 
         return sign_run(self.path, root=self.root)
+
+
+def check_signable(out_root: str | os.PathLike, root: str | os.PathLike) -> None:
+    """Refuse, before any work, a signed run whose folder would lie outside the manifest root.
+
+    A manifest names its files relative to ``root``; a run elsewhere could be written but
+    never signed. Inside a role image the host signs against its own root, so nothing is checked.
+    """
+    if os.environ.get(SIGN_QUEUE_ENV):
+        return
+    out_real, root_real = os.path.realpath(out_root), os.path.realpath(root)
+    if os.path.commonpath([out_real, root_real]) != root_real:
+        raise InvalidInput(f"run directories under {out_root} would lie outside {root_real}, where the manifest "
+                           "names its files", hint="choose an output folder inside it, or pass --no-sign")
 
 
 def sign_queued(queue: Path, root: Path) -> list[Path]:

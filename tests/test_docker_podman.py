@@ -82,12 +82,26 @@ def test_harness_command_in_container_writes_a_schema_valid_document(inf_cpu, tm
     assert check.exit_code == 0 and "valid" in check.log_path.read_text()
 
 
-def test_cpu_mechanism_in_container_records_its_image(inf_cpu, tmp_path: Path):
+def test_cpu_mechanism_in_container_records_its_image_and_is_signed_on_the_host(inf_cpu, tmp_path: Path,
+                                                                             monkeypatch):
     if importlib.util.find_spec("harness.commands.mech") is None:
         pytest.skip("`infkit mech` is not in this checkout yet (the fingerprint test covers the same path)")
-    outcome = run_harness("inf-cpu", ["mech", "budget", "--out", str(tmp_path), "--run-id", "r1", "--quiet"], tmp_path)
+    from harness.cli import main
+    from harness.rundir import sign_queued
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the host's (throwaway) key
+    monkeypatch.delenv("INFKIT_SIGNING_KEY_PEM", raising=False)
+    queue = tmp_path / ".sign-queue-test"
+    outcome = run_harness("inf-cpu", ["mech", "budget", "--out", str(tmp_path), "--run-id", "r1", "--quiet"], tmp_path,
+                          sign_queue=queue)
     assert outcome.exit_code == 0, outcome.log_path.read_text()
     run_dir = tmp_path / "budget" / "r1"
+    assert queue.read_text().split() == [str(run_dir)]  # queued in the container, not signed there
+    assert not (tmp_path / "manifests").exists()
+    (manifest,) = sign_queued(queue, tmp_path)
+    assert not queue.exists() and manifest == tmp_path / "manifests/INF-ITERATION-BUDGET/r1.intoto.json"
+    monkeypatch.chdir(tmp_path)
+    assert main(["audit", str(manifest)]) == 0
     assert validate_file(run_dir / "result.json") == []
     assert validate_file(run_dir / "run.json") == []
     images = json.loads((run_dir / "run.json").read_text())["images"]

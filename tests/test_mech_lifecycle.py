@@ -7,7 +7,7 @@ import json
 import pytest
 
 from harness.errors import InvalidInput
-from harness.mech.enginetypes import Event
+from harness.mech.engine.types import Event
 from harness.mech.lifecycle import (
     LifecycleConfig,
     events_from_records,

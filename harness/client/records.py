@@ -25,7 +25,11 @@ COMPLETED = ("stop", "length")
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """What happened to one request of the workload."""
+    """What happened to one request of the workload, as the client measured it.
+
+    TTFT runs from ``sent_s`` to ``first_token_s`` (``harness.metrics.per_request``); the
+    simulator's ``harness.mech.engine.types.SimRequestRecord`` counts from arrival instead.
+    """
 
     index: int
     status: str

@@ -176,13 +176,22 @@ def run_lock_deps(args: argparse.Namespace) -> int:
 
 
 def run_in_image(args: argparse.Namespace) -> int:
+    from harness.commands._runargs import relative
+    from harness.ids import new_run_id
+    from harness.rundir import sign_queued
     from harness.runtime.docker_run import run_harness
 
     inner = args.args[1:] if args.args[:1] == ["--"] else args.args
     if not inner:
         raise InvalidInput("no infkit arguments to run", hint="infkit images run --run-dir DIR ROLE mech budget ...")
-    outcome = run_harness(args.role, inner, args.run_dir, gpus=tuple(args.gpu), network=args.network)
+    # Runs finished in the container are signed here, with the host's key, once it exits.
+    queue = args.run_dir.resolve() / f".sign-queue-{new_run_id()}"
+    outcome = run_harness(args.role, inner, args.run_dir, gpus=tuple(args.gpu), network=args.network,
+                          sign_queue=queue)
     sys.stdout.write(outcome.log_path.read_text(errors="replace"))
+    for manifest in sign_queued(queue, Path.cwd()):
+        print(f"manifest: {relative(manifest)}")
+        print(f"check it: infkit audit {relative(manifest)}")
     print(json.dumps({"exit_code": outcome.exit_code, "image": outcome.image, "seconds": round(outcome.seconds, 1)}),
           file=sys.stderr)
     return outcome.exit_code

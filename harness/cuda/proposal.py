@@ -17,11 +17,11 @@ the versioned document the speculative-bench project consumes via the manifest.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from harness.cliconfig import knob
 from harness.cuda.device import import_torch, synchronize
 from harness.cuda.models import LoadedModel, load_causal_lm
 from harness.cuda.registry import CommonConfig, Experiment
@@ -45,27 +45,18 @@ PROMPTS = (
 
 @dataclass(frozen=True)
 class ProposalConfig(CommonConfig):
-    warmup: int = dataclasses.field(default=1, metadata={"help": "untimed rounds over every prompt and arm"})
-    iters: int = dataclasses.field(default=3, metadata={"help": "timed rounds over every prompt and arm"})
-    model: str = dataclasses.field(default="smollm2-135m", metadata={"help": "target: a prepared model name, a checkpoint directory, or tiny"})
-    draft_layers: int = dataclasses.field(default=10, metadata={"help": "the draft is the target's first N layers"})
-    prompts: int = dataclasses.field(default=4, metadata={"help": f"how many of the {len(PROMPTS)} built-in prompts to use"})
-    max_new_tokens: int = dataclasses.field(default=64, metadata={"help": "tokens generated per call"})
-    num_assistant_tokens: int = dataclasses.field(default=5, metadata={"help": "draft tokens per round (start value for heuristic/dynamic)"})
-    confidence_threshold: float = dataclasses.field(default=0.4, metadata={"help": "dynamic arm: stop drafting below this draft probability"})
-    prompt_lookup_tokens: int = dataclasses.field(default=10, metadata={"help": "prompt_lookup arm: proposal length"})
-    dtype: str = dataclasses.field(default="float32", metadata={"help": "float32, float16 or bfloat16"})
-    arms: tuple[str, ...] = dataclasses.field(default=ARMS, metadata={"help": f"arms, comma-separated ({', '.join(ARMS)})"})
-
-    def check(self) -> None:
-        super().check()
-        unknown = [a for a in self.arms if a not in ARMS]
-        if unknown:
-            raise InvalidInput(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
-        if not 1 <= self.prompts <= len(PROMPTS):
-            raise InvalidInput(f"--prompts must be between 1 and {len(PROMPTS)}")
-        if min(self.draft_layers, self.max_new_tokens, self.num_assistant_tokens, self.prompt_lookup_tokens) < 1:
-            raise InvalidInput("draft-layers, max-new-tokens, num-assistant-tokens and prompt-lookup-tokens must be >= 1")
+    warmup: int = knob(1, "untimed rounds over every prompt and arm", min=0)
+    iters: int = knob(3, "timed rounds over every prompt and arm", min=1)
+    model: str = knob("smollm2-135m", "target: a prepared model name, a checkpoint directory, or tiny")
+    draft_layers: int = knob(10, "the draft is the target's first N layers", min=1)
+    prompts: int = knob(4, f"how many of the {len(PROMPTS)} built-in prompts to use", min=1, max=len(PROMPTS))
+    max_new_tokens: int = knob(64, "tokens generated per call", min=1)
+    num_assistant_tokens: int = knob(5, "draft tokens per round (start value for heuristic/dynamic)", min=1)
+    confidence_threshold: float = knob(0.4, "dynamic arm: stop drafting below this draft probability",
+                                       min=0.0, max=1.0)
+    prompt_lookup_tokens: int = knob(10, "prompt_lookup arm: proposal length", min=1)
+    dtype: str = knob("float32", "weights' dtype", choices=("float32", "float16", "bfloat16"))
+    arms: tuple[str, ...] = knob(ARMS, "arms", choices=ARMS)
 
 
 class PassCounter:

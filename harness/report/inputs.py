@@ -18,8 +18,8 @@ from harness.manifest.audit import (
     AuditConfig,
     ManifestReport,
     audit_manifest,
-    find_manifests,
     auditor_keys,
+    find_manifests,
 )
 from harness.manifest.findings import Finding
 from harness.manifest.sign import default_manifest_path

@@ -21,6 +21,7 @@ from typing import Any
 from harness.contract.atomic import atomic_write_bytes
 from harness.errors import InfkitError
 from harness.images.locks import load_lock
+from harness.rundir import SIGN_QUEUE_ENV
 from harness.runinfo import CONTAINER_IMAGE_ENV
 from harness.runtime.docker import (
     DEFAULT_SHM_BYTES,
@@ -56,8 +57,12 @@ def harness_git_env(harness_root: Path) -> dict[str, str]:
 
 def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, ...] = (), network: bool = False,
                 timeout_s: float = 3600.0, log_name: str = "container.log",
-                settings: DockerSettings | None = None, api=None) -> HarnessRun:
-    """Run ``infkit <args>`` in ``role``'s image; the log lands in ``run_dir/log_name``."""
+                settings: DockerSettings | None = None, api=None, sign_queue: Path | None = None) -> HarnessRun:
+    """Run ``infkit <args>`` in ``role``'s image; the log lands in ``run_dir/log_name``.
+
+    The image has no signing key: with ``sign_queue`` (a file under ``run_dir``) the runs the
+    command finishes are listed there for the host to sign (``harness.rundir.sign_queued``).
+    """
     settings = settings or DockerSettings.from_env()
     lock = load_lock(role)
     check_gpu_request(lock, gpus, settings)
@@ -69,7 +74,8 @@ def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, .
     t0 = time.monotonic()
     container = api.containers.run(
         image.id, entrypoint=[ENTRYPOINT], command=list(args), detach=True,
-        environment={"HOME": "/tmp", CONTAINER_IMAGE_ENV: json.dumps(record), **harness_git_env(settings.harness_root)},
+        environment={"HOME": "/tmp", CONTAINER_IMAGE_ENV: json.dumps(record), **harness_git_env(settings.harness_root),
+                     **({SIGN_QUEUE_ENV: str(sign_queue)} if sign_queue else {})},
         volumes=mounts_for(tuple(args), run_dir, settings.harness_root), working_dir=str(run_dir),
         user=f"{os.getuid()}:{os.getgid()}", network_mode=None if network else "none",
         device_requests=device_requests(gpus), shm_size=DEFAULT_SHM_BYTES,

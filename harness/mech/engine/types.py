@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.errors import InvalidInput
-from harness.mech.queues import POLICIES
-from harness.mech.workload import SimRequest
+from harness.mech.engine.queues import POLICIES
+from harness.mech.engine.workload import SimRequest
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,17 @@ class Event:
 
 
 @dataclass(frozen=True)
-class RequestRecord:
+class SimRequestRecord:
+    """One simulated request's engine-side times, in simulated seconds.
+
+    TTFT here runs from **arrival** (the request enters the engine's waiting queue) to the
+    step that emits its first token: the server's view, queueing included, with no client
+    or network in between. ``harness.client.records.RequestRecord`` is the measured
+    client's record, whose TTFT runs from **sent** (just before the HTTP request is
+    written) to the first streamed chunk. Calibration compares the two (with a fitted
+    client/HTTP overhead), so they are kept as two named types, never one.
+    """
+
     index: int
     arrival_s: float
     admitted_s: float | None
@@ -79,7 +89,7 @@ class RequestRecord:
 
 @dataclass(frozen=True)
 class EngineRun:
-    records: list[RequestRecord]
+    records: list[SimRequestRecord]
     events: tuple[Event, ...]
     steps: int
     jumps: int
@@ -108,6 +118,6 @@ class Seq:
     def reason(self) -> str:
         return "length" if self.target >= self.req.output_tokens else "stop"
 
-    def record(self, now_s: float, reason: str) -> RequestRecord:
-        return RequestRecord(self.req.index, self.arrival_s, self.admitted_s, self.first_token_s, now_s,
+    def record(self, now_s: float, reason: str) -> SimRequestRecord:
+        return SimRequestRecord(self.req.index, self.arrival_s, self.admitted_s, self.first_token_s, now_s,
                              self.req.input_tokens, self.generated, self.cached, self.preemptions, reason)

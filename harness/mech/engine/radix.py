@@ -5,7 +5,7 @@ splits an edge where it diverges. Requests hold a lock reference on every node
 of their matched path, so those pages cannot be evicted; pages in unlocked
 nodes are evictable and count as free. Eviction removes least-recently-used
 unlocked leaves first, and a parent that becomes an unlocked leaf joins the
-candidates. The pool interface is the one in ``harness.mech.blocks``.
+candidates. The pool interface is the one in ``harness.mech.engine.blocks``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import heapq
 import itertools
 
-from harness.mech.blocks import _Pool
-from harness.mech.workload import SimRequest, prompt_token_ids
+from harness.mech.engine.blocks import _Pool
+from harness.mech.engine.workload import SimRequest, prompt_token_ids
 
 Page = tuple[int, ...]
 

@@ -25,9 +25,9 @@ import math
 from collections.abc import Callable
 
 from harness.errors import InvalidInput
-from harness.mech.costmodel import StepCostModel
-from harness.mech.enginetypes import EngineConfig, EngineRun, Event, RequestRecord, Seq
-from harness.mech.queues import make_queue
+from harness.mech.engine.costmodel import StepCostModel
+from harness.mech.engine.queues import make_queue
+from harness.mech.engine.types import EngineConfig, EngineRun, Event, Seq, SimRequestRecord
 
 
 class Engine:
@@ -45,7 +45,7 @@ class Engine:
         self.phase = [0] * self.bs
         self.n_decode = self.sum_kv_base = 0
         self.order = 0
-        self.records: list[RequestRecord] = []
+        self.records: list[SimRequestRecord] = []
         self.events: list[Event] = []
         self.steps = self.jumps = self.preemptions = 0
         self.busy_s = self.batch_seconds = 0.0

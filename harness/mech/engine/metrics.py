@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Any
 
 from harness.contract import Correctness, Performance
-from harness.mech.enginetypes import EngineRun, RequestRecord
+from harness.mech.engine.types import EngineRun, SimRequestRecord
 from harness.stats_summary import distribution_ms
 
 SIMULATED = "simulated ms from the step-cost model"
@@ -18,7 +18,7 @@ def _ms(values: list[float | None]) -> dict[str, float] | None:
 
 def summarize(run: EngineRun) -> dict[str, Any]:
     """Latency distributions (ms), throughput, occupancy and counts of one simulated run."""
-    recs: list[RequestRecord] = run.records
+    recs: list[SimRequestRecord] = run.records
     done = [r for r in recs if r.first_token_s is not None]
     out_tokens = sum(r.output_tokens for r in recs)
     in_tokens = sum(r.input_tokens for r in done)

