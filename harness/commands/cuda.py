@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from harness.cliconfig import add_config_arguments, config_from_args
 from harness.commands._runargs import add_run_arguments, print_finished
 from harness.cuda.registry import experiments, get_experiment
 from harness.cuda.runner import DEFAULT_OUT_ROOT, RESULT_FILE, run_experiment
-from harness.rundir import check_signable
+from harness.rundir import check_run_target
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,8 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     exp = get_experiment(args.experiment)
     config = config_from_args(exp.config_cls, args, make_overrides=args.make_vars)
-    if args.sign:
-        check_signable(args.out, Path.cwd())
+    check_run_target(args.out / exp.name, None, sign=args.sign)
     out = run_experiment(exp, config, device=args.device, out_root=args.out, sign=args.sign)
     print(out.finished.summary, end="")
     print_finished(out.finished, out.run_dir / RESULT_FILE)

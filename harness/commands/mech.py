@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from harness.cliconfig import add_config_arguments, config_from_args
 from harness.commands._runargs import add_run_arguments, print_finished
 from harness.mech import get_mechanism, mechanisms
 from harness.mech.output import RESULT_FILE, write_mech_run
-from harness.rundir import check_signable
+from harness.rundir import check_run_target
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,8 +31,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     mech = get_mechanism(args.mechanism)
     config = config_from_args(mech.config, args, make_overrides=args.make_vars)
-    if args.sign:
-        check_signable(args.out, Path.cwd())
+    check_run_target(args.out / mech.name, args.run_id, sign=args.sign)
     output = mech.run(config)
     done = write_mech_run(args.out, mech.name, output, run_id=args.run_id, sign=args.sign)
     if not args.quiet:

@@ -15,7 +15,6 @@ measured and signs it as an aborted run.
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -26,6 +25,7 @@ from harness.backends import Backend, BackendConfig, get_backend
 from harness.cliconfig import check_config, config_dict
 from harness.client import read_records
 from harness.contract import Failure
+from harness.contract.jsonio import read_json
 from harness.errors import InvalidInput
 from harness.experiments.analysis import claim_figures, read_claims, top_result
 from harness.experiments.arms import ArmContext, ArmRun, Workload, arm_dir, measure_arm, warm_up
@@ -35,7 +35,7 @@ from harness.experiments.server_session import ServerSession, server_session
 from harness.experiments.spec import Arm, BenchConfig, BenchSpec, History, Plan, WorkloadPlan
 from harness.models import PreparedModel, ensure_model
 from harness.progress import Reporter
-from harness.rundir import Finished, RunDirectory
+from harness.rundir import Finished, RunDirectory, check_run_target
 from harness.runinfo import native_image
 from harness.runtime.base import ServerStartError, get_runtime
 from harness.runtime.local import free_port
@@ -145,7 +145,7 @@ class Bench:
             outcome = measure_arm(self.ctx, srv, workload, out, arm.label, arm.client, self.reporter)
         except KeyboardInterrupt:
             if (out / RESULT_FILE).is_file():  # measure wrote the interrupted arm's result: keep it in the run
-                result = json.loads((out / RESULT_FILE).read_text(encoding="utf-8"))
+                result = read_json(out / RESULT_FILE)
                 self.history.runs.append(ArmRun(label=arm.label, repeat=repeat, result_path=out / RESULT_FILE,
                                                 result=result, records=tuple(read_records(out / REQUESTS_FILE)),
                                                 server=srv.name, workload=arm.workload_name,
@@ -245,6 +245,7 @@ def run_bench(spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), repo
     reporter = reporter or Reporter(name=f"bench-{spec.name}")
     check_config(cfg)
     cfg.check()
+    check_run_target(root / spec.out_root(cfg), None, sign=cfg.sign, root=root, flag="--out-root")
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
     if placement.notice:
         reporter(placement.notice)

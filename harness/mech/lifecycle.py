@@ -16,6 +16,8 @@ from typing import Any
 
 from harness.cliconfig import knob
 from harness.contract import Conclusion, Correctness, Performance, WorkloadInfo
+from harness.contract.jsonio import iter_json_lines
+from harness.contract.schemas import DocumentError
 from harness.errors import InvalidInput
 from harness.mech import Mechanism, MechConfig
 from harness.mech.engine.blocks import PlainPool
@@ -125,9 +127,9 @@ def events_from_records(path: str | Path) -> tuple[list[Event], dict[int, int]]:
     events: list[Event] = []
     outputs: dict[int, int] = {}
     try:
-        lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    except (OSError, ValueError) as exc:
-        raise InvalidInput(f"cannot read request records {path}: {exc}") from None
+        lines = [row for _, row in iter_json_lines(path)]
+    except DocumentError as exc:
+        raise InvalidInput(f"cannot read request records: {exc}") from None
     for n, rec in enumerate(lines):
         if rec.get("schema", "").startswith("infkit/workload"):
             continue

@@ -63,10 +63,11 @@ def sign(root: Root, run_dir: Path) -> SignedRun:
 
 
 def run_mech(root: Root, name: str) -> SignedRun:
+    """A real mechanism run, signed by the run itself when it ends (with the root's key)."""
     proc = root.infkit("mech", name, "--quiet")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    run_dir = root.path / proc.stdout.strip().splitlines()[-1].removeprefix("result: ")
-    return sign(root, run_dir.parent)
+    lines = dict(line.split(": ", 1) for line in proc.stdout.strip().splitlines() if ": " in line)
+    return SignedRun((root.path / lines["result"]).parent, root.path / lines["manifest"])
 
 
 def _edit(path: Path, mutate: Mutation | None) -> None:

@@ -10,7 +10,6 @@ the step-cost model to what a server measured on it; ``predict`` and
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from harness.client.records import RequestRecord
+from harness.contract.jsonio import iter_json_lines
+from harness.contract.schemas import DocumentError
 from harness.errors import InvalidInput
 from harness.mech.calibrate.fitting import Observation
 from harness.mech.engine.costmodel import FEATURES, StepCostModel
@@ -67,9 +68,9 @@ def read_measured(path: str | Path) -> dict[int, Observation]:
     from run start; the scheduled offset is used without it)."""
     out: dict[int, Observation] = {}
     try:
-        rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    except (OSError, ValueError) as exc:
-        raise InvalidInput(f"cannot read measured records {path}: {exc}") from None
+        rows = [row for _, row in iter_json_lines(path)]
+    except DocumentError as exc:
+        raise InvalidInput(f"cannot read measured records: {exc}") from None
     for row in rows:
         if "status" in row and "first_token_s" in row:
             obs = _from_request_record(row)

@@ -13,13 +13,14 @@ form used by the simulator to jump over such stretches in O(1).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.contract import atomic_write_json
+from harness.contract.jsonio import read_json
+from harness.contract.schemas import DocumentError
 from harness.errors import InvalidInput
 
 COST_MODEL_SCHEMA = "infkit/step-cost/v1"
@@ -81,9 +82,9 @@ def save_cost_model(path: str | Path, model: StepCostModel, provenance: dict[str
 
 def load_cost_model(path: str | Path) -> StepCostModel:
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise InvalidInput(f"cannot read step-cost model {path}: {exc}") from None
+        doc = read_json(path)
+    except DocumentError as exc:
+        raise InvalidInput(f"cannot read step-cost model: {exc}") from None
     if not isinstance(doc, dict) or doc.get("schema") != COST_MODEL_SCHEMA:
         raise InvalidInput(f"{path} is not a step-cost model (expected schema {COST_MODEL_SCHEMA})")
     coeffs = doc.get("coefficients", {})
