@@ -41,7 +41,7 @@ from harness.contract.schemas import value_problem
 from harness.errors import InvalidInput
 from harness.ids import new_run_id
 from harness.metrics import SLO_KEYS
-from harness.serving_result import ResultInputs, build_serving_result
+from harness.serving_result import ResultInputs, RunFacts, build_serving_result
 from harness.summary import render_summary
 from harness.telemetry import POLLED_GAUGES, GaugePoller, PeakSampler, scrape, summarize
 from harness.validity import ValidityLimits, load_references
@@ -161,6 +161,18 @@ def recorded_settings(cfg: MeasureConfig) -> dict[str, Any]:
     return {k: v for k, v in dataclasses.asdict(plain).items() if k not in (*CALLBACKS, "extra_details")}
 
 
+def run_facts(cfg: MeasureConfig) -> RunFacts:
+    """What the result states about the run: the few values of the config that result building needs."""
+    return RunFacts(
+        semantic_id=cfg.semantic_id, run_label=cfg.run_label, run_id=cfg.run_id or new_run_id(),
+        served_model=cfg.model, model_ref=cfg.model_ref, tokenizer_ref=cfg.tokenizer_ref, profile_id=cfg.profile_id,
+        backend_name=cfg.backend_name, backend_version=cfg.backend_version, backend_command=cfg.backend_command,
+        runtime=cfg.runtime, image=cfg.image, api=cfg.api, ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens,
+        slo=dict(cfg.slo), validity=cfg.validity, token_budget=cfg.token_budget, memory_source=cfg.memory_source,
+        memory_probed=cfg.memory_probe is not None, requested=recorded_settings(cfg),
+        extra_details=dict(cfg.extra_details))
+
+
 def endpoint_answers(endpoint: str, timeout_s: float = 3.0) -> bool:
     """True when the server answers HTTP at all (any status) on a health path."""
     for path in HEALTH_PATHS:
@@ -250,10 +262,9 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     inputs = ResultInputs(
         workload=workload, records=records, run=run, server_metrics=server, closed_concurrency=closed,
         max_concurrency=cap, peak_memory_bytes=peak_bytes, failure=_failure(cfg, run, records),
-        references=references, run_id=cfg.run_id or new_run_id(),
-        requested=recorded_settings(cfg),
+        references=references,
     )
-    doc = build_serving_result(cfg, inputs)
+    doc = build_serving_result(run_facts(cfg), inputs)
     result_path = write_result(out_dir / RESULT_FILE, doc)
     atomic_write_text(out_dir / SUMMARY_FILE, render_summary(doc))
     outcome = MeasureOutcome(result_path=result_path, requests_path=requests_path, metrics_before_path=before_path,

@@ -72,7 +72,7 @@ def plan(cfg: Config, model) -> Plan:
                     input_tokens=24, output_tokens=6)
     fast = ("--ttft-ms", "10", *(("--crash-after", str(cfg.crash_after)) if cfg.crash_after else ()))
     servers = (ServerVariant("slow", {"extra_args": ("--ttft-ms", str(cfg.slow_ttft_ms))}),
-               ServerVariant("fast", {"extra_args": fast}),
+               ServerVariant("fast", {"extra_args": fast, "max_num_seqs": 4}),
                ServerVariant("exotic", {"extra_args": ("--refuse", "method 'eagle' is not supported on cpu")
                                         if cfg.optional_refuses else ()}, optional=True))
     arms = (Arm("slow", "main", "slow"), Arm("fast", "main", "fast"), Arm("exotic", "main", "exotic"))
@@ -134,6 +134,8 @@ def test_a_spec_runs_end_to_end_with_claims_signed_and_valid(bench_env):
     assert outcome.finished.manifest is not None
     (report,) = audit_paths([outcome.finished.manifest], AuditConfig(root=bench_env))
     assert report.valid, report
+    fast = json.loads((run_dir / "arms" / "fast" / "r1" / "result.json").read_text())
+    assert fast["workload"]["token_budget"] == {"max_num_batched_tokens": None, "max_num_seqs": 4}
     servers = json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]
     assert {s["name"] for s in servers} == {"slow", "fast", "exotic"} and all(s["exit_status"] is not None for s in servers)
     assert "[9/9] exotic repeat 3" in log and "9/9" not in outcome.finished.summary.splitlines()[0]
