@@ -15,6 +15,7 @@ is written with an ``aborted`` failure, then ``KeyboardInterrupt`` propagates.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import urllib.error
 import urllib.request
@@ -41,6 +42,7 @@ from harness.contract.schemas import value_problem
 from harness.errors import InvalidInput
 from harness.ids import new_run_id
 from harness.metrics import SLO_KEYS
+from harness.progress import Reporter
 from harness.serving_result import ResultInputs, RunFacts, build_serving_result
 from harness.summary import render_summary
 from harness.telemetry import POLLED_GAUGES, GaugePoller, PeakSampler, scrape, summarize
@@ -87,6 +89,7 @@ class MeasureConfig:
     client_workers: int | None = None  # None: one process per 1024 concurrent streams, up to the CPU count
     validity: ValidityLimits = field(default_factory=ValidityLimits)
     reference_path: str | Path | None = None  # reference outputs for greedy agreement
+    reporter: Reporter | None = None  # live progress while the client runs (requests done/total, errors, ETA)
     server_alive: Callable[[], bool] | None = None  # checked after the run: a dead server is a server_crash
     failure_refiner: Callable[[Failure], Failure] | None = None  # e.g. add the server's log tail
     extra_details: Mapping[str, Any] = field(default_factory=dict)
@@ -152,7 +155,7 @@ def _check(cfg: MeasureConfig, workload: Workload) -> tuple[int | None, int | No
     return None, cfg.max_concurrency
 
 
-CALLBACKS = ("memory_probe", "server_alive", "failure_refiner")
+CALLBACKS = ("memory_probe", "server_alive", "failure_refiner", "reporter")
 
 
 def recorded_settings(cfg: MeasureConfig) -> dict[str, Any]:
@@ -245,8 +248,11 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     before_path = _save_scrape(out_dir, METRICS_BEFORE, before)
     poller = GaugePoller(metrics_url, POLLED_GAUGES).start() if before.snapshot else None
     sampler = PeakSampler(cfg.memory_probe).start() if cfg.memory_probe else None
+    following = cfg.reporter.task(cfg.run_label, len(workload.requests), requests_path) if cfg.reporter \
+        else contextlib.nullcontext()
     try:
-        run = run_client(shares)
+        with following:
+            run = run_client(shares)
     finally:
         if poller:
             poller.stop()

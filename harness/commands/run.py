@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import psutil
 
 from harness.errors import InvalidInput
 from harness.metrics import SLO_KEYS
+from harness.progress import reporter
 from harness.serving import MeasureConfig, measure
 from harness.summary import render_summary
 from harness.telemetry import rss_probe
@@ -78,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         min_tokens=args.min_tokens, slo=_slo(args.slo), client_workers=args.client_workers,
         memory_probe=rss_probe(args.server_pid) if args.server_pid else None, reference_path=args.reference,
         validity=ValidityLimits(send_lag_p99_ms=args.max_send_lag_ms, loop_lag_p99_ms=args.max_loop_lag_ms),
+        reporter=reporter("infkit run", out=sys.stderr),
     )
     outcome = measure(cfg)
     print(render_summary(outcome.result), end="")

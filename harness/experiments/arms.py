@@ -10,7 +10,7 @@ is written once, never edited afterwards), and every completed request is kept.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from harness.contract import Failure
 from harness.experiments.server_session import ServerSession
 from harness.models import PreparedModel
 from harness.progress import Reporter
-from harness.serving import REQUESTS_FILE, MeasureConfig, MeasureOutcome, measure
+from harness.serving import MeasureConfig, MeasureOutcome, measure
 
 PROFILE_ID = {"vllm-cpu": "INF-VLLM-CPU", "vllm": "INF-VLLM-011-CU128", "sglang": "INF-SGLANG"}
 
@@ -106,11 +106,7 @@ def measure_config(ctx: ArmContext, srv: ServerSession, workload: Workload, out_
 def measure_arm(ctx: ArmContext, srv: ServerSession, workload: Workload, out_dir: Path, label: str,
                 client: Mapping[str, Any] | None = None, reporter: Reporter | None = None) -> MeasureOutcome:
     out_dir.mkdir(parents=True, exist_ok=True)
-    cfg = measure_config(ctx, srv, workload, out_dir, label, client or {})
-    if reporter is None:
-        return measure(cfg)
-    with reporter.task(label, workload.requests, out_dir / REQUESTS_FILE):
-        return measure(cfg)
+    return measure(replace(measure_config(ctx, srv, workload, out_dir, label, client or {}), reporter=reporter))
 
 
 def warm_up(ctx: ArmContext, srv: ServerSession, workload: Workload, reporter: Reporter) -> None:
