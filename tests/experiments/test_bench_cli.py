@@ -86,3 +86,11 @@ def test_cli_bad_input_is_one_line_without_traceback_and_leaves_nothing(tmp_path
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], lines
     assert not (tmp_path / "runs").exists() and not (tmp_path / "manifests").exists()
+
+
+def test_every_bench_is_one_make_target_away_with_knobs_as_make_variables(repo_root):
+    for name in bench_specs():
+        proc = subprocess.run(["make", "-C", str(repo_root), "-n", f"bench-{name}", "REPEATS=5"], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert f"infkit bench {name} " in proc.stdout and "--make-vars 'REPEATS=5'" in proc.stdout, proc.stdout
