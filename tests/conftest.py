@@ -26,3 +26,13 @@ def require_or_skip(env_var: str, reason: str) -> None:
 @pytest.fixture
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def small_bench69(tmp_path_factory):
+    """One small real bench-69 run (a server start per configuration) shared by every test that reads one."""
+    from tests.bench_runs import BENCH69_SMALL, run_bench
+    from tests.vllm_cpu_model import prepared_model_or_skip
+
+    prepared_model_or_skip()
+    return run_bench(tmp_path_factory.mktemp("bench69-small"), "69", "INF-PREFIX-CACHE", *BENCH69_SMALL)

