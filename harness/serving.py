@@ -5,6 +5,8 @@
 - ``requests.jsonl`` — one record per request, appended as each ends (a crash loses
   nothing that finished); requests never sent get a ``not_sent`` record at the end;
 - ``metrics_before.prom`` / ``metrics_after.prom`` — the server's raw ``/metrics`` text;
+- ``gauges.jsonl`` — the running/waiting/KV-usage gauges polled during the run (seconds from the
+  run's start), when the server exports them;
 - ``result.json`` — the schema-valid result (server metrics in ``details.server_metrics``,
   validity in ``conclusion``);
 - ``summary.txt`` — the same, as a short table for people.
@@ -16,6 +18,7 @@ is written with an ``aborted`` failure, then ``KeyboardInterrupt`` propagates.
 from __future__ import annotations
 
 import dataclasses
+import json
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -39,7 +42,7 @@ from harness.ids import new_run_id
 from harness.metrics import SLO_KEYS
 from harness.serving_result import ResultInputs, build_serving_result
 from harness.summary import render_summary
-from harness.telemetry import POLLED_GAUGES, GaugePoller, PeakSampler, scrape, summarize
+from harness.telemetry import POLLED_GAUGES, GaugePoller, PeakSampler, occupancy_rows, scrape, summarize
 from harness.validity import ValidityLimits, load_references
 from harness.workload import Workload, load_workload
 
@@ -48,6 +51,7 @@ RESULT_FILE = "result.json"
 SUMMARY_FILE = "summary.txt"
 METRICS_BEFORE = "metrics_before.prom"
 METRICS_AFTER = "metrics_after.prom"
+GAUGES_FILE = "gauges.jsonl"
 HEALTH_PATHS = ("/health", "/v1/models")
 
 
@@ -64,6 +68,8 @@ class MeasureConfig:
     run_id: str | None = None  # None: a new sortable id
     api: str = "completions"  # "completions" | "chat"
     max_concurrency: int | None = None  # closed loop: overrides the workload's; timed: cap on in-flight
+    batch_barrier: bool = False  # closed loop as static batches: send `concurrency`, wait for all, send the next
+    gauge_interval_s: float = 0.5  # how often the running/waiting gauges are polled during the run
     timeout_s: float = 600.0  # per request
     profile_id: str = "INF-VLLM-CPU"
     backend_name: str = "vllm-cpu"
@@ -113,6 +119,10 @@ def _check(cfg: MeasureConfig, workload: Workload) -> tuple[int | None, int | No
         raise InvalidInput("--timeout must be > 0 seconds")
     if cfg.max_concurrency is not None and cfg.max_concurrency < 1:
         raise InvalidInput("--max-concurrency must be >= 1")
+    if cfg.gauge_interval_s <= 0:
+        raise InvalidInput("the gauge poll interval must be > 0 seconds")
+    if cfg.batch_barrier and workload.arrival["process"] != "closed":
+        raise InvalidInput(f"static batches (batch barrier) need a closed-loop workload, not {workload.arrival['process']!r}")
     unknown_slo = sorted(set(cfg.slo) - set(SLO_KEYS))
     if unknown_slo:
         raise InvalidInput(f"unknown SLO keys {unknown_slo}", hint=f"use {', '.join(SLO_KEYS)}")
@@ -189,11 +199,11 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
                           ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens, keep_text=cfg.keep_text)
     workers = cfg.client_workers or auto_workers(closed or cap or len(workload.requests))
     shares = plan_shares(workload.requests, client, str(requests_path), workers=workers,
-                         closed_concurrency=closed, max_concurrency=cap)
+                         closed_concurrency=closed, max_concurrency=cap, batch_barrier=cfg.batch_barrier)
 
     before = scrape(metrics_url)
     before_path = _save_scrape(out_dir, METRICS_BEFORE, before)
-    poller = GaugePoller(metrics_url, POLLED_GAUGES).start() if before.snapshot else None
+    poller = GaugePoller(metrics_url, POLLED_GAUGES, cfg.gauge_interval_s).start() if before.snapshot else None
     sampler = PeakSampler(cfg.memory_probe).start() if cfg.memory_probe else None
     try:
         run = run_client(shares)
@@ -205,7 +215,11 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     after_path = _save_scrape(out_dir, METRICS_AFTER, after)
     records = _fill_not_sent(requests_path, workload)
 
-    server = summarize(before.snapshot, after.snapshot, poller.peaks if poller else None)
+    ends = [r.end_s for r in records if r.end_s is not None]
+    rows = occupancy_rows(poller.series, run.t0, max(ends, default=None)) if poller else []
+    if rows:
+        atomic_write_text(out_dir / GAUGES_FILE, "".join(json.dumps(r) + "\n" for r in rows))
+    server = summarize(before.snapshot, after.snapshot, poller.peaks if poller else None, rows)
     server["url"] = metrics_url
     if before.error or after.error:
         server["scrape_errors"] = [e for e in (before.error, after.error) if e]

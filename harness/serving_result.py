@@ -130,6 +130,7 @@ def build_serving_result(cfg: MeasureConfig, inputs: ResultInputs) -> dict[str, 
         "client": {
             "workers": inputs.run.workers, "event_loop": loop_name(), "loop_lag_p99_ms": health.loop_lag_p99_ms, "loop_lag_max_ms": health.loop_lag_max_ms,
             **schedule_stats(records, timed=timed), "api": cfg.api, "ignore_eos": cfg.ignore_eos, "min_tokens": cfg.min_tokens,
+            "batch_barrier": cfg.batch_barrier,
         },
         "usage": {"completed": done, "without_server_usage": usage_missing,
                   "note": ("output tokens of requests without server usage were counted from content chunks"

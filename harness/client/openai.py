@@ -60,6 +60,8 @@ def build_payload(cfg: ClientConfig, req: Request) -> dict[str, Any]:
         body["ignore_eos"] = True
     if cfg.min_tokens:
         body["min_tokens"] = req.output_tokens
+    if req.priority is not None:  # vLLM's priority scheduling reads it (FCFS servers ignore it)
+        body["priority"] = req.priority
     return body
 
 
@@ -91,6 +93,7 @@ def _record(req: Request, p: _Progress, status: str, error: str | None, *, sched
         completion_tokens=usage.get("completion_tokens"), cached_tokens=details.get("cached_tokens"),
         finish_reason=p.finish, http_status=p.http_status, error=error,
         output_text="".join(p.text) if keep_text else None, worker=worker,
+        extra={"priority": req.priority} if req.priority is not None else {},
     )
 
 

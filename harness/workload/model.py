@@ -41,6 +41,7 @@ class Request:
     prefix_tokens: int | None = None
     conversation: int | None = None
     turn: int | None = None
+    priority: int | None = None  # scheduling priority, vLLM's convention: lower is served first
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -53,7 +54,7 @@ class Request:
             out["prompt"] = self.prompt
         if self.messages is not None:
             out["messages"] = [dict(m) for m in self.messages]
-        for name in ("group", "prefix_tokens", "conversation", "turn"):
+        for name in ("group", "prefix_tokens", "conversation", "turn", "priority"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -73,6 +74,7 @@ class Request:
             prefix_tokens=obj.get("prefix_tokens"),
             conversation=obj.get("conversation"),
             turn=obj.get("turn"),
+            priority=obj.get("priority"),
         )
 
 
