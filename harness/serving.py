@@ -42,7 +42,14 @@ from harness.ids import new_run_id
 from harness.metrics import SLO_KEYS
 from harness.serving_result import ResultInputs, build_serving_result
 from harness.summary import render_summary
-from harness.telemetry import POLLED_GAUGES, GaugePoller, PeakSampler, occupancy_rows, scrape, summarize
+from harness.telemetry import (
+    POLLED_GAUGES,
+    GaugePoller,
+    PeakSampler,
+    occupancy_rows,
+    scrape,
+    summarize,
+)
 from harness.validity import ValidityLimits, load_references
 from harness.workload import Workload, load_workload
 

@@ -2,7 +2,13 @@
 
 from harness.telemetry.prometheus import GaugePoller, Scrape, Snapshot, parse, scrape
 from harness.telemetry.rss import PeakSampler, process_tree_rss, rss_probe
-from harness.telemetry.server_metrics import POLLED_GAUGES, histogram_quantile, occupancy, occupancy_rows, summarize
+from harness.telemetry.server_metrics import (
+    POLLED_GAUGES,
+    histogram_quantile,
+    occupancy,
+    occupancy_rows,
+    summarize,
+)
 
 __all__ = [
     "POLLED_GAUGES",
