@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,10 +21,12 @@ from harness.experiments import placement as placement_mod
 from harness.experiments import runner as runner_mod
 from harness.experiments.benches.bench70 import SPEC, Config
 from harness.manifest.audit import AuditConfig, audit_paths
-from harness.models import PreparedModel
 from harness.progress import Reporter
 from harness.runtime.base import ServerSpec
-from tests.tiny_tokenizer import session_tokenizer
+from tests.experiments.test_bench_cli import (
+    test_cli_bad_input_is_one_line_without_traceback_and_leaves_nothing as one_line_error,
+)
+from tests.experiments.test_bench_runner import bench_env, tokenizer_dir  # noqa: F401 (fixtures)
 
 ENGINE = Path(__file__).with_name("fake_engine.py")
 
@@ -49,21 +50,14 @@ class FakeVllm(Backend):
         return "0.0-test"
 
 
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory):
-    return session_tokenizer(tmp_path_factory)
-
-
 @pytest.fixture
-def bench_env(tokenizer_dir, monkeypatch, tmp_path):
-    model = PreparedModel(key="tiny", name="tiny-bpe", path=tokenizer_dir, gguf_sha256="sha256:" + "0" * 64,
-                          checkpoint_sha256="sha256:" + "1" * 64, tokenizer_sha256="sha256:" + "2" * 64)
-    monkeypatch.setattr(runner_mod, "ensure_model", lambda name, progress=None: model)
+def vllm_env(request, monkeypatch):
+    """The runner tests' environment (tiny model, signing key) with the vLLM-shaped stand-in as every backend."""
+    root = request.getfixturevalue("bench_env")
     backend = FakeVllm()
     monkeypatch.setattr(runner_mod, "get_backend", lambda name: backend)
     monkeypatch.setattr(placement_mod, "get_backend", lambda name: backend)
-    monkeypatch.setenv("INFKIT_SIGNING_KEY", str(tmp_path / "keys" / "signing.pem"))
-    return tmp_path
+    return root
 
 
 SMALL = dict(backend="fake-vllm", runtime="local", repeats=2, warmup_requests=1, resamples=300, requests=8,
@@ -71,8 +65,8 @@ SMALL = dict(backend="fake-vllm", runtime="local", repeats=2, warmup_requests=1,
              chunk_large=512, calibration_gap_s=0.2, comparisons=("static", "policy", "overlap"))
 
 
-def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(bench_env):
-    outcome = runner_mod.run_bench(SPEC, Config(**SMALL), root=bench_env, reporter=Reporter(io.StringIO(), every_s=60))
+def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
+    outcome = runner_mod.run_bench(SPEC, Config(**SMALL), root=vllm_env, reporter=Reporter(io.StringIO(), every_s=60))
     run_dir, result = outcome.run_dir, outcome.result
     assert not outcome.failed and validate_file(run_dir / "comparison.json") == []
     details = result["details"]
@@ -108,7 +102,7 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(bench_env)
     static = [json.loads(line) for line in (run_dir / "arms" / "static" / "r1" / "requests.jsonl").read_text().splitlines()]
     assert json.loads((run_dir / "arms" / "static" / "r1" / "result.json").read_text())["details"]["client"]["batch_barrier"]
     assert sum(1 for r in static if r["slot_s"] is not None) == 6  # batches 2..4 of 2 waited for their barrier
-    assert audit_paths([outcome.finished.manifest], AuditConfig(root=bench_env))[0].valid
+    assert audit_paths([outcome.finished.manifest], AuditConfig(root=vllm_env))[0].valid
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -122,9 +116,4 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(bench_env)
     (["--cost-model-manifest", "nope.intoto.json"], "--cost-model-manifest nope.intoto.json: no such file"),
 ])
 def test_bad_bench70_flags_are_one_line_and_leave_nothing(tmp_path, args, expected):
-    proc = subprocess.run([sys.executable, "-m", "harness", "bench", "70", *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and expected in lines[0], lines
-    assert not (tmp_path / "runs").exists() and not (tmp_path / "manifests").exists()
+    one_line_error(tmp_path, "70", args, expected)
