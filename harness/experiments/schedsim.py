@@ -20,6 +20,7 @@ Error = predicted / measured − 1.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from harness.errors import InvalidInput
+from harness.experiments.citations import cite
 from harness.mech.blocks import PlainPool
 from harness.mech.calibrate import profiling_plan, read_measured
-from harness.mech.costmodel import StepCostModel
+from harness.mech.costmodel import StepCostModel, load_cost_model
 from harness.mech.engine import Engine, validate
 from harness.mech.enginetypes import EngineConfig, RequestRecord, Seq
 from harness.mech.fitting import fit_to_measurements
@@ -51,6 +54,16 @@ class CostModel:
     def to_dict(self) -> dict[str, Any]:
         return {"coefficients": self.model.to_dict(), "ttft_overhead_ms": round(self.overhead_ms, 4),
                 "source": dict(self.source)}
+
+
+def cited_cost_model(manifest: str | Path, root: Path) -> CostModel:
+    """The step-cost model of a signed `make mech-calibrate` run, audited first (an INVALID one is refused)."""
+    citation = cite(manifest, root, semantic_id="INF-SERVING-SCHEDULER")
+    path = citation.file("step_cost.json")
+    if not path.is_file():
+        raise InvalidInput(f"cited run {citation.run_dir} has no step_cost.json: cite a make mech-calibrate run")
+    overhead = json.loads(path.read_text(encoding="utf-8"))["provenance"].get("ttft_overhead_ms", 0.0)
+    return CostModel(load_cost_model(path), float(overhead), {"kind": "cited", **citation.to_dict(root)})
 
 
 def engine_from(effective: Mapping[str, Any] | None, requested: Mapping[str, Any]) -> EngineConfig:

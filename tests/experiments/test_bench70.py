@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from harness.backends.base import VLLM_EFFECTIVE_KEYS, Backend, BackendConfig
+from harness.backends.base import VLLM_EFFECTIVE_KEYS, BackendConfig
 from harness.contract.schemas import validate_file
 from harness.experiments import placement as placement_mod
 from harness.experiments import runner as runner_mod
@@ -26,17 +27,13 @@ from harness.runtime.base import ServerSpec
 from tests.experiments.test_bench_cli import (
     test_cli_bad_input_is_one_line_without_traceback_and_leaves_nothing as one_line_error,
 )
-from tests.experiments.test_bench_runner import bench_env, tokenizer_dir  # noqa: F401 (fixtures)
+from tests.experiments.test_bench_runner import FakeBackend, bench_env, tokenizer_dir  # noqa: F401 (fixtures)
 
 ENGINE = Path(__file__).with_name("fake_engine.py")
 
 
-class FakeVllm(Backend):
+class FakeVllm(FakeBackend):
     name = "fake-vllm"
-    role = "inf-vllm-cpu"
-    runtimes = ("local",)
-    hit_counter = "vllm:prefix_cache_hits_total"
-    query_counter = "vllm:prefix_cache_queries_total"
     effective_path, effective_root, effective_keys = "/server_info", "vllm_config", VLLM_EFFECTIVE_KEYS
     override_reasons = {"scheduler_config.async_scheduling": "the platform hook forces it off"}
 
@@ -45,9 +42,6 @@ class FakeVllm(Backend):
                 "--max-num-seqs", str(cfg.max_num_seqs), "--max-num-batched-tokens", str(cfg.max_num_batched_tokens),
                 "--platform-forces-sync", *cfg.extra_args)
         return ServerSpec(argv=argv, port=cfg.port, env={})
-
-    def version(self) -> str:
-        return "0.0-test"
 
 
 @pytest.fixture
@@ -117,3 +111,27 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
 ])
 def test_bad_bench70_flags_are_one_line_and_leave_nothing(tmp_path, args, expected):
     one_line_error(tmp_path, "70", args, expected)
+
+
+def test_a_cited_calibration_run_drives_the_predictions_and_an_edited_one_is_refused(tmp_path, monkeypatch):
+    from harness.errors import InvalidInput
+    from harness.experiments.schedsim import cited_cost_model
+    from tests.test_bench69_integration import env_for, infkit
+
+    monkeypatch.setenv("INFKIT_SIGNING_KEY", str(tmp_path / "keys" / "signing.pem"))
+    monkeypatch.chdir(tmp_path)
+    for args in (("mech", "calibrate", "--out", "runs/mech", "--run-id", "c1", "--quiet"),  # the self-check
+                 ("sign", "runs/mech/calibrate/c1")):
+        done = subprocess.run(infkit(*args), cwd=tmp_path, env=env_for(tmp_path), capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+    manifest = "manifests/INF-SERVING-SCHEDULER/c1.intoto.json"
+    saved = json.loads((tmp_path / "runs/mech/calibrate/c1/step_cost.json").read_text())
+    cost = cited_cost_model(manifest, tmp_path)
+    assert cost.model.to_dict() == pytest.approx(saved["coefficients"])
+    assert cost.overhead_ms == pytest.approx(saved["provenance"]["ttft_overhead_ms"])
+    assert cost.source["kind"] == "cited" and cost.source["manifest"] == manifest and cost.source["sha256"]
+    step_cost = tmp_path / "runs/mech/calibrate/c1/step_cost.json"
+    step_cost.write_text(step_cost.read_text().replace('"base_ms"', '"base_ms" ', 1))
+    with pytest.raises(InvalidInput, match="does not audit VALID"):
+        cited_cost_model(manifest, tmp_path)

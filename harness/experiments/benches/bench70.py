@@ -19,15 +19,13 @@ model fitted to it predicts every arm (or --cost-model-manifest cites a `make me
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.cliconfig import knob
 from harness.errors import InvalidInput
 from harness.experiments import metrics as m
-from harness.experiments.citations import cite
-from harness.experiments.schedsim import CostModel
+from harness.experiments.schedsim import cited_cost_model
 from harness.experiments.scheduling import SchedulerReading
 from harness.experiments.spec import (
     Arm,
@@ -43,7 +41,6 @@ from harness.experiments.spec import (
 )
 from harness.mech.calibrate import profiling_plan
 from harness.mech.calibrate_live import plan_trace
-from harness.mech.costmodel import load_cost_model
 from harness.workload import HIGH_PRIORITY, NORMAL_PRIORITY, Arrival, Common
 
 GROUPS = ("static", "limits", "chunk", "policy", "overlap")
@@ -147,7 +144,7 @@ def plan(cfg: Config, model) -> Plan:
                  {a.label: a for g in chosen.values() for a in g[0]}.values())
     servers = variants(cfg)
     phases, order = phases_for(arms, cfg.repeats, cfg.order)  # type: ignore[arg-type]
-    cited = cited_cost_model(cfg.cost_model_manifest) if cfg.cost_model_manifest else None
+    cited = cited_cost_model(cfg.cost_model_manifest, Path(".")) if cfg.cost_model_manifest else None
     if cited is None:  # the calibration arm opens the first phase, on its first server
         trace = InputFile("calibration-trace.jsonl", plan_trace(profiling_plan(1, cfg.calibration_gap_s)))
         workloads.append(WorkloadPlan(CALIBRATION, "trace", Common(Arrival("trace"), seed=cfg.seed), {"trace": trace}))
@@ -169,16 +166,6 @@ def plan(cfg: Config, model) -> Plan:
         cited=cited, gap_s=cfg.calibration_gap_s, concurrency=cfg.concurrency,
         static_pair=("static", "continuous") if "static" in chosen else None,
         policy_pair=("seqs-low", "priority") if "policy" in chosen else None, classes=CLASSES))
-
-
-def cited_cost_model(manifest: str) -> CostModel:
-    """The step-cost model of a signed `make mech-calibrate` run, audited first (an INVALID one is refused)."""
-    citation = cite(manifest, Path("."), semantic_id="INF-SERVING-SCHEDULER")
-    path = citation.file("step_cost.json")
-    if not path.is_file():
-        raise InvalidInput(f"cited run {citation.run_dir} has no step_cost.json: cite a make mech-calibrate run")
-    overhead = json.loads(path.read_text())["provenance"].get("ttft_overhead_ms", 0.0)
-    return CostModel(load_cost_model(path), float(overhead), {"kind": "cited", **citation.to_dict(Path("."))})
 
 
 SPEC = BenchSpec(
