@@ -25,7 +25,7 @@ from tabulate import tabulate
 
 from harness.errors import InvalidInput
 from harness.experiments.analysis import Reading, claim_figures, read_claims
-from harness.experiments.arms import ArmRun, completed_runs
+from harness.experiments.arms import ArmRun, arm_dir, completed_runs
 from harness.experiments.metrics import (
     E2E_P50,
     QUEUE_WAIT_P50,
@@ -96,7 +96,7 @@ class SchedulerReading:
         run = runs[0]
         engine = engine_from(run_effective(run), run_settings(run))
         source = {"kind": "fitted at the start of this run on the same server", "arm": run.label,
-                  "server": run.server, "requests": str(run.result_path.parent / REQUESTS_FILE),
+                  "server": run.server, "requests": str(arm_dir(Path("."), run.label, run.repeat) / REQUESTS_FILE),
                   "plan": f"harness.mech.calibrate.profiling_plan(repeats=1, gap_s={self.gap_s:g})"}
         try:
             return fit_from_profile(run.result_path.parent / REQUESTS_FILE, self.gap_s, engine, source), ""
