@@ -9,6 +9,9 @@ decision rule), ``sweep`` (load sweeps and their reading rules), ``benches/``
 
 from __future__ import annotations
 
+# The spec package is loaded before the function of the same name is defined: importing a spec module
+# (harness.experiments.benches.benchNN) then finds the package loaded and no longer rebinds this name.
+from harness.experiments import benches as _spec_package  # noqa: F401
 from harness.experiments.spec import BenchSpec
 from harness.registry import discover, lookup
 
