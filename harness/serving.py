@@ -5,6 +5,8 @@
 - ``requests.jsonl`` — one record per request, appended as each ends (a crash loses
   nothing that finished); requests never sent get a ``not_sent`` record at the end;
 - ``metrics_before.prom`` / ``metrics_after.prom`` — the server's raw ``/metrics`` text;
+- ``gauges.jsonl`` — the running/waiting/KV-usage gauges polled during the run (seconds from the
+  run's start), when the server exports them;
 - ``result.json`` — the schema-valid result (server metrics in ``details.server_metrics``,
   validity in ``conclusion``);
 - ``summary.txt`` — the same, as a short table for people.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -45,7 +48,14 @@ from harness.metrics import SLO_KEYS
 from harness.progress import Reporter
 from harness.serving_result import ResultInputs, RunFacts, build_serving_result
 from harness.summary import render_summary
-from harness.telemetry import POLLED_GAUGES, GaugePoller, PeakSampler, scrape, summarize
+from harness.telemetry import (
+    POLLED_GAUGES,
+    GaugePoller,
+    PeakSampler,
+    occupancy_rows,
+    scrape,
+    summarize,
+)
 from harness.validity import ValidityLimits, load_references
 from harness.workload import Workload, load_workload
 
@@ -54,6 +64,7 @@ RESULT_FILE = "result.json"
 SUMMARY_FILE = "summary.txt"
 METRICS_BEFORE = "metrics_before.prom"
 METRICS_AFTER = "metrics_after.prom"
+GAUGES_FILE = "gauges.jsonl"
 HEALTH_PATHS = ("/health", "/v1/models")
 
 
@@ -70,6 +81,8 @@ class MeasureConfig:
     run_id: str | None = None  # None: a new sortable id
     api: str = "completions"  # "completions" | "chat"
     max_concurrency: int | None = None  # closed loop: overrides the workload's; timed: cap on in-flight
+    batch_barrier: bool = False  # closed loop as static batches: send `concurrency`, wait for all, send the next
+    gauge_interval_s: float = 0.5  # how often the running/waiting gauges are polled during the run
     timeout_s: float = 600.0  # per request
     profile_id: str = "INF-VLLM-CPU"
     backend_name: str = "vllm-cpu"
@@ -126,6 +139,10 @@ def _check(cfg: MeasureConfig, workload: Workload) -> tuple[int | None, int | No
     for flag, count in (("--max-concurrency", cfg.max_concurrency), ("--client-workers", cfg.client_workers)):
         if count is not None and count < 1:
             raise InvalidInput(f"{flag} {count}: must be >= 1")
+    if not (is_finite_number(cfg.gauge_interval_s) and cfg.gauge_interval_s > 0):
+        raise InvalidInput("the gauge poll interval must be a finite number of seconds > 0")
+    if cfg.batch_barrier and workload.arrival["process"] != "closed":
+        raise InvalidInput(f"static batches (batch barrier) need a closed-loop workload, not {workload.arrival['process']!r}")
     unknown_slo = sorted(set(cfg.slo) - set(SLO_KEYS))
     if unknown_slo:
         raise InvalidInput(f"unknown SLO keys {unknown_slo}", hint=f"use {', '.join(SLO_KEYS)}")
@@ -173,7 +190,7 @@ def run_facts(cfg: MeasureConfig) -> RunFacts:
         runtime=cfg.runtime, image=cfg.image, api=cfg.api, ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens,
         slo=dict(cfg.slo), validity=cfg.validity, token_budget=cfg.token_budget, memory_source=cfg.memory_source,
         memory_probed=cfg.memory_probe is not None, requested=recorded_settings(cfg),
-        extra_details=dict(cfg.extra_details))
+        extra_details=dict(cfg.extra_details), batch_barrier=cfg.batch_barrier)
 
 
 def endpoint_answers(endpoint: str, timeout_s: float = 3.0) -> bool:
@@ -242,11 +259,11 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
                           ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens, keep_text=cfg.keep_text)
     workers = cfg.client_workers or auto_workers(closed or cap or len(workload.requests))
     shares = plan_shares(workload.requests, client, str(requests_path), workers=workers,
-                         closed_concurrency=closed, max_concurrency=cap)
+                         closed_concurrency=closed, max_concurrency=cap, batch_barrier=cfg.batch_barrier)
 
     before = scrape(metrics_url)
     before_path = _save_scrape(out_dir, METRICS_BEFORE, before)
-    poller = GaugePoller(metrics_url, POLLED_GAUGES).start() if before.snapshot else None
+    poller = GaugePoller(metrics_url, POLLED_GAUGES, cfg.gauge_interval_s).start() if before.snapshot else None
     sampler = PeakSampler(cfg.memory_probe).start() if cfg.memory_probe else None
     following = cfg.reporter.task(cfg.run_label, len(workload.requests), requests_path) if cfg.reporter \
         else contextlib.nullcontext()
@@ -261,7 +278,11 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     after_path = _save_scrape(out_dir, METRICS_AFTER, after)
     records = _fill_not_sent(requests_path, workload)
 
-    server = summarize(before.snapshot, after.snapshot, poller.peaks if poller else None)
+    ends = [r.end_s for r in records if r.end_s is not None]
+    rows = occupancy_rows(poller.series, run.t0, max(ends, default=None)) if poller else []
+    if rows:
+        atomic_write_text(out_dir / GAUGES_FILE, "".join(json.dumps(r) + "\n" for r in rows))
+    server = summarize(before.snapshot, after.snapshot, poller.peaks if poller else None, rows)
     server["url"] = metrics_url
     if before.error or after.error:
         server["scrape_errors"] = [e for e in (before.error, after.error) if e]

@@ -60,6 +60,7 @@ class RunFacts:
     memory_probed: bool
     requested: Mapping[str, Any]
     extra_details: Mapping[str, Any] = field(default_factory=dict)
+    batch_barrier: bool = False
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,7 @@ def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any
         "client": {
             "workers": inputs.run.workers, "event_loop": loop_name(), "loop_lag_p99_ms": health.loop_lag_p99_ms, "loop_lag_max_ms": health.loop_lag_max_ms,
             **schedule_stats(records, timed=timed), "api": facts.api, "ignore_eos": facts.ignore_eos, "min_tokens": facts.min_tokens,
+            "batch_barrier": facts.batch_barrier,
         },
         "usage": {"completed": done, "without_server_usage": usage_missing,
                   "note": ("output tokens of requests without server usage were counted from content chunks"

@@ -8,9 +8,12 @@ runs (subprocess or container) is the runtime's concern.
 from __future__ import annotations
 
 import abc
+import json
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.runtime.base import ServerSpec
 
@@ -47,6 +50,10 @@ class Backend(abc.ABC):
     query_counter: str  # ... and of prefix-cache lookups (tokens)
     reset_path: str | None = None
     reset_method: str = "POST"
+    effective_path: str | None = None  # GET: the engine's configuration as it runs (JSON)
+    effective_root: str | None = None  # the key of that document holding the configuration
+    effective_keys: tuple[str, ...] = ()  # settings of the effective config recorded for every server start
+    override_reasons: Mapping[str, str] = {}  # a setting this engine is known to override here -> its reason
 
     @abc.abstractmethod
     def server_spec(self, cfg: BackendConfig) -> ServerSpec:
@@ -59,6 +66,18 @@ class Backend(abc.ABC):
     def native_python(self) -> str | None:
         """The interpreter of the environment the server runs in natively (its packages are the run's image)."""
         return None
+
+    def effective_config(self, base_url: str, timeout_s: float = 30.0) -> dict[str, Any] | None:
+        """The engine's configuration as it runs (after its own overrides), or None where it does not expose one."""
+        if not self.effective_path:
+            return None
+        try:
+            with urllib.request.urlopen(base_url + self.effective_path, timeout=timeout_s) as resp:  # noqa: S310
+                doc = json.load(resp)
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+        config = doc.get(self.effective_root) if self.effective_root and isinstance(doc, dict) else doc
+        return config if isinstance(config, dict) else None
 
     def reset_prefix_cache(self, base_url: str, timeout_s: float = 30.0) -> bool:
         """Drop every cached prefix block; False when the server does not offer it."""
@@ -102,3 +121,17 @@ def vllm_server_args(cfg: BackendConfig) -> list[str]:
     if cfg.max_num_seqs:
         args += ["--max-num-seqs", str(cfg.max_num_seqs)]
     return args + list(cfg.extra_args)
+
+
+# vLLM's resolved VllmConfig (GET /server_info, with VLLM_SERVER_DEV_MODE=1): what every server start records
+VLLM_EFFECTIVE_KEYS = tuple(f"scheduler_config.{k}" for k in (
+    "max_num_seqs", "max_num_batched_tokens", "policy", "enable_chunked_prefill", "async_scheduling")) + tuple(
+    f"cache_config.{k}" for k in ("block_size", "num_gpu_blocks", "enable_prefix_caching"))
+
+
+def lookup(doc: Mapping[str, Any] | None, dotted: str) -> Any:
+    """``doc["a"]["b"]`` for ``"a.b"``; None when any part is missing."""
+    node: Any = doc
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node

@@ -61,6 +61,8 @@ def build_payload(cfg: ClientConfig, req: Request) -> dict[str, Any]:
         body["ignore_eos"] = True
     if cfg.min_tokens:
         body["min_tokens"] = req.output_tokens
+    if req.priority is not None:  # vLLM's priority scheduling reads it (FCFS servers ignore it)
+        body["priority"] = req.priority
     return body
 
 
@@ -144,6 +146,7 @@ def _record(req: Request, p: _Progress, status: str, error: str | None, *, sched
         error=_text(error, "the error message", problems),
         output_text=_text("".join(p.text), "the output text", problems) if keep_text else None, worker=worker,
         server_data_error="; ".join(problems) or None,
+        extra={"priority": req.priority} if req.priority is not None else {},
     )
 
 

@@ -45,13 +45,17 @@ def _split(total: int | None, parts: int, part: int) -> int | None:
 
 
 def plan_shares(requests: tuple[Request, ...], client: ClientConfig, records_path: str, *, workers: int,
-                closed_concurrency: int | None, max_concurrency: int | None) -> list[Share]:
-    """Deal requests round-robin and split the concurrency; never more workers than slots."""
+                closed_concurrency: int | None, max_concurrency: int | None, batch_barrier: bool = False) -> list[Share]:
+    """Deal requests round-robin and split the concurrency; never more workers than slots.
+
+    Static batches (``batch_barrier``) run in one process: the barrier spans the whole batch.
+    """
     limit = closed_concurrency or max_concurrency
-    workers = max(1, min(workers, len(requests), limit or workers))
+    workers = 1 if batch_barrier else max(1, min(workers, len(requests), limit or workers))
     return [
         Share(worker=w, requests=requests[w::workers], client=client, records_path=records_path,
-              closed_concurrency=_split(closed_concurrency, workers, w), max_concurrency=_split(max_concurrency, workers, w))
+              closed_concurrency=_split(closed_concurrency, workers, w), max_concurrency=_split(max_concurrency, workers, w),
+              batch_barrier=batch_barrier)
         for w in range(workers)
     ]
 

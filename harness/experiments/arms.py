@@ -98,7 +98,8 @@ def measure_config(ctx: ArmContext, srv: ServerSession, workload: Workload, out_
         tokenizer_ref=ctx.model.tokenizer_ref, metrics_url=srv.metrics_url, memory_probe=srv.handle.memory_bytes,
         ignore_eos=ctx.ignore_eos, token_budget=token_budget, server_alive=srv.handle.alive,
         failure_refiner=lambda failure: crash_failure(srv, label, failure),
-        extra_details={"server": srv.name, "server_settings": srv.settings, "prefix_caching": srv.config.prefix_caching},
+        extra_details={"server": srv.name, "server_settings": srv.settings, "server_effective": srv.effective,
+                       "prefix_caching": srv.config.prefix_caching},
         **settings,
     )
 

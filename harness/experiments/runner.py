@@ -9,8 +9,11 @@ and the signed manifest.
 Failure rules: a failed arm run (e.g. the server died) stops the bench, keeps every
 completed request and blocks the decision. A server variant the spec marks optional
 that the engine refuses to start is recorded as ``capability_missing`` with the
-engine's own message, and the bench goes on without its arms. Ctrl-C keeps what was
-measured and signs it as an aborted run.
+engine's own message, and the bench goes on without its arms. After every start the
+engine's effective settings are read back (servers.json, each arm's result); a variant
+whose ``expect``ed settings the engine did not apply is stopped at once and is
+``capability_missing`` too (requested vs effective, and the engine's reason where known).
+Ctrl-C keeps what was measured and signs it as an aborted run.
 """
 
 from __future__ import annotations
@@ -32,7 +35,16 @@ from harness.experiments.arms import ArmContext, ArmRun, Workload, arm_dir, meas
 from harness.experiments.outputs import arm_table, summary_text
 from harness.experiments.placement import Placement, resolve_placement
 from harness.experiments.server_session import ServerSession, server_session
-from harness.experiments.spec import Arm, BenchConfig, BenchSpec, History, Plan, WorkloadPlan
+from harness.experiments.spec import (
+    Arm,
+    BenchConfig,
+    BenchSpec,
+    History,
+    InputFile,
+    Plan,
+    ServerVariant,
+    WorkloadPlan,
+)
 from harness.models import PreparedModel, ensure_model
 from harness.progress import Reporter
 from harness.rundir import Finished, RunDirectory, check_run_target
@@ -98,7 +110,9 @@ class Bench:
 
     def workload(self, plan: WorkloadPlan) -> Workload:
         if plan.name not in self.history.workloads:
-            made = make_workload(plan.kind, plan.common, dict(plan.options), self.model.path)
+            options = {k: self.rd.write_text(f"workloads/inputs/{v.name}", v.text) if isinstance(v, InputFile) else v
+                       for k, v in plan.options.items()}
+            made = make_workload(plan.kind, plan.common, options, self.model.path)
             path = write_workload(self.rd.file(f"workloads/{plan.name}.jsonl"), made)
             self.history.workloads[plan.name] = Workload(path, made.workload_id, len(made.requests))
         return self.history.workloads[plan.name]
@@ -113,13 +127,18 @@ class Bench:
         backend = self.backend_of(name)
         config = replace(self.base, port=free_port(), **variant.settings)
         self.reporter.state(f"server {name}: starting")
-        srv = stack.enter_context(server_session(
-            name, backend, self.runtime, config, self.rd.path / "servers", start_timeout_s=self.cfg.start_timeout_s,
-            progress=self.reporter, settings=dict(variant.settings), on_start=self.record_server,
-            on_stop=self.record_server))
-        if self.plan.warmup is not None:
-            warm_up(self.ctx, srv, self.workload(next(w for w in self.plan.workloads if w.name == self.plan.warmup)),
-                    self.reporter)
+        with ExitStack() as own:  # a variant the engine did not apply is stopped at once, not at the phase's end
+            srv = own.enter_context(server_session(
+                name, backend, self.runtime, config, self.rd.path / "servers", start_timeout_s=self.cfg.start_timeout_s,
+                progress=self.reporter, settings=dict(variant.settings), on_start=self.record_server,
+                on_stop=self.record_server))
+            srv.read_effective(variant.expect)
+            self.record_server(srv)
+            check_applied(variant, srv)
+            if self.plan.warmup is not None:
+                warm_up(self.ctx, srv, self.workload(next(w for w in self.plan.workloads if w.name == self.plan.warmup)),
+                        self.reporter)
+            stack.enter_context(own.pop_all())
         self.reporter.state(f"server {name}: up")
         return srv
 
@@ -194,8 +213,11 @@ class Bench:
         return None
 
     def refuse(self, name: str, exc: ServerStartError) -> None:
-        """An optional variant the engine will not start is a recorded capability gap; any other is the end."""
+        """An optional variant the engine will not start (or not apply) is a recorded capability gap; any other
+        is the end."""
         message, _, tail = str(exc).partition("\n")
+        if isinstance(exc, NotApplied) and not self.plan.server(name).optional:
+            raise Stop(Failure(stage="server_start", kind="capability_missing", message=f"server {name}: {message}"))
         if self.plan.server(name).optional:
             self.refused[name] = f"{message}\n{tail[-2000:]}".strip()
             self.reporter(f"server {name}: refused by the engine here, recorded as capability_missing: {message}")
@@ -213,6 +235,27 @@ class Bench:
             return [{"role": get_backend(b).role, "ref": ref, "digest": digest} for ref, digest, b in sorted(pulled)]
         backends = sorted({self.backend_of(s.name).name for s in self.plan.servers})
         return [native_image(get_backend(b).role, get_backend(b).native_python()) for b in backends]
+
+
+class NotApplied(ServerStartError):
+    """The engine started but runs with other settings than the variant exists for (read back after the start)."""
+
+
+def check_applied(variant: ServerVariant, srv: ServerSession) -> None:
+    """Raise ``NotApplied`` naming requested vs effective (and the engine's reason, where known) for each miss."""
+    effective = srv.effective
+    if not variant.expect:
+        return
+    if effective is None:
+        raise NotApplied(f"the variant needs {dict(variant.expect)} but {srv.backend.name} does not report its "
+                         "effective configuration, so it cannot be checked")
+    missed = [k for k, v in variant.expect.items() if effective.get(k) != v]
+    if missed:
+        source = f"GET {srv.backend.effective_path}"
+        parts = [f"requested {k}={variant.expect[k]!r}, the engine runs {k}={effective.get(k)!r} (read back by "
+                 f"{source})" + (f": {srv.backend.override_reasons[k]}" if k in srv.backend.override_reasons else "")
+                 for k in missed]
+        raise NotApplied("; ".join(parts))
 
 
 def kv_cache_config(metrics_path: Path) -> dict[str, Any] | None:
@@ -290,6 +333,8 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
         reading.figures.update(claim_figures(history, plan, f"bench-{spec.name} {spec.semantic_id}"))
     for name, message in bench.refused.items():
         reading.details.setdefault("capability_missing", {})[name] = message
+        reading.lines.append(f"capability_missing: server variant {name} (its arms did not run): "
+                             f"{message.splitlines()[0]}")
     labels = list(dict.fromkeys([*(a.label for a in plan.arms), *(r.label for r in history.runs)]))
     extra = {"servers": list(bench.servers.values()), "workloads": {
         k: {"path": str(w.path.relative_to(rd.path)), "workload_id": w.workload_id} for k, w in history.workloads.items()}}

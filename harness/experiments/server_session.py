@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.backends.base import Backend, BackendConfig
+from harness.backends.base import Backend, BackendConfig, lookup
 from harness.progress import Progress
 from harness.runtime.base import Runtime, ServerHandle
 
@@ -28,6 +28,7 @@ class ServerSession:
     settings: dict[str, Any] = field(default_factory=dict)  # what this server variant sets beyond the bench's base
     exit_status: int | None = None
     resets: list[dict[str, Any]] = field(default_factory=list)
+    effective: dict[str, Any] | None = None  # the engine's effective settings, read back after the start
 
     @property
     def base_url(self) -> str:
@@ -36,6 +37,13 @@ class ServerSession:
     @property
     def metrics_url(self) -> str:
         return self.handle.base_url + "/metrics"
+
+    def read_effective(self, keys: Iterable[str] = ()) -> dict[str, Any] | None:
+        """Read the engine's effective settings (its backend's ``effective_keys`` and ``keys``) into ``effective``."""
+        doc = self.backend.effective_config(self.handle.base_url)
+        if doc is not None:
+            self.effective = {k: lookup(doc, k) for k in dict.fromkeys([*self.backend.effective_keys, *keys])}
+        return self.effective
 
     def reset_prefix_cache(self) -> Any:
         outcome = self.backend.reset_prefix_cache(self.handle.base_url)
@@ -47,7 +55,8 @@ class ServerSession:
                 "command": self.command, "env": self.env, "pid": self.handle.pid, "settings": self.settings,
                 "startup_s": round(self.startup_s, 1), "log": self.handle.log_path.name,
                 "prefix_caching": self.config.prefix_caching, "exit_status": self.exit_status,
-                "image": self.handle.image}
+                "image": self.handle.image, "effective": self.effective,
+                "effective_source": f"GET {self.backend.effective_path}" if self.backend.effective_path else None}
 
 
 @contextmanager

@@ -74,8 +74,17 @@ class BenchConfig:
 
 
 @dataclass(frozen=True)
+class InputFile:
+    """A file a workload generator reads (a trace): written under the run's ``workloads/inputs/`` first, and the
+    option holding it becomes that path, so the input is part of the signed run."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
 class WorkloadPlan:
-    """One workload file the bench makes: a generator kind and its parameters."""
+    """One workload file the bench makes: a generator kind and its parameters (an option may be an ``InputFile``)."""
 
     name: str
     kind: str
@@ -93,6 +102,9 @@ class ServerVariant:
     backend: str | None = None
     optional: bool = False  # the engine may refuse it here: a refused start is capability_missing, not fatal
     note: str = ""
+    # settings of the engine's effective config (the backend's dotted paths) this variant exists for, read back
+    # after the start: a value the engine did not apply is capability_missing (optional) or stops the bench
+    expect: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -83,12 +83,16 @@ def scrape(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> Scrape:
 
 @dataclass
 class GaugePoller:
-    """Polls ``url`` in a thread during the run and keeps each named gauge's peak."""
+    """Polls ``url`` in a thread during the run; keeps each named gauge's peak and the time series.
+
+    ``series`` holds one ``(time.monotonic() at the scrape, {gauge: value})`` per successful poll.
+    """
 
     url: str
     gauges: Iterable[str]
     interval_s: float = 0.5
     peaks: dict[str, float] = field(default_factory=dict)
+    series: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     polls: int = 0
     failures: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -102,10 +106,10 @@ class GaugePoller:
                 self.failures += 1
                 continue
             self.polls += 1
-            for name in names:
-                value = got.snapshot.total(name)
-                if value is not None:
-                    self.peaks[name] = max(value, self.peaks.get(name, value))
+            values = {name: v for name in names if (v := got.snapshot.total(name)) is not None}
+            for name, value in values.items():
+                self.peaks[name] = max(value, self.peaks.get(name, value))
+            self.series.append((got.snapshot.taken_s, values))
 
     def start(self) -> GaugePoller:
         self._thread = threading.Thread(target=self._run, name="infkit-gauge-poller", daemon=True)

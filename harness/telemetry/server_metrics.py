@@ -2,7 +2,8 @@
 
 vLLM and SGLang name the same quantities differently; each quantity lists its series
 per backend in one table, first match wins. Every quantity is a delta across the run
-(counters, histograms) or a peak during it (gauges). A series missing from a snapshot
+(counters, histograms), a peak during it (gauges) or the time-weighted occupancy of the
+polled running/waiting gauges (``occupancy``). A series missing from a snapshot
 is reported under ``absent`` with the reason — never as zero. A counter that went
 down (server restarted) is absent too.
 """
@@ -34,6 +35,43 @@ SPEC_DECODE = {
     "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
 }
 POLLED_GAUGES = KV_USAGE_GAUGES + RUNNING_GAUGES + WAITING_GAUGES
+OCCUPANCY_GAUGES = {"running": RUNNING_GAUGES, "waiting": WAITING_GAUGES, "kv_cache_usage": KV_USAGE_GAUGES}
+
+
+def occupancy_rows(series: list[tuple[float, dict[str, float]]], t0_s: float, end_s: float | None = None
+                   ) -> list[dict[str, float]]:
+    """Polled gauges as rows ``{t_s, running, waiting, kv_cache_usage}`` (t_s from the run's start ``t0_s``,
+    both ``time.monotonic()``), kept within [0, end_s]; a gauge the server does not export is left out."""
+    rows = []
+    for taken_s, values in series:
+        t_s = taken_s - t0_s
+        if t_s < 0 or (end_s is not None and t_s > end_s):
+            continue
+        row = {"t_s": round(t_s, 3)}
+        for key, names in OCCUPANCY_GAUGES.items():
+            value = next((values[n] for n in names if n in values), None)
+            if value is not None:
+                row[key] = value
+        rows.append(row)
+    return rows
+
+
+def occupancy(rows: list[dict[str, float]]) -> dict[str, Any] | None:
+    """Time-weighted mean (each sample holds until the next) and peak of the running and waiting gauges."""
+    rows = [r for r in rows if "running" in r]
+    if len(rows) < 2:
+        return None
+    times = [r["t_s"] for r in rows]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    weights = [*gaps, sorted(gaps)[len(gaps) // 2]]  # the last sample holds one typical interval
+    total = sum(weights)
+    out: dict[str, Any] = {"samples": len(rows), "interval_s_median": round(weights[-1], 4),
+                           "window_s": round(times[-1] - times[0], 3)}
+    for key in ("running", "waiting"):
+        values = [r.get(key, 0.0) for r in rows]
+        out[f"{key}_mean"] = round(sum(v * w for v, w in zip(values, weights, strict=True)) / total, 4) if total else None
+        out[f"{key}_peak"] = max(values)
+    return out
 
 
 def counter_delta(before: Snapshot, after: Snapshot, name: str) -> tuple[float | None, str | None]:
@@ -99,13 +137,20 @@ def _first_present(snap: Snapshot, names: tuple[str, ...]) -> str | None:
     return next((n for n in names if snap.total(n) is not None), None)
 
 
-def summarize(before: Snapshot | None, after: Snapshot | None, peaks: dict[str, float] | None = None) -> dict[str, Any]:
-    """``details.server_metrics``: deltas and peaks, with ``absent`` naming what could not be measured and why."""
+def summarize(before: Snapshot | None, after: Snapshot | None, peaks: dict[str, float] | None = None,
+              occupancy_rows: list[dict[str, float]] | None = None) -> dict[str, Any]:
+    """``details.server_metrics``: deltas, peaks and occupancy, with ``absent`` naming what could not be
+    measured and why."""
     peaks = peaks or {}
     out: dict[str, Any] = {"prefix_cache": None, "queue_time_ms": None, "preemptions": None,
                            "kv_cache_usage_peak": None, "running_peak": None, "waiting_peak": None,
-                           "tokens": {}, "spec_decode": None, "absent": {}}
+                           "occupancy": occupancy(occupancy_rows or []), "tokens": {}, "spec_decode": None,
+                           "absent": {}}
     absent = out["absent"]
+    if out["occupancy"] is None:
+        absent["occupancy"] = "fewer than two polls of the running gauge during the run"
+    else:
+        out["occupancy"]["source"] = "polled /metrics gauges (" + ", ".join(RUNNING_GAUGES + WAITING_GAUGES) + ")"
     for name, gauges in (("kv_cache_usage_peak", KV_USAGE_GAUGES), ("running_peak", RUNNING_GAUGES), ("waiting_peak", WAITING_GAUGES)):
         polled = [peaks[g] for g in gauges if g in peaks]
         ends = [s.total(g) for s in (before, after) if s is not None for g in gauges if s.total(g) is not None]

@@ -7,6 +7,8 @@ Data flows one way: ``make_workload`` â†’ ``write_workload`` (canonical JSONL) â
 from harness.workload.arrival import PROCESSES, Arrival
 from harness.workload.generators import (
     GENERATORS,
+    HIGH_PRIORITY,
+    NORMAL_PRIORITY,
     Common,
     Option,
     check_options,
@@ -25,6 +27,8 @@ from harness.workload.tokens import ExactTokenizer
 
 __all__ = [
     "GENERATORS",
+    "HIGH_PRIORITY",
+    "NORMAL_PRIORITY",
     "PROCESSES",
     "Arrival",
     "Common",

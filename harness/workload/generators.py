@@ -48,10 +48,25 @@ class Common:
     input_range: float = 0.0  # uniform in [N(1-r), N(1+r)], as vLLM's range ratio
     output_range: float = 0.0
     seeds: dict[str, int] = field(default_factory=dict)  # per-dimension overrides
+    high_priority_fraction: float = 0.0  # > 0: a priority mix, this fraction tagged HIGH_PRIORITY, the rest NORMAL
 
     def seed_for(self, dimension: str) -> int:
-        offset = {"lengths": 0, "content": 1, "arrival": 2}[dimension]
+        offset = {"lengths": 0, "content": 1, "arrival": 2, "priority": 3}[dimension]
         return self.seeds.get(dimension, self.seed + offset)
+
+    @property
+    def dimensions(self) -> tuple[str, ...]:
+        """The random dimensions this workload has (priority only in a priority mix, so other ids stay as they were)."""
+        return ("lengths", "content", "arrival", *(("priority",) if self.high_priority_fraction else ()))
+
+
+HIGH_PRIORITY, NORMAL_PRIORITY = 0, 1  # vLLM's convention: the lower value is served first
+
+
+def priorities(count: int, fraction: float, seed: int) -> list[int]:
+    """Exactly round(fraction x count) requests tagged HIGH_PRIORITY, chosen by a seeded draw; the rest NORMAL."""
+    high = set(random.Random(f"{seed}:priority").sample(range(count), round(fraction * count)))
+    return [HIGH_PRIORITY if i in high else NORMAL_PRIORITY for i in range(count)]
 
 
 Build = Callable[[Common, dict[str, Any], ExactTokenizer], tuple[list[Request], list[float] | None]]
@@ -260,7 +275,9 @@ def check_options(kind: str, common: Common, options: dict[str, Any]) -> dict[st
     for name, value in (("--input-range", common.input_range), ("--output-range", common.output_range)):
         if not (is_finite_number(value) and 0 <= value < 1):
             raise InvalidInput(f"{name} {value}: must be in [0, 1)")
-    for dim in ("lengths", "content", "arrival"):
+    if not (is_finite_number(common.high_priority_fraction) and 0 <= common.high_priority_fraction <= 1):
+        raise InvalidInput(f"--high-priority-fraction {common.high_priority_fraction}: must be in [0, 1]")
+    for dim in common.dimensions:
         if abs(common.seed_for(dim)) >= MAX_SEED:
             raise InvalidInput(f"the {dim} seed {common.seed_for(dim)} (--seed or --{dim}-seed): must be within "
                                "+-2**64")
@@ -281,17 +298,22 @@ def make_workload(kind: str, common: Common, options: dict[str, Any], tokenizer_
     requests, trace_s = gen.build(common, opts, tok)
     sched = offsets(common.arrival, len(requests), common.seed_for("arrival"), trace_s)
     requests = [Request(**{**r.__dict__, "offset_s": off}) for r, off in zip(requests, sched, strict=False)]
+    if common.high_priority_fraction:
+        tags = priorities(len(requests), common.high_priority_fraction, common.seed_for("priority"))
+        requests = [Request(**{**r.__dict__, "priority": p}) for r, p in zip(requests, tags, strict=True)]
     params = {"version": GENERATOR_VERSION, "seed": common.seed, "input_tokens": common.input_tokens, "output_tokens": common.output_tokens,
               "input_range": common.input_range, "output_range": common.output_range, "requests": common.requests,
               **{k: (Path(v).name if k == "trace" and v else v) for k, v in opts.items()}}
     if opts.get("trace"):
         params["trace_sha256"] = sha256_file(opts["trace"])
+    if common.high_priority_fraction:
+        params["high_priority_fraction"] = common.high_priority_fraction
     header = {
         "workload_id": "",
         "kind": kind,
         "generator": params,
         "arrival": common.arrival.to_header(),
-        "seeds": {d: common.seed_for(d) for d in ("lengths", "content", "arrival")},
+        "seeds": {d: common.seed_for(d) for d in common.dimensions},
         "tokenizer": {"name": tok.ref.name, "sha256": tok.ref.sha256},
         "paired_with": gen.paired_with,
     }

@@ -48,6 +48,7 @@ class Request:
     prefix_tokens: int | None = None
     conversation: int | None = None
     turn: int | None = None
+    priority: int | None = None  # scheduling priority, vLLM's convention: lower is served first
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -60,7 +61,7 @@ class Request:
             out["prompt"] = self.prompt
         if self.messages is not None:
             out["messages"] = [dict(m) for m in self.messages]
-        for name in ("group", "prefix_tokens", "conversation", "turn"):
+        for name in ("group", "prefix_tokens", "conversation", "turn", "priority"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -80,6 +81,7 @@ class Request:
             prefix_tokens=obj.get("prefix_tokens"),
             conversation=obj.get("conversation"),
             turn=obj.get("turn"),
+            priority=obj.get("priority"),
         )
 
 

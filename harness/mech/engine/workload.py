@@ -2,8 +2,8 @@
 
 Workload files are read with ``harness.workload.load_workload`` (schema-checked, id
 re-hashed), the same reader the serving client uses; the simulator keeps each request's
-``index, offset_s, input_tokens, output_tokens`` and, for prefix workloads, ``group`` and
-``prefix_tokens``. Simulated prompt token
+``index, offset_s, input_tokens, output_tokens``, ``priority`` (0 when absent) and, for prefix
+workloads, ``group`` and ``prefix_tokens``. Simulated prompt token
 ids are derived deterministically: prefix token i of group g is mix(g, i),
 every other token is mix of the request index and position, so requests of one
 group share exactly their first ``prefix_tokens`` tokens.
@@ -73,7 +73,8 @@ def prompt_token_ids(req: SimRequest, length: int | None = None) -> tuple[int, .
 def from_workload(workload: Workload) -> SimWorkload:
     """The simulator's view of a serving workload: lengths, offsets and prefix groups, no text."""
     reqs = tuple(SimRequest(index=r.index, arrival_s=r.offset_s, input_tokens=r.input_tokens,
-                            output_tokens=r.output_tokens, group=r.group, prefix_tokens=r.prefix_tokens or 0)
+                            output_tokens=r.output_tokens, group=r.group, prefix_tokens=r.prefix_tokens or 0,
+                            priority=r.priority or 0)
                  for r in workload.requests)
     bad = [r.index for r in reqs if r.prefix_tokens > r.input_tokens]
     if bad:
