@@ -182,13 +182,23 @@ def test_manylinux_tags_cover_older_glibc():
     assert "manylinux2014_x86_64" in tags and "manylinux_2_36_x86_64" not in tags
 
 
-def test_driver_floor():
-    assert check_driver("12.8", "570.26", driver_version="570.86.15").ok
-    assert check_driver("12.8", "570.26", driver_version="580.65.06").ok
-    with pytest.raises(CapabilityMissing, match=r"535\.104\.05 is older than 570\.26.*R570\+"):
-        check_driver("12.8", "570.26", driver_version="535.104.05")
-    fc = check_driver("12.8", "570.26", driver_version="535.104.05", allow_forward_compat=True)
-    assert fc.ok and fc.forward_compat
+def test_driver_rule_follows_nvidia_compatibility_terms():
+    full = check_driver("12.8", "570.26", driver_version="570.86.15")
+    assert (full.mechanism, full.warning) == ("full", None)
+    assert check_driver("12.9", "575.51.03", driver_version="580.65.06").mechanism == "full"
+    # R525..R570 runs a 12.8 userspace through minor-version compatibility: it passes, saying what is lost
+    minor = check_driver("12.8", "570.26", driver_version="535.104.05")
+    assert minor.mechanism == "minor_version_compatibility"
+    assert "no PTX JIT" in minor.warning and "R570" in minor.warning and "R525" in minor.warning
+    assert check_driver("12.9", "575.51.03", driver_version="570.86.15").mechanism == "minor_version_compatibility"
+    assert check_driver("12.8", "570.26", driver_version="525.60.13").mechanism == "minor_version_compatibility"
+    # below the 12.x floor only the forward-compatibility package runs it, and only when it is declared
+    with pytest.raises(CapabilityMissing, match=r"525\.60\.11 is older than 525\.60\.13.*R525\+.*R570\+"):
+        check_driver("12.8", "570.26", driver_version="525.60.11")
+    with pytest.raises(CapabilityMissing, match=r"470\.239\.06 is older than 525\.60\.13"):
+        check_driver("12.8", "570.26", driver_version="470.239.06")
+    fc = check_driver("12.8", "570.26", driver_version="470.239.06", allow_forward_compat=True)
+    assert fc.mechanism == "forward_compatibility" and "forward-compatibility package" in fc.warning
 
 
 def test_refresh_and_base_resolution_keep_the_lock_valid(tmp_path: Path):

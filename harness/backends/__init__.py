@@ -4,5 +4,6 @@ Add a backend by adding a module that calls ``register_backend``.
 """
 
 from harness.backends.base import Backend, BackendConfig, get_backend, register_backend
+from harness.backends.cache_reset import CacheReset
 
-__all__ = ["Backend", "BackendConfig", "get_backend", "register_backend"]
+__all__ = ["Backend", "BackendConfig", "CacheReset", "get_backend", "register_backend"]

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import abc
 import importlib
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness.backends.cache_reset import CacheReset, post, probe_around, verdict_in_body
 from harness.errors import InvalidInput
 from harness.runtime.base import ServerSpec
 
@@ -50,6 +49,7 @@ class Backend(abc.ABC):
     query_counter: str  # ... and of prefix-cache lookups (tokens)
     reset_path: str | None = None
     reset_method: str = "POST"
+    reset_status_is_verdict: bool = False  # 200 means reset, 4xx means declined (SGLang)
 
     @abc.abstractmethod
     def server_spec(self, cfg: BackendConfig) -> ServerSpec:
@@ -59,16 +59,38 @@ class Backend(abc.ABC):
     def version(self) -> str:
         """The engine's release string as recorded in results."""
 
-    def reset_prefix_cache(self, base_url: str, timeout_s: float = 30.0) -> bool:
-        """Drop every cached prefix block; False when the server does not offer it."""
+    def reset_prefix_cache(self, base_url: str, timeout_s: float = 30.0) -> CacheReset:
+        """Drop every cached prefix block and say whether that happened (``harness.backends.cache_reset``)."""
         if not self.reset_path:
-            return False
-        req = urllib.request.Request(base_url + self.reset_path, method=self.reset_method, data=b"")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+            return CacheReset(False, None, f"{self.name} offers no prefix-cache reset")
+        url = base_url + self.reset_path
+        answer: list[tuple[int, str]] = []
+
+        def reset() -> None:
+            answer.append(post(url, timeout_s, method=self.reset_method))
+
+        reset()
+        status, body = answer[-1]
+        said = f"{self.reset_method} {self.reset_path} -> {status} {body.strip()[:120]!r}"
+        if status == 0 or (status >= 400 and not self.reset_status_is_verdict):
+            return CacheReset(False, None, said)
+        verdict = verdict_in_body(body)
+        if verdict is not None:
+            return CacheReset(True, verdict, f"{said}: the engine's verdict")
+        if self.reset_status_is_verdict:
+            return CacheReset(True, status == 200, f"{said}: the status is the engine's verdict")
+        # No verdict in the answer: observe one (a cacheable probe, reset again, the probe again).
+        seen = probe_around(base_url, self.hit_counter, self.query_counter, reset)
+        status, body = answer[-1]
+        said = f"{self.reset_method} {self.reset_path} -> {status} {body.strip()[:120]!r}"
+        if seen.problem:
+            return CacheReset(status == 200, None, f"{said}; {seen.problem}")
+        if not seen.control_hits:
+            return CacheReset(status == 200, None, f"{said}; the probe never hit the cache (caching off?), "
+                                                   "so a reset cannot be observed")
+        observed = (f"{said}; the probe hit {seen.control_hits:g} tokens before and {seen.hits:g} of "
+                    f"{seen.queries:g} after ({self.hit_counter})")
+        return CacheReset(status == 200, seen.hits == 0, observed)
 
 
 _BACKENDS: dict[str, Callable[[], Backend]] = {}

@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--engine", choices=["docker", "podman"])
     q.add_argument("--base-image", help="build on this local image instead of the locked base (recorded in the image)")
     q.add_argument("--ca-bundle", type=Path, help="CA bundle passed to pip as a build secret (default: the system one)")
+    q.add_argument("--wheelhouse", default="auto", metavar="auto|off|DIR",
+                   help="locked wheels from the host's pip as a build context (auto: when the Dockerfile takes one)")
+    q.add_argument("--log", type=Path, help="also write the engine's build output to this file")
     q.set_defaults(func=run_build)
 
     q = s.add_parser("pull", help="pull a role's image by the digest in its lock")
@@ -104,7 +107,9 @@ def run_build(args: argparse.Namespace) -> int:
     from harness.images.build import BuildConfig, build_image
     from harness.images.locks import load_lock
 
-    cfg = BuildConfig(role=args.role, engine=args.engine, base_image=args.base_image, ca_bundle=args.ca_bundle)
+    cfg = BuildConfig(role=args.role, engine=args.engine, base_image=args.base_image, ca_bundle=args.ca_bundle,
+                      wheelhouse=args.wheelhouse, log_path=args.log)
+    cfg.check()
     outcome = build_image(load_lock(args.role), cfg)
     note = f" (base substituted for {outcome.base_substituted_for})" if outcome.base_substituted_for else ""
     print(f"built {', '.join(outcome.refs)} {outcome.image_id} on {outcome.base_image}{note} in {outcome.seconds:.0f} s")

@@ -6,11 +6,12 @@ import inspect
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.backends.base import Backend, BackendConfig
+from harness.backends.cache_reset import CacheReset
 from harness.runtime.base import Runtime, ServerHandle
 
 Progress = Callable[[str], None]
@@ -28,6 +29,7 @@ class ServerSession:
     env: dict[str, str]
     startup_s: float
     exit_status: int | None = None
+    resets: list[CacheReset] = field(default_factory=list)
 
     @property
     def base_url(self) -> str:
@@ -37,15 +39,20 @@ class ServerSession:
     def metrics_url(self) -> str:
         return self.handle.base_url + "/metrics"
 
-    def reset_prefix_cache(self) -> bool:
-        return self.backend.reset_prefix_cache(self.handle.base_url)
+    def reset_prefix_cache(self) -> CacheReset:
+        outcome = self.backend.reset_prefix_cache(self.handle.base_url)
+        self.resets.append(outcome)
+        return outcome
 
     def record(self) -> dict[str, Any]:
         return {"name": self.name, "backend": self.backend.name, "version": self.backend.version(),
                 "command": self.command, "env": self.env, "pid": self.handle.pid,
                 "startup_s": round(self.startup_s, 1), "log": self.handle.log_path.name,
                 "prefix_caching": self.config.prefix_caching, "exit_status": self.exit_status,
-                "image": self.handle.image}
+                "image": self.handle.image,
+                "prefix_cache_resets": {"requested": sum(r.requested for r in self.resets),
+                                        "confirmed": sum(r.confirmed is True for r in self.resets),
+                                        "last": self.resets[-1].to_dict() if self.resets else None}}
 
 
 @contextmanager
