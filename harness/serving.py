@@ -202,7 +202,7 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     after_path = _save_scrape(out_dir, METRICS_AFTER, after)
     records = _fill_not_sent(requests_path, workload)
 
-    server = summarize(before.snapshot, after.snapshot, poller.peaks if poller else None)
+    server = summarize(before.snapshot, after.snapshot, poller.readings if poller else None)
     server["url"] = metrics_url
     if before.error or after.error:
         server["scrape_errors"] = [e for e in (before.error, after.error) if e]

@@ -59,6 +59,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--find-links", action="append", default=[])
     q.set_defaults(func=run_lock_deps)
 
+    q = s.add_parser("wheels", help="download the wheels a lock names (requirements/<name>.lock), hashes checked")
+    q.add_argument("name")
+    q.add_argument("--dest", type=Path, required=True)
+    q.add_argument("--extra-index-url", action="append", default=[])
+    q.set_defaults(func=run_wheels)
+
     q = s.add_parser("run", help="run `infkit ARGS...` inside a role image with the harness mounted read-only")
     q.add_argument("role")
     q.add_argument("--run-dir", type=Path, required=True, help="mounted read-write; the container log goes here")
@@ -113,6 +119,18 @@ def run_build(args: argparse.Namespace) -> int:
     outcome = build_image(load_lock(args.role), cfg)
     note = f" (base substituted for {outcome.base_substituted_for})" if outcome.base_substituted_for else ""
     print(f"built {', '.join(outcome.refs)} {outcome.image_id} on {outcome.base_image}{note} in {outcome.seconds:.0f} s")
+    return 0
+
+
+def run_wheels(args: argparse.Namespace) -> int:
+    from harness.images.locks import REPO_ROOT
+    from harness.images.wheelhouse import fetch_locked, lock_target
+
+    lock_file = REPO_ROOT / "requirements" / f"{args.name}.lock"
+    if not lock_file.is_file():
+        raise InvalidInput(f"no lock {lock_file.relative_to(REPO_ROOT)}")
+    got = fetch_locked(lock_file, args.dest, lock_target(lock_file, tuple(args.extra_index_url)))
+    print(f"{got.wheels} wheels ({got.total_bytes / 1e6:.1f} MB) in {got.path}, hashes match {lock_file.name}")
     return 0
 
 

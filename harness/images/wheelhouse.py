@@ -12,6 +12,7 @@ the folder as the named build context ``wheelhouse`` and installs from it alone
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -60,31 +61,43 @@ def missing_wheels(lock_file: Path, folder: Path) -> list[str]:
     return [f"{d.name}=={d.version}" for d in deplock.parse_lock(lock_file.read_text()) if d.sha256 not in present]
 
 
-def fill_wheelhouse(lock: ImageLock, dest: Path | None = None, *, extra_index_urls: tuple[str, ...] = (),
-                    log_path: Path | None = None) -> Wheelhouse:
-    """Download the role's locked wheels with the host's pip into ``dest`` and verify them against the lock."""
-    dep = lock.doc["dependency_lock"]
-    lock_file = REPO_ROOT / dep["path"]
-    dest = Path(dest) if dest else default_dir(lock.role)
+def fetch_locked(lock_file: Path, dest: Path, target: deplock.LockTarget, log_path: Path | None = None) -> Wheelhouse:
+    """Download every wheel ``lock_file`` names, for ``target``, into ``dest``; verify each against the lock."""
     dest.mkdir(parents=True, exist_ok=True)
-    target = deplock.LockTarget(python_version=dep["python"], extra_index_urls=extra_index_urls)
     t0 = time.monotonic()
     try:
         proc = subprocess.run(download_argv(lock_file, dest, target), capture_output=True, text=True,
                               timeout=PIP_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
-        raise InfkitError(f"pip download for {lock.role} took longer than {PIP_TIMEOUT_S} s") from exc
+        raise InfkitError(f"pip download of {lock_file.name} took longer than {PIP_TIMEOUT_S} s") from exc
     if log_path:
         log_path.write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")] or proc.stderr.splitlines()[-3:]
         raise InfkitError(
-            f"the host's pip could not fetch every wheel of {dep['path']}: {' '.join(errors[-2:])}",
+            f"the host's pip could not fetch every wheel of {lock_file.name}: {' '.join(errors[-2:])}",
             hint="give pip the index that has them (e.g. --extra-index-url https://download.pytorch.org/whl/cpu), "
             "or build without a wheelhouse")
     missing = missing_wheels(lock_file, dest)
     if missing:
-        raise InvalidInput(f"{dest} lacks {len(missing)} wheel(s) of {dep['path']} with the locked hash: "
+        raise InvalidInput(f"{dest} lacks {len(missing)} wheel(s) of {lock_file.name} with the locked hash: "
                            f"{', '.join(missing[:5])}")
     wheels = list(dest.glob("*.whl"))
     return Wheelhouse(dest, len(wheels), sum(p.stat().st_size for p in wheels), time.monotonic() - t0)
+
+
+def lock_target(lock_file: Path, extra_index_urls: tuple[str, ...] = ()) -> deplock.LockTarget:
+    """The interpreter and glibc a lock was resolved for, from its header (``render_lock``'s second line)."""
+    m = re.search(r"^# Target: CPython (\S+), glibc (\S+) (\S+);", lock_file.read_text(), re.M)
+    if not m:
+        raise InvalidInput(f"{lock_file} has no `# Target: CPython X, glibc Y ARCH;` header line")
+    return deplock.LockTarget(python_version=m.group(1), glibc=m.group(2), arch=m.group(3),
+                              extra_index_urls=extra_index_urls)
+
+
+def fill_wheelhouse(lock: ImageLock, dest: Path | None = None, *, extra_index_urls: tuple[str, ...] = (),
+                    log_path: Path | None = None) -> Wheelhouse:
+    """Download the role's locked wheels with the host's pip into ``dest`` and verify them against the lock."""
+    lock_file = REPO_ROOT / lock.doc["dependency_lock"]["path"]
+    return fetch_locked(lock_file, Path(dest) if dest else default_dir(lock.role),
+                        lock_target(lock_file, extra_index_urls), log_path)

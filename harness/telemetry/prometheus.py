@@ -78,12 +78,12 @@ def scrape(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> Scrape:
 
 @dataclass
 class GaugePoller:
-    """Polls ``url`` in a thread during the run and keeps each named gauge's peak."""
+    """Polls ``url`` in a thread during the run and keeps each named gauge's readings, in order."""
 
     url: str
     gauges: Iterable[str]
     interval_s: float = 0.5
-    peaks: dict[str, float] = field(default_factory=dict)
+    readings: dict[str, list[float]] = field(default_factory=dict)
     polls: int = 0
     failures: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -100,7 +100,11 @@ class GaugePoller:
             for name in names:
                 value = got.snapshot.total(name)
                 if value is not None:
-                    self.peaks[name] = max(value, self.peaks.get(name, value))
+                    self.readings.setdefault(name, []).append(value)
+
+    @property
+    def peaks(self) -> dict[str, float]:
+        return {name: max(values) for name, values in self.readings.items()}
 
     def start(self) -> GaugePoller:
         self._thread = threading.Thread(target=self._run, name="infkit-gauge-poller", daemon=True)
