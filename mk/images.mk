@@ -6,6 +6,10 @@ ROLE       ?=
 ENGINE     ?=
 BASE_IMAGE ?=
 WHEELHOUSE ?=
+# PULL_ONLY=1: a role image with neither a local build nor a pushed digest is an error, never
+# built on first use (harness/runtime/docker_image.py); any target that starts a container obeys it.
+PULL_ONLY ?=
+export INFKIT_PULL_ONLY := $(PULL_ONLY)
 IMAGE_ROLES = $(or $(ROLE),$(shell ls images/*.lock.json 2>/dev/null | sed -e 's|images/||' -e 's|\.lock\.json||'))
 ENGINE_ARG  = $(if $(ENGINE),--engine $(ENGINE))
 
