@@ -19,6 +19,7 @@ from harness.contract.schemas import validate_file
 from harness.images.locks import load_lock
 from harness.runtime.base import ServerSpec
 from harness.runtime.docker import CACHE_MOUNT, DockerRuntime, DockerSettings
+from harness.runtime.local import free_port
 from tests.test_bench69_integration import SMALL, arm_results, audit, env_for, infkit, only_run_dir
 from tests.vllm_cpu_model import prepared_model_or_skip
 
@@ -52,7 +53,7 @@ def prepared():
 
 
 def _run_to_exit(runtime: DockerRuntime, argv: tuple[str, ...], run_dir: Path, timeout_s: float = 600) -> tuple[int, str]:
-    handle = runtime.start(ServerSpec(argv=argv, port=0, role="inf-vllm-cpu"), run_dir, log_name="probe.log")
+    handle = runtime.start(ServerSpec(argv=argv, port=free_port(), role="inf-vllm-cpu"), run_dir, log_name="probe.log")
     try:
         code = int(handle.container.wait(timeout=timeout_s)["StatusCode"])
     finally:
