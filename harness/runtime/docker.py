@@ -80,7 +80,7 @@ class DockerSettings:
         return os.getuid(), os.getgid()
 
 
-def container_env(role: str) -> dict[str, str]:
+def container_env() -> dict[str, str]:
     """User, home and cache locations that work for a uid with no passwd entry in the image.
 
     ``getpass.getuser()`` (torch's compile cache, among others) reads ``LOGNAME``/``USER``
@@ -110,7 +110,7 @@ def container_options(role: str, argv: tuple[str, ...], run_dir: Path, settings:
     uid, gid = settings.uid_gid
     volumes = mounts_for(argv, run_dir, settings.harness_root)
     volumes[str(host_cache_dir(role, uid, gid))] = {"bind": CACHE_MOUNT, "mode": "rw"}
-    return {"user": f"{uid}:{gid}", "environment": container_env(role), "volumes": volumes,
+    return {"user": f"{uid}:{gid}", "environment": container_env(), "volumes": volumes,
             "working_dir": str(run_dir)}
 
 
