@@ -65,6 +65,8 @@ def fetch_locked(lock_file: Path, dest: Path, target: deplock.LockTarget, log_pa
     """Download every wheel ``lock_file`` names, for ``target``, into ``dest``; verify each against the lock."""
     dest.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    if not missing_wheels(lock_file, dest):  # every locked file already there, hash for hash
+        return _summary(dest, t0)
     try:
         proc = subprocess.run(download_argv(lock_file, dest, target), capture_output=True, text=True,
                               timeout=PIP_TIMEOUT_S)
@@ -82,6 +84,10 @@ def fetch_locked(lock_file: Path, dest: Path, target: deplock.LockTarget, log_pa
     if missing:
         raise InvalidInput(f"{dest} lacks {len(missing)} wheel(s) of {lock_file.name} with the locked hash: "
                            f"{', '.join(missing[:5])}")
+    return _summary(dest, t0)
+
+
+def _summary(dest: Path, t0: float) -> Wheelhouse:
     wheels = list(dest.glob("*.whl"))
     return Wheelhouse(dest, len(wheels), sum(p.stat().st_size for p in wheels), time.monotonic() - t0)
 
