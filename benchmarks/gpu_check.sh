@@ -48,7 +48,7 @@ find_python() {
 # The modules `python -m harness cuda …` and `fingerprint` import, by import name.
 MODULES="jsonschema tabulate numpy pynvml rich prometheus_client cryptography securesystemslib tokenizers psutil transformers accelerate safetensors yaml"
 missing_modules() {
-  "$PY" - "$SITE" $MODULES <<'PYEOF'
+  timeout -k "$KILL_AFTER_S" 120 "$PY" - "$SITE" $MODULES <<'PYEOF'
 import importlib.util, sys
 sys.path.append(sys.argv[1])
 print(" ".join(m for m in sys.argv[2:] if importlib.util.find_spec(m) is None))
@@ -56,7 +56,7 @@ PYEOF
 }
 
 find_python
-say "python: $PY ($("$PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)'))"
+say "python: $PY ($(timeout -k "$KILL_AFTER_S" 120 "$PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)'))"
 missing=$(missing_modules)
 if [ -n "$missing" ] && [ -d "$ROOT/wheels" ] && [ -f "$LOCK" ]; then
   say "installing the bundle's wheels into .site/ for: $missing"
@@ -69,7 +69,7 @@ if [ -n "$missing" ]; then
   exit 5
 fi
 
-if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+if ! timeout -k "$KILL_AFTER_S" 180 "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   if [ "$DEVICE" = cuda ]; then
     say "torch in $PY sees no CUDA device; nothing to measure (DEVICE=cpu rehearses every step on CPU)"
     exit 3
