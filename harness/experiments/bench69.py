@@ -121,7 +121,7 @@ def resolve_placement(cfg: Bench69Config) -> Placement:
             return Placement("vllm-cpu", "local", notice)
         return Placement(cfg.backend or "vllm", cfg.runtime or "docker")
     runtime = cfg.runtime or default_runtime_name()
-    backend = cfg.backend or ("vllm" if runtime == "docker" else "vllm-cpu")
+    backend = cfg.backend or ("vllm" if runtime == "docker" and nvidia_gpu_present() else "vllm-cpu")
     if runtime not in get_backend(backend).runtimes:
         raise InvalidInput(f"backend {backend} does not run under runtime {runtime}",
                            hint=f"use RUNTIME={'/'.join(get_backend(backend).runtimes)}")

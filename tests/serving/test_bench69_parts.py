@@ -124,6 +124,14 @@ def test_gpu_with_engine_takes_the_container_path(monkeypatch):
     assert (placement.backend, placement.runtime, placement.notice) == ("vllm", "docker", None)
 
 
+def test_docker_runtime_without_a_gpu_runs_the_cpu_default_in_its_image(monkeypatch):
+    monkeypatch.setattr(bench69, "nvidia_gpu_present", lambda: False)
+    placement = resolve_placement(Bench69Config(runtime="docker"))
+    assert (placement.backend, placement.runtime) == ("vllm-cpu", "docker")  # the inf-vllm-cpu image
+    monkeypatch.setattr(bench69, "nvidia_gpu_present", lambda: True)
+    assert resolve_placement(Bench69Config(runtime="docker")).backend == "vllm"
+
+
 def test_backend_runtime_mismatch_is_an_input_error():
     with pytest.raises(InvalidInput, match="does not run under runtime local"):
         resolve_placement(Bench69Config(runtime="local", backend="vllm"))
