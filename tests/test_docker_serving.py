@@ -90,8 +90,9 @@ def _engine_run(image_id: str, options: dict | None, script: str) -> subprocess.
 
 
 def test_uid_without_passwd_entry_fails_bare_and_works_with_the_runtime_env(inf_vllm_cpu, tmp_path: Path, monkeypatch):
-    # torch's own first step, as vLLM's compile takes it: the cache dir named after getpass.getuser()
-    bare = _engine_run(inf_vllm_cpu.id, None, "from torch._inductor.runtime.cache_dir_utils import cache_dir; cache_dir()")
+    # getpass.getuser() is what torch 2.8's inductor cache dir (the GPU images' torch) calls first;
+    # torch 2.13 here falls back to "uid_54321" itself, so the call is made directly.
+    bare = _engine_run(inf_vllm_cpu.id, None, "import getpass; getpass.getuser()")
     assert bare.returncode != 0 and "getpwuid(): uid not found" in bare.stderr, bare.stdout + bare.stderr[-2000:]
     monkeypatch.setenv("INFKIT_CACHE", str(tmp_path / "cache"))
     run_dir = tmp_path / "run"
