@@ -282,7 +282,7 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     rows = occupancy_rows(poller.series, run.t0, max(ends, default=None)) if poller else []
     if rows:
         atomic_write_text(out_dir / GAUGES_FILE, "".join(json.dumps(r) + "\n" for r in rows))
-    server = summarize(before.snapshot, after.snapshot, poller.peaks if poller else None, rows)
+    server = summarize(before.snapshot, after.snapshot, poller.readings if poller else None, rows)
     server["url"] = metrics_url
     if before.error or after.error:
         server["scrape_errors"] = [e for e in (before.error, after.error) if e]

@@ -2,7 +2,8 @@
 
 Needs a Docker-API engine (``DOCKER_HOST``) and the local base image
 (``INFKIT_LOCAL_BASE_IMAGE``); ``.ci/setup-docker.sh`` provides both with rootful
-podman. Skips without them, fails instead when ``INFKIT_REQUIRE_DOCKER=1``.
+podman. Skips without them, fails instead when ``INFKIT_REQUIRE_DOCKER=1``. The
+images are built once per session by the fixtures in ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import importlib.util
 import json
 import os
 import socket
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,39 +21,8 @@ from harness.images.locks import REPO_ROOT, load_lock
 from harness.runtime.base import ServerSpec, ServerStartError, get_runtime
 from harness.runtime.docker import HARNESS_MOUNT
 from harness.runtime.docker_run import run_harness
-from tests.conftest import require_or_skip
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
-
-
-@pytest.fixture(scope="module")
-def api():
-    docker = pytest.importorskip("docker")
-    try:
-        client = docker.from_env(timeout=60)
-        client.ping()
-    except docker.errors.DockerException as exc:
-        require_or_skip("INFKIT_REQUIRE_DOCKER", f"no Docker-API engine reachable ({exc}); source .ci/setup-docker.sh")
-    return client
-
-
-@pytest.fixture(scope="module")
-def local_base(api) -> str:
-    base = os.environ.get("INFKIT_LOCAL_BASE_IMAGE")
-    if not base:
-        require_or_skip("INFKIT_REQUIRE_DOCKER", "INFKIT_LOCAL_BASE_IMAGE is not set; source .ci/setup-docker.sh")
-    return base
-
-
-@pytest.fixture(scope="module")
-def inf_cpu(api, local_base):
-    """`make images ROLE=inf-cpu` on the local base, as docs/images.md says; returns the SDK image."""
-    proc = subprocess.run(["make", "-C", str(REPO_ROOT), "images", "ROLE=inf-cpu", f"BASE_IMAGE={local_base}"],
-                          capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    lock = load_lock("inf-cpu")
-    assert f"base substituted for {lock.base_image}" in proc.stdout
-    return api.images.get(lock.local_ref)
 
 
 def test_image_records_the_base_substitution(inf_cpu):

@@ -4,5 +4,6 @@ Add a backend by adding a module that exports ``BACKEND`` (its class); it is dis
 """
 
 from harness.backends.base import Backend, BackendConfig, backends, get_backend
+from harness.backends.cache_reset import CacheReset
 
-__all__ = ["Backend", "BackendConfig", "backends", "get_backend"]
+__all__ = ["Backend", "BackendConfig", "CacheReset", "backends", "get_backend"]

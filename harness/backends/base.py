@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.backends.cache_reset import CacheReset, post, probe_around, verdict_in_body
 from harness.runtime.base import ServerSpec
 
 
@@ -54,6 +55,7 @@ class Backend(abc.ABC):
     effective_root: str | None = None  # the key of that document holding the configuration
     effective_keys: tuple[str, ...] = ()  # settings of the effective config recorded for every server start
     override_reasons: Mapping[str, str] = {}  # a setting this engine is known to override here -> its reason
+    reset_status_is_verdict: bool = False  # 200 means reset, 4xx means declined (SGLang)
 
     @abc.abstractmethod
     def server_spec(self, cfg: BackendConfig) -> ServerSpec:
@@ -79,16 +81,38 @@ class Backend(abc.ABC):
         config = doc.get(self.effective_root) if self.effective_root and isinstance(doc, dict) else doc
         return config if isinstance(config, dict) else None
 
-    def reset_prefix_cache(self, base_url: str, timeout_s: float = 30.0) -> bool:
-        """Drop every cached prefix block; False when the server does not offer it."""
+    def reset_prefix_cache(self, base_url: str, timeout_s: float = 30.0) -> CacheReset:
+        """Drop every cached prefix block and say whether that happened (``harness.backends.cache_reset``)."""
         if not self.reset_path:
-            return False
-        req = urllib.request.Request(base_url + self.reset_path, method=self.reset_method, data=b"")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+            return CacheReset(False, None, f"{self.name} offers no prefix-cache reset")
+        url = base_url + self.reset_path
+        answer: list[tuple[int, str]] = []
+
+        def reset() -> None:
+            answer.append(post(url, timeout_s, method=self.reset_method))
+
+        reset()
+        status, body = answer[-1]
+        said = f"{self.reset_method} {self.reset_path} -> {status} {body.strip()[:120]!r}"
+        if status == 0 or (status >= 400 and not self.reset_status_is_verdict):
+            return CacheReset(False, None, said)
+        verdict = verdict_in_body(body)
+        if verdict is not None:
+            return CacheReset(True, verdict, f"{said}: the engine's verdict")
+        if self.reset_status_is_verdict:
+            return CacheReset(True, status == 200, f"{said}: the status is the engine's verdict")
+        # No verdict in the answer: observe one (a cacheable probe, reset again, the probe again).
+        seen = probe_around(base_url, self.hit_counter, self.query_counter, reset)
+        status, body = answer[-1]
+        said = f"{self.reset_method} {self.reset_path} -> {status} {body.strip()[:120]!r}"
+        if seen.problem:
+            return CacheReset(status == 200, None, f"{said}; {seen.problem}")
+        if not seen.control_hits:
+            return CacheReset(status == 200, None, f"{said}; the probe never hit the cache (caching off?), "
+                                                   "so a reset cannot be observed")
+        observed = (f"{said}; the probe hit {seen.control_hits:g} tokens before and {seen.hits:g} of "
+                    f"{seen.queries:g} after ({self.hit_counter})")
+        return CacheReset(status == 200, seen.hits == 0, observed)
 
 
 def backends() -> dict[str, type[Backend]]:

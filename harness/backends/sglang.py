@@ -16,6 +16,7 @@ class SglangBackend(Backend):
     hit_counter = "sglang:cached_tokens_total"
     query_counter = "sglang:prompt_tokens_total"
     reset_path = "/flush_cache"
+    reset_status_is_verdict = True  # 400 while requests run or wait: nothing was flushed
 
     def server_spec(self, cfg: BackendConfig) -> ServerSpec:
         args = [

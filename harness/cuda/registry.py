@@ -31,6 +31,10 @@ class CommonConfig:
         """Raise ``InvalidInput`` for values no run can use: field constraints, then the experiment's own rules."""
         check_config(self)
 
+    def sized_for(self, device: str) -> CommonConfig:
+        """The config as it runs on ``device`` (an experiment whose unset sizes depend on the device fills them)."""
+        return self
+
 
 @dataclass(frozen=True)
 class Experiment:

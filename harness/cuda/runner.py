@@ -87,10 +87,8 @@ class RunOutput:
 
 
 def workload_id(experiment: str, config: Any) -> str:
-    """sha256 of the canonical experiment spec: same id, same inputs and protocol.
-
-    Where it runs (device, CPU threads) is left out: the same workload on two machines has one id.
-    """
+    """sha256 of the canonical experiment spec as it runs (``config.sized_for(device)``): same id, same inputs
+    and protocol. Where it runs (device, CPU threads) is left out: the same workload on two machines has one id."""
     settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in EXECUTION_ONLY}
     spec = {"experiment": experiment, "config": settings}
     return sha256_canonical(spec)
@@ -109,7 +107,7 @@ def run_experiment(experiment: Experiment, config: Any, *, device: str = "auto",
         Path(out_root) / experiment.name, semantic_id=experiment.semantic_id, run_label=experiment.name,
         requested=requested, effective={"experiment": experiment.name, "device": effective_device}, root=root,
         sign=sign, command=_argv(), images=[native_image(PROFILE_ID)],
-        workload_ids=[workload_id(experiment.name, config)])
+        workload_ids=[workload_id(experiment.name, config.sized_for(effective_device))])
     ctx = RunContext(device=effective_device, run_dir=rd.path, samples=SampleSink(rd.path / SAMPLES_FILE))
     try:
         outcome: Outcome = experiment.run(config, ctx)
@@ -131,7 +129,8 @@ def run_experiment(experiment: Experiment, config: Any, *, device: str = "auto",
 
 def _result(experiment: Experiment, config: Any, outcome: Outcome, rd: RunDirectory, device: str,
             torch_version: str) -> dict[str, Any]:
-    identity = Identity(semantic_id=experiment.semantic_id, workload_id=workload_id(experiment.name, config),
+    identity = Identity(semantic_id=experiment.semantic_id,
+                        workload_id=workload_id(experiment.name, config.sized_for(device)),
                         run_label=outcome.run_label, run_id=rd.run_id, model=outcome.model,
                         tokenizer=outcome.tokenizer)
     if outcome.model is None:

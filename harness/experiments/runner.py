@@ -97,6 +97,7 @@ class Bench:
         self.runtime = get_runtime(placement.runtime)
         self.servers: dict[str, dict[str, Any]] = {}
         self.kv_cache: dict[str, dict[str, Any] | None] = {}
+        self.resets: list[dict[str, Any]] = []  # one per arm run: the reset the protocol asks for, and its verdict
         self.refused: dict[str, str] = {}
         self.ctx = ArmContext(semantic_id=spec.semantic_id, run_id=rd.run_id, run_dir=rd.path, model=model,
                               request_timeout_s=cfg.request_timeout_s, runtime=placement.runtime,
@@ -146,7 +147,6 @@ class Bench:
         """servers.json: each server's exact command, version, settings, pid and exit status, kept current."""
         entry = srv.record()
         entry["kv_cache"] = self.kv_cache.get(srv.name)
-        entry["prefix_cache_resets"] = srv.resets
         self.servers[srv.name] = entry
         self.rd.write_json("servers/servers.json", {"servers": list(self.servers.values()),
                                                     "refused": self.refused})
@@ -154,9 +154,13 @@ class Bench:
     def run_step(self, servers: Servers, repeat: int, arm: Arm, index: int, total: int | None) -> ArmRun:
         srv = servers.get(arm.server)
         workload = self.workload_of(arm)
-        if self.plan.reset_prefix_cache:
-            srv.reset_prefix_cache()
         self.reporter(f"[{index}/{total or '?'}] {arm.label} repeat {repeat}")
+        if self.plan.reset_prefix_cache:
+            reset = srv.reset_prefix_cache()
+            self.resets.append({"arm": arm.label, "repeat": repeat, "server": srv.name, **reset.to_dict()})
+            if reset.requested and reset.confirmed is False:
+                self.reporter(f"  protocol violation: server {srv.name} did not drop its prefix cache before "
+                              f"{arm.label} repeat {repeat}: {reset.evidence}")
         self.reporter.state(f"server {srv.name}: serving {arm.label}")
         t0 = time.monotonic()
         out = arm_dir(self.rd.path, arm.label, repeat)
@@ -275,11 +279,22 @@ def kv_cache_config(metrics_path: Path) -> dict[str, Any] | None:
     return None
 
 
-def protocol_record(cfg: BenchConfig, plan: Plan) -> dict[str, Any]:
+def protocol_record(cfg: BenchConfig, plan: Plan, resets: list[dict[str, Any]]) -> dict[str, Any]:
     return {"repeats": cfg.repeats, "order": plan.order,
             "warmup_requests_per_server_start": cfg.warmup_requests if plan.warmup else 0,
             "prefix_cache_reset_before_each_arm_run": plan.reset_prefix_cache,
+            "prefix_cache_resets": {"before_arm_runs": len(resets),
+                                    "confirmed": sum(r["confirmed"] is True for r in resets),
+                                    "unconfirmed": sum(r["requested"] and r["confirmed"] is None for r in resets),
+                                    "not_offered": sum(not r["requested"] for r in resets),
+                                    "declined": [r for r in resets if r["requested"] and r["confirmed"] is False]},
             "ignore_eos": plan.ignore_eos, "notes": list(plan.notes)}
+
+
+def protocol_violations(protocol: dict[str, Any]) -> list[str]:
+    """A reset the engine declined before an arm run breaks the protocol: that arm did not start from an empty cache."""
+    return [f"protocol violation: prefix cache not reset before {r['arm']} repeat {r['repeat']} on server "
+            f"{r['server']} ({r['evidence']})" for r in protocol["prefix_cache_resets"]["declined"]]
 
 
 def run_bench(spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), reporter: Reporter | None = None
@@ -338,8 +353,13 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
     labels = list(dict.fromkeys([*(a.label for a in plan.arms), *(r.label for r in history.runs)]))
     extra = {"servers": list(bench.servers.values()), "workloads": {
         k: {"path": str(w.path.relative_to(rd.path)), "workload_id": w.workload_id} for k, w in history.workloads.items()}}
+    protocol = protocol_record(cfg, plan, bench.resets)
+    if violations := protocol_violations(protocol):  # a protocol the run did not keep cannot decide anything
+        reading.invalid_reasons = [*reading.invalid_reasons, *violations]
+        if reading.decision in ("adopt", "reject"):
+            reading.decision, reading.summary = "inconclusive", f"{reading.summary}; capped: {violations[0]}"
     result = top_result(history, plan, reading, semantic_id=spec.semantic_id, run_id=rd.run_id,
-                        next_steps=spec.next_steps, protocol=protocol_record(cfg, plan), extra=extra)
+                        next_steps=spec.next_steps, protocol=protocol, extra=extra)
     result_name = f"{reading.kind}.json"
     rd.write_result(result_name, result)
     for name, draw in reading.figures.items():

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.backends.base import Backend, BackendConfig, lookup
+from harness.backends.cache_reset import CacheReset
 from harness.progress import Progress
 from harness.runtime.base import Runtime, ServerHandle
 
@@ -27,7 +28,7 @@ class ServerSession:
     startup_s: float
     settings: dict[str, Any] = field(default_factory=dict)  # what this server variant sets beyond the bench's base
     exit_status: int | None = None
-    resets: list[dict[str, Any]] = field(default_factory=list)
+    resets: list[CacheReset] = field(default_factory=list)
     effective: dict[str, Any] | None = None  # the engine's effective settings, read back after the start
 
     @property
@@ -45,9 +46,9 @@ class ServerSession:
             self.effective = {k: lookup(doc, k) for k in dict.fromkeys([*self.backend.effective_keys, *keys])}
         return self.effective
 
-    def reset_prefix_cache(self) -> Any:
+    def reset_prefix_cache(self) -> CacheReset:
         outcome = self.backend.reset_prefix_cache(self.handle.base_url)
-        self.resets.append(outcome if isinstance(outcome, dict) else {"ok": bool(outcome)})
+        self.resets.append(outcome)
         return outcome
 
     def record(self) -> dict[str, Any]:
@@ -56,7 +57,10 @@ class ServerSession:
                 "startup_s": round(self.startup_s, 1), "log": self.handle.log_path.name,
                 "prefix_caching": self.config.prefix_caching, "exit_status": self.exit_status,
                 "image": self.handle.image, "effective": self.effective,
-                "effective_source": f"GET {self.backend.effective_path}" if self.backend.effective_path else None}
+                "effective_source": f"GET {self.backend.effective_path}" if self.backend.effective_path else None,
+                "prefix_cache_resets": {"requested": sum(r.requested for r in self.resets),
+                                        "confirmed": sum(r.confirmed is True for r in self.resets),
+                                        "last": self.resets[-1].to_dict() if self.resets else None}}
 
 
 @contextmanager

@@ -12,7 +12,6 @@ unless asked. The image actually used (digest, base substitution) is passed in
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +25,14 @@ from harness.runinfo import CONTAINER_IMAGE_ENV
 from harness.runtime.docker import (
     DEFAULT_SHM_BYTES,
     DockerSettings,
+    container_options,
+    device_requests,
+)
+from harness.runtime.docker_image import (
     check_gpu_request,
     client,
-    device_requests,
     image_record,
-    mounts_for,
+    notify_stderr,
     resolve_image,
 )
 
@@ -65,20 +67,21 @@ def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, .
     """
     settings = settings or DockerSettings.from_env()
     lock = load_lock(role)
-    check_gpu_request(lock, gpus, settings)
+    check_gpu_request(lock, gpus, settings.forward_compat)
     api = api or client()
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    image = resolve_image(api, lock, settings.image)
+    image = resolve_image(api, lock, settings.image, pull_only=settings.pull_only, log_dir=run_dir,
+                          base_image=settings.base_image, notify=notify_stderr)
     record = image_record(lock, image)
+    opts = container_options(role, tuple(args), run_dir, settings)
+    opts["environment"] |= {CONTAINER_IMAGE_ENV: json.dumps(record), **harness_git_env(settings.harness_root),
+                            **({SIGN_QUEUE_ENV: str(sign_queue)} if sign_queue else {})}
     t0 = time.monotonic()
     container = api.containers.run(
         image.id, entrypoint=[ENTRYPOINT], command=list(args), detach=True,
-        environment={"HOME": "/tmp", CONTAINER_IMAGE_ENV: json.dumps(record), **harness_git_env(settings.harness_root),
-                     **({SIGN_QUEUE_ENV: str(sign_queue)} if sign_queue else {})},
-        volumes=mounts_for(tuple(args), run_dir, settings.harness_root), working_dir=str(run_dir),
-        user=f"{os.getuid()}:{os.getgid()}", network_mode=None if network else "none",
-        device_requests=device_requests(gpus), shm_size=DEFAULT_SHM_BYTES,
+        network_mode=None if network else "none", device_requests=device_requests(gpus),
+        shm_size=DEFAULT_SHM_BYTES, **opts,
     )
     try:
         try:

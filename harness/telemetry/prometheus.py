@@ -83,7 +83,7 @@ def scrape(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> Scrape:
 
 @dataclass
 class GaugePoller:
-    """Polls ``url`` in a thread during the run; keeps each named gauge's peak and the time series.
+    """Polls ``url`` in a thread during the run; keeps each named gauge's readings in order, and the time series.
 
     ``series`` holds one ``(time.monotonic() at the scrape, {gauge: value})`` per successful poll.
     """
@@ -91,7 +91,7 @@ class GaugePoller:
     url: str
     gauges: Iterable[str]
     interval_s: float = 0.5
-    peaks: dict[str, float] = field(default_factory=dict)
+    readings: dict[str, list[float]] = field(default_factory=dict)
     series: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     polls: int = 0
     failures: int = 0
@@ -108,8 +108,12 @@ class GaugePoller:
             self.polls += 1
             values = {name: v for name in names if (v := got.snapshot.total(name)) is not None}
             for name, value in values.items():
-                self.peaks[name] = max(value, self.peaks.get(name, value))
+                self.readings.setdefault(name, []).append(value)
             self.series.append((got.snapshot.taken_s, values))
+
+    @property
+    def peaks(self) -> dict[str, float]:
+        return {name: max(values) for name, values in self.readings.items()}
 
     def start(self) -> GaugePoller:
         self._thread = threading.Thread(target=self._run, name="infkit-gauge-poller", daemon=True)

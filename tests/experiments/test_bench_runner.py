@@ -49,7 +49,7 @@ class FakeBackend(Backend):
     runtimes = ("local",)
     hit_counter = "vllm:prefix_cache_hits_total"
     query_counter = "vllm:prefix_cache_queries_total"
-    reset_path = None
+    reset_path = "/reset_prefix_cache"  # the stand-in answers it only when started with --reset
 
     def server_spec(self, cfg: BackendConfig) -> ServerSpec:
         argv = (sys.executable, str(ENGINE), "--port", str(cfg.port), *cfg.extra_args)
@@ -65,12 +65,15 @@ class Config(BenchConfig):
     slow_ttft_ms: float = knob(60.0, "TTFT of the slow variant", min=1)
     optional_refuses: bool = knob(False, "the optional variant's engine refuses to start")
     crash_after: int = knob(0, "the fast server stops answering after N requests (0: never)", min=0)
+    fast_reset: str = knob("succeeds", "the fast server's answer to a prefix-cache reset",
+                           choices=("succeeds", "declines"))
 
 
 def plan(cfg: Config, model) -> Plan:
     common = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed, requests=cfg.requests,
                     input_tokens=24, output_tokens=6)
-    fast = ("--ttft-ms", "10", *(("--crash-after", str(cfg.crash_after)) if cfg.crash_after else ()))
+    fast = ("--ttft-ms", "10", "--reset", cfg.fast_reset,
+            *(("--crash-after", str(cfg.crash_after)) if cfg.crash_after else ()))
     servers = (ServerVariant("slow", {"extra_args": ("--ttft-ms", str(cfg.slow_ttft_ms))}),
                ServerVariant("fast", {"extra_args": fast, "max_num_seqs": 4}),
                ServerVariant("exotic", {"extra_args": ("--refuse", "method 'eagle' is not supported on cpu")
@@ -83,7 +86,7 @@ def plan(cfg: Config, model) -> Plan:
                                         measured=False)),
                 servers=servers, arms=arms, phases=phases, order=order, warmup="warmup",
                 claims=(Claim(TTFT_P50, "slow", "fast"), Claim(OUTPUT_TOKENS_PER_S, "slow", "fast", name="tok/s")),
-                reset_prefix_cache=False)
+                reset_prefix_cache=True)
 
 
 SPEC = BenchSpec(name="99", semantic_id="INF-TEST-BENCH", title="bench-99 test", question="is fast faster?",
@@ -198,3 +201,14 @@ def test_an_unknown_backend_field_in_a_variant_is_a_spec_error(bench_env, monkey
         runner_mod.run_bench(spec, Config(backend="fake", runtime="local"), root=bench_env,
                              reporter=Reporter(io.StringIO()))
     assert not (bench_env / "runs").exists() or not any((bench_env / "runs" / "99").iterdir())
+
+
+def test_a_reset_the_engine_declines_is_a_protocol_violation_that_caps_the_decision(bench_env):
+    outcome, log = run(bench_env, slow_ttft_ms=80.0, fast_reset="declines")
+    concl = outcome.result["conclusion"]
+    resets = outcome.result["details"]["protocol"]["prefix_cache_resets"]
+    assert [(r["arm"], r["repeat"]) for r in resets["declined"]] == [("fast", 1), ("fast", 2), ("fast", 3)]
+    assert resets["not_offered"] == 6 and resets["confirmed"] == 0  # slow and exotic answer no reset at all
+    assert concl["valid"] is False and concl["decision"] == "inconclusive"
+    assert any(r.startswith("protocol violation: prefix cache not reset before fast repeat 1") for r in concl["invalid_reasons"])
+    assert "protocol violation" in log
