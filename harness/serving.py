@@ -16,6 +16,7 @@ is written with an ``aborted`` failure, then ``KeyboardInterrupt`` propagates.
 from __future__ import annotations
 
 import dataclasses
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -40,6 +41,7 @@ from harness.metrics import SLO_KEYS
 from harness.serving_result import ResultInputs, build_serving_result
 from harness.summary import render_summary
 from harness.telemetry import POLLED_GAUGES, GaugePoller, PeakSampler, scrape, summarize
+from harness.telemetry.prometheus import Scrape, parse
 from harness.validity import ValidityLimits, load_references
 from harness.workload import Workload, load_workload
 
@@ -59,6 +61,7 @@ class MeasureConfig:
     model: str  # served model name
     workload_path: str | Path
     out_dir: str | Path
+    endpoints: tuple[str, ...] = ()  # several replicas: requests are dealt round-robin over these base URLs
     semantic_id: str = "INF-FLOAT-BASELINE"
     run_label: str = "serving"
     run_id: str | None = None  # None: a new sortable id
@@ -136,6 +139,18 @@ def endpoint_answers(endpoint: str, timeout_s: float = 3.0) -> bool:
     return False
 
 
+def scrape_all(urls: list[str]) -> Scrape:
+    """One scrape, or several replicas' texts concatenated: the parse sums every series over them."""
+    if len(urls) == 1:
+        return scrape(urls[0])
+    got = [scrape(u) for u in urls]
+    errors = [g.error for g in got if g.error]
+    if errors:
+        return Scrape(None, None, "; ".join(errors))
+    text = "".join(f"# infkit: replica {u}\n{g.text}" for u, g in zip(urls, got, strict=True))
+    return Scrape(text, parse(text, time.monotonic()))
+
+
 def _save_scrape(out_dir: Path, name: str, got) -> Path | None:
     return atomic_write_text(out_dir / name, got.text) if got.text is not None else None
 
@@ -184,14 +199,16 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
                            hint="start the server or check --endpoint")
     requests_path = out_dir / REQUESTS_FILE
     RecordWriter(requests_path, truncate=True).close()
-    metrics_url = cfg.metrics_url or cfg.endpoint.rstrip("/") + "/metrics"
+    metrics_urls = [u.rstrip("/") + "/metrics" for u in cfg.endpoints] or [cfg.metrics_url or
+                                                                          cfg.endpoint.rstrip("/") + "/metrics"]
+    metrics_url = metrics_urls[0]
     client = ClientConfig(endpoint=cfg.endpoint, model=cfg.model, api=cfg.api, timeout_s=cfg.timeout_s,
                           ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens, keep_text=cfg.keep_text)
     workers = cfg.client_workers or auto_workers(closed or cap or len(workload.requests))
     shares = plan_shares(workload.requests, client, str(requests_path), workers=workers,
-                         closed_concurrency=closed, max_concurrency=cap)
+                         closed_concurrency=closed, max_concurrency=cap, endpoints=cfg.endpoints)
 
-    before = scrape(metrics_url)
+    before = scrape_all(metrics_urls)
     before_path = _save_scrape(out_dir, METRICS_BEFORE, before)
     poller = GaugePoller(metrics_url, POLLED_GAUGES).start() if before.snapshot else None
     sampler = PeakSampler(cfg.memory_probe).start() if cfg.memory_probe else None
@@ -201,12 +218,14 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
         if poller:
             poller.stop()
         peak_bytes = sampler.stop() if sampler else None
-    after = scrape(metrics_url)
+    after = scrape_all(metrics_urls)
     after_path = _save_scrape(out_dir, METRICS_AFTER, after)
     records = _fill_not_sent(requests_path, workload)
 
     server = summarize(before.snapshot, after.snapshot, poller.peaks if poller else None)
     server["url"] = metrics_url
+    if len(metrics_urls) > 1:  # counters summed over the replicas; polled gauge peaks are the first replica's
+        server["urls"] = metrics_urls
     if before.error or after.error:
         server["scrape_errors"] = [e for e in (before.error, after.error) if e]
     inputs = ResultInputs(

@@ -13,7 +13,7 @@ import multiprocessing as mp
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.client.loop import run_async
 from harness.client.openai import ClientConfig
@@ -45,13 +45,26 @@ def _split(total: int | None, parts: int, part: int) -> int | None:
 
 
 def plan_shares(requests: tuple[Request, ...], client: ClientConfig, records_path: str, *, workers: int,
-                closed_concurrency: int | None, max_concurrency: int | None) -> list[Share]:
-    """Deal requests round-robin and split the concurrency; never more workers than slots."""
+                closed_concurrency: int | None, max_concurrency: int | None,
+                endpoints: tuple[str, ...] = ()) -> list[Share]:
+    """Deal requests round-robin and split the concurrency; never more workers than slots.
+
+    With several ``endpoints`` (replicas) there is a whole number of workers per endpoint and
+    worker ``w`` sends to endpoint ``w mod E``, so request ``i`` goes to endpoint ``i mod E``.
+    """
     limit = closed_concurrency or max_concurrency
-    workers = max(1, min(workers, len(requests), limit or workers))
+    spread = len(endpoints) if len(endpoints) > 1 else 1
+    if spread > 1:
+        if len(requests) < spread or (limit is not None and limit < spread):
+            raise InvalidInput(f"{len(endpoints)} endpoints need at least {len(endpoints)} requests and concurrency")
+        workers = spread * max(1, min(workers, len(requests), limit or workers) // spread)
+    else:
+        workers = max(1, min(workers, len(requests), limit or workers))
     return [
-        Share(worker=w, requests=requests[w::workers], client=client, records_path=records_path,
-              closed_concurrency=_split(closed_concurrency, workers, w), max_concurrency=_split(max_concurrency, workers, w))
+        Share(worker=w, requests=requests[w::workers],
+              client=replace(client, endpoint=endpoints[w % spread]) if spread > 1 else client,
+              records_path=records_path, closed_concurrency=_split(closed_concurrency, workers, w),
+              max_concurrency=_split(max_concurrency, workers, w))
         for w in range(workers)
     ]
 

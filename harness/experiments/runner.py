@@ -111,12 +111,14 @@ class Bench:
     def start(self, name: str, stack: ExitStack) -> ServerSession:
         variant = self.plan.server(name)
         backend = self.backend_of(name)
-        config = replace(self.base, port=free_port(), **variant.settings)
+        model = ensure_model(variant.model, progress=self.reporter) if variant.model else None
+        served = {"model_dir": str(model.path), "served_model_name": variant.model} if model else {}
+        config = replace(self.base, port=free_port(), **served, **variant.settings)
         self.reporter.state(f"server {name}: starting")
         srv = stack.enter_context(server_session(
             name, backend, self.runtime, config, self.rd.path / "servers", start_timeout_s=self.cfg.start_timeout_s,
             progress=self.reporter, settings=dict(variant.settings), on_start=self.record_server,
-            on_stop=self.record_server))
+            on_stop=self.record_server, layout=variant.layout, model=model))
         if self.plan.warmup is not None:
             warm_up(self.ctx, srv, self.workload(next(w for w in self.plan.workloads if w.name == self.plan.warmup)),
                     self.reporter)

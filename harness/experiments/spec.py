@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from harness.backends.base import BackendConfig
+from harness.backends.layouts import Layout
 from harness.cliconfig import knob
 from harness.errors import InvalidInput
 from harness.experiments.metrics import (
@@ -86,13 +87,19 @@ class WorkloadPlan:
 
 @dataclass(frozen=True)
 class ServerVariant:
-    """A server start's settings: ``BackendConfig`` fields (and the backend) that differ from the bench's base."""
+    """A server start's settings: ``BackendConfig`` fields (and the backend) that differ from the bench's base.
+
+    ``layout`` spans several processes (vLLM's multi-node launch, client-spread replicas, Ray-placed
+    replicas: ``harness.backends.layouts``); ``model`` serves another prepared model than the bench's.
+    """
 
     name: str
     settings: Mapping[str, Any] = field(default_factory=dict)
     backend: str | None = None
     optional: bool = False  # the engine may refuse it here: a refused start is capability_missing, not fatal
     note: str = ""
+    layout: Layout | None = None
+    model: str | None = None
 
 
 @dataclass(frozen=True)
