@@ -16,6 +16,7 @@ measured and signs it as an aborted run.
 from __future__ import annotations
 
 import json
+import re
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -83,7 +84,7 @@ class Bench:
         self.rd, self.reporter = rd, reporter
         self.history = History(cfg=cfg, model=model)
         self.runtime = get_runtime(placement.runtime)
-        self.servers: dict[str, dict[str, Any]] = {}
+        self.servers: dict[str, dict[str, Any]] = self.history.servers
         self.kv_cache: dict[str, dict[str, Any] | None] = {}
         self.refused: dict[str, str] = {}
         self.ctx = ArmContext(semantic_id=spec.semantic_id, run_id=rd.run_id, run_dir=rd.path, model=model,
@@ -217,6 +218,13 @@ class Bench:
         return [native_image(get_backend(b).role, get_backend(b).native_python()) for b in backends]
 
 
+def engine_reason(message: str) -> str:
+    """The engine's own reason in a refused start's log tail: its last exception line, else the first line."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if re.search(r"(Error|Exception)\b.*: ", ln)]
+    return (errors[-1] if errors else lines[0] if lines else "")[:300]
+
+
 def kv_cache_config(metrics_path: Path) -> dict[str, Any] | None:
     """KV-cache capacity as the engine reports it (vLLM's ``cache_config_info`` labels), or None."""
     snap = parse(metrics_path.read_text())
@@ -291,6 +299,7 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
         reading.figures.update(claim_figures(history, plan, f"bench-{spec.name} {spec.semantic_id}"))
     for name, message in bench.refused.items():
         reading.details.setdefault("capability_missing", {})[name] = message
+        reading.lines.append(f"capability_missing: {name}: {engine_reason(message)}")
     labels = list(dict.fromkeys([*(a.label for a in plan.arms), *(r.label for r in history.runs)]))
     extra = {"servers": list(bench.servers.values()), "workloads": {
         k: {"path": str(w.path.relative_to(rd.path)), "workload_id": w.workload_id} for k, w in history.workloads.items()}}

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import comm
 from harness.backends.base import Backend, BackendConfig
 from harness.backends.layouts import Layout, group_spec
 from harness.models import PreparedModel
@@ -62,9 +63,23 @@ class ServerSession:
                 "prefix_caching": self.config.prefix_caching, "exit_status": self.exit_status,
                 "image": self.handle.image, **self.group_record()}
 
+    def logs_text(self) -> str:
+        handles = [h for _, h in self.handle.members()] if isinstance(self.handle, GroupHandle) else [self.handle]
+        texts = []
+        for h in handles:
+            try:
+                texts.append(h.log_path.read_text(errors="replace"))
+            except OSError:
+                continue
+        return "\n".join(texts)
+
     def group_record(self) -> dict[str, Any]:
-        """The group's members (command, environment, pid, log, exit) and launch facts; empty for one process."""
-        out: dict[str, Any] = {}
+        """Communication settings (requested, environment, effective), the model when not the bench's, and a
+        group's members (command, environment, pid, log, exit) with its launch facts."""
+        out: dict[str, Any] = {"communication": {
+            "requested": comm.requested(self.command), "env": comm.comm_env(self.env),
+            "effective": comm.effective(self.logs_text()),
+            "layout": dict(self.group.settings, spread=self.group.spread) if self.group else None}}
         if self.model is not None:
             out["model"] = self.model.run_entry()
         if self.group is None or not isinstance(self.handle, GroupHandle):

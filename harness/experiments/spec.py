@@ -138,6 +138,7 @@ class History:
     runs: list[ArmRun] = field(default_factory=list)
     workloads: dict[str, Workload] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)  # what steps decided (e.g. a probe's capacity)
+    servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # servers.json's records, kept current
 
     def of(self, label: str) -> list[ArmRun]:
         return [r for r in self.runs if r.label == label]

@@ -125,7 +125,8 @@ def _from_stamp(path: Path, verify: bool) -> PreparedModel | None:
         elif not all((path / name).is_file() for name in files):
             return None
         return PreparedModel(key=stamp["key"], name=stamp["name"], path=path, gguf_sha256=stamp["gguf_sha256"],
-                             checkpoint_sha256=stamp["checkpoint_sha256"], tokenizer_sha256=stamp["tokenizer_sha256"])
+                             checkpoint_sha256=stamp["checkpoint_sha256"], tokenizer_sha256=stamp["tokenizer_sha256"],
+                             derived=stamp.get("derived"))
     except (OSError, ValueError, KeyError):
         return None
 
