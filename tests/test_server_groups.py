@@ -24,7 +24,7 @@ from harness.errors import CapabilityMissing, InvalidInput
 from harness.runtime.base import ServerSpec, ServerStartError, get_runtime
 from harness.runtime.group import GroupMember, GroupSpec, start_group
 from harness.runtime.local import free_port
-from harness.runtime.ray_cluster import RAY, ray_group, replicas_report
+from harness.runtime.ray_cluster import RAY, replicas_report
 from harness.runtime.serving_env import ServingEnv
 from harness.workload.model import Request
 
@@ -131,7 +131,8 @@ def test_a_group_of_real_processes_is_healthy_measured_and_stopped_together(tmp_
 
 def test_a_member_that_exits_before_health_names_itself_and_stops_the_others(tmp_path):
     a, b = free_port(), free_port()
-    group = GroupSpec((GroupMember("node0", fake(a), urls=(f"http://127.0.0.1:{a}",)),
+    waits = ServerSpec(argv=(sys.executable, "-c", "import time; time.sleep(120)"), port=a)  # a head that waits
+    group = GroupSpec((GroupMember("node0", waits, urls=(f"http://127.0.0.1:{a}",)),
                        GroupMember("node1", fake(b, "--refuse", "collective_rpc should not be called"))))
     handle = start_group(get_runtime("local"), group, tmp_path, "nodes")
     with pytest.raises(ServerStartError, match="group member node1 exited") as err:
@@ -148,9 +149,12 @@ def test_the_client_deals_request_i_to_endpoint_i_mod_e():
     assert len(shares) == 2 and sum(s.closed_concurrency for s in shares) == 4
     sent = {r.index: s.client.endpoint for s in shares for r in s.requests}
     assert sent == {i: ("http://a", "http://b")[i % 2] for i in range(7)}
-    with pytest.raises(InvalidInput, match="2 endpoints need at least 2"):
-        plan_shares(reqs[:1], ClientConfig(endpoint="http://a", model="m"), "r.jsonl", workers=1,
-                    closed_concurrency=1, max_concurrency=None, endpoints=("http://a", "http://b"))
+    warm = plan_shares(reqs[:2], ClientConfig(endpoint="http://a", model="m"), "r.jsonl", workers=1,
+                       closed_concurrency=1, max_concurrency=None, endpoints=("http://a", "http://b"))
+    assert [(s.client.endpoint, s.closed_concurrency) for s in warm] == [("http://a", 1), ("http://b", 1)]
+    one = plan_shares(reqs[:1], ClientConfig(endpoint="http://a", model="m"), "r.jsonl", workers=4,
+                      closed_concurrency=1, max_concurrency=None, endpoints=("http://a", "http://b"))
+    assert [(s.client.endpoint, len(s.requests)) for s in one] == [("http://a", 1)]
 
 
 def test_effective_settings_come_from_the_engine_log():

@@ -50,15 +50,17 @@ def plan_shares(requests: tuple[Request, ...], client: ClientConfig, records_pat
     """Deal requests round-robin and split the concurrency; never more workers than slots.
 
     With several ``endpoints`` (replicas) there is a whole number of workers per endpoint and
-    worker ``w`` sends to endpoint ``w mod E``, so request ``i`` goes to endpoint ``i mod E``.
+    worker ``w`` sends to endpoint ``w mod E``, so request ``i`` goes to endpoint ``i mod E``
+    (E: at most one endpoint per request). Every endpoint gets at least one concurrency slot.
     """
-    limit = closed_concurrency or max_concurrency
-    spread = len(endpoints) if len(endpoints) > 1 else 1
+    spread = max(1, min(len(endpoints), len(requests)))
     if spread > 1:
-        if len(requests) < spread or (limit is not None and limit < spread):
-            raise InvalidInput(f"{len(endpoints)} endpoints need at least {len(endpoints)} requests and concurrency")
+        closed_concurrency = max(closed_concurrency, spread) if closed_concurrency else None
+        max_concurrency = max(max_concurrency, spread) if max_concurrency else None
+        limit = closed_concurrency or max_concurrency
         workers = spread * max(1, min(workers, len(requests), limit or workers) // spread)
     else:
+        limit = closed_concurrency or max_concurrency
         workers = max(1, min(workers, len(requests), limit or workers))
     return [
         Share(worker=w, requests=requests[w::workers],

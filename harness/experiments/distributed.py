@@ -74,25 +74,27 @@ def variants(cfg, cpu: bool) -> tuple[ServerVariant, ...]:
     def engine(*args: str, env=two, gpus=gpus_two) -> dict:
         return {**base, **gpus, "extra_args": args, "extra_env": dict(env)}
 
+    def pp2_ray() -> dict:
+        return ray_executor(cfg, engine("--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray"), cpu)
+
+    def grouped(kind: str, *args: str) -> dict:
+        return {"settings": engine(*args, env={}, gpus=gpus_one), "optional": True,
+                "layout": Layout(kind, 2, cores(2, cpu))}
+
     made = {  # built on demand: the Ray layouts prepare the Ray venv
-        "single": lambda: ServerVariant("single", engine(env=one, gpus=gpus_one)),
-        "single-even-heads": lambda: ServerVariant("single-even-heads", engine(env=one, gpus=gpus_one), model=EVEN_HEADS),
-        "pp2": lambda: ServerVariant("pp2", engine("--pipeline-parallel-size", "2"), optional=True),
-        "tp2": lambda: ServerVariant("tp2", engine("--tensor-parallel-size", "2"), optional=True, model=EVEN_HEADS),
-        "dp2": lambda: ServerVariant("dp2", engine("--data-parallel-size", "2"), optional=True),
-        "dp2-replicas": lambda: ServerVariant("dp2-replicas", engine(env={}, gpus=gpus_one), optional=True,
-                                      layout=Layout("replicas", 2, cores(2, cpu))),
-        "nodes-pp2": lambda: ServerVariant("nodes-pp2", engine("--pipeline-parallel-size", "2", env={}, gpus=gpus_one),
-                                   optional=True, layout=Layout("nodes", 2, cores(2, cpu))),
-        "ray-dp2": lambda: ServerVariant("ray-dp2", engine(env={}, gpus=gpus_one), optional=True,
-                                 layout=Layout("ray", 2, cores(2, cpu))),
-        "ray-executor": lambda: ServerVariant("ray-executor", ray_executor(cfg, engine("--pipeline-parallel-size", "2",
-                                                                              "--distributed-executor-backend", "ray"), cpu),
-                                      optional=True),
+        "single": lambda: {"settings": engine(env=one, gpus=gpus_one)},
+        "single-even-heads": lambda: {"settings": engine(env=one, gpus=gpus_one), "model": EVEN_HEADS},
+        "pp2": lambda: {"settings": engine("--pipeline-parallel-size", "2"), "optional": True},
+        "tp2": lambda: {"settings": engine("--tensor-parallel-size", "2"), "optional": True, "model": EVEN_HEADS},
+        "dp2": lambda: {"settings": engine("--data-parallel-size", "2"), "optional": True},
+        "dp2-replicas": lambda: grouped("replicas"),
+        "nodes-pp2": lambda: grouped("nodes", "--pipeline-parallel-size", "2"),
+        "ray-dp2": lambda: grouped("ray"),
+        "ray-executor": lambda: {"settings": pp2_ray(), "optional": True},
     }
     baselines = ["single", *(["single-even-heads"] if "tp2" in cfg.layouts else [])] if cfg.baseline else []
     wanted = [*baselines, *cfg.layouts]
-    out = [made[n]() for n in wanted]
+    out = [ServerVariant(n, **made[n]()) for n in wanted]
     if cfg.nnodes > 1:
         flags = ("--pipeline-parallel-size", str(cfg.nnodes), *node_args(cfg.nnodes, 0, cfg.master_addr,
                                                                           cfg.master_port))

@@ -118,14 +118,14 @@ class GroupHandle(ServerHandle):
         started = time.monotonic()
         next_beat = started + HEARTBEAT_S
         waiting = [(m, u) for m in self.group.members for u in m.urls]
-        while waiting:
+        while True:
             gone = self.dead()
             if gone is not None:
                 member, handle = gone
                 raise ServerStartError(f"group member {member.name} exited before the group became healthy; "
                                        f"log {handle.log_path}, last lines:\n" + self.log_tail(30))
             waiting = [(m, u) for m, u in waiting if not http_ok(u + m.spec.health_path)]
-            if not waiting:
+            if not waiting and self.dead() is None:
                 return
             now = time.monotonic()
             if now - started > timeout_s:

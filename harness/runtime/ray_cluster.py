@@ -21,7 +21,12 @@ from typing import Any
 
 from harness.runtime.base import ServerSpec
 from harness.runtime.group import GroupMember, GroupSpec
-from harness.runtime.serving_env import ServingEnv, ServingEnvSpec, ensure_serving_env, find_serving_env
+from harness.runtime.serving_env import (
+    ServingEnv,
+    ServingEnvSpec,
+    ensure_serving_env,
+    find_serving_env,
+)
 
 RAY_VERSION = "2.60.0"
 RAY = ServingEnvSpec(name="ray", install=(f"ray=={RAY_VERSION}",), remove=(), extra=(), no_deps=(),
