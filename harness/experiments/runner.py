@@ -200,7 +200,10 @@ class Bench:
         """An optional variant the engine will not start is a recorded capability gap; any other is the end."""
         message, _, tail = str(exc).partition("\n")
         if self.plan.server(name).optional:
-            self.refused[name] = f"{message}\n{tail[-2000:]}".strip()
+            logs = "\n".join(p.read_text(errors="replace") for p in
+                             sorted((self.rd.path / "servers").glob(f"server-{name}*.log")))
+            reason = engine_reason(logs) or engine_reason(tail)
+            self.refused[name] = f"{reason}\n{message}\n{tail[-2000:]}".strip()
             self.reporter(f"server {name}: refused by the engine here, recorded as capability_missing: {message}")
             return
         if not self.history.runs:
@@ -219,10 +222,11 @@ class Bench:
 
 
 def engine_reason(message: str) -> str:
-    """The engine's own reason in a refused start's log tail: its last exception line, else the first line."""
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if re.search(r"(Error|Exception)\b.*: ", ln)]
-    return (errors[-1] if errors else lines[0] if lines else "")[:300]
+    """The engine's own reason in a refused start's log: its last exception line that is a root cause
+    (not a wrapper pointing "above"); empty when there is none."""
+    errors = [ln.strip() for ln in message.splitlines()
+              if re.match(r"\s*([\w.]+(Error|Exception)): ", ln) and "root cause" not in ln]
+    return errors[-1][:300] if errors else ""
 
 
 def kv_cache_config(metrics_path: Path) -> dict[str, Any] | None:
@@ -299,7 +303,7 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
         reading.figures.update(claim_figures(history, plan, f"bench-{spec.name} {spec.semantic_id}"))
     for name, message in bench.refused.items():
         reading.details.setdefault("capability_missing", {})[name] = message
-        reading.lines.append(f"capability_missing: {name}: {engine_reason(message)}")
+        reading.lines.append(f"capability_missing: {name}: {message.splitlines()[0]}")
     labels = list(dict.fromkeys([*(a.label for a in plan.arms), *(r.label for r in history.runs)]))
     extra = {"servers": list(bench.servers.values()), "workloads": {
         k: {"path": str(w.path.relative_to(rd.path)), "workload_id": w.workload_id} for k, w in history.workloads.items()}}
