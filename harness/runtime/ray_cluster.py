@@ -32,7 +32,9 @@ RAY_VERSION = "2.60.0"
 RAY = ServingEnvSpec(name="ray", install=(f"ray=={RAY_VERSION}",), remove=(), extra=(), no_deps=(),
                      smoke_imports=("ray",), smoke_present=())
 DRIVER = Path(__file__).with_name("ray_replicas.py")
-NODE_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}
+# A private cluster on one address: no token authentication (Ray 2.60 would share one token file in
+# ~/.ray between every cluster on the machine), no usage reporting.
+NODE_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0", "RAY_AUTH_MODE": "disabled"}
 OBJECT_STORE_BYTES = 80 * 2**20  # the replicas move no objects through Ray: keep /dev/shm free
 
 
