@@ -64,11 +64,16 @@ class ServerSession:
                 "image": self.handle.image, **self.group_record()}
 
     def logs_text(self) -> str:
-        handles = [h for _, h in self.handle.members()] if isinstance(self.handle, GroupHandle) else [self.handle]
+        """Every process's log: the server's, a group's members', and the replicas a Ray driver placed."""
+        paths = []
+        for member, handle in (self.handle.members() if isinstance(self.handle, GroupHandle) else [(None, self.handle)]):
+            paths.append(handle.log_path)
+            report = replicas_report(handle.log_tail(400)) if member is not None and member.role == "ray-driver" else None
+            paths += [Path(r["log"]) for r in (report or {}).get("replicas", [])]
         texts = []
-        for h in handles:
+        for path in paths:
             try:
-                texts.append(h.log_path.read_text(errors="replace"))
+                texts.append(path.read_text(errors="replace"))
             except OSError:
                 continue
         return "\n".join(texts)
