@@ -105,3 +105,11 @@ def test_node_scripts_refuse_bad_settings_in_one_line():
                           text=True, env={"PATH": "/usr/bin:/bin", "DRY_RUN": "1", "NNODES": "2", "NODE_RANK": "0",
                                           "MASTER_ADDR": "h", "MODEL_DIR": "/m"}, timeout=30)
     assert proc.returncode == 2 and "node 0 is the bench: make bench-81 NNODES=2" in proc.stderr
+
+
+def test_make_variables_name_the_multi_node_forms():
+    from harness.cliconfig import make_vars
+
+    got = make_vars(Config, "RAY_ADDRESS=10.0.0.1:6379 NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 LAYOUTS=ray-executor")
+    assert got == {"ray_address": "10.0.0.1:6379", "nnodes": 2, "node_rank": 0, "master_addr": "10.0.0.1",
+                   "layouts": ("ray-executor",)}
