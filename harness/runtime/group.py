@@ -109,6 +109,16 @@ class GroupHandle(ServerHandle):
         share = max(5, lines // max(1, len(self.handles)))
         return "\n".join(f"--- {m.name} ({h.log_path.name}) ---\n{h.log_tail(share)}" for m, h in self.members())
 
+    def latest_line(self) -> str:
+        """The last line of the log written most recently (a member's, or a replica's a Ray driver started)."""
+        from harness.runtime.local import read_tail
+
+        paths = [h.log_path for h in self.handles]
+        if any(m.role == "ray-driver" for m in self.group.members):
+            paths += sorted(self.log_dir.glob("server-replica*.log"))
+        existing = [p for p in paths if p.exists()]
+        return read_tail(max(existing, key=lambda p: p.stat().st_mtime), 1) if existing else ""
+
     def memory_bytes(self) -> int | None:
         values = [h.memory_bytes() for h in self.handles]
         known = [v for v in values if v is not None]
@@ -133,10 +143,8 @@ class GroupHandle(ServerHandle):
                 raise ServerStartError(f"group not healthy after {timeout_s:.0f} s (waiting for {names}); "
                                        "last lines:\n" + self.log_tail(30))
             if progress and now >= next_beat:
-                member = waiting[0][0]
-                handle = self.handles[self.group.members.index(member)]
                 progress(f"  still starting ({now - started:.0f} s, {len(waiting)} endpoint(s) to go): "
-                         f"{handle.log_tail(1)[:120]}")
+                         f"{self.latest_line()[:120]}")
                 next_beat = now + HEARTBEAT_S
             time.sleep(POLL_S)
 
