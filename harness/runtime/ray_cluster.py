@@ -33,8 +33,11 @@ RAY = ServingEnvSpec(name="ray", install=(f"ray=={RAY_VERSION}",), remove=(), ex
                      smoke_imports=("ray",), smoke_present=())
 DRIVER = Path(__file__).with_name("ray_replicas.py")
 # A private cluster on one address: no token authentication (Ray 2.60 would share one token file in
-# ~/.ray between every cluster on the machine), no usage reporting.
-NODE_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0", "RAY_AUTH_MODE": "disabled"}
+# ~/.ray between every cluster on the machine), no usage reporting, and no Ray memory monitor: it
+# kills Ray's own workers (a replica's actor) when the *machine* nears 95 % memory, whoever uses it;
+# the kernel's OOM killer still applies, and a replica that dies is a server crash in the result.
+NODE_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0", "RAY_AUTH_MODE": "disabled",
+            "RAY_memory_monitor_refresh_ms": "0"}
 OBJECT_STORE_BYTES = 80 * 2**20  # the replicas move no objects through Ray: keep /dev/shm free
 
 
