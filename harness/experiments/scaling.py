@@ -71,22 +71,29 @@ class LayoutScaling:
     speedup: Ratio | None
     efficiency: Ratio | None
     latency_ms: dict[str, float | None] = field(default_factory=dict)
+    empty_repeats: int = 0  # repeats in which no request completed (e.g. all timed out): not in the mean
     valid: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def measured(runs: Sequence[ArmRun], label: str) -> list[ArmRun]:
+    """The repeats of ``label`` that ran and completed at least one request (a repeat whose every
+    request timed out measured no throughput: it is counted in ``empty_repeats``, not averaged as 0)."""
+    return [r for r in runs if r.label == label and not r.failure and r.completed > 0]
+
+
 def throughputs(runs: Sequence[ArmRun], label: str) -> list[float]:
-    """Output tokens per second of every completed repeat of ``label``."""
-    done = [r for r in runs if r.label == label and not r.failure and r.records]
-    return [v for v in (OUTPUT_TOKENS_PER_S.of_run(r) for r in done) if v is not None]
+    """Output tokens per second of every measured repeat of ``label``."""
+    return [v for v in (OUTPUT_TOKENS_PER_S.of_run(r) for r in measured(runs, label)) if v is not None]
 
 
 def layout_scaling(runs: Sequence[ArmRun], label: str, devices: int, baseline: str, *, resamples: int = 10_000,
                    seed: int = 0) -> LayoutScaling:
     mine, base = throughputs(runs, label), throughputs(runs, baseline)
-    done = [r for r in runs if r.label == label and not r.failure and r.records]
+    done = measured(runs, label)
+    empty = sum(1 for r in runs if r.label == label and not r.failure and r.records and not r.completed)
     speedup = ratio_of_means(mine, base, resamples=resamples, seed=seed) if label != baseline else None
     efficiency = (ratio_of_means(mine, base, scale=1.0 / devices, resamples=resamples, seed=seed)
                   if label != baseline else None)
@@ -95,8 +102,8 @@ def layout_scaling(runs: Sequence[ArmRun], label: str, devices: int, baseline: s
         layout=label, devices=devices, baseline=baseline, repeats=len(done), throughput_tok_s=mean,
         throughput_range=(min(mine), max(mine)) if mine else None,
         per_device_tok_s=mean / devices if mean is not None else None, speedup=speedup, efficiency=efficiency,
-        latency_ms={m.name: m.value(done) for m in LATENCIES},
-        valid=bool(done) and all(r.valid for r in done))
+        latency_ms={m.name: m.value(done) for m in LATENCIES}, empty_repeats=empty,
+        valid=bool(done) and not empty and all(r.valid for r in done))
 
 
 def scaling_table(rows: Sequence[LayoutScaling]) -> list[list[str]]:
@@ -108,7 +115,8 @@ def scaling_table(rows: Sequence[LayoutScaling]) -> list[list[str]]:
     for row in rows:
         spread = (f" [{row.throughput_range[0]:.1f}, {row.throughput_range[1]:.1f}]"
                   if row.throughput_range else "")
-        out.append([row.layout, row.devices, f"{num(row.throughput_tok_s)}{spread}", num(row.per_device_tok_s),
+        empty = f" ({row.empty_repeats} empty)" if row.empty_repeats else ""
+        out.append([row.layout, f"{row.devices}", f"{num(row.throughput_tok_s)}{spread}{empty}", num(row.per_device_tok_s),
                     row.speedup.text() if row.speedup else "1 (baseline)" if row.layout == row.baseline else "-",
                     row.efficiency.text() if row.efficiency else "1 (baseline)" if row.layout == row.baseline else "-",
                     *(num(row.latency_ms.get(m.name), m.fmt) for m in LATENCIES),

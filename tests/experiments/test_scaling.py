@@ -11,12 +11,12 @@ from harness.experiments.arms import ArmRun
 from harness.experiments.scaling import layout_scaling, ratio_of_means, scaling_table
 
 
-def run(label: str, repeat: int, tok_s: float) -> ArmRun:
+def run(label: str, repeat: int, tok_s: float, status: str = "length") -> ArmRun:
     result = {"performance": {"throughput": {"output_tokens_per_s": tok_s}},
               "conclusion": {"valid": True, "invalid_reasons": []}}
     from harness.client import RequestRecord
 
-    rec = RequestRecord(index=0, status="length", input_tokens=8, output_tokens_requested=4, completion_tokens=4,
+    rec = RequestRecord(index=0, status=status, input_tokens=8, output_tokens_requested=4, completion_tokens=4,
                         sent_s=0.0, first_token_s=0.1, end_s=0.4, chunk_s=(0.1, 0.2, 0.3, 0.4))
     return ArmRun(label=label, repeat=repeat, result_path=Path("x"), result=result, records=(rec,))
 
@@ -57,3 +57,10 @@ def test_node_args_are_vllm_multi_node_flags():
 
     with pytest.raises(InvalidInput, match="--node-rank must be in"):
         node_args(2, 2, "x")
+
+
+def test_a_repeat_that_completed_nothing_is_counted_not_averaged_as_zero():
+    runs = [run("single", 1, 10.0), run("tp2", 1, 14.0), run("tp2", 2, 0.0, status="timeout")]
+    row = layout_scaling(runs, "tp2", 2, "single", resamples=200)
+    assert row.throughput_tok_s == 14.0 and row.empty_repeats == 1 and row.repeats == 1 and not row.valid
+    assert "(1 empty)" in scaling_table([row])[0][2]
