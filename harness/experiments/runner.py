@@ -200,9 +200,7 @@ class Bench:
         """An optional variant the engine will not start is a recorded capability gap; any other is the end."""
         message, _, tail = str(exc).partition("\n")
         if self.plan.server(name).optional:
-            logs = "\n".join(p.read_text(errors="replace") for p in
-                             sorted((self.rd.path / "servers").glob(f"server-{name}*.log")))
-            reason = engine_reason(logs) or engine_reason(tail)
+            reason = engine_reason(self.logs_of(name)) or engine_reason(tail)
             self.refused[name] = f"{reason}\n{message}\n{tail[-2000:]}".strip()
             self.reporter(f"server {name}: refused by the engine here, recorded as capability_missing: {message}")
             return
@@ -211,6 +209,13 @@ class Bench:
         self.reporter(f"server {name} did not start; keeping the arms already measured: {message}")
         raise Stop(Failure(stage="server_start", kind="server_crash", message=f"server {name}: {message}",
                            log_tail=tail or None))
+
+    def logs_of(self, name: str) -> str:
+        """Every log the server variant ``name`` wrote (its own, or each group member's), as servers.json lists them."""
+        entry = self.servers.get(name) or {}
+        logs = [entry.get("log"), *(m.get("log") for m in (entry.get("group") or {}).get("members", []))]
+        paths = [self.rd.path / "servers" / log for log in dict.fromkeys(logs) if log]
+        return "\n".join(p.read_text(errors="replace") for p in paths if p.is_file())
 
     def images(self) -> list[dict[str, Any]]:
         """Images the servers ran from (docker), else the native serving environment's package digest."""

@@ -113,3 +113,12 @@ def test_make_variables_name_the_multi_node_forms():
     got = make_vars(Config, "RAY_ADDRESS=10.0.0.1:6379 NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 LAYOUTS=ray-executor")
     assert got == {"ray_address": "10.0.0.1:6379", "nnodes": 2, "node_rank": 0, "master_addr": "10.0.0.1",
                    "layouts": ("ray-executor",)}
+
+
+def test_a_refusal_is_recorded_with_the_engines_root_cause_not_its_wrapper():
+    log = ("(EngineCore pid=1) ERROR [core.py:1510] EngineCore failed to start.\n"
+           "(EngineCore pid=1) ERROR [core.py:1510] ValueError: current platform cpu does not support ray.\n"
+           "ValueError: current platform cpu does not support ray.\n"
+           "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n")
+    assert runner_mod.engine_reason(log) == "ValueError: current platform cpu does not support ray."
+    assert runner_mod.engine_reason("ERROR engine start failed: a message of another shape") == ""
