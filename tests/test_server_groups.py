@@ -135,10 +135,12 @@ def test_a_member_that_exits_before_health_names_itself_and_stops_the_others(tmp
     group = GroupSpec((GroupMember("node0", waits, urls=(f"http://127.0.0.1:{a}",)),
                        GroupMember("node1", fake(b, "--refuse", "collective_rpc should not be called"))))
     handle = start_group(get_runtime("local"), group, tmp_path, "nodes")
-    with pytest.raises(ServerStartError, match="group member node1 exited") as err:
-        handle.wait_healthy(60)
-    assert "collective_rpc should not be called" in str(err.value)
-    handle.stop()
+    try:
+        with pytest.raises(ServerStartError, match="group member node1 exited") as err:
+            handle.wait_healthy(60)
+        assert "collective_rpc should not be called" in str(err.value)
+    finally:
+        handle.stop()
     assert not handle.handles[0].alive()
 
 
