@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -56,6 +57,7 @@ from harness.telemetry import (
     scrape,
     summarize,
 )
+from harness.telemetry.prometheus import Scrape, parse
 from harness.validity import ValidityLimits, load_references
 from harness.workload import Workload, load_workload
 
@@ -76,6 +78,7 @@ class MeasureConfig:
     model: str  # served model name
     workload_path: str | Path
     out_dir: str | Path
+    endpoints: tuple[str, ...] = ()  # several replicas: requests are dealt round-robin over these base URLs
     semantic_id: str = "INF-FLOAT-BASELINE"
     run_label: str = "serving"
     run_id: str | None = None  # None: a new sortable id
@@ -206,6 +209,18 @@ def endpoint_answers(endpoint: str, timeout_s: float = 3.0) -> bool:
     return False
 
 
+def scrape_all(urls: list[str]) -> Scrape:
+    """One scrape, or several replicas' texts concatenated: the parse sums every series over them."""
+    if len(urls) == 1:
+        return scrape(urls[0])
+    got = [scrape(u) for u in urls]
+    errors = [g.error for g in got if g.error]
+    if errors:
+        return Scrape(None, None, "; ".join(errors))
+    text = "".join(f"# infkit: replica {u}\n{g.text}" for u, g in zip(urls, got, strict=True))
+    return Scrape(text, parse(text, time.monotonic()))
+
+
 def _save_scrape(out_dir: Path, name: str, got) -> Path | None:
     return atomic_write_text(out_dir / name, got.text) if got.text is not None else None
 
@@ -254,14 +269,17 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
         raise InvalidInput(f"--out {out_dir}: cannot create the run directory: {exc.strerror or exc}") from None
     requests_path = out_dir / REQUESTS_FILE
     RecordWriter(requests_path, truncate=True).close()
-    metrics_url = cfg.metrics_url or cfg.endpoint.rstrip("/") + "/metrics"
+    metrics_urls = [u.rstrip("/") + "/metrics" for u in cfg.endpoints] or [cfg.metrics_url or
+                                                                          cfg.endpoint.rstrip("/") + "/metrics"]
+    metrics_url = metrics_urls[0]
     client = ClientConfig(endpoint=cfg.endpoint, model=cfg.model, api=cfg.api, timeout_s=cfg.timeout_s,
                           ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens, keep_text=cfg.keep_text)
     workers = cfg.client_workers or auto_workers(closed or cap or len(workload.requests))
     shares = plan_shares(workload.requests, client, str(requests_path), workers=workers,
-                         closed_concurrency=closed, max_concurrency=cap, batch_barrier=cfg.batch_barrier)
+                         closed_concurrency=closed, max_concurrency=cap, batch_barrier=cfg.batch_barrier,
+                         endpoints=cfg.endpoints)
 
-    before = scrape(metrics_url)
+    before = scrape_all(metrics_urls)
     before_path = _save_scrape(out_dir, METRICS_BEFORE, before)
     poller = GaugePoller(metrics_url, POLLED_GAUGES, cfg.gauge_interval_s).start() if before.snapshot else None
     sampler = PeakSampler(cfg.memory_probe).start() if cfg.memory_probe else None
@@ -274,7 +292,7 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
         if poller:
             poller.stop()
         peak_bytes = sampler.stop() if sampler else None
-    after = scrape(metrics_url)
+    after = scrape_all(metrics_urls)
     after_path = _save_scrape(out_dir, METRICS_AFTER, after)
     records = _fill_not_sent(requests_path, workload)
 
@@ -284,6 +302,8 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
         atomic_write_text(out_dir / GAUGES_FILE, "".join(json.dumps(r) + "\n" for r in rows))
     server = summarize(before.snapshot, after.snapshot, poller.readings if poller else None, rows)
     server["url"] = metrics_url
+    if len(metrics_urls) > 1:  # counters summed over the replicas; polled gauge peaks are the first replica's
+        server["urls"] = metrics_urls
     if before.error or after.error:
         server["scrape_errors"] = [e for e in (before.error, after.error) if e]
     inputs = ResultInputs(

@@ -44,6 +44,16 @@ class CacheReset:
     def to_dict(self) -> dict[str, object]:
         return {"requested": self.requested, "confirmed": self.confirmed, "evidence": self.evidence}
 
+    @classmethod
+    def combine(cls, outcomes: list[CacheReset]) -> CacheReset:
+        """One verdict for several caches (replicas): declined if any declined, confirmed only if all were."""
+        if len(outcomes) == 1:
+            return outcomes[0]
+        verdicts = [o.confirmed for o in outcomes]
+        confirmed = False if False in verdicts else True if all(v is True for v in verdicts) else None
+        return cls(any(o.requested for o in outcomes), confirmed,
+                   "; ".join(f"endpoint {i}: {o.evidence}" for i, o in enumerate(outcomes)))
+
 
 def post(url: str, timeout_s: float = HTTP_TIMEOUT_S, body: bytes = b"", method: str = "POST") -> tuple[int, str]:
     """(status, body text); (0, reason) when the server could not be reached."""

@@ -18,6 +18,7 @@ Ctrl-C keeps what was measured and signs it as an aborted run.
 
 from __future__ import annotations
 
+import re
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -95,7 +96,7 @@ class Bench:
         self.rd, self.reporter = rd, reporter
         self.history = History(cfg=cfg, model=model)
         self.runtime = get_runtime(placement.runtime)
-        self.servers: dict[str, dict[str, Any]] = {}
+        self.servers: dict[str, dict[str, Any]] = self.history.servers
         self.kv_cache: dict[str, dict[str, Any] | None] = {}
         self.resets: list[dict[str, Any]] = []  # one per arm run: the reset the protocol asks for, and its verdict
         self.refused: dict[str, str] = {}
@@ -126,13 +127,15 @@ class Bench:
     def start(self, name: str, stack: ExitStack) -> ServerSession:
         variant = self.plan.server(name)
         backend = self.backend_of(name)
-        config = replace(self.base, port=free_port(), **variant.settings)
+        model = ensure_model(variant.model, progress=self.reporter) if variant.model else None
+        served = {"model_dir": str(model.path), "served_model_name": variant.model} if model else {}
+        config = replace(self.base, port=free_port(), **served, **variant.settings)
         self.reporter.state(f"server {name}: starting")
         with ExitStack() as own:  # a variant the engine did not apply is stopped at once, not at the phase's end
             srv = own.enter_context(server_session(
                 name, backend, self.runtime, config, self.rd.path / "servers", start_timeout_s=self.cfg.start_timeout_s,
                 progress=self.reporter, settings=dict(variant.settings), on_start=self.record_server,
-                on_stop=self.record_server))
+                on_stop=self.record_server, layout=variant.layout, model=model))
             srv.read_effective(variant.expect)
             self.record_server(srv)
             check_applied(variant, srv)
@@ -223,7 +226,8 @@ class Bench:
         if isinstance(exc, NotApplied) and not self.plan.server(name).optional:
             raise Stop(Failure(stage="server_start", kind="capability_missing", message=f"server {name}: {message}"))
         if self.plan.server(name).optional:
-            self.refused[name] = f"{message}\n{tail[-2000:]}".strip()
+            reason = engine_reason(self.logs_of(name)) or engine_reason(tail)
+            self.refused[name] = f"{reason}\n{message}\n{tail[-2000:]}".strip()
             self.reporter(f"server {name}: refused by the engine here, recorded as capability_missing: {message}")
             return
         if not self.history.runs:
@@ -231,6 +235,13 @@ class Bench:
         self.reporter(f"server {name} did not start; keeping the arms already measured: {message}")
         raise Stop(Failure(stage="server_start", kind="server_crash", message=f"server {name}: {message}",
                            log_tail=tail or None))
+
+    def logs_of(self, name: str) -> str:
+        """Every log the server variant ``name`` wrote (its own, or each group member's), as servers.json lists them."""
+        entry = self.servers.get(name) or {}
+        logs = [entry.get("log"), *(m.get("log") for m in (entry.get("group") or {}).get("members", []))]
+        paths = [self.rd.path / "servers" / log for log in dict.fromkeys(logs) if log]
+        return "\n".join(p.read_text(errors="replace") for p in paths if p.is_file())
 
     def images(self) -> list[dict[str, Any]]:
         """Images the servers ran from (docker), else the native serving environment's package digest."""
@@ -260,6 +271,14 @@ def check_applied(variant: ServerVariant, srv: ServerSession) -> None:
                  f"{source})" + (f": {srv.backend.override_reasons[k]}" if k in srv.backend.override_reasons else "")
                  for k in missed]
         raise NotApplied("; ".join(parts))
+
+
+def engine_reason(message: str) -> str:
+    """The engine's own reason in a refused start's log: its last exception line that is a root cause
+    (not a wrapper pointing "above"); empty when there is none."""
+    errors = [ln.strip() for ln in message.splitlines()
+              if re.match(r"\s*([\w.]+(Error|Exception)): ", ln) and "root cause" not in ln]
+    return errors[-1][:300] if errors else ""
 
 
 def kv_cache_config(metrics_path: Path) -> dict[str, Any] | None:
