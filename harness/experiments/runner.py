@@ -378,7 +378,7 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
         if reading.decision in ("adopt", "reject"):
             reading.decision, reading.summary = "inconclusive", f"{reading.summary}; capped: {violations[0]}"
     result = top_result(history, plan, reading, semantic_id=spec.semantic_id, run_id=rd.run_id,
-                        next_steps=spec.next_steps, protocol=protocol, extra=extra)
+                        next_steps=spec.steps, protocol=protocol, extra=extra)
     result_name = f"{reading.kind}.json"
     rd.write_result(result_name, result)
     for name, draw in reading.figures.items():

@@ -240,6 +240,13 @@ def phases_for(arms: Sequence[Arm], repeats: int, order: Order = "sequential") -
                     f"({', '.join(variants)}), so effects across variants are not interleaved")
 
 
+COMMON_NEXT_STEPS = {
+    "inconclusive": "raise --repeats or SCALE to narrow the intervals",
+    "blocked": "read the server log tail in the failed arm's result, fix the cause and rerun make bench-{name}",
+    "aborted": "the run was interrupted: rerun make bench-{name}",
+}
+
+
 @dataclass(frozen=True)
 class BenchSpec:
     """A project exit as data: its number, question, config and plan."""
@@ -250,9 +257,14 @@ class BenchSpec:
     question: str
     config: type[BenchConfig]
     plan: Callable[[Any, PreparedModel], Plan]
-    next_steps: Mapping[str, str]
+    next_steps: Mapping[str, str]  # by decision (adopt, reject, ...); COMMON_NEXT_STEPS fill the rest
     doc: str = ""
     outputs: tuple[str, ...] = ()  # extra files it writes, for the command's closing lines
 
     def out_root(self, cfg: BenchConfig) -> Path:
         return cfg.out_root or Path("runs") / self.name
+
+    @property
+    def steps(self) -> dict[str, str]:
+        """The next step for each decision: the spec's own, over what every bench says."""
+        return {k: v.format(name=self.name) for k, v in COMMON_NEXT_STEPS.items()} | dict(self.next_steps)

@@ -1,5 +1,8 @@
 """Load sweeps: one request list replayed at load levels, each point read from its arm runs.
 
+``LoadSweep`` is the sweep as a bench uses it (its steps for a ``Phase`` and its ``read`` rule);
+``load_point``, ``saturation`` and ``curve_png`` are its parts.
+
 A point's figures come from its repeats: latency percentiles pool their completed
 requests; achieved throughput is the median of the repeats with their min–max
 spread. A point is valid only when every repeat is valid — a point where the
@@ -9,13 +12,15 @@ never read as the server's. ``saturation`` states its rule in its result.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tabulate import tabulate
 
+from harness.experiments.analysis import Reading, blocked_reading
 from harness.experiments.arms import ArmRun
 from harness.experiments.metrics import (
     E2E_P50,
@@ -27,6 +32,10 @@ from harness.experiments.metrics import (
     TTFT_P50,
     TTFT_P99,
 )
+from harness.experiments.spec import Arm, History, Step, WorkloadPlan
+from harness.workload import Arrival, Common
+
+PROBE = "probe"
 
 CURVE_METRICS = (TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, E2E_P50, E2E_P99)
 
@@ -141,3 +150,104 @@ def curve_png(points: Sequence[LoadPoint], path: Path, *, title: str, saturated:
     fig.suptitle(title)
     fig.tight_layout()
     return save_figure(fig, path)
+
+
+def rate_label(rate: float) -> str:
+    return f"rate={rate:.3g}/s"
+
+
+@dataclass(frozen=True)
+class LoadSweep:
+    """One request list at load levels on one server: a capacity probe (closed loop), then Poisson rates as
+    fractions of the probed capacity (or given rates) and closed-loop concurrencies, in rounds low to high,
+    ``repeats`` times; read by the saturation rule."""
+
+    requests: Common  # the request list (its arrival is replaced per level)
+    server: str
+    repeats: int
+    rates: tuple[float, ...] = ()
+    rate_fractions: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0, 1.25)
+    concurrencies: tuple[int, ...] = ()
+    probe_concurrency: int = 16
+    tolerance: float = 0.10
+    ttft_factor: float = 3.0
+    label: str = "baseline"  # what the summary calls the curve (e.g. "bfloat16 baseline")
+    title: str = "latency vs throughput"
+    facts: tuple[tuple[str, Any], ...] = ()  # recorded in details.baseline (e.g. the served dtype)
+
+    @property
+    def planned_steps(self) -> int:
+        return (0 if self.rates else 1) + self.repeats * (len(self.rates or self.rate_fractions)
+                                                          + len(self.concurrencies))
+
+    def level(self, label: str, arrival: Arrival) -> Arm:
+        name = label.replace("/", "").replace("=", "-").replace(" ", "-")
+        return Arm(label, WorkloadPlan(name, "random", replace(self.requests, arrival=arrival)), self.server)
+
+    def steps(self, history: History) -> Iterator[Step]:
+        rates = tuple(self.rates)
+        if not rates:
+            yield 1, self.level(PROBE, Arrival("closed", concurrency=self.probe_concurrency))
+            capacity = REQUEST_RATE.value([r for r in history.of(PROBE) if not r.failure])
+            if not capacity:
+                return
+            rates = tuple(round(f * capacity, 3) for f in self.rate_fractions)
+            history.notes["capacity_probe_rps"] = capacity
+        history.notes["offered_rps"] = {rate_label(r): r for r in sorted(rates)}
+        history.notes["concurrency"] = {PROBE: self.probe_concurrency,
+                                        **{f"closed c={c}": c for c in self.concurrencies}}
+        levels = [self.level(rate_label(r), Arrival("poisson", rate_rps=r)) for r in sorted(rates)]
+        levels += [self.level(f"closed c={c}", Arrival("closed", concurrency=c)) for c in self.concurrencies]
+        for repeat in range(1, self.repeats + 1):
+            for arm in levels:
+                yield repeat, arm
+
+    def points(self, history: History) -> list[LoadPoint]:
+        offered, closed = history.notes.get("offered_rps", {}), history.notes.get("concurrency", {})
+        return [load_point(history.runs, label, offered_rps=offered.get(label), concurrency=closed.get(label))
+                for label in dict.fromkeys(r.label for r in history.runs)]
+
+    def read(self, history: History) -> Reading:
+        """Per-level table, the saturation point by the rule, the curve, and ``details.baseline`` for citing."""
+        points = self.points(history)
+        sat = saturation(points, tolerance=self.tolerance, ttft_factor=self.ttft_factor)
+        best, light = sat.point, sat.light
+        lines = ["", level_table(points, sat), "", f"saturation rule: {sat.rule}"]
+        headline: list[dict[str, Any]] = []
+        if best is not None:
+            lines.append(f"saturation point: {best.label}: {best.achieved_rps:.2f} req/s achieved, "
+                         f"{best.output_tokens_per_s:.1f} output tok/s, P99 TTFT "
+                         f"{best.latency_ms[TTFT_P99.name]:.0f} ms, P99 TPOT {best.latency_ms[TPOT_P99.name]:.1f} ms")
+            headline += [{"name": "saturation", "value": best.offered_rps, "unit": "req/s"},
+                         {"name": "saturation throughput", "value": best.output_tokens_per_s, "unit": "tok/s"}]
+        else:
+            lines.append("saturation point: none — no valid level kept up by the rule (lower --rates or "
+                         "--rate-fractions)")
+        if light is not None:
+            headline += [{"name": f"light-load {m.title.removesuffix(' ms')}", "value": light.latency_ms[m.name],
+                          "unit": "ms"} for m in (TTFT_P50, TTFT_P99, TPOT_P50)]
+        summary = (f"{self.label}: saturation at {best.offered_rps:g} req/s offered "
+                   f"({best.output_tokens_per_s:.1f} output tok/s)" if best else
+                   f"{self.label}: no level kept up by the saturation rule")
+        details = {"points": [p.to_dict() for p in points], "saturation": sat.to_dict(),
+                   "baseline": {"label": self.label, **dict(self.facts), "capacity_probe_rps": history.notes.get("capacity_probe_rps"),
+                                "light_load": light.to_dict() if light else None,
+                                "saturation": best.to_dict() if best else None}}
+        figures = {"latency_throughput.png": lambda path: curve_png(points, path, title=self.title, saturated=best)}
+        blocked = blocked_reading(history, None, self.repeats)
+        if blocked is not None:
+            blocked.details, blocked.lines, blocked.figures, blocked.kind = details, lines, figures, "sweep"
+            return blocked
+        return Reading(evidence_level="repeated" if self.repeats >= 3 and best is not None else "single",
+                       decision="inconclusive", summary=summary, repeats=self.repeats, details=details, lines=lines,
+                       figures=figures, headline=headline, kind="sweep")
+
+
+def level_table(points: Sequence[LoadPoint], sat: Saturation) -> str:
+    rows = [[p.label, "-" if p.offered_rps is None else f"{p.offered_rps:.2f}",
+             "-" if p.achieved_rps is None or p.achieved_rps_range is None else
+             f"{p.achieved_rps:.2f} [{p.achieved_rps_range[0]:.2f}, {p.achieved_rps_range[1]:.2f}]",
+             OUTPUT_TOKENS_PER_S.format(p.output_tokens_per_s), "yes" if p.valid else "no",
+             sat.verdicts.get(p.label, "closed loop")] for p in points]
+    return tabulate(rows, headers=["level", "offered req/s", "achieved req/s [min, max]", "out tok/s", "valid",
+                                   "saturation rule"], tablefmt="github")

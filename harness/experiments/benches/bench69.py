@@ -88,9 +88,6 @@ SPEC = BenchSpec(
     next_steps={
         "adopt": "keep prefix caching on for shared-prefix traffic; confirm on the GPU image (make bench-69 GPU=0)",
         "reject": "prefix caching slowed TTFT here: check the hit rates and server logs before trusting it",
-        "inconclusive": "raise --repeats or SCALE to narrow the interval",
         "vetoed": "the cache-off control also got faster: check that the workloads are true twins",
-        "blocked": "read the server log tail in the failed arm's result, fix the cause and rerun make bench-69",
-        "aborted": "the run was interrupted: rerun make bench-69 for a decision",
     },
 )

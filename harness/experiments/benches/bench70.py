@@ -176,8 +176,5 @@ SPEC = BenchSpec(
         "adopt": "continuous batching serves this traffic better than static batches; read each comparison's "
                  "decision for the limits, the chunk and the policy, and the simulator's error per arm",
         "reject": "static batches did better here: check the occupancy figure and the server logs before trusting it",
-        "inconclusive": "raise --repeats or SCALE to narrow the intervals",
-        "blocked": "read the server log tail in the failed arm's result, fix the cause and rerun make bench-70",
-        "aborted": "the run was interrupted: rerun make bench-70",
     },
 )

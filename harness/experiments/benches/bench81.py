@@ -87,6 +87,5 @@ SPEC = BenchSpec(
         "inconclusive": "read the scaling table: an efficiency well below 1 names a shared resource (see bounded_by); "
                         "on GPUs run make bench-81 GPU=0,1 or across nodes with RAY_ADDRESS= / NNODES=",
         "blocked": "read the failed layout's server log tail, fix the cause and rerun make bench-81",
-        "aborted": "the run was interrupted: rerun make bench-81",
     },
 )
