@@ -90,7 +90,7 @@ run() {  # run LIMIT_S LABEL COMMAND...
 cuda() {  # cuda LIMIT_S LABEL NAME ARGS...
   local limit=$1 label=$2 name=$3
   shift 3
-  run "$limit" "$label" "$PY" benchmarks/bundle_python.py run "$SITE" cuda "$name" --device "$DEVICE" --out "$OUT/runs" "$@"
+  run "$limit" "$label" "$PY" benchmarks/bundle_python.py run "$SITE" cuda "$name" --device "$DEVICE" --out "$OUT/runs" --no-sign "$@"
 }
 
 run 60 fingerprint "$PY" benchmarks/bundle_python.py run "$SITE" fingerprint --out "$OUT/fingerprint.json"

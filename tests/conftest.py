@@ -16,6 +16,11 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# `make test VAR=…` exports its own command-line variables to every make a test starts; those tests
+# state the variables they mean, so the outer make's are dropped.
+for _name in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"):
+    os.environ.pop(_name, None)
+
 
 def require_or_skip(env_var: str, reason: str) -> None:
     """Skip with ``reason``, or fail when ``env_var`` says the prerequisite is required."""

@@ -114,6 +114,15 @@ def test_bundle_rehearsal_runs_every_cpu_fallback_with_only_torch(tmp_path: Path
     for result in results:
         assert validate_file(result) == [], result
         assert json.loads(result.read_text())["details"]["device"] == "cpu"
+    # runs come back unsigned (the borrowed machine holds no key) and are signed where they land
+    assert not (out / "manifests").exists()
+    run_dir = results[0].parent
+    signed = subprocess.run([str(REPO_ROOT / ".venv" / "bin" / "infkit"), "sign", str(run_dir), "--root", str(out)],
+                            capture_output=True, text=True, timeout=120, cwd=out)
+    assert signed.returncode == 0, signed.stderr
+    audited = subprocess.run([str(REPO_ROOT / ".venv" / "bin" / "infkit"), "audit", signed.stdout.strip(),
+                              "--root", str(out)], capture_output=True, text=True, timeout=120, cwd=out)
+    assert audited.returncode == 0 and "VALID" in audited.stdout, audited.stdout + audited.stderr
     # the bundle's packages came from its own wheels, unpacked beside it, not from the venv
     assert (root / ".site" / "jsonschema").is_dir()
     assert not list(torch_only_python.parent.parent.glob("lib/python*/site-packages/jsonschema"))
