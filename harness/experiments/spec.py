@@ -131,6 +131,7 @@ class History:
     runs: list[ArmRun] = field(default_factory=list)
     workloads: dict[str, Workload] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)  # what steps decided (e.g. a probe's capacity)
+    refused: dict[str, str] = field(default_factory=dict)  # optional server variants the engine refused: message
 
     def of(self, label: str) -> list[ArmRun]:
         return [r for r in self.runs if r.label == label]
@@ -144,6 +145,7 @@ class Phase:
     servers: tuple[str, ...]
     steps: Sequence[Step] | Callable[[History], Iterable[Step]]
     planned_steps: int | None = None  # for progress when ``steps`` is made while running
+    keep: tuple[str, ...] = ()  # servers of the previous phase that stay up into this one instead of restarting
 
 
 @dataclass(frozen=True)
