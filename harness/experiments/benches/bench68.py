@@ -63,9 +63,9 @@ class Config(BenchConfig):
     """Defaults sized for <= 12 minutes on 2 CPU cores once the serving env and model are cached."""
 
     kv_cache_space_gib: int = knob(1, "CPU backends: KV-cache size in GiB per server (two are up at once)", min=1)
-    requests: int = knob(4, "requests per workload in every arm run (x --scale)", min=1)
+    requests: int = knob(3, "requests per workload in every arm run (x --scale)", min=1)
     input_tokens: int = knob(256, "prompt length in tokens (both workloads)", min=64)
-    output_tokens: int = knob(64, "generated tokens per request (ignore_eos: exact)", min=2)
+    output_tokens: int = knob(48, "generated tokens per request (ignore_eos: exact)", min=2)
     ngram_tokens: tuple[int, ...] = knob((2, 4), "n-gram arms: tokens proposed per step, one arm each", min=1, max=16)
     prompt_lookup_min: int = knob(2, "n-gram arms: shortest n-gram matched in the context", min=1)
     prompt_lookup_max: int = knob(4, "n-gram arms: longest n-gram matched in the context", min=1)
