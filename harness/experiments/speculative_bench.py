@@ -149,8 +149,9 @@ def proposal_lines(citation: Citation | None, why: str, arms: Sequence[SpecArm],
     return lines, {"cited": citation.to_dict(Path.cwd()), "predictions": predictions}
 
 
-def read_speculative(cfg: Any, arms: Sequence[SpecArm], proposal: tuple[Citation | None, str],
-                     model: Any) -> Callable[[History], Reading]:
+def read_speculative(cfg: Any, arms: Sequence[SpecArm],
+                     proposal: tuple[Citation | None, str]) -> Callable[[History], Reading]:
+    """The reading: one row per workload x variant, the predictions, the proposal citation, the decision."""
     def reading(history: History) -> Reading:
         runs = history.runs
         rows: list[Row] = []
@@ -180,8 +181,8 @@ def read_speculative(cfg: Any, arms: Sequence[SpecArm], proposal: tuple[Citation
                              "cost_ratio": a.cost_ratio, "cost_source": a.cost_source, "note": a.note,
                              "draft": a.draft or None} for a in arms],
                    "proposal": prop_details}
-        figures = claim_figures(history, Plan((), (), (), (), claims=tuple(
-            Claim(E2E_P50, f"{r.workload}/off@{r.arm}", f"{r.workload}/{r.arm}") for r in rows)), "bench-68 E2E")
+        cdf = tuple(Claim(E2E_P50, f"{r.workload}/off@{r.arm}", f"{r.workload}/{r.arm}") for r in rows)
+        figures = claim_figures(history, Plan((), (), (), (), claims=cdf), "bench-68 INF-SPECULATIVE-BENCH")
         blocked = blocked_reading(history, None, cfg.repeats)
         if blocked is not None:
             blocked.details, blocked.lines, blocked.figures, blocked.quality = details, lines, figures, top.quality

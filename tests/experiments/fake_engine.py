@@ -1,7 +1,8 @@
 """A stand-in engine process for runner tests: the fake OpenAI server, or an engine that refuses to start.
 
 ``--refuse MESSAGE`` prints the message the way an engine's log does and exits 1 (a configuration
-this platform does not run); ``--crash-after N`` stops answering after N requests.
+this platform does not run); ``--crash-after N`` stops answering after N requests;
+``--speculative-config`` makes it export speculative-decoding counters.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ def main() -> int:
     ap.add_argument("--gap-ms", type=float, default=2.0)
     ap.add_argument("--crash-after", type=int, default=0)
     ap.add_argument("--refuse", default=None)
+    ap.add_argument("--speculative-config", default=None)  # exports spec-decode counters, as vLLM does
     args, _ = ap.parse_known_args()
     if args.refuse:
         print(f"ERROR engine start failed: {args.refuse}", flush=True)
         return 1
     server = FakeOpenAIServer(FakeConfig(ttft_s=args.ttft_ms / 1e3, gap_s=args.gap_ms / 1e3,
-                                         crash_after=args.crash_after), port=args.port)
+                                         crash_after=args.crash_after,
+                                         spec_decode=args.speculative_config is not None), port=args.port)
 
     async def serve() -> None:
         await server._start()  # noqa: SLF001

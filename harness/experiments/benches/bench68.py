@@ -119,7 +119,7 @@ def plan(cfg: Config, model) -> Plan:
     if not arms:
         raise InvalidInput("no speculative arm to run: set --ngram-tokens, --draft-layers, --self-draft or a GPU arm")
     return Plan(workloads=tuple(workloads), servers=tuple(servers), arms=tuple(bench_arms), phases=tuple(phases),
-                claims=tuple(claims), read=read_speculative(cfg, arms, citation, model),
+                claims=tuple(claims), read=read_speculative(cfg, arms, citation),
                 warmup="warmup" if cfg.warmup_requests else None, run_label="speculative decoding vs off",
                 order="the baseline server stays up; each speculative variant is started in turn next to it and "
                       "its arms interleave with a baseline arm on the same workload, order alternating per repeat",
