@@ -172,7 +172,7 @@ def read_speculative(cfg: Any, arms: Sequence[SpecArm],
                                                          for x in (base, spec)),
                                 e2e_ms=tuple(arm_values(runs, x, [E2E_P50])[E2E_P50.name] for x in (base, spec)),
                                 acceptance=acc, prediction=pred, agreement=agreement(runs, spec, ref),
-                                baseline_agreement=agreement(runs, base, ref)))
+                                baseline_agreement=agreement(runs, base, ref), requested_tokens=sa.gamma))
         top = decide_top(rows)
         prop_lines, prop_details = proposal_lines(*proposal, arms, cfg)
         lines = ["", *row_lines(rows), "", *prop_lines, "", *top.lines]

@@ -36,6 +36,12 @@ class Row:
     prediction: Prediction | None
     agreement: Agreement
     baseline_agreement: Agreement
+    requested_tokens: int | None = None  # num_speculative_tokens asked for
+
+    @property
+    def effective_tokens(self) -> int | None:
+        """Draft positions the engine reports acceptance for: the num_speculative_tokens it applied."""
+        return len(self.acceptance.accepted_per_position) if self.acceptance else None
 
     @property
     def label(self) -> str:
@@ -51,6 +57,8 @@ class Row:
             return "capability_missing"
         if self.e2e is None:
             return "no completed pair"
+        if self.acceptance is None:
+            return "not applied (no spec-decode counters)"
         return "reject (outputs differ)" if self.mismatched else self.e2e.decision
 
     @property
@@ -75,6 +83,8 @@ class Row:
                 "tpot_p50_ms": {"baseline": self.tpot_ms[0], "variant": self.tpot_ms[1]},
                 "e2e_p50_ms": {"baseline": self.e2e_ms[0], "variant": self.e2e_ms[1]},
                 "acceptance": self.acceptance.to_dict() if self.acceptance else None,
+                "num_speculative_tokens": {"requested": self.requested_tokens, "effective": self.effective_tokens,
+                                           "source": "positions of vllm:spec_decode_num_accepted_tokens_per_pos"},
                 "prediction": self.prediction.to_dict() if self.prediction else None,
                 "served_speedup": None if served is None else
                 {"value": round(served[0], 6), "ci_low": round(served[1], 6), "ci_high": round(served[2], 6),
@@ -114,6 +124,8 @@ def row_lines(rows: Sequence[Row]) -> list[str]:
         p, served = r.prediction, r.served_speedup
         if r.refused is not None:
             lines.append(f"  {r.label}: capability_missing: {r.refused.splitlines()[0]}")
+        elif r.acceptance is None and r.e2e is not None:
+            lines.append(f"  {r.label}: speculation not applied: the engine exported no spec-decode counters")
         elif p is None or served is None:
             lines.append(f"  {r.label}: no prediction (no drafts counted or no completed pair)")
         else:
@@ -149,6 +161,10 @@ def decide_top(rows: Sequence[Row]) -> Top:
     if refused:
         lines.append(f"not run here (capability_missing): {', '.join(refused)}")
     mismatched = [r.label for r in ran if r.mismatched]
+    overridden = [f"{r.label} (requested {r.requested_tokens}, applied {r.effective_tokens})" for r in ran
+                  if r.requested_tokens and r.effective_tokens not in (None, r.requested_tokens)]
+    if overridden:
+        lines.append(f"the engine applied another draft length than asked: {', '.join(overridden)}")
     unrepeatable = sorted({r.workload for r in rows if r.baseline_agreement.compared and not r.baseline_agreement.passed})
     if unrepeatable:
         lines.append(f"the baseline's own greedy outputs differ between runs on: {', '.join(unrepeatable)}")

@@ -14,6 +14,7 @@ from harness.experiments.arms import ArmRun
 from harness.experiments.metrics import ACCEPTANCE_RATE, E2E_P50, MEAN_ACCEPTANCE_LENGTH
 from harness.experiments.spec import Arm, Claim, History
 from harness.experiments.speculative import (
+    Agreement,
     agreement,
     draft_cost_ratio,
     pooled_acceptance,
@@ -126,12 +127,13 @@ def claim(value: float, lo: float, hi: float, decision: str, b: str = "copy/v") 
     return ClaimResult(Claim(E2E_P50, "copy/off@v", b), effect, decision, "paired", "reason", (value,) * 3)
 
 
-def row(workload: str, arm: str, e2e: ClaimResult | None, texts_ok: bool = True, refused: str | None = None) -> Row:
-    from harness.experiments.speculative import Agreement
-
+def row(workload: str, arm: str, e2e: ClaimResult | None, texts_ok: bool = True, refused: str | None = None,
+        counted: bool = True) -> Row:
     ok = Agreement(4, 4 if texts_ok else 3, None if texts_ok else {"index": 1})
+    acc = pooled_acceptance([run(arm, 1, spec=SPEC_R1, generated=20)], arm) if counted else None
     return Row(workload=workload, arm=arm, refused=refused, e2e=e2e, tpot=e2e, tpot_ms=(10.0, 8.0),
-               e2e_ms=(100.0, 80.0), acceptance=None, prediction=None, agreement=ok, baseline_agreement=Agreement(4, 4, None))
+               e2e_ms=(100.0, 80.0), acceptance=acc, prediction=None, agreement=ok,
+               baseline_agreement=Agreement(4, 4, None), requested_tokens=3)
 
 
 def test_top_decision_adopts_the_best_adopted_variant_and_names_where_it_hurts():
@@ -166,3 +168,14 @@ def test_a_greedy_mismatch_is_never_adopted_and_fails_quality():
     assert top.mismatched == ["copy/self-draft"] and top.quality["passed"] is False
     assert top.quality["value"] == pytest.approx(7 / 8)
     assert top.decision == "adopt" and top.effect.arm_b == "copy/v" and math.isclose(top.effect.value, 0.9)
+
+
+def test_speculation_the_engine_did_not_apply_is_not_read_as_an_effect():
+    plain = row("copy", "ngram-k4", claim(1.0, 0.9, 1.1, "inconclusive"), counted=False)
+    assert plain.decision == "not applied (no spec-decode counters)" and plain.effective_tokens is None
+    runs = [run("copy/ngram-k4", 1, spec=SPEC_R1, generated=20)]
+    applied = Row(**{**plain.__dict__, "acceptance": pooled_acceptance(runs, "copy/ngram-k4"), "requested_tokens": 4})
+    assert applied.decision == "inconclusive" and applied.effective_tokens == 3
+    assert applied.to_dict()["num_speculative_tokens"]["effective"] == 3
+    assert any("applied another draft length than asked: copy/ngram-k4 (requested 4, applied 3)" in line
+               for line in decide_top([applied]).lines)
