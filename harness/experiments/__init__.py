@@ -9,6 +9,7 @@ decision rule), ``sweep`` (load sweeps and their reading rules), ``benches/``
 
 from __future__ import annotations
 
+import harness.experiments.benches  # noqa: F401  (first, so the function below keeps the name; see benches())
 from harness.experiments.spec import BenchSpec
 from harness.registry import discover, lookup
 
@@ -16,7 +17,12 @@ BENCH_PACKAGE = "harness.experiments.benches"
 
 
 def benches() -> dict[str, BenchSpec]:
-    """Every bench spec, by number."""
+    """Every bench spec, by number.
+
+    The subpackage of the same name is imported at the top of this module: Python binds a package's
+    attribute to a subpackage when the subpackage is first imported, so importing it later (discovery,
+    or any ``harness.experiments.benches.benchNN``) would otherwise replace this function.
+    """
     return discover(BENCH_PACKAGE, "SPEC", BenchSpec)
 
 

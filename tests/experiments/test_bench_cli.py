@@ -86,3 +86,10 @@ def test_cli_bad_input_is_one_line_without_traceback_and_leaves_nothing(tmp_path
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], lines
     assert not (tmp_path / "runs").exists() and not (tmp_path / "manifests").exists()
+
+
+def test_importing_a_spec_module_keeps_the_discovery_function():
+    import harness.experiments
+    import harness.experiments.benches.bench69  # noqa: F401
+
+    assert callable(harness.experiments.benches) and "69" in harness.experiments.benches()
