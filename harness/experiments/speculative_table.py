@@ -152,11 +152,16 @@ class Top:
 def decide_top(rows: Sequence[Row]) -> Top:
     """The top-level decision from the rows, by ``RULE``."""
     ran = [r for r in rows if r.refused is None and r.e2e is not None]
-    groups = {"helps": [r for r in ran if r.decision == "adopt"],
-              "hurts": [r for r in ran if r.decision.startswith("reject")],
-              "no clear effect": [r for r in ran if r.decision == "inconclusive"]}
-    lines = [f"{name}: " + ", ".join(f"{r.label} (E2E x{r.e2e.effect.value:.2f})" for r in group)
-             for name, group in groups.items() if group]
+    # where it helps or hurts is the E2E interval's side (any repeat count); adoption is the row's decision
+    sides = {"helps": lambda e: e.ci_high < 1, "hurts": lambda e: e.ci_low > 1,
+             "no clear effect": lambda e: e.ci_low <= 1 <= e.ci_high}
+    lines = []
+    for name, on_side in sides.items():
+        group = [r for r in ran if on_side(r.e2e.effect)]
+        if group:
+            lines.append(f"{name} (E2E p50 interval {'below' if name == 'helps' else 'above' if name == 'hurts' else 'around'}"
+                         " 1): " + ", ".join(f"{r.label} (x{r.e2e.effect.value:.2f}"
+                                             f"{', outputs differ' if r.mismatched else ''})" for r in group))
     refused = sorted({r.arm for r in rows if r.refused is not None})
     if refused:
         lines.append(f"not run here (capability_missing): {', '.join(refused)}")
@@ -187,8 +192,9 @@ def decide_top(rows: Sequence[Row]) -> Top:
 
     def best(candidates: Sequence[Row]) -> Row:
         return min(candidates, key=lambda r: r.e2e.effect.value)
-    if groups["helps"]:
-        head, decision = best(groups["helps"]), "adopt"
+    adopted = [r for r in ran if r.decision == "adopt"]
+    if adopted:
+        head, decision = best(adopted), "adopt"
     elif all(r.decision.startswith("reject") for r in ran):
         head, decision = best(ran), "reject"
     else:

@@ -82,7 +82,7 @@ def test_bench68_reads_acceptance_identity_and_decides_per_workload(bench_env):
     labels = [a["label"] for a in result["details"]["arm_runs"]]
     assert labels[:2] == ["copy/ngram-k4", "copy/off@ngram-k4"] and not any("eagle" in x for x in labels)
     summary = (run_dir / "summary.txt").read_text()
-    assert "helps: copy/ngram-k4" in summary and "predicted vs served" in summary
+    assert "helps (E2E p50 interval below 1): copy/ngram-k4" in summary and "predicted vs served" in summary
     assert "proposal.json: none cited" in summary
     assert "not run here (capability_missing): eagle" in summary
     starts = [line for line in out.getvalue().splitlines() if line.startswith("server off: starting")]

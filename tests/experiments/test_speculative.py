@@ -142,8 +142,8 @@ def test_top_decision_adopts_the_best_adopted_variant_and_names_where_it_hurts()
             row("copy", "eagle", None, refused="method eagle needs CUDA")]
     top = decide_top(rows)
     assert top.decision == "adopt" and top.effect.value == 0.6 and top.evidence_level == "paired"
-    assert any(line.startswith("helps: copy/ngram-k2") for line in top.lines)
-    assert any(line.startswith("hurts: random/ngram-k4") for line in top.lines)
+    assert "helps (E2E p50 interval below 1): copy/ngram-k2 (x0.80), copy/ngram-k4 (x0.60)" in top.lines
+    assert "hurts (E2E p50 interval above 1): random/ngram-k4 (x1.30)" in top.lines
     assert "not run here (capability_missing): eagle" in top.lines
     assert top.quality["passed"] and top.quality["value"] == 1.0 and not top.mismatched
     assert rows[1].served_speedup == pytest.approx((1 / 0.6, 1 / 0.7, 1 / 0.5))
@@ -168,6 +168,9 @@ def test_a_greedy_mismatch_is_never_adopted_and_fails_quality():
     assert top.mismatched == ["copy/self-draft"] and top.quality["passed"] is False
     assert top.quality["value"] == pytest.approx(7 / 8)
     assert top.decision == "adopt" and top.effect.arm_b == "copy/v" and math.isclose(top.effect.value, 0.9)
+    # a gain whose outputs differ still shows where it helps, marked, and is never the adopted headline
+    assert "helps (E2E p50 interval below 1): copy/self-draft (x0.60, outputs differ), copy/ngram-k2 (x0.90)" \
+        in top.lines
 
 
 def test_speculation_the_engine_did_not_apply_is_not_read_as_an_effect():
