@@ -83,13 +83,19 @@ def filter_safetensors(src: Path, dst: Path, keep: Callable[[str], bool]) -> lis
     return names
 
 
-def truncate_checkpoint(src: Path, dst: Path, layers: int) -> None:
-    """Copy the checkpoint directory ``src`` to ``dst`` keeping decoder layers ``0 .. layers-1``."""
+def checked_config(src: Path, layers: int) -> dict[str, Any]:
+    """The target's config.json, after checking that a ``layers``-deep draft is shallower than it."""
     config = json.loads((src / "config.json").read_text(encoding="utf-8"))
     total = config.get("num_hidden_layers")
     if not isinstance(total, int) or not 1 <= layers < total:
         raise InvalidInput(f"draft layers must be between 1 and {total - 1 if isinstance(total, int) else '?'} "
                            f"(the target has {total} decoder layers), got {layers}")
+    return config
+
+
+def truncate_checkpoint(src: Path, dst: Path, layers: int) -> None:
+    """Copy the checkpoint directory ``src`` to ``dst`` keeping decoder layers ``0 .. layers-1``."""
+    config = checked_config(src, layers)
     weights = sorted(src.glob("*.safetensors"))
     if not weights:
         raise InvalidInput(f"{src} holds no *.safetensors checkpoint to truncate")
@@ -116,6 +122,7 @@ def draft_dir(target: PreparedModel, layers: int, root: Path | None = None) -> P
 def ensure_draft(target: PreparedModel, layers: int, *, root: Path | None = None,
                  progress: Progress = print) -> PreparedModel:
     """The truncated draft of ``target`` (its first ``layers`` layers), made once in the cache and re-verified."""
+    checked_config(target.path, layers)
     path = draft_dir(target, layers, root)
     path.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(path.parent / f".{path.name}.lock"):

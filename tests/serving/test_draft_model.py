@@ -90,6 +90,9 @@ def test_a_draft_as_deep_as_the_target_is_refused_before_anything_is_written(tar
     with pytest.raises(InvalidInput, match=f"draft layers must be between 1 and {LAYERS - 1}"):
         truncate_checkpoint(target.path, tmp_path / "draft", layers)
     assert not (tmp_path / "draft").exists()
+    with pytest.raises(InvalidInput, match="draft layers must be between"):
+        ensure_draft(target, layers, root=tmp_path / "cache", progress=pytest.fail)  # refused before any message
+    assert not (tmp_path / "cache").exists()
 
 
 def test_ensure_draft_stamps_hashes_and_rebuilds_a_corrupt_entry(target, tmp_path):
