@@ -54,8 +54,6 @@ clean: ## remove the venvs, caches and run outputs (keeps manifests/ and keys)
 # $(call harness,ROLE,RUN_ROOT,ARGS): an infkit command here, or inside ROLE's pinned image when
 # RUNTIME=docker (harness mounted read-only, RUN_ROOT read-write, GPU=N as a device request).
 harness = $(if $(filter docker,$(RUNTIME)),mkdir -p $(2) && $(INFKIT) images run --run-dir $(abspath $(2)) $(if $(GPU),--gpu $(GPU)) $(1),$(INFKIT)) $(3)
-# $(call sign-latest,DIR): sign the newest run directory under DIR (run ids sort by time).
-sign-latest = $(INFKIT) sign "$$(ls -td $(1)/*/ | head -1)"
 
 # Each concern adds its targets in its own file.
 -include mk/*.mk

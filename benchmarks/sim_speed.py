@@ -12,10 +12,10 @@ import argparse
 import os
 import time
 
-from harness.mech.costmodel import StepCostModel
-from harness.mech.enginetypes import EngineConfig
-from harness.mech.simulate import run_continuous
-from harness.mech.workload import SimWorkload, SyntheticSpec, synthetic
+from harness.mech.engine.costmodel import StepCostModel
+from harness.mech.engine.simulate import run_continuous
+from harness.mech.engine.types import EngineConfig
+from harness.mech.engine.workload import SimWorkload, SyntheticSpec, synthetic
 
 
 def measure(workload: SimWorkload, engine: EngineConfig, prefix_cache: str = "none") -> tuple[float, object]:

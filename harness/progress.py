@@ -116,13 +116,13 @@ class Reporter:
 
     @contextmanager
     def task(self, label: str, total: int, requests_path: Path) -> Iterator[RecordTail]:
-        """Follow ``requests_path`` while the body runs; a status line now and then, and one at the end."""
+        """Follow ``requests_path`` while the body runs: ``tick`` every ``period_s``, ``ended`` once at the end."""
         tail, stop, t0 = RecordTail(requests_path), threading.Event(), time.monotonic()
+        handle = self.task_started(label, total)
 
         def loop() -> None:
-            while not stop.wait(self.every_s):
-                done, errors = tail.poll()
-                self(self.status_line(label, done, total, errors, time.monotonic() - t0))
+            while not stop.wait(self.period_s):
+                self.task_tick(handle, label, total, *tail.poll(), time.monotonic() - t0)
 
         thread = threading.Thread(target=loop, name="progress", daemon=True)
         thread.start()
@@ -131,8 +131,20 @@ class Reporter:
         finally:
             stop.set()
             thread.join()
-            done, errors = tail.poll()
-            self(self.status_line(label, done, total, errors, time.monotonic() - t0))
+            self.task_ended(handle, label, total, *tail.poll(), time.monotonic() - t0)
+
+    @property
+    def period_s(self) -> float:
+        return self.every_s
+
+    def task_started(self, label: str, total: int) -> Any:
+        return None
+
+    def task_tick(self, handle: Any, label: str, total: int, done: int, errors: int, elapsed_s: float) -> None:
+        self(self.status_line(label, done, total, errors, elapsed_s))
+
+    def task_ended(self, handle: Any, label: str, total: int, done: int, errors: int, elapsed_s: float) -> None:
+        self(self.status_line(label, done, total, errors, elapsed_s))
 
 
 class LiveReporter(Reporter):
@@ -178,29 +190,22 @@ class LiveReporter(Reporter):
     def end(self) -> None:
         self.bars.stop()
 
-    @contextmanager
-    def task(self, label: str, total: int, requests_path: Path) -> Iterator[RecordTail]:
-        tail, stop, t0 = RecordTail(requests_path), threading.Event(), time.monotonic()
+    @property
+    def period_s(self) -> float:
+        return 0.5
+
+    def task_started(self, label: str, total: int) -> Any:
         if self._job is None:
             self.bars.start()
-        bar = self.bars.add_task(f"  {label}", total=total, errors="", state="")
+        return self.bars.add_task(f"  {label}", total=total, errors="", state="")
 
-        def loop() -> None:
-            while not stop.wait(0.5):
-                done, errors = tail.poll()
-                self.bars.update(bar, completed=done, errors=f"{errors} err" if errors else "")
+    def task_tick(self, handle: Any, label: str, total: int, done: int, errors: int, elapsed_s: float) -> None:
+        self.bars.update(handle, completed=done, errors=f"{errors} err" if errors else "")
 
-        thread = threading.Thread(target=loop, name="progress", daemon=True)
-        thread.start()
-        try:
-            yield tail
-        finally:
-            stop.set()
-            thread.join()
-            done, errors = tail.poll()
-            self.bars.update(bar, completed=done, errors=f"{errors} err" if errors else "")
-            self.bars.remove_task(bar)
-            self(self.status_line(label, done, total, errors, time.monotonic() - t0).strip())
+    def task_ended(self, handle: Any, label: str, total: int, done: int, errors: int, elapsed_s: float) -> None:
+        self.task_tick(handle, label, total, done, errors, elapsed_s)
+        self.bars.remove_task(handle)
+        self(self.status_line(label, done, total, errors, elapsed_s).strip())
 
 
 def reporter(name: str = "infkit", out: TextIO | None = None) -> Reporter:

@@ -38,8 +38,9 @@ def _scan(package: str, attr: str) -> tuple[tuple[str, Any], ...]:
 
 
 def discover(package: str, attr: str, kind: type[T]) -> dict[str, T]:
-    """Every ``attr`` object of type ``kind`` exported by a module of ``package``, by name, in name order."""
-    return {name: obj for name, obj in _scan(package, attr) if isinstance(obj, kind)}
+    """Every ``attr`` exported by a module of ``package`` that is a ``kind`` (or a subclass of it), by name."""
+    return {name: obj for name, obj in _scan(package, attr)
+            if isinstance(obj, kind) or (isinstance(obj, type) and issubclass(obj, kind))}
 
 
 def lookup(package: str, attr: str, kind: type[T], name: str, what: str) -> T:

@@ -29,6 +29,7 @@ from harness.ids import new_run_id
 from harness.runinfo import RunRecord, write_run_record
 
 SIGN_QUEUE_ENV = "INFKIT_SIGN_QUEUE"
+RUN_SCHEMA = "infkit/run/v1"
 SUMMARY_FILE = "summary.txt"
 
 
@@ -60,6 +61,7 @@ class RunDirectory:
                run_id: str | None = None, fingerprint: dict[str, Any] | None = None, sign: bool = True,
                started_utc: str | None = None, **record: Any) -> RunDirectory:
         """Make the run folder (it must not exist) and write its fingerprint."""
+        check_run_target(out_root, run_id, sign=sign, root=root)
         run_id = run_id or new_run_id()
         path = Path(out_root) / run_id
         try:
@@ -147,6 +149,34 @@ class RunDirectory:
         from harness.manifest import sign_run
 
         return sign_run(self.path, root=self.root)
+
+
+def check_run_target(out_root: str | os.PathLike, run_id: str | None, *, sign: bool,
+                     root: str | os.PathLike | None = None, flag: str = "--out") -> None:
+    """Everything about where a run will go, checked before any work: the output folder can take a new
+    run, the run id is one run.json accepts, and a signed run lies under the manifest root."""
+    from harness.contract.paths import check_output_dir
+    from harness.contract.schemas import value_problem
+
+    check_output_dir(out_root, flag)
+    if run_id is not None and (problem := value_problem(RUN_SCHEMA, "properties/run_id", run_id)):
+        raise InvalidInput(f"--run-id {run_id!r}: {problem}")
+    if sign:
+        check_signable(out_root, root if root is not None else Path.cwd())
+
+
+def check_signable(out_root: str | os.PathLike, root: str | os.PathLike) -> None:
+    """Refuse, before any work, a signed run whose folder would lie outside the manifest root.
+
+    A manifest names its files relative to ``root``; a run elsewhere could be written but
+    never signed. Inside a role image the host signs against its own root, so nothing is checked.
+    """
+    if os.environ.get(SIGN_QUEUE_ENV):
+        return
+    out_real, root_real = os.path.realpath(out_root), os.path.realpath(root)
+    if os.path.commonpath([out_real, root_real]) != root_real:
+        raise InvalidInput(f"run directories under {out_root} would lie outside {root_real}, where the manifest "
+                           "names its files", hint="choose an output folder inside it, or pass --no-sign")
 
 
 def sign_queued(queue: Path, root: Path) -> list[Path]:

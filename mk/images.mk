@@ -1,17 +1,24 @@
 # Environment-role images (docs/images.md). ROLE=<role> picks one; without it, every role.
 # ENGINE=docker|podman overrides detection; BASE_IMAGE=<local ref> builds on a substitute base
-# (recorded in the image's labels and in every run that uses it).
+# (recorded in the image's labels and in every run that uses it). WHEELHOUSE=off builds from the
+# indexes only; by default the host's pip fills a hash-checked wheelhouse where a Dockerfile takes one.
 ROLE       ?=
 ENGINE     ?=
 BASE_IMAGE ?=
+WHEELHOUSE ?=
+# PULL_ONLY=1: a role image with neither a local build nor a pushed digest is an error, never
+# built on first use (harness/runtime/docker_image.py); any target that starts a container obeys it.
+PULL_ONLY ?=
+export INFKIT_PULL_ONLY := $(PULL_ONLY)
 IMAGE_ROLES = $(or $(ROLE),$(shell ls images/*.lock.json 2>/dev/null | sed -e 's|images/||' -e 's|\.lock\.json||'))
 ENGINE_ARG  = $(if $(ENGINE),--engine $(ENGINE))
 
 .PHONY: images pull lock lock-base images-check
 
-images: setup ## build role images (ROLE=..., ENGINE=docker|podman, BASE_IMAGE=local base)
+images: setup ## build role images (ROLE=..., ENGINE=docker|podman, BASE_IMAGE=local base, WHEELHOUSE=auto|off|DIR)
 	@set -e; for r in $(IMAGE_ROLES); do \
-	  $(INFKIT) images build $$r $(ENGINE_ARG) $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)); done
+	  $(INFKIT) images build $$r $(ENGINE_ARG) $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE)) \
+	    $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)); done
 
 pull: setup ## pull role images by the digest in their locks (ROLE=...)
 	@set -e; for r in $(IMAGE_ROLES); do $(INFKIT) images pull $$r $(ENGINE_ARG); done

@@ -9,6 +9,7 @@ missing prerequisite fails instead of hiding behind a skip.
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,3 +27,56 @@ def require_or_skip(env_var: str, reason: str) -> None:
 @pytest.fixture
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def small_bench69(tmp_path_factory):
+    """One small real bench-69 run (a server start per configuration) shared by every test that reads one."""
+    from tests.bench_runs import BENCH69_SMALL, run_bench
+    from tests.vllm_cpu_model import prepared_model_or_skip
+
+    prepared_model_or_skip()
+    return run_bench(tmp_path_factory.mktemp("bench69-small"), "69", "INF-PREFIX-CACHE", *BENCH69_SMALL)
+
+
+@pytest.fixture(scope="session")
+def api():
+    """A Docker-API client (podman's service in CI), or a skip naming what is missing."""
+    docker = pytest.importorskip("docker")
+    try:
+        client = docker.from_env(timeout=60)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        require_or_skip("INFKIT_REQUIRE_DOCKER", f"no Docker-API engine reachable ({exc}); source .ci/setup-docker.sh")
+    return client
+
+
+@pytest.fixture(scope="session")
+def local_base(api) -> str:
+    base = os.environ.get("INFKIT_LOCAL_BASE_IMAGE")
+    if not base:
+        require_or_skip("INFKIT_REQUIRE_DOCKER", "INFKIT_LOCAL_BASE_IMAGE is not set; source .ci/setup-docker.sh")
+    return base
+
+
+def build_role(api, local_base: str, role: str, timeout_s: float):
+    """`make images ROLE=<role>` on the local base, as docs/images.md says; returns the SDK image."""
+    from harness.images.locks import load_lock
+
+    proc = subprocess.run(["make", "-C", str(REPO_ROOT), "images", f"ROLE={role}", f"BASE_IMAGE={local_base}"],
+                          capture_output=True, text=True, timeout=timeout_s)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lock = load_lock(role)
+    assert f"base substituted for {lock.base_image}" in proc.stdout
+    return api.images.get(lock.local_ref)
+
+
+@pytest.fixture(scope="session")
+def inf_cpu(api, local_base):
+    return build_role(api, local_base, "inf-cpu", 1200)
+
+
+@pytest.fixture(scope="session")
+def inf_vllm_cpu(api, local_base):
+    """The serving role: its wheels come from the host's pip (a hash-checked wheelhouse)."""
+    return build_role(api, local_base, "inf-vllm-cpu", 3000)

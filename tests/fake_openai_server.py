@@ -4,7 +4,9 @@ default is the cheaper ``lean_fake_server.py``; this one with ``--server aiohttp
 It streams ``/v1/completions`` and ``/v1/chat/completions`` with a configured TTFT,
 per-token gap and jitter (on an absolute timetable, so server-side lag does not
 accumulate), and injects faults by request ordinal: HTTP errors, in-stream errors,
-stalls and mid-stream disconnects, or a crash that stops answering altogether.
+stalls and mid-stream disconnects, or a crash that stops answering altogether; and
+misbehaves on purpose: a usage block sent verbatim (NaN, strings, lists, ...), a raw
+malformed ``data:`` payload in the middle of every stream, or raw ``/metrics`` text.
 ``/metrics`` exposes vLLM- or SGLang-named Prometheus series, including a small
 block-hash prefix cache so hit rates are real numbers.
 
@@ -49,6 +51,9 @@ class FakeConfig:
     spec_decode: bool = False
     queue_s: float = 0.0  # fake server-side queue time observed per request
     kv_capacity: int = 256  # requests that fill the fake KV cache
+    usage_raw: bytes | None = None  # send these bytes verbatim as the usage chunk's "usage" value
+    bad_chunk: bytes | None = None  # a raw `data:` payload sent after the first token; the stream then goes on
+    metrics_raw: str | None = None  # serve this text as /metrics instead of the computed series
 
 
 @dataclass
@@ -175,10 +180,14 @@ class FakeOpenAIServer:
             if k == 2 and cfg.error_every and n % cfg.error_every == 0:
                 await resp.write(b'data: {"error": {"message": "injected stream error", "code": 500}}\n\n')
                 return
+            if k == 1 and cfg.bad_chunk is not None:
+                await resp.write(b"data: " + cfg.bad_chunk + b"\n\n")
             await resp.write(token)
             st.generation_tokens += 1
         await resp.write(_chunk(api, None, cfg.finish_reason))
-        if cfg.usage and (body.get("stream_options") or {}).get("include_usage"):
+        if cfg.usage_raw is not None:
+            await resp.write(b'data: {"id": "fake", "choices": [], "usage": ' + cfg.usage_raw + b"}\n\n")
+        elif cfg.usage and (body.get("stream_options") or {}).get("include_usage"):
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens, "total_tokens": prompt_tokens + max_tokens,
                      "prompt_tokens_details": {"cached_tokens": cached}}
             await resp.write(b"data: " + json.dumps({"id": "fake", "choices": [], "usage": usage}).encode() + b"\n\n")
@@ -188,7 +197,8 @@ class FakeOpenAIServer:
     async def _metrics(self, request: web.Request) -> web.Response:
         if self.state.crashed:
             raise ConnectionResetError
-        return web.Response(text=self.metrics_text(), content_type="text/plain")
+        text = self.config.metrics_raw if self.config.metrics_raw is not None else self.metrics_text()
+        return web.Response(text=text, content_type="text/plain")
 
     def metrics_text(self) -> str:
         st, cfg = self.state, self.config

@@ -12,18 +12,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from harness.contract.schemas import validate_file
+from tests.bench_runs import audit, env_for, infkit
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = pytest.mark.slow
-SMALL = ["--repeats", "1", "--groups", "2", "--prompts-per-group", "3", "--warmup-requests", "1",
-         "--resamples", "1000"]
 
 
 @pytest.fixture(scope="module")
@@ -31,34 +29,12 @@ def prepared():
     return prepared_model_or_skip()
 
 
-def infkit(*args: str) -> list[str]:
-    return [sys.executable, "-m", "harness", *args]
-
-
-def env_for(tmp: Path) -> dict[str, str]:
-    return {**os.environ, "INFKIT_SIGNING_KEY": str(tmp / "keys" / "signing.pem"), "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-
-
-def only_run_dir(root: Path) -> Path:
-    (run_dir,) = list((root / "runs" / "69").iterdir())
-    return run_dir
-
-
 def arm_results(run_dir: Path) -> dict[str, dict]:
     return {p.parent.parent.name: json.loads(p.read_text()) for p in run_dir.glob("arms/*/r*/result.json")}
 
 
-def audit(root: Path, manifest: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(infkit("audit", str(manifest)), cwd=root, env=env_for(root), capture_output=True,
-                          text=True, timeout=300)
-
-
-def test_small_bench69_is_valid_signed_and_shows_the_prefix_gain(prepared, tmp_path):
-    proc = subprocess.run(infkit("bench", "69", *SMALL), cwd=tmp_path, env=env_for(tmp_path), capture_output=True,
-                          text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    run_dir = only_run_dir(tmp_path)
+def test_small_bench69_is_valid_signed_and_shows_the_prefix_gain(small_bench69):
+    proc, tmp_path, run_dir = small_bench69.proc, small_bench69.root, small_bench69.run_dir
     for name in ("comparison.json", "summary.txt", "ttft_cdf.png", "run.json", "fingerprint.json",
                  "servers/server-cache-on.log", "servers/server-cache-off.log", "servers/servers.json"):
         assert (run_dir / name).is_file(), name

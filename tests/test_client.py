@@ -58,10 +58,12 @@ def test_sse_parser_handles_split_reads_comments_and_done():
 
 
 def test_sse_payload_with_trailing_garbage_is_malformed():
-    with pytest.raises(ValueError, match="extra data"):
-        SSEParser().feed(b'data: {"a": 1} {"b": 2}\n\n')
-    with pytest.raises(ValueError):
-        SSEParser().feed(b"data: {\xff}\n\n")
+    parser = SSEParser()
+    # What came before the malformed payload is returned; the parse stops at it.
+    assert parser.feed(b'data: {"ok": 1}\n\ndata: {"a": 1} {"b": 2}\n\ndata: {"c": 3}\n\n') == [{"ok": 1}]
+    assert "extra data" in str(parser.failure) and parser.feed(b'data: {"d": 4}\n\n') == []
+    bad = SSEParser()
+    assert bad.feed(b"data: {\xff}\n\n") == [] and "not UTF-8" in str(bad.failure)
 
 
 def test_interpret_completions_chat_usage_and_errors():

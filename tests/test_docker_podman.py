@@ -2,7 +2,8 @@
 
 Needs a Docker-API engine (``DOCKER_HOST``) and the local base image
 (``INFKIT_LOCAL_BASE_IMAGE``); ``.ci/setup-docker.sh`` provides both with rootful
-podman. Skips without them, fails instead when ``INFKIT_REQUIRE_DOCKER=1``.
+podman. Skips without them, fails instead when ``INFKIT_REQUIRE_DOCKER=1``. The
+images are built once per session by the fixtures in ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import importlib.util
 import json
 import os
 import socket
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,39 +21,8 @@ from harness.images.locks import REPO_ROOT, load_lock
 from harness.runtime.base import ServerSpec, ServerStartError, get_runtime
 from harness.runtime.docker import HARNESS_MOUNT
 from harness.runtime.docker_run import run_harness
-from tests.conftest import require_or_skip
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
-
-
-@pytest.fixture(scope="module")
-def api():
-    docker = pytest.importorskip("docker")
-    try:
-        client = docker.from_env(timeout=60)
-        client.ping()
-    except docker.errors.DockerException as exc:
-        require_or_skip("INFKIT_REQUIRE_DOCKER", f"no Docker-API engine reachable ({exc}); source .ci/setup-docker.sh")
-    return client
-
-
-@pytest.fixture(scope="module")
-def local_base(api) -> str:
-    base = os.environ.get("INFKIT_LOCAL_BASE_IMAGE")
-    if not base:
-        require_or_skip("INFKIT_REQUIRE_DOCKER", "INFKIT_LOCAL_BASE_IMAGE is not set; source .ci/setup-docker.sh")
-    return base
-
-
-@pytest.fixture(scope="module")
-def inf_cpu(api, local_base):
-    """`make images ROLE=inf-cpu` on the local base, as docs/images.md says; returns the SDK image."""
-    proc = subprocess.run(["make", "-C", str(REPO_ROOT), "images", "ROLE=inf-cpu", f"BASE_IMAGE={local_base}"],
-                          capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    lock = load_lock("inf-cpu")
-    assert f"base substituted for {lock.base_image}" in proc.stdout
-    return api.images.get(lock.local_ref)
 
 
 def test_image_records_the_base_substitution(inf_cpu):
@@ -82,12 +51,26 @@ def test_harness_command_in_container_writes_a_schema_valid_document(inf_cpu, tm
     assert check.exit_code == 0 and "valid" in check.log_path.read_text()
 
 
-def test_cpu_mechanism_in_container_records_its_image(inf_cpu, tmp_path: Path):
+def test_cpu_mechanism_in_container_records_its_image_and_is_signed_on_the_host(inf_cpu, tmp_path: Path,
+                                                                             monkeypatch):
     if importlib.util.find_spec("harness.commands.mech") is None:
         pytest.skip("`infkit mech` is not in this checkout yet (the fingerprint test covers the same path)")
-    outcome = run_harness("inf-cpu", ["mech", "budget", "--out", str(tmp_path), "--run-id", "r1", "--quiet"], tmp_path)
+    from harness.cli import main
+    from harness.rundir import sign_queued
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the host's (throwaway) key
+    monkeypatch.delenv("INFKIT_SIGNING_KEY_PEM", raising=False)
+    queue = tmp_path / ".sign-queue-test"
+    outcome = run_harness("inf-cpu", ["mech", "budget", "--out", str(tmp_path), "--run-id", "r1", "--quiet"], tmp_path,
+                          sign_queue=queue)
     assert outcome.exit_code == 0, outcome.log_path.read_text()
     run_dir = tmp_path / "budget" / "r1"
+    assert queue.read_text().split() == [str(run_dir)]  # queued in the container, not signed there
+    assert not (tmp_path / "manifests").exists()
+    (manifest,) = sign_queued(queue, tmp_path)
+    assert not queue.exists() and manifest == tmp_path / "manifests/INF-ITERATION-BUDGET/r1.intoto.json"
+    monkeypatch.chdir(tmp_path)
+    assert main(["audit", str(manifest)]) == 0
     assert validate_file(run_dir / "result.json") == []
     assert validate_file(run_dir / "run.json") == []
     images = json.loads((run_dir / "run.json").read_text())["images"]

@@ -1,8 +1,10 @@
-"""The docker runtime's pure parts: mounts, argv, image records, GPU/driver gate, run.json update."""
+"""The docker runtime's parts that need no engine: mounts, argv, user and caches, image records and
+resolution, GPU/driver gate, memory formula, stop race, run.json update."""
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,16 +14,20 @@ from harness.contract.schemas import validate_document
 from harness.errors import CapabilityMissing
 from harness.images.locks import load_lock
 from harness.runinfo import CONTAINER_IMAGE_ENV, RunRecord, native_image
-from harness.runtime.base import get_runtime
+from harness.runtime import docker_image
+from harness.runtime.base import ServerSpec, get_runtime
 from harness.runtime.docker import (
+    CACHE_MOUNT,
     HARNESS_MOUNT,
+    DockerHandle,
     DockerRuntime,
     DockerSettings,
-    check_gpu_request,
     container_argv,
-    image_record,
+    container_options,
+    memory_in_use_bytes,
     mounts_for,
 )
+from harness.runtime.docker_image import check_gpu_request, image_record, resolve_image
 
 DIGEST = "sha256:" + "cd" * 32
 
@@ -82,14 +88,16 @@ def test_image_record_local_build_vs_locked_digest():
 def test_cuda_role_needs_a_gpu_and_a_new_enough_driver():
     lock = load_lock("inf-vllm-011-cu128")
     with pytest.raises(CapabilityMissing, match="needs a GPU"):
-        check_gpu_request(lock, (), DockerSettings())
-    check_gpu_request(load_lock("inf-cpu"), (), DockerSettings())  # CPU roles need nothing
+        check_gpu_request(lock, (), False)
+    assert check_gpu_request(load_lock("inf-cpu"), (), False) is None  # CPU roles need nothing
 
 
 def test_settings_from_env():
-    s = DockerSettings.from_env({"INFKIT_IMAGE": "localhost/x:1", "INFKIT_CUDA_FORWARD_COMPAT": "1"})
-    assert s.image == "localhost/x:1" and s.forward_compat
+    s = DockerSettings.from_env({"INFKIT_IMAGE": "localhost/x:1", "INFKIT_CUDA_FORWARD_COMPAT": "1",
+                                 "INFKIT_PULL_ONLY": "1", "INFKIT_LOCAL_BASE_IMAGE": "localhost/base:1"})
+    assert s.image == "localhost/x:1" and s.forward_compat and s.pull_only and s.base_image == "localhost/base:1"
     assert DockerSettings.from_env({}) == DockerSettings()
+    assert DockerSettings(user="54321:54322").uid_gid == (54321, 54322)
 
 
 def test_inside_a_role_image_the_run_records_the_container_image(monkeypatch):
@@ -102,3 +110,117 @@ def test_inside_a_role_image_the_run_records_the_container_image(monkeypatch):
                        evidence_level="single", decision="inconclusive", images=[entry])
     assert validate_document(record.to_dict()) == []
 
+
+
+def test_every_container_knows_its_user_home_and_caches(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path / "cache"))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    opts = container_options("inf-vllm-cpu", ("python", "-m", "x"), run_dir, DockerSettings(user="54321:54321"))
+    env = opts["environment"]
+    assert opts["user"] == "54321:54321"
+    assert env["USER"] == env["LOGNAME"] == "infkit"  # getpass.getuser() never reaches getpwuid
+    assert env["HOME"] == CACHE_MOUNT
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "HF_HOME"):
+        assert env[name].startswith(CACHE_MOUNT + "/"), name
+    host = tmp_path / "cache" / "containers" / "inf-vllm-cpu-54321"
+    assert opts["volumes"][str(host)] == {"bind": CACHE_MOUNT, "mode": "rw"}
+    assert host.is_dir()
+    if os.getuid() == 0:
+        assert host.stat().st_uid == 54321  # the container's uid can write its caches
+
+
+@pytest.mark.parametrize("mem, expected", [
+    # cgroup v1: total_inactive_file (hierarchical) is the reclaimable cache; inactive_file is local only
+    ({"usage": 900, "stats": {"total_inactive_file": 300, "inactive_file": 100}}, 600),
+    # cgroup v2: inactive_file
+    ({"usage": 900, "stats": {"inactive_file": 250, "file": 400}}, 650),
+    # docker CLI: a cache figure not below usage is ignored
+    ({"usage": 100, "stats": {"total_inactive_file": 200}}, 100),
+    ({"usage": 512, "stats": {}}, 512),
+    ({}, None),
+])
+def test_container_memory_as_the_docker_cli_computes_it(mem, expected):
+    assert memory_in_use_bytes(mem) == expected
+
+
+class ExitedBetweenChecks:
+    """A container that is running at the status check and gone by the time it is signalled."""
+
+    status = "running"
+
+    def __init__(self):
+        self.removed = False
+
+    def reload(self):
+        pass
+
+    def kill(self, signal):
+        docker = pytest.importorskip("docker")
+        raise docker.errors.APIError(f"container is not running (signal {signal})")
+
+    def wait(self, timeout):
+        return {"StatusCode": 0}
+
+    def logs(self, **_):
+        return iter(())
+
+    def remove(self, force):
+        self.removed = True
+
+    short_id = "abc"
+
+
+def test_stop_survives_a_container_that_exits_before_the_signal(tmp_path: Path):
+    container = ExitedBetweenChecks()
+    handle = DockerHandle(container, ServerSpec(argv=("x",), port=1), tmp_path / "s.log", {})
+    assert handle.stop(timeout_s=1) == 0
+    assert container.removed
+
+
+class FakeImages:
+    def __init__(self, present: dict[str, object]):
+        self.present = present
+
+    def get(self, ref):
+        docker = pytest.importorskip("docker")
+        if ref not in self.present:
+            raise docker.errors.ImageNotFound(ref)
+        return self.present[ref]
+
+    def pull(self, ref):
+        raise AssertionError(f"nothing may be pulled here ({ref})")
+
+
+class FakeApi:
+    def __init__(self, present):
+        self.images = FakeImages(present)
+
+
+def test_missing_role_image_is_built_on_first_use_unless_pull_only(tmp_path: Path, monkeypatch):
+    lock = load_lock("inf-vllm-cpu")
+    assert lock.digest is None  # not pushed yet: the case this covers
+    built = FakeImage("sha256:" + "5" * 64, [lock.local_ref], {})
+    api = FakeApi({})
+    with pytest.raises(CapabilityMissing, match="no image digest yet") as err:
+        resolve_image(api, lock, pull_only=True, log_dir=tmp_path)
+    assert "make images ROLE=inf-vllm-cpu" in err.value.hint
+
+    calls = []
+
+    def fake_build(lock_, cfg, progress):
+        calls.append(cfg)
+        api.images.present[built.id] = built
+        return type("Outcome", (), {"image_id": built.id})()
+
+    monkeypatch.setattr("harness.images.build.build_image", fake_build)
+    notices: list[str] = []
+    image = resolve_image(api, lock, pull_only=False, log_dir=tmp_path, base_image="localhost/base:1",
+                          notify=notices.append)
+    assert image is built
+    assert calls[0].base_image == "localhost/base:1"
+    assert calls[0].log_path == tmp_path / docker_image.build_log_name("inf-vllm-cpu")
+    assert len(notices) == 1 and "building it now" in notices[0] and str(calls[0].log_path) in notices[0]
+    # a local build, once there, is used as it is
+    api.images.present[lock.local_ref] = built
+    assert resolve_image(api, lock, pull_only=True) is built

@@ -54,6 +54,9 @@ def fake_nvml(devices=1, fail_init=False, fail_serial=False):
     nv.nvmlDeviceGetMaxClockInfo = lambda h, t: [1980, 1980, 3201][t]
     nv.nvmlDeviceGetCudaComputeCapability = lambda h: (9, 0)
     nv.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0x5
+    nv.nvmlDeviceGetTopologyCommonAncestor = lambda a, b: 0  # NVML_TOPOLOGY_INTERNAL: same board
+    nv.NVML_NVLINK_MAX_LINKS = 18
+    nv.nvmlDeviceGetNvLinkState = lambda h, link: int(link < 4)
     nv.calls = calls
     return nv
 
@@ -76,7 +79,9 @@ def test_fake_nvml_two_gpus_schema_valid():
     assert gpu["clock_event_reasons"] == ["GpuIdle", "SwPowerCap"]
     assert doc["nvml"] == {"driver_version": "570.86.15", "cuda_driver_version": "12.8", "nvml_version": "12.570.86.15"}
     assert doc["gpus_absent_reason"] is None
-    assert nv.calls["shutdown"] == 1
+    assert doc["topology"] == {"gpus": 2, "nvlinks_active": [4, 4], "reason": None,
+                               "pairs": [{"gpus": [0, 1], "level": 0, "link": "same board"}]}
+    assert nv.calls["shutdown"] == 2  # one NVML session for the devices, one for their topology, each closed
 
 
 def test_fake_nvml_unsupported_query_is_null_not_crash():
@@ -89,6 +94,7 @@ def test_nvml_init_failure_gives_reason():
     doc = fingerprint.collect(nvml=fake_nvml(fail_init=True))
     assert doc["gpus"] == []
     assert "Driver Not Loaded" in doc["gpus_absent_reason"]
+    assert doc["topology"]["gpus"] == 0 and "Driver Not Loaded" in doc["topology"]["reason"]
     assert validate_document(doc) == []
 
 

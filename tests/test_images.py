@@ -182,13 +182,23 @@ def test_manylinux_tags_cover_older_glibc():
     assert "manylinux2014_x86_64" in tags and "manylinux_2_36_x86_64" not in tags
 
 
-def test_driver_floor():
-    assert check_driver("12.8", "570.26", driver_version="570.86.15").ok
-    assert check_driver("12.8", "570.26", driver_version="580.65.06").ok
-    with pytest.raises(CapabilityMissing, match=r"535\.104\.05 is older than 570\.26.*R570\+"):
-        check_driver("12.8", "570.26", driver_version="535.104.05")
-    fc = check_driver("12.8", "570.26", driver_version="535.104.05", allow_forward_compat=True)
-    assert fc.ok and fc.forward_compat
+def test_driver_rule_follows_nvidia_compatibility_terms():
+    full = check_driver("12.8", "570.26", driver_version="570.86.15")
+    assert (full.mechanism, full.warning) == ("full", None)
+    assert check_driver("12.9", "575.51.03", driver_version="580.65.06").mechanism == "full"
+    # R525..R570 runs a 12.8 userspace through minor-version compatibility: it passes, saying what is lost
+    minor = check_driver("12.8", "570.26", driver_version="535.104.05")
+    assert minor.mechanism == "minor_version_compatibility"
+    assert "no PTX JIT" in minor.warning and "R570" in minor.warning and "R525" in minor.warning
+    assert check_driver("12.9", "575.51.03", driver_version="570.86.15").mechanism == "minor_version_compatibility"
+    assert check_driver("12.8", "570.26", driver_version="525.60.13").mechanism == "minor_version_compatibility"
+    # below the 12.x floor only the forward-compatibility package runs it, and only when it is declared
+    with pytest.raises(CapabilityMissing, match=r"525\.60\.11 is older than 525\.60\.13.*R525\+.*R570\+"):
+        check_driver("12.8", "570.26", driver_version="525.60.11")
+    with pytest.raises(CapabilityMissing, match=r"470\.239\.06 is older than 525\.60\.13"):
+        check_driver("12.8", "570.26", driver_version="470.239.06")
+    fc = check_driver("12.8", "570.26", driver_version="470.239.06", allow_forward_compat=True)
+    assert fc.mechanism == "forward_compatibility" and "forward-compatibility package" in fc.warning
 
 
 def test_refresh_and_base_resolution_keep_the_lock_valid(tmp_path: Path):
@@ -235,3 +245,59 @@ def test_cli_check_and_list(capsys):
     assert capsys.readouterr().out.count(": ok") == len(ROLES)
     assert main(["images", "list"]) == 0
     assert "CUDA 12.8 / driver >= 570.26" in capsys.readouterr().out
+
+
+def test_wheelhouse_is_fetched_for_the_lock_target_and_checked_against_its_hashes(tmp_path: Path):
+    from harness.images import wheelhouse
+
+    lock_file = REPO_ROOT / "requirements" / "inf-vllm-cpu.lock"
+    target = wheelhouse.lock_target(lock_file)
+    assert (target.python_version, target.glibc, target.arch) == ("3.11", "2.36", "x86_64")
+    argv = wheelhouse.download_argv(lock_file, tmp_path, target)
+    assert argv[1:4] == ["-m", "pip", "download"]
+    for flag in ("--require-hashes", "--no-deps", "--only-binary=:all:"):
+        assert flag in argv
+    assert argv[argv.index("--python-version") + 1] == "3.11" and "manylinux_2_36_x86_64" in argv
+    # a folder is checked file by file against the lock's sha256, not by name
+    (tmp_path / "tabulate-0.10.0-py3-none-any.whl").write_bytes(b"not the locked file")
+    missing = wheelhouse.missing_wheels(lock_file, tmp_path)
+    assert "tabulate==0.10.0" in missing and len(missing) == 161
+    bundle = wheelhouse.lock_target(REPO_ROOT / "requirements" / "gpu-bundle.lock")
+    assert (bundle.python_version, bundle.glibc) == ("3.11", "2.28")
+
+
+def test_a_wheelhouse_reaches_the_build_as_a_named_context(tmp_path: Path):
+    from harness.images.build import BuildConfig, build_argv, takes_wheelhouse
+
+    vllm_cpu = load_lock("inf-vllm-cpu")
+    assert takes_wheelhouse(vllm_cpu) and not takes_wheelhouse(load_lock("inf-cpu"))
+    argv = build_argv(vllm_cpu, BuildConfig(role="inf-vllm-cpu"), "podman", None, wheelhouse=tmp_path)
+    assert argv[argv.index("--build-context") + 1] == f"wheelhouse={tmp_path}"
+    assert "--build-context" not in build_argv(vllm_cpu, BuildConfig(role="inf-vllm-cpu"), "podman", None)
+    with pytest.raises(InvalidInput, match="neither auto, off nor a folder"):
+        BuildConfig(role="inf-vllm-cpu", wheelhouse=str(tmp_path / "nope")).check()
+    BuildConfig(role="inf-vllm-cpu", wheelhouse=str(tmp_path)).check()
+
+
+def test_bundle_python_installs_only_locked_wheels(tmp_path: Path):
+    import hashlib
+    import subprocess
+    import sys
+    import zipfile
+
+    wheels, site = tmp_path / "wheels", tmp_path / ".site"
+    wheels.mkdir()
+    good = wheels / "pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(good, "w") as zf:
+        zf.writestr("pkg/__init__.py", "VALUE = 1\n")
+        zf.writestr("pkg-1.0.data/purelib/pkg_extra.py", "X = 2\n")
+    digest = hashlib.sha256(good.read_bytes()).hexdigest()
+    lock = tmp_path / "x.lock"
+    lock.write_text(f"pkg==1.0 \\\n    --hash=sha256:{digest}\n")
+    tool = [sys.executable, str(REPO_ROOT / "benchmarks" / "bundle_python.py"), "install", str(lock), str(wheels), str(site)]
+    assert subprocess.run(tool, capture_output=True, text=True).returncode == 0
+    assert (site / "pkg" / "__init__.py").is_file() and (site / "pkg_extra.py").is_file()
+    assert not list(site.glob("*.data"))
+    (wheels / "evil-1.0-py3-none-any.whl").write_bytes(b"PK not locked")
+    refused = subprocess.run(tool, capture_output=True, text=True)
+    assert refused.returncode == 5 and "is not in x.lock" in refused.stderr

@@ -8,7 +8,7 @@ import pytest
 
 from harness.errors import InvalidInput
 from harness.mech.budget import GIB, BudgetConfig, capacity, grid, oom_boundary, run
-from harness.mech.models import MODELS, ModelConfig, get_model, kv_bytes_per_token
+from harness.models.shapes import MODELS, ModelShape, get_model, kv_bytes_per_token
 
 
 @pytest.mark.parametrize(("name", "expected_bytes"), [
@@ -65,11 +65,14 @@ def test_run_reports_grid_and_boundary() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"device_memory_gib": -1}, "must be positive"),
-    ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
-    ({"block_size": 0}, "must be positive"),
-    ({"batches": (0, 2)}, "positive integers"),
-    ({"activation_bytes": -5}, "activation_bytes"),
+    ({"device_memory_gib": -1}, "--device-memory-gib must be at least"),
+    ({"gpu_memory_utilization": 1.5}, "--gpu-memory-utilization must be at most 1"),
+    ({"block_size": 0}, "--block-size must be at least 1"),
+    ({"batches": (0, 2)}, "--batches must be at least 1"),
+    ({"batches": ()}, "need at least one value"),
+    ({"activation_bytes": -5}, "--activation-bytes must be at least 0"),
+    ({"kv_dtype": "int3"}, "--kv-dtype: 'int3' is not one of"),
+    ({"model": "GPT-9"}, "unknown model"),
 ])
 def test_invalid_configs(kwargs: dict, message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
@@ -91,9 +94,9 @@ def test_budget_smaller_than_one_block() -> None:
 
 def test_invalid_model_config_and_unknown_names() -> None:
     with pytest.raises(InvalidInput, match="num_layers"):
-        ModelConfig("x", "gqa", 0, 8, 8, 64, 512, 1024, 1000, 10)
+        ModelShape("x", "LlamaForCausalLM", "gqa", 0, 8, 8, 64, 512, 1024, 1000, 10)
     with pytest.raises(InvalidInput, match="multiple"):
-        ModelConfig("x", "gqa", 2, 9, 4, 64, 512, 1024, 1000, 10)
+        ModelShape("x", "LlamaForCausalLM", "gqa", 2, 9, 4, 64, 512, 1024, 1000, 10)
     with pytest.raises(InvalidInput, match="unknown model"):
         get_model("nope")
     with pytest.raises(InvalidInput, match="unknown dtype"):

@@ -8,19 +8,24 @@ import numpy as np
 import pytest
 
 from harness.errors import InvalidInput
-from harness.mech.calibrate import (
-    CalibrateConfig,
+from harness.mech.calibrate.config import CalibrateConfig
+from harness.mech.calibrate.fitting import (
+    Observation,
+    equations,
+    fit_to_measurements,
+    nnls_relative,
+)
+from harness.mech.calibrate.mechanism import run
+from harness.mech.calibrate.plan import (
     compare,
     predict,
     profiling_plan,
     read_measured,
     synthetic_measurements,
 )
-from harness.mech.calibrate_run import run
-from harness.mech.costmodel import FEATURES, StepCostModel, load_cost_model, save_cost_model
-from harness.mech.enginetypes import EngineConfig
-from harness.mech.fitting import Observation, equations, fit_to_measurements, nnls_relative
-from harness.mech.workload import SyntheticSpec, synthetic
+from harness.mech.engine.costmodel import FEATURES, StepCostModel, load_cost_model, save_cost_model
+from harness.mech.engine.types import EngineConfig
+from harness.mech.engine.workload import SyntheticSpec, synthetic
 from tests.mech_workloads import write_workload_file
 
 TRUTH = StepCostModel(base_ms=5.0, prefill_ms_per_token=0.3, prefill_ms_per_kilopair=0.08, decode_ms_per_seq=2.0,

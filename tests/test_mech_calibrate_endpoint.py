@@ -16,9 +16,10 @@ from tiny_tokenizer import session_tokenizer
 from harness.cli import main
 from harness.contract import validate_file
 from harness.errors import InvalidInput
+from harness.experiments.calibrate_live import make_workloads, plan_trace, record_live
 from harness.ids import sha256_file
-from harness.mech.calibrate import CalibrateConfig, profiling_plan, read_measured
-from harness.mech.calibrate_live import make_workloads, plan_trace, record_live
+from harness.mech.calibrate.config import CalibrateConfig
+from harness.mech.calibrate.plan import profiling_plan, read_measured
 from harness.workload import load_workload
 
 TTFT_S, GAP_S = 0.05, 0.01
@@ -34,7 +35,7 @@ def test_endpoint_calibration_uses_the_measured_records(tokenizer_dir, tmp_path)
     with FakeOpenAIServer(FakeConfig(ttft_s=TTFT_S, gap_s=GAP_S)) as srv:
         assert main(["mech", "calibrate", "--endpoint", srv.url, "--model", "fake", "--tokenizer", str(tokenizer_dir),
                      *SMALL, "--record-dir", str(tmp_path / "live"), "--out", str(tmp_path / "mech"),
-                     "--run-id", "e", "--quiet"]) == 0
+                     "--run-id", "e", "--quiet", "--no-sign"]) == 0
     run_dir = tmp_path / "mech" / "calibrate" / "e"
     result = json.loads((run_dir / "result.json").read_text())
     assert validate_file(run_dir / "result.json") == []

@@ -17,8 +17,9 @@ import pytest
 
 from harness.contract.schemas import validate_file
 from harness.mech import get_mechanism
-from harness.mech.calibrate import CalibrateConfig, read_measured
-from harness.mech.costmodel import load_cost_model
+from harness.mech.calibrate.config import CalibrateConfig
+from harness.mech.calibrate.plan import read_measured
+from harness.mech.engine.costmodel import load_cost_model
 from harness.mech.output import write_mech_run
 from tests.vllm_cpu_model import prepared_model_or_skip
 
@@ -34,7 +35,7 @@ def prepared():
 def test_serve_calibrate_fits_real_records(prepared, tmp_path: Path) -> None:
     cfg = CalibrateConfig(serve=True, record_dir=str(tmp_path / "live"), **SMALL)
     out = get_mechanism("calibrate").run(cfg)
-    run_dir = write_mech_run(tmp_path / "mech", "calibrate", out, run_id="live")
+    run_dir = write_mech_run(tmp_path / "mech", "calibrate", out, run_id="live", sign=False).path
     result = json.loads((run_dir / "result.json").read_text())
     assert validate_file(run_dir / "result.json") == []
     assert result["kind"] == "mechanism" and result["identity"]["run_label"] == "calibrate/live"

@@ -9,13 +9,13 @@ import pytest
 from harness.errors import InvalidInput
 from harness.mech.batching import BatchingConfig, engine_config
 from harness.mech.batching import run as run_batching
-from harness.mech.blocks import PlainPool
-from harness.mech.costmodel import StepCostModel
-from harness.mech.engine import Engine
-from harness.mech.enginetypes import EngineConfig, Seq
+from harness.mech.engine.blocks import PlainPool
+from harness.mech.engine.costmodel import StepCostModel
+from harness.mech.engine.engine import Engine
+from harness.mech.engine.simulate import HandOff, run_continuous, run_disaggregated, run_static
+from harness.mech.engine.types import EngineConfig, Seq
+from harness.mech.engine.workload import SimRequest, SimWorkload, SyntheticSpec, synthetic
 from harness.mech.lifecycle import TINY_COST, TINY_ENGINE, TINY_REQUESTS, tiny_trace
-from harness.mech.simulate import HandOff, run_continuous, run_disaggregated, run_static
-from harness.mech.workload import SimRequest, SimWorkload, SyntheticSpec, synthetic
 
 # 3 requests, budget 8 tokens, block size 4, 4 blocks, step = 1 + 0.5/prefill token + 0.25/decoding seq (ms).
 # Step 1 (0 -> 5): r0 prefills 5 (2 blocks), r1 a 3-token chunk (1 block); r0's first token.

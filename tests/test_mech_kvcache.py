@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import InvalidInput
-from harness.mech.blocks import HashedBlockPool, PlainPool, block_hashes
+from harness.mech.engine.blocks import HashedBlockPool, PlainPool, block_hashes
+from harness.mech.engine.radix import Node, RadixPool
+from harness.mech.engine.workload import SimRequest, prompt_token_ids
 from harness.mech.kvcache import KvCacheConfig, run
-from harness.mech.radix import Node, RadixPool
-from harness.mech.workload import SimRequest, prompt_token_ids
 
 A = SimRequest(0, 0.0, 10, 4, group=0, prefix_tokens=8)
 B = SimRequest(1, 0.0, 10, 4, group=0, prefix_tokens=8)
@@ -121,8 +121,10 @@ def test_paired_run_shared_hits_unique_does_not() -> None:
 def test_invalid_kvcache_configs() -> None:
     with pytest.raises(InvalidInput, match="both"):
         KvCacheConfig(shared_workload="a.jsonl")
-    with pytest.raises(InvalidInput, match="unknown managers"):
+    with pytest.raises(InvalidInput, match="--managers: 'lru' is not one of"):
         KvCacheConfig(managers=("lru",))
+    with pytest.raises(InvalidInput, match="at least one block manager"):
+        KvCacheConfig(managers=())
 
 
 def test_radix_peek_counts_pages_revived_from_a_partly_matched_edge() -> None:

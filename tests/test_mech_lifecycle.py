@@ -7,7 +7,7 @@ import json
 import pytest
 
 from harness.errors import InvalidInput
-from harness.mech.enginetypes import Event
+from harness.mech.engine.types import Event
 from harness.mech.lifecycle import (
     LifecycleConfig,
     events_from_records,
@@ -80,7 +80,7 @@ def test_unreadable_records(tmp_path) -> None:
         events_from_records(tmp_path / "missing.jsonl")
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    with pytest.raises(InvalidInput, match="no request records"):
+    with pytest.raises(InvalidInput, match="empty file"):
         events_from_records(empty)
 
 

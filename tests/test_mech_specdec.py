@@ -7,8 +7,7 @@ import math
 import pytest
 
 from harness.errors import InvalidInput
-from harness.mech.proposal import SCHEDULES, heuristic_fixed_point, roc_threshold, simulate_schedule
-from harness.mech.specdec import (
+from harness.mech.specdec.formulas import (
     TOPOLOGIES,
     expected_tokens,
     expected_tokens_positional,
@@ -17,7 +16,13 @@ from harness.mech.specdec import (
     tree_alphas,
     tree_nodes,
 )
-from harness.mech.specdec_run import SpecDecConfig, run
+from harness.mech.specdec.mechanism import SpecDecConfig, run
+from harness.mech.specdec.proposal import (
+    SCHEDULES,
+    heuristic_fixed_point,
+    roc_threshold,
+    simulate_schedule,
+)
 
 
 def test_expected_tokens_hand_computed() -> None:

@@ -163,7 +163,7 @@ def test_cli_bad_paths_and_dead_endpoint_are_one_line_errors(workloads, tmp_path
     (tmp_path / "file").write_text("x")
     cases = [
         (["--workload", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "a")], "no such file"),
-        (["--workload", str(workloads["shared"]), "--out", str(tmp_path / "file" / "x")], "cannot create the run directory"),
+        (["--workload", str(workloads["shared"]), "--out", str(tmp_path / "file" / "x")], "is a file, not a folder"),
         (["--workload", str(workloads["shared"]), "--out", str(tmp_path / "b")], "does not answer"),
     ]
     for argv, message in cases:

@@ -150,3 +150,66 @@ def test_histogram_below_its_first_bucket_is_unresolved_not_interpolated():
     observed, why = histogram_delta_ms(snap(0, 0.0), snap(8, 0.00016), "h")
     assert why is None and observed["n"] == 8 and observed["mean_ms"] == 0.02
     assert observed["distribution"] is None and "below the smallest bucket bound (300 ms)" in observed["unresolved"]
+
+
+def test_sglang_cached_tokens_absent_until_the_first_hit_counts_as_zero():
+    from sglang_metrics import AFTER_HITS, AFTER_NO_HITS, BEFORE
+
+    before = parse(BEFORE)
+    assert before.total("sglang:cached_tokens_total") is None  # lazily created: no hit yet
+    hits = summarize(before, parse(AFTER_HITS))
+    assert hits["prefix_cache"] == {"hits": 4096, "queries": 6336, "hit_rate": round(4096 / 6336, 6),
+                                    "series": ["sglang:cached_tokens_total", "sglang:prompt_tokens_total"]}
+    none = summarize(before, parse(AFTER_NO_HITS))
+    assert none["prefix_cache"]["hits"] == 0 and none["prefix_cache"]["hit_rate"] == 0
+    assert "prefix_cache" not in none["absent"]
+    # without the paired counter the engine exported nothing: absent, never zero
+    bare = parse("sglang:num_running_reqs 0\n")
+    assert summarize(bare, bare)["prefix_cache"] is None
+
+
+def test_sglang_gauge_peaks_leave_out_the_before_run_value():
+    from sglang_metrics import AFTER_HITS, BEFORE
+
+    before, after = parse(BEFORE), parse(AFTER_HITS)
+    # the scheduler logs late: the first polls still show the warm-up's values (running 1, usage 0.02)
+    polled = {"sglang:num_running_reqs": [1, 1, 3, 2, 1], "sglang:token_usage": [0.02, 0.02, 0.04, 0.05],
+              "sglang:num_queue_reqs": [0, 0, 0]}
+    s = summarize(before, after, polled)
+    assert s["running_peak"] == 3 and s["kv_cache_usage_peak"] == 0.05
+    # a stale value above everything the run did is not its peak
+    stale = parse(BEFORE.replace('pp_rank="0",tp_rank="0"} 1.0', 'pp_rank="0",tp_rank="0"} 5.0', 1))
+    assert stale.total("sglang:num_running_reqs") == 5
+    assert summarize(stale, after, {"sglang:num_running_reqs": [5, 5, 2, 1]})["running_peak"] == 2
+    # never refreshed during the run: no peak, and the reason says why
+    flat = summarize(before, before, {"sglang:num_running_reqs": [1, 1], "sglang:token_usage": [0.02]})
+    assert flat["running_peak"] is None and "not refreshed" in flat["absent"]["running_peak"]
+    # vLLM's gauges are set every step: a reading equal to the start is a real reading
+    v = parse("vllm:num_requests_running 1\n")
+    assert summarize(v, v, {"vllm:num_requests_running": [1, 1]})["running_peak"] == 1
+
+
+def test_sglang_retractions_are_its_preemptions():
+    from sglang_metrics import AFTER_HITS, AFTER_NO_HITS, BEFORE
+
+    s = summarize(parse(BEFORE), parse(AFTER_HITS), {"sglang:num_retracted_reqs": [0, 0, 2, 0]})
+    assert s["preemptions"] == 2 and s["preemptions_series"].startswith("sglang:num_retracted_reqs")
+    assert "preemptions" not in s["absent"]
+    # no retraction, and the scheduler did log (its running gauge moved): a real 0
+    quiet = summarize(parse(BEFORE), parse(AFTER_NO_HITS), {"sglang:num_retracted_reqs": [0, 0],
+                                                            "sglang:num_running_reqs": [1, 2, 1]})
+    assert quiet["preemptions"] == 0 and quiet["waiting_peak"] == 0
+    # nothing the scheduler sets moved: it did not log during the run, so nothing is known
+    silent = summarize(parse(BEFORE), parse(BEFORE), {"sglang:num_retracted_reqs": [0, 0]})
+    assert silent["preemptions"] is None and "not refreshed" in silent["absent"]["preemptions"]
+    # a retraction counter, where the engine has one, is a plain delta
+    counted = summarize(parse("sglang:num_retracted_requests_total 3\n"), parse("sglang:num_retracted_requests_total 7\n"))
+    assert counted["preemptions"] == 4
+
+
+def test_sglang_queue_time_from_its_histogram():
+    from sglang_metrics import AFTER_HITS, BEFORE
+
+    q = summarize(parse(BEFORE), parse(AFTER_HITS))["queue_time_ms"]
+    assert q["series"] == "sglang:queue_time_seconds" and q["n"] == 6
+    assert q["mean_ms"] == round((0.1374 - 0.0031) / 6 * 1e3, 4)

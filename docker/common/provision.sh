@@ -6,9 +6,19 @@
 #   provision.sh LOCK tail DIR      into DIR, put at the END of sys.path (server roles: the
 #                                   engine's own packages always win)
 # A proxy CA may arrive as the build secret `cabundle`; it is used, never copied.
+# A wheelhouse (the build context `wheelhouse`, mounted at $WHEELHOUSE) holding the
+# locked wheels replaces the indexes: pip then installs from it alone, hashes checked.
 set -eu
 lock=$1 mode=$2 dir=${3:-}
+wheelhouse=${WHEELHOUSE:-/wheelhouse}
 if [ -s /run/secrets/cabundle ]; then export PIP_CERT=/run/secrets/cabundle; fi
+if ls "$wheelhouse"/*.whl >/dev/null 2>&1; then
+  echo "provision.sh: installing from the wheelhouse ($(ls "$wheelhouse"/*.whl | wc -l) wheels)"
+  set -- --no-index --find-links "$wheelhouse"
+  unset PIP_EXTRA_INDEX_URL
+else
+  set --
+fi
 pip_install() {  # PYTHON [more pip install options]
   py=$1
   shift
@@ -18,11 +28,11 @@ pip_install() {  # PYTHON [more pip install options]
 case "$mode" in
   venv)
     python3 -m venv "$dir"
-    pip_install "$dir/bin/python" ${PIP_EXTRA_INDEX_URL:+--extra-index-url "$PIP_EXTRA_INDEX_URL"} ;;
+    pip_install "$dir/bin/python" "$@" ${PIP_EXTRA_INDEX_URL:+--extra-index-url "$PIP_EXTRA_INDEX_URL"} ;;
   system)
-    pip_install python3 ;;
+    pip_install python3 "$@" ;;
   tail)
-    pip_install python3 --target "$dir"
+    pip_install python3 "$@" --target "$dir"
     echo "$dir" > "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-infkit-deps.pth" ;;
   *)
     echo "provision.sh: unknown mode $mode" >&2

@@ -1,8 +1,9 @@
 """Serving backends: each turns a ``BackendConfig`` into a ``ServerSpec`` for a runtime.
 
-Add a backend by adding a module that calls ``register_backend``.
+Add a backend by adding a module that exports ``BACKEND`` (its class); it is discovered.
 """
 
-from harness.backends.base import Backend, BackendConfig, get_backend, register_backend
+from harness.backends.base import Backend, BackendConfig, backends, get_backend
+from harness.backends.cache_reset import CacheReset
 
-__all__ = ["Backend", "BackendConfig", "get_backend", "register_backend"]
+__all__ = ["Backend", "BackendConfig", "CacheReset", "backends", "get_backend"]

@@ -8,13 +8,14 @@ runs (subprocess or container) is the runtime's concern.
 from __future__ import annotations
 
 import abc
-import importlib
+import json
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from harness.errors import InvalidInput
+from harness.backends.cache_reset import CacheReset, post, probe_around, verdict_in_body
 from harness.runtime.base import ServerSpec
 
 
@@ -50,6 +51,11 @@ class Backend(abc.ABC):
     query_counter: str  # ... and of prefix-cache lookups (tokens)
     reset_path: str | None = None
     reset_method: str = "POST"
+    effective_path: str | None = None  # GET: the engine's configuration as it runs (JSON)
+    effective_root: str | None = None  # the key of that document holding the configuration
+    effective_keys: tuple[str, ...] = ()  # settings of the effective config recorded for every server start
+    override_reasons: Mapping[str, str] = {}  # a setting this engine is known to override here -> its reason
+    reset_status_is_verdict: bool = False  # 200 means reset, 4xx means declined (SGLang)
 
     @abc.abstractmethod
     def server_spec(self, cfg: BackendConfig) -> ServerSpec:
@@ -63,32 +69,63 @@ class Backend(abc.ABC):
         """The interpreter of the environment the server runs in natively (its packages are the run's image)."""
         return None
 
-    def reset_prefix_cache(self, base_url: str, timeout_s: float = 30.0) -> bool:
-        """Drop every cached prefix block; False when the server does not offer it."""
-        if not self.reset_path:
-            return False
-        req = urllib.request.Request(base_url + self.reset_path, method=self.reset_method, data=b"")
+    def effective_config(self, base_url: str, timeout_s: float = 30.0) -> dict[str, Any] | None:
+        """The engine's configuration as it runs (after its own overrides), or None where it does not expose one."""
+        if not self.effective_path:
+            return None
         try:
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+            with urllib.request.urlopen(base_url + self.effective_path, timeout=timeout_s) as resp:  # noqa: S310
+                doc = json.load(resp)
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+        config = doc.get(self.effective_root) if self.effective_root and isinstance(doc, dict) else doc
+        return config if isinstance(config, dict) else None
+
+    def reset_prefix_cache(self, base_url: str, timeout_s: float = 30.0) -> CacheReset:
+        """Drop every cached prefix block and say whether that happened (``harness.backends.cache_reset``)."""
+        if not self.reset_path:
+            return CacheReset(False, None, f"{self.name} offers no prefix-cache reset")
+        url = base_url + self.reset_path
+        answer: list[tuple[int, str]] = []
+
+        def reset() -> None:
+            answer.append(post(url, timeout_s, method=self.reset_method))
+
+        reset()
+        status, body = answer[-1]
+        said = f"{self.reset_method} {self.reset_path} -> {status} {body.strip()[:120]!r}"
+        if status == 0 or (status >= 400 and not self.reset_status_is_verdict):
+            return CacheReset(False, None, said)
+        verdict = verdict_in_body(body)
+        if verdict is not None:
+            return CacheReset(True, verdict, f"{said}: the engine's verdict")
+        if self.reset_status_is_verdict:
+            return CacheReset(True, status == 200, f"{said}: the status is the engine's verdict")
+        # No verdict in the answer: observe one (a cacheable probe, reset again, the probe again).
+        seen = probe_around(base_url, self.hit_counter, self.query_counter, reset)
+        status, body = answer[-1]
+        said = f"{self.reset_method} {self.reset_path} -> {status} {body.strip()[:120]!r}"
+        if seen.problem:
+            return CacheReset(status == 200, None, f"{said}; {seen.problem}")
+        if not seen.control_hits:
+            return CacheReset(status == 200, None, f"{said}; the probe never hit the cache (caching off?), "
+                                                   "so a reset cannot be observed")
+        observed = (f"{said}; the probe hit {seen.control_hits:g} tokens before and {seen.hits:g} of "
+                    f"{seen.queries:g} after ({self.hit_counter})")
+        return CacheReset(status == 200, seen.hits == 0, observed)
 
 
-_BACKENDS: dict[str, Callable[[], Backend]] = {}
-_MODULES = {"vllm-cpu": "vllm_cpu", "vllm": "vllm", "sglang": "sglang"}
+def backends() -> dict[str, type[Backend]]:
+    """Every backend class, by name: each module of ``harness.backends`` exporting ``BACKEND``."""
+    from harness.registry import discover
 
-
-def register_backend(name: str, factory: Callable[[], Backend]) -> None:
-    _BACKENDS[name] = factory
+    return discover("harness.backends", "BACKEND", Backend)
 
 
 def get_backend(name: str) -> Backend:
-    if name not in _BACKENDS and name in _MODULES:
-        importlib.import_module(f"harness.backends.{_MODULES[name]}")
-    if name not in _BACKENDS:
-        raise InvalidInput(f"unknown backend {name!r}", hint="choose one of: " + ", ".join(sorted(_MODULES)))
-    return _BACKENDS[name]()
+    from harness.registry import lookup
+
+    return lookup("harness.backends", "BACKEND", Backend, name, "backend")()
 
 
 def vllm_server_args(cfg: BackendConfig) -> list[str]:
@@ -108,3 +145,17 @@ def vllm_server_args(cfg: BackendConfig) -> list[str]:
     if cfg.max_num_seqs:
         args += ["--max-num-seqs", str(cfg.max_num_seqs)]
     return args + list(cfg.extra_args)
+
+
+# vLLM's resolved VllmConfig (GET /server_info, with VLLM_SERVER_DEV_MODE=1): what every server start records
+VLLM_EFFECTIVE_KEYS = tuple(f"scheduler_config.{k}" for k in (
+    "max_num_seqs", "max_num_batched_tokens", "policy", "enable_chunked_prefill", "async_scheduling")) + tuple(
+    f"cache_config.{k}" for k in ("block_size", "num_gpu_blocks", "enable_prefix_caching"))
+
+
+def lookup(doc: Mapping[str, Any] | None, dotted: str) -> Any:
+    """``doc["a"]["b"]`` for ``"a.b"``; None when any part is missing."""
+    node: Any = doc
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node

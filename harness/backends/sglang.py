@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.backends.base import Backend, BackendConfig, register_backend
+from harness.backends.base import Backend, BackendConfig
 from harness.runtime.base import ServerSpec
 
 SGLANG_VERSION = "0.5.5"  # as pinned by images/sglang.lock.json (torch 2.8.0)
@@ -16,6 +16,7 @@ class SglangBackend(Backend):
     hit_counter = "sglang:cached_tokens_total"
     query_counter = "sglang:prompt_tokens_total"
     reset_path = "/flush_cache"
+    reset_status_is_verdict = True  # 400 while requests run or wait: nothing was flushed
 
     def server_spec(self, cfg: BackendConfig) -> ServerSpec:
         args = [
@@ -44,4 +45,4 @@ class SglangBackend(Backend):
         return SGLANG_VERSION
 
 
-register_backend("sglang", SglangBackend)
+BACKEND = SglangBackend

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.backends.base import Backend, BackendConfig, register_backend, vllm_server_args
+from harness.backends.base import VLLM_EFFECTIVE_KEYS, Backend, BackendConfig, vllm_server_args
 from harness.runtime.base import ServerSpec
 
 VLLM_GPU_VERSION = "0.11.0"  # vllm/vllm-openai:v0.11.0 (torch 2.8.0, CUDA 12.8)
@@ -15,6 +15,7 @@ class VllmBackend(Backend):
     hit_counter = "vllm:prefix_cache_hits_total"
     query_counter = "vllm:prefix_cache_queries_total"
     reset_path = "/reset_prefix_cache"
+    effective_path, effective_root, effective_keys = "/server_info?config_format=json", "vllm_config", VLLM_EFFECTIVE_KEYS
 
     def server_spec(self, cfg: BackendConfig) -> ServerSpec:
         # The docker runtime rewrites --host so the server listens inside the container and
@@ -29,4 +30,4 @@ class VllmBackend(Backend):
         return VLLM_GPU_VERSION
 
 
-register_backend("vllm", VllmBackend)
+BACKEND = VllmBackend

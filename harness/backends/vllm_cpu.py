@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.backends.base import Backend, BackendConfig, register_backend, vllm_server_args
+from harness.backends.base import VLLM_EFFECTIVE_KEYS, Backend, BackendConfig, vllm_server_args
 from harness.runtime.base import ServerSpec
 from harness.runtime.serving_env import VLLM_CPU, ServingEnv, ensure_serving_env
 
@@ -14,6 +14,12 @@ class VllmCpuBackend(Backend):
     hit_counter = "vllm:prefix_cache_hits_total"
     query_counter = "vllm:prefix_cache_queries_total"
     reset_path = "/reset_prefix_cache"
+    effective_path, effective_root, effective_keys = "/server_info?config_format=json", "vllm_config", VLLM_EFFECTIVE_KEYS
+    # vllm-cpu 0.32's platform hook (vllm/platforms/cpu.py, CpuPlatform.check_and_update_config) sets
+    # scheduler_config.async_scheduling = False whatever was asked, and logs nothing about it.
+    override_reasons = {"scheduler_config.async_scheduling":
+                        "vllm-cpu's platform hook (vllm/platforms/cpu.py) forces async_scheduling off on CPU: "
+                        "'async scheduling is not required on CPU'"}
 
     def __init__(self, env: ServingEnv | None = None):
         self._env = env
@@ -51,4 +57,4 @@ class VllmCpuBackend(Backend):
         return self.env.package_version("vllm-cpu") or VLLM_CPU.install[0].split("==")[1]
 
 
-register_backend("vllm-cpu", VllmCpuBackend)
+BACKEND = VllmCpuBackend

@@ -75,6 +75,18 @@ class _Response(asyncio.Protocol):
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        try:
+            self._receive(data)
+        except Exception as exc:  # noqa: BLE001 - the sink refused a payload, or the response is not HTTP
+            # Raised out of a transport callback it would be logged with a traceback and the stream
+            # would end as a disconnect; it is this request's error instead.
+            self.keep_alive = False
+            if self.done is not None and not self.done.done():
+                self.done.set_exception(exc)
+            if self.transport is not None:
+                self.transport.close()
+
+    def _receive(self, data: bytes) -> None:
         now = time.monotonic()
         if self.done is None:
             return  # bytes on an idle connection: nothing is waiting for them
@@ -120,7 +132,11 @@ class _Response(asyncio.Protocol):
         if "chunked" in self.headers.get("transfer-encoding", "").lower():
             self._mode = "chunked"
         elif "content-length" in self.headers:
-            self._mode, self._left = "length", int(self.headers["content-length"])
+            length = self.headers["content-length"]
+            if not length.isdigit():
+                self._fail(f"bad Content-Length {length[:20]!r}")
+                return False
+            self._mode, self._left = "length", int(length)
             if self._left == 0:
                 self._finish()
         else:

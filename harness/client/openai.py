@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from harness.client.http import ConnectionPool, HTTPProtocolError
 from harness.client.records import RequestRecord
 from harness.client.sse import DONE, SSEParser, interpret
+from harness.contract.jsonio import HugeInt, json_type
 from harness.workload.model import Request
 
 APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -60,6 +61,8 @@ def build_payload(cfg: ClientConfig, req: Request) -> dict[str, Any]:
         body["ignore_eos"] = True
     if cfg.min_tokens:
         body["min_tokens"] = req.output_tokens
+    if req.priority is not None:  # vLLM's priority scheduling reads it (FCFS servers ignore it)
+        body["priority"] = req.priority
     return body
 
 
@@ -80,17 +83,70 @@ class _Progress:
         self.done = False
 
 
+MAX_SERVER_TOKENS = 10**9  # a per-request token count above this is not a count
+
+
+def _token_count(value: Any, what: str, problems: list[str]) -> int | None:
+    """A server-reported token count, or None (with the reason in ``problems``) when it is not one."""
+    if value is None:
+        return None
+    if type(value) is float and value.is_integer():  # 12.0: a count, written as a float
+        value = int(value)
+    if type(value) is int and 0 <= value <= MAX_SERVER_TOKENS:
+        return value
+    if type(value) is HugeInt:
+        shown = f"an integer of {value.digits} digits"
+    else:
+        try:
+            shown = f"{json_type(value)} {json.dumps(value, default=str)[:40]}"
+        except (ValueError, RecursionError):  # a deeply nested value: its type says enough
+            shown = json_type(value)
+    problems.append(f"{what} is {shown}, not a token count in [0, {MAX_SERVER_TOKENS}]")
+    return None
+
+
+def _usage(usage: Any, problems: list[str]) -> tuple[int | None, int | None, int | None]:
+    """(prompt, completion, cached) tokens from a usage block, each absent when it is not sane."""
+    if usage is None:
+        return None, None, None
+    if type(usage) is not dict:
+        problems.append(f"usage is {json_type(usage)}, not an object")
+        return None, None, None
+    prompt = _token_count(usage.get("prompt_tokens"), "usage.prompt_tokens", problems)
+    completion = _token_count(usage.get("completion_tokens"), "usage.completion_tokens", problems)
+    details = usage.get("prompt_tokens_details")
+    if details is not None and type(details) is not dict:
+        problems.append(f"usage.prompt_tokens_details is {json_type(details)}, not an object")
+        details = None
+    cached = _token_count((details or {}).get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens", problems)
+    return prompt, completion, cached
+
+
+def _text(value: str | None, what: str, problems: list[str]) -> str | None:
+    """``value`` writable as UTF-8: a lone surrogate (from a ``\\ud800`` escape) becomes U+FFFD, noted."""
+    if value is None or value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        problems.append(f"{what} held lone UTF-16 surrogates, replaced by U+FFFD")
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return value
+
+
 def _record(req: Request, p: _Progress, status: str, error: str | None, *, scheduled_s: float | None,
             slot_s: float | None, worker: int, keep_text: bool) -> RequestRecord:
-    usage = p.usage or {}
-    details = usage.get("prompt_tokens_details") or {}
+    problems: list[str] = []
+    prompt, completion, cached = _usage(p.usage, problems)
     return RequestRecord(
         index=req.index, status=status, scheduled_s=scheduled_s, slot_s=slot_s, sent_s=p.sent_s,
         first_token_s=p.first_s, end_s=p.end_s, chunk_s=tuple(p.chunks), input_tokens=req.input_tokens,
-        output_tokens_requested=req.output_tokens, prompt_tokens=usage.get("prompt_tokens"),
-        completion_tokens=usage.get("completion_tokens"), cached_tokens=details.get("cached_tokens"),
-        finish_reason=p.finish, http_status=p.http_status, error=error,
-        output_text="".join(p.text) if keep_text else None, worker=worker,
+        output_tokens_requested=req.output_tokens, prompt_tokens=prompt, completion_tokens=completion,
+        cached_tokens=cached, finish_reason=_text(p.finish, "finish_reason", problems), http_status=p.http_status,
+        error=_text(error, "the error message", problems),
+        output_text=_text("".join(p.text), "the output text", problems) if keep_text else None, worker=worker,
+        server_data_error="; ".join(problems) or None,
+        extra={"priority": req.priority} if req.priority is not None else {},
     )
 
 
@@ -107,7 +163,8 @@ class _StreamSink:
     def __call__(self, data: bytes, now_abs: float) -> None:
         p = self.p
         if p.http_status is not None and p.http_status != 200:
-            self.raw.append(data)
+            if len(self.raw) < 16:  # the head of an error body is enough; never buffer a runaway one
+                self.raw.append(data)
             return
         now = now_abs - self.t0
         for payload in self.parser.feed(data):
@@ -126,8 +183,10 @@ class _StreamSink:
                 p.end_s = now
             if finish:
                 p.finish = finish
-            if usage:
+            if usage is not None:
                 p.usage = usage
+        if self.parser.failure is not None:
+            raise self.parser.failure  # the HTTP layer ends the request with it: status error
 
 
 async def _stream(pool: ConnectionPool, cfg: ClientConfig, body: bytes, t0: float, p: _Progress) -> str | None:
@@ -175,13 +234,17 @@ async def send_request(pool: ConnectionPool, cfg: ClientConfig, req: Request, t0
         raise
     except asyncio.TimeoutError:
         return done("timeout", f"no complete response within {cfg.timeout_s:g} s")
-    except (ConnectionError, HTTPProtocolError) as exc:
+    except HTTPProtocolError as exc:  # the server's bytes are not HTTP (bad status line, chunk size, length)
+        return done("error", f"{type(exc).__name__}: {exc}")
+    except ConnectionError as exc:
         status = "disconnected" if p.http_status == 200 else "error"
         return done(status, f"{type(exc).__name__}: {exc}")
     except OSError as exc:  # connection refused, unreachable host, TLS failure
         return done("error", f"{type(exc).__name__}: {exc}")
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # MalformedStream: a data: payload that is not JSON or of the wrong shape
         return done("error", f"malformed stream: {exc}")
+    except Exception as exc:  # noqa: BLE001 - whatever went wrong, the request gets its one record
+        return done("error", f"client error: {type(exc).__name__}: {exc}")
     if error is not None:
         return done("error", error)
     if p.finish is None and not p.done:

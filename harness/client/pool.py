@@ -13,7 +13,7 @@ import multiprocessing as mp
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.client.loop import run_async
 from harness.client.openai import ClientConfig
@@ -45,13 +45,31 @@ def _split(total: int | None, parts: int, part: int) -> int | None:
 
 
 def plan_shares(requests: tuple[Request, ...], client: ClientConfig, records_path: str, *, workers: int,
-                closed_concurrency: int | None, max_concurrency: int | None) -> list[Share]:
-    """Deal requests round-robin and split the concurrency; never more workers than slots."""
-    limit = closed_concurrency or max_concurrency
-    workers = max(1, min(workers, len(requests), limit or workers))
+                closed_concurrency: int | None, max_concurrency: int | None, batch_barrier: bool = False,
+                endpoints: tuple[str, ...] = ()) -> list[Share]:
+    """Deal requests round-robin and split the concurrency; never more workers than slots.
+
+    Static batches (``batch_barrier``) run in one process: the barrier spans the whole batch.
+    With several ``endpoints`` (replicas) there is a whole number of workers per endpoint and
+    worker ``w`` sends to endpoint ``w mod E``, so request ``i`` goes to endpoint ``i mod E``
+    (E: at most one endpoint per request). Every endpoint gets at least one concurrency slot.
+    """
+    spread = max(1, min(len(endpoints), len(requests)))
+    if batch_barrier and spread > 1:
+        raise InvalidInput("static batches (batch barrier) run against one endpoint, not several replicas")
+    if spread > 1:
+        closed_concurrency = max(closed_concurrency, spread) if closed_concurrency else None
+        max_concurrency = max(max_concurrency, spread) if max_concurrency else None
+        limit = closed_concurrency or max_concurrency
+        workers = spread * max(1, min(workers, len(requests), limit or workers) // spread)
+    else:
+        limit = closed_concurrency or max_concurrency
+        workers = 1 if batch_barrier else max(1, min(workers, len(requests), limit or workers))
     return [
-        Share(worker=w, requests=requests[w::workers], client=client, records_path=records_path,
-              closed_concurrency=_split(closed_concurrency, workers, w), max_concurrency=_split(max_concurrency, workers, w))
+        Share(worker=w, requests=requests[w::workers],
+              client=replace(client, endpoint=endpoints[w % spread]) if spread > 1 else client,
+              records_path=records_path, closed_concurrency=_split(closed_concurrency, workers, w),
+              max_concurrency=_split(max_concurrency, workers, w), batch_barrier=batch_barrier)
         for w in range(workers)
     ]
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from harness.contract.jsonio import parse_json
 from harness.errors import InvalidInput
 
 # The result schema's termination enum; "ok" statuses are the ones with a complete stream.
@@ -24,7 +25,11 @@ COMPLETED = ("stop", "length")
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """What happened to one request of the workload."""
+    """What happened to one request of the workload, as the client measured it.
+
+    TTFT runs from ``sent_s`` to ``first_token_s`` (``harness.metrics.per_request``); the
+    simulator's ``harness.mech.engine.types.SimRequestRecord`` counts from arrival instead.
+    """
 
     index: int
     status: str
@@ -44,6 +49,7 @@ class RequestRecord:
     error: str | None = None
     output_text: str | None = None
     worker: int = 0
+    server_data_error: str | None = None  # server-reported values that were not sane, recorded as absent: why
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -68,6 +74,8 @@ class RequestRecord:
     def from_dict(cls, obj: dict[str, Any]) -> RequestRecord:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in obj.items() if k in known}
+        if type(values.get("index")) is not int or not isinstance(values.get("status"), str):
+            raise TypeError("needs an integer index and a status")
         values["chunk_s"] = tuple(values.get("chunk_s") or ())
         return cls(**values)
 
@@ -84,7 +92,15 @@ class RecordWriter:
         self._fd = os.open(self.path, flags, 0o644)
 
     def write(self, record: RequestRecord) -> None:
-        os.write(self._fd, (record.to_json() + "\n").encode("utf-8"))
+        try:
+            line = (record.to_json() + "\n").encode("utf-8")
+        except (ValueError, TypeError) as exc:  # a value JSON cannot hold: keep the request accounted for
+            stub = RequestRecord(index=record.index, status="error", input_tokens=record.input_tokens,
+                                 output_tokens_requested=record.output_tokens_requested, worker=record.worker,
+                                 error=f"the record could not be written as JSON ({type(exc).__name__}); "
+                                 f"it ended as {record.status!r}")
+            line = (stub.to_json() + "\n").encode("utf-8")
+        os.write(self._fd, line)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -111,11 +127,12 @@ def read_records(path: str | os.PathLike) -> list[RequestRecord]:
     for lineno, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
+        where = f"{p}:{lineno}"
         try:
-            rec = RequestRecord.from_dict(json.loads(raw))
-        except (ValueError, TypeError, KeyError) as exc:
+            rec = RequestRecord.from_dict(parse_json(raw, where))
+        except (InvalidInput, TypeError) as exc:
             if lineno == len(lines):
                 break
-            raise InvalidInput(f"{p}:{lineno}: not a request record: {exc}") from None
+            raise InvalidInput(f"{where}: not a request record: {str(exc).removeprefix(where + ': ')}") from None
         by_index[rec.index] = rec
     return [by_index[i] for i in sorted(by_index)]

@@ -34,6 +34,7 @@ class Share:
     records_path: str
     closed_concurrency: int | None = None  # closed loop with this many slots; else follow offset_s
     max_concurrency: int | None = None  # cap on in-flight requests of a timed schedule
+    batch_barrier: bool = False  # closed loop as static batches: send closed_concurrency, wait for all, repeat
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,28 @@ async def _closed(share: Share, pool: ConnectionPool, writer: RecordWriter, t0: 
     return written
 
 
+async def _batches(share: Share, pool: ConnectionPool, writer: RecordWriter, t0: float) -> int:
+    """Static batching driven by the client: send a batch of ``closed_concurrency``, wait for all, send the next.
+
+    A request's ``scheduled_s`` is when its slot freed (the end of the request it replaces in the
+    previous batch) and its ``slot_s`` when the batch was released, so its client queue wait
+    (sent - scheduled) is the time it waited for the rest of that batch, and its send lag
+    (sent - slot) stays the client's own lateness.
+    """
+    size = share.closed_concurrency or 1
+    requests = list(share.requests)
+    freed = [max(0.0, time.monotonic() - t0)] * size
+    for start in range(0, len(requests), size):
+        batch = requests[start:start + size]
+        release_s = time.monotonic() - t0
+        records = await _all([asyncio.ensure_future(_guarded(send_request(
+            pool, share.client, req, t0, scheduled_s=freed[j], slot_s=release_s if start else None,
+            worker=share.worker), writer)) for j, req in enumerate(batch)])
+        for j, rec in enumerate(records):
+            freed[j] = rec.end_s if rec.end_s is not None else time.monotonic() - t0
+    return len(requests)
+
+
 async def _timed(share: Share, pool: ConnectionPool, writer: RecordWriter, t0: float) -> int:
     sem = asyncio.Semaphore(share.max_concurrency) if share.max_concurrency else None
     tasks: list[asyncio.Future] = []
@@ -121,9 +144,9 @@ async def _timed(share: Share, pool: ConnectionPool, writer: RecordWriter, t0: f
     return len(tasks)
 
 
-async def _all(tasks: list[asyncio.Future]) -> None:
+async def _all(tasks: list[asyncio.Future]) -> list:
     try:
-        await asyncio.gather(*tasks)
+        return await asyncio.gather(*tasks)
     except BaseException:
         await _cancel(tasks)
         raise
@@ -159,7 +182,7 @@ async def run_share(share: Share, start_clock: Callable[[], float] = time.monoto
                 await asyncio.sleep(delay)
             lag_task = asyncio.ensure_future(monitor.run())
             try:
-                runner = _closed if share.closed_concurrency else _timed
+                runner = _batches if share.batch_barrier else _closed if share.closed_concurrency else _timed
                 written = await runner(share, conns, writer, t0)
             except asyncio.CancelledError:
                 interrupted = True

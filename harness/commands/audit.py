@@ -1,4 +1,4 @@
-"""infkit audit PATH...: VALID or INVALID per signed manifest, with every reason."""
+"""infkit audit PATH...: VALID, VALID-UNTRUSTED or INVALID per signed manifest, with every reason."""
 
 from __future__ import annotations
 
@@ -15,20 +15,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="verify signed manifests: signature, subject digests, schemas, evidence rules",
         description="For each manifest (a directory means every *.intoto.json under it): verify the DSSE "
         "signature with securesystemslib and independently with cryptography, recompute every subject's "
-        "sha256 under --root, report deleted and unlisted files, validate infkit documents and the "
-        "evidence rules. Exit 0 only when every manifest is VALID.",
+        "sha256 under --root, report deleted, unlisted and non-regular files, validate infkit documents and "
+        "the evidence rules, and decide trust: with --trust FILE a signer the policy does not list is INVALID; "
+        "without a policy (keys taken from ROOT/manifests/keys) an intact manifest is VALID-UNTRUSTED, "
+        "integrity only. Exit 0 when no manifest is INVALID, 1 otherwise.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--root", default=".", help="directory subject paths are relative to (default: .)")
     p.add_argument("--trusted-key", action="extend", nargs="+", default=[], metavar="PEM",
                    help="public key(s) to trust instead of the default, every ROOT/manifests/keys/*.pub.pem "
                    "(give PATHs before this option, or repeat it)")
+    p.add_argument("--trust", metavar="FILE", help="trust policy naming the accepted signing key ids "
+                   "(schema infkit/trust-policy/v1; create one with `infkit keys trust FILE`)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the summary")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    config = AuditConfig(root=Path(args.root), trusted_keys=tuple(map(Path, args.trusted_key)))
+    config = AuditConfig(root=Path(args.root), trusted_keys=tuple(map(Path, args.trusted_key)),
+                         trust_policy=Path(args.trust) if args.trust else None)
     reports = audit_paths(args.paths, config)
-    print(format_json(reports, str(config.root)) if args.json else format_text(reports))
+    print(format_json(reports, str(config.root), args.trust) if args.json else format_text(reports))
     return 0 if all(r.valid for r in reports) else 1

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from harness.cliconfig import add_config_arguments, config_from_args
-from harness.experiments import benches, get_bench
+from harness.experiments import bench_specs, get_bench
 from harness.experiments.runner import run_bench
 from harness.progress import reporter
 
@@ -14,9 +14,9 @@ from harness.progress import reporter
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="run a serving bench (e.g. `infkit bench 69`)",
                        description="Run one project exit as a bench spec: " + "; ".join(
-                           f"{n} {s.semantic_id}" for n, s in benches().items()))
+                           f"{n} {s.semantic_id}" for n, s in bench_specs().items()))
     names = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
-    for name, spec in benches().items():
+    for name, spec in bench_specs().items():
         b = names.add_parser(name, help=f"{spec.semantic_id}: {spec.question}", description=spec.doc,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
         add_config_arguments(b, spec.config)

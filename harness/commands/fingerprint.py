@@ -9,6 +9,7 @@ from tabulate import tabulate
 
 from harness import fingerprint
 from harness.contract.atomic import atomic_write_json
+from harness.contract.paths import check_output_file
 from harness.contract.schemas import validate_document
 from harness.errors import SchemaViolation
 
@@ -21,6 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out:
+        check_output_file(args.out, "-o/--out")
     doc = fingerprint.collect()
     problems = validate_document(doc)
     if problems:

@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--engine", choices=["docker", "podman"])
     q.add_argument("--base-image", help="build on this local image instead of the locked base (recorded in the image)")
     q.add_argument("--ca-bundle", type=Path, help="CA bundle passed to pip as a build secret (default: the system one)")
+    q.add_argument("--wheelhouse", default="auto", metavar="auto|off|DIR",
+                   help="locked wheels from the host's pip as a build context (auto: when the Dockerfile takes one)")
+    q.add_argument("--log", type=Path, help="also write the engine's build output to this file")
     q.set_defaults(func=run_build)
 
     q = s.add_parser("pull", help="pull a role's image by the digest in its lock")
@@ -55,6 +58,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--extra-index-url", action="append", default=[])
     q.add_argument("--find-links", action="append", default=[])
     q.set_defaults(func=run_lock_deps)
+
+    q = s.add_parser("wheels", help="download the wheels a lock names (requirements/<name>.lock), hashes checked")
+    q.add_argument("name")
+    q.add_argument("--dest", type=Path, required=True)
+    q.add_argument("--extra-index-url", action="append", default=[])
+    q.set_defaults(func=run_wheels)
 
     q = s.add_parser("run", help="run `infkit ARGS...` inside a role image with the harness mounted read-only")
     q.add_argument("role")
@@ -104,10 +113,23 @@ def run_build(args: argparse.Namespace) -> int:
     from harness.images.build import BuildConfig, build_image
     from harness.images.locks import load_lock
 
-    cfg = BuildConfig(role=args.role, engine=args.engine, base_image=args.base_image, ca_bundle=args.ca_bundle)
+    cfg = BuildConfig(role=args.role, engine=args.engine, base_image=args.base_image, ca_bundle=args.ca_bundle,
+                      wheelhouse=args.wheelhouse, log_path=args.log)
     outcome = build_image(load_lock(args.role), cfg)
     note = f" (base substituted for {outcome.base_substituted_for})" if outcome.base_substituted_for else ""
     print(f"built {', '.join(outcome.refs)} {outcome.image_id} on {outcome.base_image}{note} in {outcome.seconds:.0f} s")
+    return 0
+
+
+def run_wheels(args: argparse.Namespace) -> int:
+    from harness.images.locks import REPO_ROOT
+    from harness.images.wheelhouse import fetch_locked, lock_target
+
+    lock_file = REPO_ROOT / "requirements" / f"{args.name}.lock"
+    if not lock_file.is_file():
+        raise InvalidInput(f"no lock {lock_file.relative_to(REPO_ROOT)}")
+    got = fetch_locked(lock_file, args.dest, lock_target(lock_file, tuple(args.extra_index_url)))
+    print(f"{got.wheels} wheels ({got.total_bytes / 1e6:.1f} MB) in {got.path}, hashes match {lock_file.name}")
     return 0
 
 
@@ -176,13 +198,22 @@ def run_lock_deps(args: argparse.Namespace) -> int:
 
 
 def run_in_image(args: argparse.Namespace) -> int:
+    from harness.commands._runargs import relative
+    from harness.ids import new_run_id
+    from harness.rundir import sign_queued
     from harness.runtime.docker_run import run_harness
 
     inner = args.args[1:] if args.args[:1] == ["--"] else args.args
     if not inner:
         raise InvalidInput("no infkit arguments to run", hint="infkit images run --run-dir DIR ROLE mech budget ...")
-    outcome = run_harness(args.role, inner, args.run_dir, gpus=tuple(args.gpu), network=args.network)
+    # Runs finished in the container are signed here, with the host's key, once it exits.
+    queue = args.run_dir.resolve() / f".sign-queue-{new_run_id()}"
+    outcome = run_harness(args.role, inner, args.run_dir, gpus=tuple(args.gpu), network=args.network,
+                          sign_queue=queue)
     sys.stdout.write(outcome.log_path.read_text(errors="replace"))
+    for manifest in sign_queued(queue, Path.cwd()):
+        print(f"manifest: {relative(manifest)}")
+        print(f"check it: infkit audit {relative(manifest)}")
     print(json.dumps({"exit_code": outcome.exit_code, "image": outcome.image, "seconds": round(outcome.seconds, 1)}),
           file=sys.stderr)
     return outcome.exit_code

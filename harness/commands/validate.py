@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+import harness.workload  # noqa: F401 - registers the workload file check (id, count, order), as load_workload runs it
 from harness.contract.schemas import validate_file
 from harness.errors import InfkitError
 
@@ -13,7 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "validate",
         help="validate infkit documents against their schemas and the evidence rules",
-        description="Each document names its schema with its own top-level \"schema\" marker. "
+        description="Each document names its schema with its own top-level \"schema\" marker. A workload file "
+        "is also checked as `workload show` checks it (request count, order, schedule, workload_id). "
         "Exit 0 when every file is valid, 1 otherwise.",
     )
     p.add_argument("files", nargs="+", metavar="FILE")

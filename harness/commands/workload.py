@@ -7,12 +7,14 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from harness.contract.paths import check_output_file
 from harness.errors import InvalidInput
 from harness.workload import (
     GENERATORS,
     PROCESSES,
     Arrival,
     Common,
+    check_options,
     load_workload,
     make_workload,
     write_workload,
@@ -51,7 +53,9 @@ def _common_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, help="closed loop: concurrent requests")
     p.add_argument("--rate", type=float, help="poisson/gamma/constant: mean requests per second")
     p.add_argument("--burstiness", type=float, help="gamma shape: 1 = Poisson, <1 burstier, >1 smoother")
-    p.add_argument("--seed", type=int, default=0, help="base seed: lengths=S, content=S+1, arrival=S+2")
+    p.add_argument("--high-priority-fraction", type=float, default=0.0,
+                   help="priority mix: this fraction of requests gets priority 0 (high), the rest 1 (default: none)")
+    p.add_argument("--seed", type=int, default=0, help="base seed: lengths=S, content=S+1, arrival=S+2, priority=S+3")
     for dim in ("lengths", "content", "arrival"):
         p.add_argument(f"--{dim}-seed", type=int, help=f"override the {dim} seed")
 
@@ -72,8 +76,12 @@ def run_make(args: argparse.Namespace) -> int:
         arrival=Arrival(args.arrival, rate_rps=args.rate, burstiness=args.burstiness, concurrency=args.concurrency),
         seed=args.seed, requests=args.requests, input_tokens=args.input_tokens, output_tokens=args.output_tokens,
         input_range=args.input_range, output_range=args.output_range, seeds=seeds,
+        high_priority_fraction=args.high_priority_fraction,
     )
     options = {name: getattr(args, name) for name in args.options}
+    # Every flag and the output path are checked before the tokenizer (or the model) is prepared.
+    check_options(args.kind, common, options)
+    check_output_file(args.out, "-o/--out")
     workload = make_workload(args.kind, common, options, _tokenizer_dir(args.tokenizer))
     path = write_workload(args.out, workload)
     print(f"{path}: {workload.kind}, {len(workload.requests)} requests, {workload.workload_id}")

@@ -6,11 +6,12 @@ file or the new one.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from harness.contract.jsonio import dumps_bytes
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode: int = 0o644) -> Path:
@@ -37,10 +38,11 @@ def atomic_write_text(path: str | os.PathLike, text: str, mode: int = 0o644) -> 
     return atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 
-def dumps_json(doc: Any) -> str:
-    """The project's one JSON layout for documents people also read."""
-    return json.dumps(doc, indent=2, sort_keys=False, ensure_ascii=False, allow_nan=False) + "\n"
+def dumps_json(doc: Any, what: str = "a document") -> str:
+    """The project's one JSON layout for documents people also read (strict: see ``jsonio.dumps_bytes``)."""
+    return dumps_bytes(doc, what, indent=2).decode("utf-8") + "\n"
 
 
 def atomic_write_json(path: str | os.PathLike, doc: Any, mode: int = 0o644) -> Path:
-    return atomic_write_text(path, dumps_json(doc), mode)
+    """Write ``doc`` atomically; a value JSON cannot hold is an error before anything is written."""
+    return atomic_write_bytes(path, dumps_bytes(doc, str(path), indent=2) + b"\n", mode)

@@ -189,12 +189,20 @@ class Conclusion(_Group):
         return out
 
 
+Group = _Group | dict[str, Any]
+
+
+def _group(value: Group) -> dict[str, Any]:
+    """A typed group as a dict; a dict is a group already in document form (e.g. an arm result's), taken as is."""
+    return value.to_dict() if isinstance(value, _Group) else dict(value)
+
+
 def build_result(
     *,
     kind: ResultKind,
-    identity: Identity,
-    workload: WorkloadInfo,
-    environment: Environment,
+    identity: Identity | dict[str, Any],
+    workload: WorkloadInfo | dict[str, Any],
+    environment: Environment | dict[str, Any],
     performance: Performance,
     correctness: Correctness,
     conclusion: Conclusion,
@@ -204,9 +212,9 @@ def build_result(
     doc: dict[str, Any] = {
         "schema": RESULT_SCHEMA,
         "kind": kind,
-        "identity": identity.to_dict(),
-        "workload": workload.to_dict(),
-        "environment": environment.to_dict(),
+        "identity": _group(identity),
+        "workload": _group(workload),
+        "environment": _group(environment),
         "performance": performance.to_dict(),
         "correctness": correctness.to_dict(),
         "conclusion": conclusion.to_dict(),

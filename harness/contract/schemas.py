@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,14 +21,11 @@ from typing import Any
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import ValidationError
 
-from harness.errors import InvalidInput
+from harness.contract.jsonio import MAX_JSON_BYTES, DocumentError, iter_json_lines, read_json
 
 SCHEMA_DIR = Path(os.environ.get("INFKIT_SCHEMA_DIR", Path(__file__).resolve().parents[2] / "schemas"))
-MAX_JSON_BYTES = 32 * 1024 * 1024  # a single JSON document; JSONL files are streamed
-
-
-class DocumentError(InvalidInput):
-    """A file cannot be read as a JSON document (missing, binary, malformed, ...)."""
+__all__ = ["MAX_JSON_BYTES", "SCHEMA_DIR", "DocumentError", "Problem", "load_document", "iter_jsonl",
+           "register_file_check", "schema_for", "value_problem", "validate_document", "validate_file"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +117,17 @@ def _problems(validator: Draft202012Validator, doc: Any, prefix: str = "") -> li
     return problems
 
 
+def value_problem(marker: str, schema_path: str, value: Any) -> str | None:
+    """Why ``value`` would break the rule at ``schema_path`` of ``marker``'s schema (e.g.
+    ``$defs/identity/properties/run_id``), or None: a command checks a flag with the same rule
+    its result will be held to, before any work starts."""
+    schema = schema_for(marker)
+    node = _resolve_local(schema, "#/" + schema_path)
+    validator = Draft202012Validator({**node, "$defs": schema.get("$defs", {})}, format_checker=FormatChecker())
+    error = next(iter(validator.iter_errors(value)), None)
+    return error.message if error is not None else None
+
+
 def validate_document(doc: Any) -> list[Problem]:
     """Validate one parsed document (schema, then the evidence rules for results)."""
     if not isinstance(doc, dict):
@@ -135,75 +143,49 @@ def validate_document(doc: Any) -> list[Problem]:
     return problems
 
 
-def _read_text(path: Path, limit: int | None) -> str:
-    if not path.exists():
-        raise DocumentError(f"{path}: no such file")
-    if path.is_dir():
-        raise DocumentError(f"{path}: is a directory, not a JSON file")
-    size = path.stat().st_size
-    if size == 0:
-        raise DocumentError(f"{path}: empty file")
-    if limit is not None and size > limit:
-        raise DocumentError(
-            f"{path}: {size / 1e6:.1f} MB is larger than the {limit // (1024 * 1024)} MiB limit for one JSON document"
-        )
-    data = path.read_bytes()
-    if b"\x00" in data[:8192]:
-        raise DocumentError(f"{path}: binary file, not JSON")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DocumentError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-
-
-def _parse(text: str, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DocumentError(f"{where}: malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise DocumentError(f"{where}: JSON nested too deeply to be an infkit document") from None
-
-
 def load_document(path: str | os.PathLike) -> Any:
-    """Read and parse one JSON document with clear errors for every bad-input case."""
-    p = Path(path)
-    return _parse(_read_text(p, MAX_JSON_BYTES), str(p))
+    """Read and parse one JSON document with clear errors for every bad-input case (see ``jsonio``)."""
+    return read_json(path)
 
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
-    """Yield (line number, parsed object) for each non-empty line of a JSON Lines file."""
-    p = Path(path)
-    if not p.exists():
-        raise DocumentError(f"{p}: no such file")
-    if p.is_dir():
-        raise DocumentError(f"{p}: is a directory, not a JSON Lines file")
-    if p.stat().st_size == 0:
-        raise DocumentError(f"{p}: empty file")
-    with p.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if b"\x00" in raw:
-                raise DocumentError(f"{p}: binary content at line {lineno}, not JSON Lines")
-            try:
-                line = raw.decode("utf-8").strip()
-            except UnicodeDecodeError:
-                raise DocumentError(f"{p}: line {lineno} is not UTF-8 text") from None
-            if line:
-                yield lineno, _parse(line, f"{p}:{lineno}")
+    """Yield (line number, parsed object) for each non-blank line of a JSON Lines file; every line is an object."""
+    return iter_json_lines(path)
+
+
+FileCheck = Callable[[Path, list[tuple[int, Any]]], list[Problem]]
+_FILE_CHECKS: dict[str, FileCheck] = {}
+
+
+def register_file_check(marker: str, check: FileCheck) -> None:
+    """Add a check beyond the schema for JSON Lines files whose header carries ``marker``.
+
+    It runs after every line passed its schema, with the (line number, object) pairs, so
+    ``validate`` and the loaders agree (e.g. a workload's id, count and order). The module
+    defining a kind registers its check when it is imported.
+    """
+    _FILE_CHECKS[marker] = check
 
 
 def validate_file(path: str | os.PathLike) -> list[Problem]:
-    """Validate a JSON document or a JSON Lines file with a header line."""
+    """Validate a JSON document or a JSON Lines file with a header line (and its kind's file check)."""
     p = Path(path)
     if p.suffix != ".jsonl":
         return validate_document(load_document(p))
     problems: list[Problem] = []
     request_validator = None
+    check: FileCheck | None = None
+    lines: list[tuple[int, Any]] = []
     for lineno, obj in iter_jsonl(p):
         if request_validator is None:
             problems.extend(Problem(f"line {lineno}{x.pointer}", x.rule, x.message) for x in validate_document(obj))
             defs = schema_for(obj["schema"]).get("$defs", {})
             request_validator = _validator(obj["schema"], "request") if "request" in defs else False
+            check = _FILE_CHECKS.get(obj["schema"])
         elif request_validator:
             problems.extend(_problems(request_validator, obj, prefix=f"line {lineno}"))
+        if check is not None:
+            lines.append((lineno, obj))
+    if check is not None and not problems:
+        problems.extend(check(p, lines))
     return problems

@@ -11,12 +11,12 @@ fallback with torch's own reason instead of stopping the run.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from harness.cliconfig import knob
 from harness.contract import Conclusion, Correctness, Failure, Performance
 from harness.cuda.device import import_torch, measure_peak_memory, time_calls
 from harness.cuda.registry import CommonConfig, Experiment
@@ -41,28 +41,14 @@ TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2, "float64": 1e-1
 
 @dataclass(frozen=True)
 class AttentionConfig(CommonConfig):
-    batch: int = dataclasses.field(default=2, metadata={"help": "sequences per call"})
-    heads: int = dataclasses.field(default=8, metadata={"help": "attention heads"})
-    seq_len: int = dataclasses.field(default=512, metadata={"help": "query and key length"})
-    head_dim: int = dataclasses.field(default=64, metadata={"help": "per-head dimension"})
-    dtype: str = dataclasses.field(default="auto", metadata={"help": "auto (float32 on CPU, float16 on GPU), float32, float16, bfloat16"})
-    causal: bool = dataclasses.field(default=True, metadata={"help": "causal mask"})
-    backends: tuple[str, ...] = dataclasses.field(
-        default=("auto", "math", "flash", "efficient", "cudnn"),
-        metadata={"help": "SDPA backends to request, comma-separated (auto, math, flash, efficient, cudnn)"},
-    )
-
-    def check(self) -> None:
-        super().check()
-        from harness.errors import InvalidInput
-
-        unknown = [b for b in self.backends if b != "auto" and b not in BACKENDS]
-        if unknown:
-            raise InvalidInput(f"unknown SDPA backend(s) {unknown}; choose from auto, {', '.join(BACKENDS)}")
-        if self.dtype not in ("auto", *TOLERANCE):
-            raise InvalidInput(f"unknown dtype {self.dtype!r}; choose auto, {', '.join(TOLERANCE)}")
-        if min(self.batch, self.heads, self.seq_len, self.head_dim) < 1:
-            raise InvalidInput("batch, heads, seq-len and head-dim must all be >= 1")
+    batch: int = knob(2, "sequences per call", min=1)
+    heads: int = knob(8, "attention heads", min=1)
+    seq_len: int = knob(512, "query and key length", min=1)
+    head_dim: int = knob(64, "per-head dimension", min=1)
+    dtype: str = knob("auto", "auto: float32 on CPU, float16 on GPU", choices=("auto", *TOLERANCE))
+    causal: bool = knob(True, "causal mask")
+    backends: tuple[str, ...] = knob(("auto", "math", "flash", "efficient", "cudnn"), "SDPA backends to request",
+                                     choices=("auto", *BACKENDS))
 
 
 def explicit_attention(q, k, v, causal: bool):

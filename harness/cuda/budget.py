@@ -14,15 +14,15 @@ checked; larger cells are then skipped (see ``sweep.py``). With
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from harness.cliconfig import knob
 from harness.contract import Conclusion, Correctness, Failure, Performance
 from harness.cuda.device import LiveTensorMeter, free_memory, import_torch, synchronize, time_calls
-from harness.cuda.models import load_causal_lm, random_llama
+from harness.cuda.models import load_causal_lm, model_shape, random_llama
 from harness.cuda.registry import CommonConfig, Experiment
 from harness.cuda.runner import Outcome, RunContext, mechanism_workload
 from harness.cuda.sweep import (
@@ -30,31 +30,33 @@ from harness.cuda.sweep import (
     boundary,
     dominated_by_oom,
     inflection,
-    kv_bytes_per_token_formula,
 )
 from harness.errors import InvalidInput
+from harness.models.shapes import kv_bytes_per_token_heads
 
 RECOVERY_SLACK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
 class BudgetConfig(CommonConfig):
-    warmup: int = dataclasses.field(default=2, metadata={"help": "untimed decode steps per cell"})
-    iters: int = dataclasses.field(default=8, metadata={"help": "timed decode steps per cell"})
-    model: str = dataclasses.field(default="smollm2-135m", metadata={"help": "architecture (MODEL_CONFIGS name) for random weights"})
-    model_dir: str = dataclasses.field(default="", metadata={"help": "checkpoint directory for real weights (overrides --model)"})
-    layers: int = dataclasses.field(default=0, metadata={"help": "decoder layers for random weights (0: the model's own count)"})
-    batches: tuple[int, ...] = dataclasses.field(default=(1, 2, 4), metadata={"help": "batch sizes, comma-separated"})
-    contexts: tuple[int, ...] = dataclasses.field(default=(64, 128, 256), metadata={"help": "context lengths, comma-separated"})
-    dtype: str = dataclasses.field(default="auto", metadata={"help": "auto (float32 on CPU, bfloat16 on GPU), float32, float16, bfloat16"})
-    memory_cap_bytes: int = dataclasses.field(default=0, metadata={"help": "allocator limit in bytes (0: none)"})
+    warmup: int = knob(2, "untimed decode steps per cell", min=0)
+    iters: int = knob(8, "timed decode steps per cell", min=1)
+    model: str = knob("smollm2-135m", "architecture for random weights (a Llama-architecture model of "
+                      "harness.models.shapes, or tiny)")
+    model_dir: str = knob("", "checkpoint directory for real weights (overrides --model)")
+    layers: int = knob(0, "decoder layers for random weights (0: the model's own count)", min=0)
+    batches: tuple[int, ...] = knob((1, 2, 4), "batch sizes", min=1)
+    contexts: tuple[int, ...] = knob((64, 128, 256), "context lengths", min=1)
+    dtype: str = knob("auto", "auto: float32 on CPU, bfloat16 on GPU",
+                      choices=("auto", "float32", "float16", "bfloat16"))
+    memory_cap_bytes: int = knob(0, "allocator limit in bytes (0: none)", min=0)
 
     def check(self) -> None:
         super().check()
-        if not self.batches or not self.contexts or min(*self.batches, *self.contexts) < 1:
-            raise InvalidInput("--batches and --contexts need at least one value each, all >= 1")
-        if self.dtype not in ("auto", "float32", "float16", "bfloat16"):
-            raise InvalidInput(f"unknown dtype {self.dtype!r}")
+        if not self.batches or not self.contexts:
+            raise InvalidInput("--batches and --contexts need at least one value each")
+        if not self.model_dir:
+            model_shape(self.model)
 
 
 def kv_cache_bytes(cache: Any) -> int:
@@ -132,8 +134,8 @@ def run(config: BudgetConfig, ctx: RunContext) -> Outcome:
     model, model_ref, tok_ref = _load(config, ctx, dtype)
     mc = model.config
     head_dim = getattr(mc, "head_dim", None) or mc.hidden_size // mc.num_attention_heads
-    per_token = kv_bytes_per_token_formula(mc.num_hidden_layers, mc.num_key_value_heads, head_dim,
-                                           torch.empty((), dtype=getattr(torch, dtype)).element_size())
+    per_token = kv_bytes_per_token_heads(mc.num_hidden_layers, mc.num_key_value_heads, head_dim,
+                                         torch.empty((), dtype=getattr(torch, dtype)).element_size())
     gen = torch.Generator(device="cpu").manual_seed(config.seed)
     capped_gpu = ctx.device == "cuda" and config.memory_cap_bytes > 0
     if capped_gpu:

@@ -9,17 +9,16 @@ with the reason, not a crash.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from harness.cliconfig import knob
 from harness.contract import Conclusion, Correctness, Failure, Performance
 from harness.cuda.device import import_torch, measure_peak_memory, synchronize, time_calls
-from harness.cuda.models import llama_config, seeded
+from harness.cuda.models import llama_config, model_shape, seeded
 from harness.cuda.registry import CommonConfig, Experiment
 from harness.cuda.runner import Outcome, RunContext, mechanism_workload
-from harness.errors import InvalidInput
 
 MODES = ("eager", "default", "reduce-overhead", "max-autotune")
 # Agreement with eager, scale-aware: max|compiled - eager| <= atol + rtol * max|eager|. Fused kernels
@@ -29,25 +28,17 @@ AGREEMENT = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2
 
 @dataclass(frozen=True)
 class DispatchConfig(CommonConfig):
-    model: str = dataclasses.field(default="smollm2-135m", metadata={"help": "architecture of the block (a MODEL_CONFIGS name)"})
-    batch: int = dataclasses.field(default=4, metadata={"help": "sequences per call"})
-    seq_len: int = dataclasses.field(default=128, metadata={"help": "tokens per sequence"})
-    dtype: str = dataclasses.field(default="auto", metadata={"help": "auto (float32 on CPU, bfloat16 on GPU), float32, float16, bfloat16"})
-    modes: tuple[str, ...] = dataclasses.field(
-        default=("eager", "default", "max-autotune"),
-        metadata={"help": f"modes to compare, comma-separated ({', '.join(MODES)})"})
-    cpu_autotune: bool = dataclasses.field(
-        default=False, metadata={"help": "also run max-autotune on CPU (minutes of GEMM tuning on few cores)"})
+    model: str = knob("smollm2-135m", "architecture of the block (a Llama-architecture model of "
+                      "harness.models.shapes, or tiny)")
+    batch: int = knob(4, "sequences per call", min=1)
+    seq_len: int = knob(128, "tokens per sequence", min=1)
+    dtype: str = knob("auto", "auto: float32 on CPU, bfloat16 on GPU", choices=("auto", *AGREEMENT))
+    modes: tuple[str, ...] = knob(("eager", "default", "max-autotune"), "modes to compare", choices=MODES)
+    cpu_autotune: bool = knob(False, "also run max-autotune on CPU (minutes of GEMM tuning on few cores)")
 
     def check(self) -> None:
         super().check()
-        unknown = [m for m in self.modes if m not in MODES]
-        if unknown:
-            raise InvalidInput(f"unknown mode(s) {unknown}; choose from {', '.join(MODES)}")
-        if self.dtype not in ("auto", *AGREEMENT):
-            raise InvalidInput(f"unknown dtype {self.dtype!r}; choose auto, {', '.join(AGREEMENT)}")
-        if min(self.batch, self.seq_len) < 1:
-            raise InvalidInput("batch and seq-len must be >= 1")
+        model_shape(self.model)
 
 
 def make_block(model: str, *, seed: int, device: str, dtype: str):
@@ -78,7 +69,7 @@ def skip_reason(mode: str, device: str, cpu_autotune: bool) -> str | None:
     if device == "cpu" and mode == "reduce-overhead":
         return "reduce-overhead captures CUDA graphs; there is no CPU equivalent"
     if device == "cpu" and mode == "max-autotune" and not cpu_autotune:
-        return "max-autotune tunes GEMM templates for minutes on few CPU cores; enable with --cpu-autotune true"
+        return "max-autotune tunes GEMM templates for minutes on few CPU cores; enable with --cpu-autotune"
     return None
 
 

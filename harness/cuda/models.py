@@ -1,10 +1,10 @@
 """Models for the CUDA experiments: published configs by name, random or real weights.
 
-``MODEL_CONFIGS`` maps a model name to its Llama hyperparameters (from the
-model's published config.json), so a sweep can use the real architecture with
-random weights. ``load_causal_lm`` resolves a model source: ``tiny`` (a seeded
-random Llama plus a word-level tokenizer, for fast tests), a checkpoint
-directory, or a name prepared by ``harness.models.ensure_model``.
+A sweep can use a published model's real architecture (its shape in
+``harness.models.shapes``) with random weights. ``load_causal_lm`` resolves a
+model source: ``tiny`` (a seeded random Llama plus a word-level tokenizer, for
+fast tests), a checkpoint directory, or a name prepared by
+``harness.models.ensure_model``.
 """
 
 from __future__ import annotations
@@ -17,17 +17,12 @@ from typing import Any
 from harness.cuda.device import import_torch
 from harness.errors import CapabilityMissing, InvalidInput
 from harness.ids import sha256_file
+from harness.models.shapes import LLAMA, ModelShape, get_model
 
-MODEL_CONFIGS: dict[str, dict[str, Any]] = {
-    # HuggingFaceTB/SmolLM2-135M(-Instruct) config.json
-    "smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                         num_attention_heads=9, num_key_value_heads=3, head_dim=64, rope_theta=100000.0,
-                         rms_norm_eps=1e-5, max_position_embeddings=8192, tie_word_embeddings=True),
-    # Same shape family, small enough for unit tests.
-    "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, rope_theta=10000.0,
-                 rms_norm_eps=1e-5, max_position_embeddings=1024, tie_word_embeddings=True),
-}
+# Same shape family as SmolLM2, small enough for unit tests (not a published model).
+TINY = ModelShape("tiny", LLAMA, "gqa", num_layers=4, num_heads=4, num_kv_heads=2, head_dim=16, hidden_size=64,
+                  intermediate_size=128, vocab_size=512, params=180_800, rope_theta=10000.0, rms_norm_eps=1e-5,
+                  max_position_embeddings=1024, tie_word_embeddings=True)
 
 TINY_WORDS = (
     "the a of to and in is that for it on with as was be by this are at from or an which have has "
@@ -45,13 +40,18 @@ class LoadedModel:
     source: str
 
 
+def model_shape(name: str) -> ModelShape:
+    """``tiny`` or a published Llama-architecture shape (``InvalidInput`` for any other name)."""
+    shape = TINY if name == "tiny" else get_model(name)
+    shape.llama_fields()  # refuses a non-Llama architecture before any work
+    return shape
+
+
 def llama_config(name: str, *, attn_implementation: str = "sdpa", **overrides: Any):
-    """A ``LlamaConfig`` for a name of ``MODEL_CONFIGS`` with field overrides (e.g. fewer layers)."""
-    if name not in MODEL_CONFIGS:
-        raise InvalidInput(f"unknown model config {name!r}; known: {', '.join(MODEL_CONFIGS)}")
+    """A ``LlamaConfig`` for ``tiny`` or a published Llama shape, with field overrides (e.g. fewer layers)."""
     from transformers import LlamaConfig
 
-    config = LlamaConfig(**{**MODEL_CONFIGS[name], **overrides})
+    config = LlamaConfig(**{**model_shape(name).llama_fields(), **overrides})
     config._attn_implementation = attn_implementation
     return config
 

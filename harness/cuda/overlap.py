@@ -14,32 +14,24 @@ overlap a host-to-device copy with, so on CPU the result is a precheck with a
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from harness.cliconfig import knob
 from harness.contract import Conclusion, Correctness, Failure, Performance
 from harness.cuda.device import import_torch, time_calls
 from harness.cuda.registry import CommonConfig, Experiment
 from harness.cuda.runner import Outcome, RunContext, mechanism_workload
-from harness.errors import InvalidInput
 from harness.stats_summary import distribution_ms
 
 
 @dataclass(frozen=True)
 class OverlapConfig(CommonConfig):
-    chunks: int = dataclasses.field(default=8, metadata={"help": "host chunks per pass"})
-    rows: int = dataclasses.field(default=8192, metadata={"help": "rows per chunk"})
-    hidden: int = dataclasses.field(default=4096, metadata={"help": "columns per chunk and size of the square weight"})
-    dtype: str = dataclasses.field(default="bfloat16", metadata={"help": "float32, float16 or bfloat16"})
-    compute_repeats: int = dataclasses.field(default=1, metadata={"help": "matmuls per chunk (scales compute vs transfer)"})
-
-    def check(self) -> None:
-        super().check()
-        if min(self.chunks, self.rows, self.hidden, self.compute_repeats) < 1:
-            raise InvalidInput("chunks, rows, hidden and compute-repeats must be >= 1")
-        if self.dtype not in ("float32", "float16", "bfloat16"):
-            raise InvalidInput(f"unknown dtype {self.dtype!r}")
+    chunks: int = knob(8, "host chunks per pass", min=1)
+    rows: int = knob(8192, "rows per chunk", min=1)
+    hidden: int = knob(4096, "columns per chunk and size of the square weight", min=1)
+    dtype: str = knob("bfloat16", "tensors' dtype", choices=("float32", "float16", "bfloat16"))
+    compute_repeats: int = knob(1, "matmuls per chunk (scales compute vs transfer)", min=1)
 
 
 def _precheck_outcome(config: OverlapConfig, ctx: RunContext) -> Outcome:

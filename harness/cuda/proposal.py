@@ -13,6 +13,11 @@ repeat, rotating their order, so drift on a shared machine hits all of them.
 
 Besides result.json the run writes ``proposal.json`` (``infkit/proposal/v1``),
 the versioned document the speculative-bench project consumes via the manifest.
+
+Size: ``--prompts`` and ``--max-new-tokens`` left unset take the device's defaults —
+4 prompts x 64 tokens on a GPU, 2 x 24 on the CPU fallback, where every arm's greedy
+decoding of SmolLM2 runs a few seconds per call on 2 cores (the GPU size took over 10
+minutes there). The run states the size it used next to what was requested.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from harness.cliconfig import knob
 from harness.cuda.device import import_torch, synchronize
 from harness.cuda.models import LoadedModel, load_causal_lm
 from harness.cuda.registry import CommonConfig, Experiment
@@ -45,27 +51,40 @@ PROMPTS = (
 
 @dataclass(frozen=True)
 class ProposalConfig(CommonConfig):
-    warmup: int = dataclasses.field(default=1, metadata={"help": "untimed rounds over every prompt and arm"})
-    iters: int = dataclasses.field(default=3, metadata={"help": "timed rounds over every prompt and arm"})
-    model: str = dataclasses.field(default="smollm2-135m", metadata={"help": "target: a prepared model name, a checkpoint directory, or tiny"})
-    draft_layers: int = dataclasses.field(default=10, metadata={"help": "the draft is the target's first N layers"})
-    prompts: int = dataclasses.field(default=4, metadata={"help": f"how many of the {len(PROMPTS)} built-in prompts to use"})
-    max_new_tokens: int = dataclasses.field(default=64, metadata={"help": "tokens generated per call"})
-    num_assistant_tokens: int = dataclasses.field(default=5, metadata={"help": "draft tokens per round (start value for heuristic/dynamic)"})
-    confidence_threshold: float = dataclasses.field(default=0.4, metadata={"help": "dynamic arm: stop drafting below this draft probability"})
-    prompt_lookup_tokens: int = dataclasses.field(default=10, metadata={"help": "prompt_lookup arm: proposal length"})
-    dtype: str = dataclasses.field(default="float32", metadata={"help": "float32, float16 or bfloat16"})
-    arms: tuple[str, ...] = dataclasses.field(default=ARMS, metadata={"help": f"arms, comma-separated ({', '.join(ARMS)})"})
+    warmup: int = knob(1, "untimed rounds over every prompt and arm", min=0)
+    iters: int = knob(3, "timed rounds over every prompt and arm", min=1)
+    model: str = knob("smollm2-135m", "target: a prepared model name, a checkpoint directory, or tiny")
+    draft_layers: int = knob(10, "the draft is the target's first N layers", min=1)
+    prompts: int | None = knob(None, f"how many of the {len(PROMPTS)} built-in prompts to use "
+                                     "(default: 4 on a GPU, 2 on CPU)", min=1, max=len(PROMPTS))
+    max_new_tokens: int | None = knob(None, "tokens generated per call (default: 64 on a GPU, 24 on CPU)", min=1)
+    num_assistant_tokens: int = knob(5, "draft tokens per round (start value for heuristic/dynamic)", min=1)
+    confidence_threshold: float = knob(0.4, "dynamic arm: stop drafting below this draft probability",
+                                       min=0.0, max=1.0)
+    prompt_lookup_tokens: int = knob(10, "prompt_lookup arm: proposal length", min=1)
+    dtype: str = knob("float32", "weights' dtype", choices=("float32", "float16", "bfloat16"))
+    arms: tuple[str, ...] = knob(ARMS, "arms", choices=ARMS)
 
-    def check(self) -> None:
-        super().check()
-        unknown = [a for a in self.arms if a not in ARMS]
-        if unknown:
-            raise InvalidInput(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
-        if not 1 <= self.prompts <= len(PROMPTS):
-            raise InvalidInput(f"--prompts must be between 1 and {len(PROMPTS)}")
-        if min(self.draft_layers, self.max_new_tokens, self.num_assistant_tokens, self.prompt_lookup_tokens) < 1:
-            raise InvalidInput("draft-layers, max-new-tokens, num-assistant-tokens and prompt-lookup-tokens must be >= 1")
+    def sized_for(self, device: str) -> ProposalConfig:
+        """This config with every unset size taken from the device's defaults."""
+        size = DEVICE_SIZES["cpu" if device == "cpu" else "gpu"]
+        return dataclasses.replace(self, prompts=self.prompts or size["prompts"],
+                                   max_new_tokens=self.max_new_tokens or size["max_new_tokens"])
+
+
+# Defaults per device class: the GPU size is the experiment's; the CPU fallback's fits in a
+# couple of minutes on 2 cores (benchmarks/gpu_check.sh rehearses it).
+DEVICE_SIZES = {"gpu": {"prompts": 4, "max_new_tokens": 64}, "cpu": {"prompts": 2, "max_new_tokens": 24}}
+
+
+def size_record(requested: ProposalConfig, effective: ProposalConfig, device: str) -> dict[str, Any]:
+    """Requested vs effective size, and why they differ (``run.json`` effective, result details)."""
+    fields = ("prompts", "max_new_tokens")
+    chosen = [f for f in fields if getattr(requested, f) is None]
+    note = (f"{' and '.join(f.replace('_', '-') for f in chosen)} not given: the {('CPU fallback' if device == 'cpu' else 'GPU')} "
+            f"default ({', '.join(f'{f}={getattr(effective, f)}' for f in chosen)}) was used") if chosen else "as requested"
+    return {"requested": {f: getattr(requested, f) for f in fields},
+            "effective": {f: getattr(effective, f) for f in fields}, "sized_for": device, "note": note}
 
 
 class PassCounter:
@@ -160,9 +179,12 @@ def generate_once(loaded: LoadedModel, counter: PassCounter, ids, mask, arm: str
             "stopped": bool(new) and tok.eos_token_id is not None and new[-1] == tok.eos_token_id}
 
 
-def run(config: ProposalConfig, ctx: RunContext) -> Outcome:
+def run(requested: ProposalConfig, ctx: RunContext) -> Outcome:
     from harness.cuda.proposal_report import build_outcome
 
+    config = requested.sized_for(ctx.device)
+    size = size_record(requested, config, ctx.device)
+    print(f"proposal on {ctx.device}: {config.prompts} prompts x {config.max_new_tokens} tokens ({size['note']})", flush=True)
     torch = import_torch()
     loaded = load_causal_lm(config.model, device=ctx.device, dtype=config.dtype, seed=config.seed)
     drafts = _make_drafts(loaded, config)
@@ -195,7 +217,7 @@ def run(config: ProposalConfig, ctx: RunContext) -> Outcome:
     finally:
         counter.remove()
     return build_outcome(config, ctx, loaded, arms, calls, [int(e.input_ids.shape[1]) for e in prompts],
-                         {a: arm_settings(a, config) for a in arms}, torch.__version__)
+                         {a: arm_settings(a, config) for a in arms}, torch.__version__, size)
 
 
 def _first_divergence(tokens: list[int], reference: list[int]) -> int | None:

@@ -47,7 +47,8 @@ def arm_figures(arm: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def build_outcome(config, ctx: RunContext, loaded, arms: list[str], calls: list[dict[str, Any]],
-                  prompt_lengths: list[int], settings: dict[str, dict], torch_version: str) -> Outcome:
+                  prompt_lengths: list[int], settings: dict[str, dict], torch_version: str,
+                  size: dict[str, Any]) -> Outcome:
     figures = [arm_figures(a, calls) for a in arms]
     for f in figures:
         f["settings"] = settings[f["arm"]]
@@ -90,9 +91,10 @@ def build_outcome(config, ctx: RunContext, loaded, arms: list[str], calls: list[
         details={"draft": {"kind": "truncated_target", "layers": config.draft_layers},
                  "prompts": len(prompt_lengths), "prompt_tokens": prompt_lengths, "max_new_tokens": config.max_new_tokens,
                  "dtype": config.dtype, "arms": figures, "proposal_document": "proposal.json",
-                 "speedup_estimator": "median over (prompt, round) of target latency / arm latency"},
-        summary_lines=tuple(lines),
-        effective={"arms": arms, "draft_layers": config.draft_layers, "model_source": loaded.source, "dtype": config.dtype},
+                 "speedup_estimator": "median over (prompt, round) of target latency / arm latency", "size": size},
+        summary_lines=(f"size: {config.prompts} prompts x {config.max_new_tokens} tokens ({size['note']})", *lines),
+        effective={"arms": arms, "draft_layers": config.draft_layers, "model_source": loaded.source, "dtype": config.dtype,
+                   "prompts": config.prompts, "max_new_tokens": config.max_new_tokens, "size": size},
         model=loaded.model_ref, tokenizer=loaded.tokenizer_ref,
     )
 

@@ -1,45 +1,44 @@
-"""Run one experiment and write its run directory.
+"""Run one experiment and write its run directory through ``harness.rundir.RunDirectory``.
 
 ``runs/cuda/<name>/<run_id>/`` holds ``fingerprint.json`` (collected when
 the run starts), ``result.json`` (schema-valid, kind
 ``mechanism``, profile INF-CUDA-MECHANISM), ``samples.jsonl`` (raw timing
 samples, appended and flushed as each series finishes), ``summary.txt`` for
 people, any extra documents the experiment writes, and ``run.json`` (what was
-requested, what took effect) so the directory can be signed.
+requested, what took effect, ``outputs``); the directory is signed when the run ends.
+A run that raises is removed when it holds no samples, else kept under a failed run.json.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.cliconfig import config_dict
 from harness.contract import (
     Conclusion,
     Correctness,
     Identity,
     Performance,
     WorkloadInfo,
-    atomic_write_json,
-    atomic_write_text,
     build_result,
-    write_result,
 )
-from harness.contract.result import utc_now
 from harness.cuda.device import import_torch, resolve_device
 from harness.cuda.registry import Experiment
-from harness.fingerprint import FINGERPRINT_FILE, environment_group
-from harness.fingerprint import collect as collect_fingerprint
-from harness.ids import new_run_id, sha256_canonical
-from harness.runinfo import RunRecord, native_image, write_run_record
+from harness.fingerprint import environment_group
+from harness.ids import sha256_canonical
+from harness.rundir import Finished, RunDirectory
+from harness.runinfo import native_image
 
 PROFILE_ID = "INF-CUDA-MECHANISM"
 DEFAULT_OUT_ROOT = Path("runs/cuda")
 EXECUTION_ONLY = frozenset({"threads"})  # config fields that do not change what is measured
+RESULT_FILE = "result.json"
+SAMPLES_FILE = "samples.jsonl"
 
 
 class SampleSink:
@@ -84,104 +83,65 @@ class Outcome:
 class RunOutput:
     run_dir: Path
     result: dict[str, Any]
+    finished: Finished
 
 
 def workload_id(experiment: str, config: Any) -> str:
-    """sha256 of the canonical experiment spec: same id, same inputs and protocol.
-
-    Where it runs (device, CPU threads) is left out: the same workload on two machines has one id.
-    """
+    """sha256 of the canonical experiment spec as it runs (``config.sized_for(device)``): same id, same inputs
+    and protocol. Where it runs (device, CPU threads) is left out: the same workload on two machines has one id."""
     settings = {k: v for k, v in dataclasses.asdict(config).items() if k not in EXECUTION_ONLY}
     spec = {"experiment": experiment, "config": settings}
     return sha256_canonical(spec)
 
 
-def run_experiment(
-    experiment: Experiment, config: Any, *, device: str = "auto", out_root: Path = DEFAULT_OUT_ROOT
-) -> RunOutput:
-    """Resolve the device, run ``experiment`` and write a complete run directory."""
+def run_experiment(experiment: Experiment, config: Any, *, device: str = "auto", out_root: Path = DEFAULT_OUT_ROOT,
+                   sign: bool = True, root: Path | None = None) -> RunOutput:
+    """Resolve the device, run ``experiment`` and write a complete run directory, signed when ``sign``."""
     config.check()
     torch = import_torch()
     effective_device = resolve_device(device)
     if config.threads:
         torch.set_num_threads(config.threads)  # this process runs one experiment; recorded in run.json
-    run_id = new_run_id()
-    run_dir = Path(out_root) / experiment.name / run_id
-    run_dir.mkdir(parents=True, exist_ok=False)
-    started = utc_now()
-    fingerprint = collect_fingerprint()  # the machine as it was when the run started; signing reuses it
-    atomic_write_json(run_dir / FINGERPRINT_FILE, fingerprint)
-    ctx = RunContext(device=effective_device, run_dir=run_dir, samples=SampleSink(run_dir / "samples.jsonl"))
+    requested = {"experiment": experiment.name, "device": device, **config_dict(config)}
+    rd = RunDirectory.create(  # fingerprint.json: the machine as it was when the run started
+        Path(out_root) / experiment.name, semantic_id=experiment.semantic_id, run_label=experiment.name,
+        requested=requested, effective={"experiment": experiment.name, "device": effective_device}, root=root,
+        sign=sign, command=_argv(), images=[native_image(PROFILE_ID)],
+        workload_ids=[workload_id(experiment.name, config.sized_for(effective_device))])
+    ctx = RunContext(device=effective_device, run_dir=rd.path, samples=SampleSink(rd.path / SAMPLES_FILE))
     try:
         outcome: Outcome = experiment.run(config, ctx)
     except BaseException as exc:
-        _abandon(experiment, config, device, effective_device, run_dir, run_id, started, exc)
+        # A run without samples measured nothing and is removed; one holding samples keeps them.
+        rd.abandon(has_data=(rd.path / SAMPLES_FILE).exists(), error=exc)
         raise
+    doc = _result(experiment, config, outcome, rd, effective_device, torch.__version__)
+    rd.write_result(RESULT_FILE, doc)
+    done = rd.finish(
+        summary=_summary_text(experiment, doc, outcome), result=RESULT_FILE,
+        evidence_level=outcome.conclusion.evidence_level, decision=outcome.conclusion.decision,
+        status="failed" if outcome.conclusion.failure else "completed", run_label=outcome.run_label,
+        effective={"experiment": experiment.name, "device": effective_device,
+                   "torch_threads": torch.get_num_threads(), **outcome.effective},
+        model=outcome.model, tokenizer=outcome.tokenizer)
+    return RunOutput(run_dir=rd.path, result=doc, finished=done)
 
-    identity = Identity(
-        semantic_id=experiment.semantic_id,
-        workload_id=workload_id(experiment.name, config),
-        run_label=outcome.run_label,
-        run_id=run_id,
-        model=outcome.model,
-        tokenizer=outcome.tokenizer,
-    )
+
+def _result(experiment: Experiment, config: Any, outcome: Outcome, rd: RunDirectory, device: str,
+            torch_version: str) -> dict[str, Any]:
+    identity = Identity(semantic_id=experiment.semantic_id,
+                        workload_id=workload_id(experiment.name, config.sized_for(device)),
+                        run_label=outcome.run_label, run_id=rd.run_id, model=outcome.model,
+                        tokenizer=outcome.tokenizer)
     if outcome.model is None:
         identity.null_reasons["model"] = outcome.model_null_reason
     if outcome.tokenizer is None:
         identity.null_reasons["tokenizer"] = outcome.model_null_reason
-    environment = environment_group(
-        PROFILE_ID, "torch", torch.__version__, backend_command=_argv(),
-        doc=fingerprint,
-    )
-    doc = build_result(
-        kind="mechanism",
-        identity=identity,
-        workload=outcome.workload,
-        environment=environment,
-        performance=outcome.performance,
-        correctness=outcome.correctness,
-        conclusion=outcome.conclusion,
-        details={"experiment": experiment.name, "device": effective_device, **outcome.details},
-    )
-    write_result(run_dir / "result.json", doc)
-    atomic_write_text(run_dir / "summary.txt", _summary_text(experiment, doc, outcome))
-    record = RunRecord(
-        semantic_id=experiment.semantic_id,
-        run_id=run_id,
-        run_label=outcome.run_label,
-        requested={"experiment": experiment.name, "device": device, **dataclasses.asdict(config)},
-        effective={"experiment": experiment.name, "device": effective_device, "torch_threads": torch.get_num_threads(),
-                   **outcome.effective},
-        evidence_level=outcome.conclusion.evidence_level,
-        decision=outcome.conclusion.decision,
-        workload_ids=[identity.workload_id],
-        command=_argv(),
-        images=[native_image(PROFILE_ID)],
-        model=outcome.model,
-        tokenizer=outcome.tokenizer,
-        started_utc=started,
-        ended_utc=utc_now(),
-        status="failed" if outcome.conclusion.failure else "completed",
-    )
-    write_run_record(run_dir, record)
-    return RunOutput(run_dir=run_dir, result=doc)
-
-
-def _abandon(experiment: Experiment, config: Any, device: str, effective_device: str, run_dir: Path,
-             run_id: str, started: str, exc: BaseException) -> None:
-    """A run directory without samples is removed; one holding samples keeps them under a failed run.json."""
-    if not (run_dir / "samples.jsonl").exists():
-        shutil.rmtree(run_dir)
-        return
-    write_run_record(run_dir, RunRecord(
-        semantic_id=experiment.semantic_id, run_id=run_id, run_label=experiment.name,
-        requested={"experiment": experiment.name, "device": device, **dataclasses.asdict(config)},
-        effective={"experiment": experiment.name, "device": effective_device, "error": f"{type(exc).__name__}: {exc}"},
-        evidence_level="precheck", decision="blocked", command=_argv(), images=[native_image(PROFILE_ID)],
-        started_utc=started, ended_utc=utc_now(),
-        status="aborted" if isinstance(exc, KeyboardInterrupt) else "failed",
-    ))
+    environment = environment_group(PROFILE_ID, "torch", torch_version, backend_command=_argv(), doc=rd.fingerprint)
+    return build_result(kind="mechanism", identity=identity, workload=outcome.workload, environment=environment,
+                        performance=outcome.performance, correctness=outcome.correctness,
+                        conclusion=outcome.conclusion,
+                        details={"experiment": experiment.name, "device": device, **outcome.details})
 
 
 def _argv() -> list[str]:

@@ -83,8 +83,3 @@ def inflection(cells: list[Cell], elasticity: float = INFLECTION_ELASTICITY) -> 
         # A bigger batch that stepped faster means timing noise dominates: the knee is not trustworthy.
         "monotone": all(v["monotone"] for v in per_context.values()),
     }
-
-
-def kv_bytes_per_token_formula(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
-    """2 (K and V) x layers x kv_heads x head_dim x dtype_bytes."""
-    return 2 * layers * kv_heads * head_dim * dtype_bytes

@@ -9,20 +9,17 @@ decision rule), ``sweep`` (load sweeps and their reading rules), ``benches/``
 
 from __future__ import annotations
 
-import harness.experiments.benches  # noqa: F401  (first, so the function below keeps the name; see benches())
+# Import the specs' subpackage before defining benches(): importing a submodule sets its name on the
+# parent package only on its first import, so a later `import ...benches.bench81` cannot shadow the function.
+import harness.experiments.benches  # noqa: F401
 from harness.experiments.spec import BenchSpec
 from harness.registry import discover, lookup
 
 BENCH_PACKAGE = "harness.experiments.benches"
 
 
-def benches() -> dict[str, BenchSpec]:
-    """Every bench spec, by number.
-
-    The subpackage of the same name is imported at the top of this module: Python binds a package's
-    attribute to a subpackage when the subpackage is first imported, so importing it later (discovery,
-    or any ``harness.experiments.benches.benchNN``) would otherwise replace this function.
-    """
+def bench_specs() -> dict[str, BenchSpec]:
+    """Every bench spec, by number."""
     return discover(BENCH_PACKAGE, "SPEC", BenchSpec)
 
 

@@ -22,13 +22,11 @@ from harness.contract import (
     Conclusion,
     Correctness,
     Effect,
-    Environment,
     Failure,
-    Identity,
     Performance,
-    WorkloadInfo,
     build_result,
 )
+from harness.contract.result import utc_now
 from harness.experiments.arms import ArmRun, completed_runs
 from harness.experiments.metrics import Metric
 from harness.experiments.spec import Claim, History, Plan
@@ -153,8 +151,15 @@ def read_claims(history: History, plan: Plan, *, seed: int, resamples: int, repe
         lines.append(f"control {claim.name}: " + (effect_text(res.effect, claim.metric.title) + " -> " +
                                                    details["controls"][controls.index(res)]["reading"]
                                                    if res else "not run or no completed pair"))
-    headline = [{"name": r.claim.name, "metric": r.effect.metric, "value": r.effect.value, "unit": "ratio",
-                 "ci_low": r.effect.ci_low, "ci_high": r.effect.ci_high, "arm": r.effect.arm_b} for r in results if r]
+    headline = [{"name": f"effect on {r.effect.metric}", "value": r.effect.value, "unit": "ratio",
+                 "ci_low": r.effect.ci_low, "ci_high": r.effect.ci_high, "arm": f"{r.effect.arm_b} vs {r.effect.arm_a}"}
+                for r in results if r]
+    if plan.claims:  # each compared arm's figure on the headline metric
+        metric = plan.claims[0].metric
+        for label in dict.fromkeys(x for c in plan.claims for x in (c.baseline, c.treatment)):
+            done = completed_runs(history.runs, label)
+            if done:
+                headline.append({"name": metric.title, "value": metric.value(done), "unit": metric.unit, "arm": label})
     primary = results[0] if results else None
     blocked = blocked_reading(history, failure, repeats)
     if blocked is not None:
@@ -206,7 +211,6 @@ def top_result(history: History, plan: Plan, reading: Reading, *, semantic_id: s
     reference = next((r.result for r in runs if r.label == treatment), runs[0].result)
     ident = dict(reference["identity"])
     ident.update(run_label=plan.run_label or ident["run_label"], run_id=run_id)
-    ident.pop("created_utc", None)
     workload = dict(reference["workload"], repeats=protocol["repeats"])
     terminations: Counter[str] = Counter()
     for run in runs:
@@ -222,8 +226,7 @@ def top_result(history: History, plan: Plan, reading: Reading, *, semantic_id: s
         conclusion.repeats = None
     return build_result(
         kind=reading.kind,  # type: ignore[arg-type]
-        identity=Identity(**ident), workload=WorkloadInfo(**workload),
-        environment=Environment(**reference["environment"]),
+        identity={**ident, "created_utc": utc_now()}, workload=workload, environment=reference["environment"],
         performance=Performance.not_applicable(f"a {reading.kind}; per-arm distributions are in the arm results"),
         correctness=Correctness(output_count=sum(r.completed for r in runs), termination_counts=dict(terminations),
                                 quality=reading.quality,

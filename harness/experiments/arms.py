@@ -10,7 +10,7 @@ is written once, never edited afterwards), and every completed request is kept.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from harness.contract import Failure
 from harness.experiments.server_session import ServerSession
 from harness.models import PreparedModel
 from harness.progress import Reporter
-from harness.serving import REQUESTS_FILE, MeasureConfig, MeasureOutcome, measure
+from harness.serving import MeasureConfig, MeasureOutcome, measure
 
 PROFILE_ID = {"vllm-cpu": "INF-VLLM-CPU", "vllm": "INF-VLLM-011-CU128", "sglang": "INF-SGLANG"}
 
@@ -89,16 +89,25 @@ def measure_config(ctx: ArmContext, srv: ServerSession, workload: Workload, out_
                    client: Mapping[str, Any]) -> MeasureConfig:
     token_budget = {"max_num_batched_tokens": srv.config.max_num_batched_tokens, "max_num_seqs": srv.config.max_num_seqs}
     settings = {**ctx.client, **client}
+    model = srv.model or ctx.model
+    details = {"server": srv.name, "server_settings": srv.settings, "server_effective": srv.effective,
+               "prefix_caching": srv.config.prefix_caching}
+    if srv.group is not None:
+        details["server_group"] = {"description": srv.group.description, "settings": srv.group.settings,
+                                   "endpoints": list(srv.endpoints)}
+    if srv.model is not None:
+        details["model"] = srv.model.run_entry()
     return MeasureConfig(
-        endpoint=srv.base_url, model=srv.config.served_model_name, workload_path=workload.path, out_dir=out_dir,
+        endpoint=srv.base_url, endpoints=srv.endpoints if len(srv.endpoints) > 1 else (),
+        model=srv.config.served_model_name, workload_path=workload.path, out_dir=out_dir,
         api=settings.pop("api", "completions"), timeout_s=ctx.request_timeout_s, semantic_id=ctx.semantic_id,
         run_label=label, run_id=ctx.run_id, profile_id=PROFILE_ID.get(srv.backend.name, "INF-VLLM-CPU"),
         backend_name=srv.backend.name, backend_version=srv.backend.version(), backend_command=tuple(srv.command),
-        runtime=ctx.runtime, image=srv.handle.image, model_ref=ctx.model.model_ref,
-        tokenizer_ref=ctx.model.tokenizer_ref, metrics_url=srv.metrics_url, memory_probe=srv.handle.memory_bytes,
+        runtime=ctx.runtime, image=srv.handle.image, model_ref=model.model_ref,
+        tokenizer_ref=model.tokenizer_ref, metrics_url=srv.metrics_url, memory_probe=srv.handle.memory_bytes,
         ignore_eos=ctx.ignore_eos, token_budget=token_budget, server_alive=srv.handle.alive,
         failure_refiner=lambda failure: crash_failure(srv, label, failure),
-        extra_details={"server": srv.name, "server_settings": srv.settings, "prefix_caching": srv.config.prefix_caching},
+        extra_details=details,
         **settings,
     )
 
@@ -106,11 +115,7 @@ def measure_config(ctx: ArmContext, srv: ServerSession, workload: Workload, out_
 def measure_arm(ctx: ArmContext, srv: ServerSession, workload: Workload, out_dir: Path, label: str,
                 client: Mapping[str, Any] | None = None, reporter: Reporter | None = None) -> MeasureOutcome:
     out_dir.mkdir(parents=True, exist_ok=True)
-    cfg = measure_config(ctx, srv, workload, out_dir, label, client or {})
-    if reporter is None:
-        return measure(cfg)
-    with reporter.task(label, workload.requests, out_dir / REQUESTS_FILE):
-        return measure(cfg)
+    return measure(replace(measure_config(ctx, srv, workload, out_dir, label, client or {}), reporter=reporter))
 
 
 def warm_up(ctx: ArmContext, srv: ServerSession, workload: Workload, reporter: Reporter) -> None:

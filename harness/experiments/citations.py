@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.contract.jsonio import read_json
 from harness.errors import InvalidInput
 from harness.ids import sha256_file
 from harness.manifest.audit import AuditConfig, audit_paths
@@ -76,7 +77,7 @@ def cite(manifest: str | Path, root: Path, *, semantic_id: str | None = None) ->
     if semantic_id and predicate.get("semantic_id") != semantic_id:
         raise InvalidInput(f"cited manifest {path} is a {predicate.get('semantic_id')} run, not {semantic_id}")
     run_dir = Path(root) / predicate["run_dir"]
-    run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    run = read_json(run_dir / "run.json")
     result_name = (run.get("outputs") or {}).get("result")
-    result = json.loads((run_dir / result_name).read_text(encoding="utf-8")) if result_name else None
+    result = read_json(run_dir / result_name) if result_name else None
     return Citation(manifest=path, sha256=sha256_file(path), run_dir=run_dir, run=run, result=result)

@@ -10,6 +10,7 @@ measurement's (``harness.metrics.per_request``, docs/measurement.md).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -83,6 +84,12 @@ def _client_wait(records: Sequence[RequestRecord]) -> list[float]:
             if r.sent_s is not None and r.scheduled_s is not None]
 
 
+def _e2e_from_scheduled(records: Sequence[RequestRecord]) -> list[float]:
+    """End − scheduled: the latency a user sees, the client's own wait (a closed loop's batch barrier) included."""
+    return [(r.end_s - r.scheduled_s) * 1e3 for r in records
+            if r.completed and r.end_s is not None and r.scheduled_s is not None]
+
+
 def _perf(*path: str) -> Callable[[ArmRun], float | None]:
     def read(run: ArmRun) -> float | None:
         node: Any = run.result.get("performance")
@@ -107,6 +114,20 @@ def _latency(name: str, title: str, q: float, samples: Callable[[Sequence[Reques
     return Metric(f"{name}.p{q:g}", f"{title} p{q:g} ms", "lower", fmt, samples, np.median if q == 50 else percentile(q))
 
 
+def where(metric: Metric, suffix: str, keep: Callable[[RequestRecord], bool]) -> Metric:
+    """``metric`` over the records ``keep`` selects (a request class), named ``<name>[suffix]``."""
+    if metric.samples is None:
+        raise ValueError(f"{metric.name} is a per-run metric: it has no requests to select")
+    inner = metric.samples
+    return dataclasses.replace(metric, name=f"{metric.name}[{suffix}]", title=f"{metric.title} {suffix}",
+                               samples=lambda records: inner([r for r in records if keep(r)]))
+
+
+def priority_class(metric: Metric, name: str, priority: int) -> Metric:
+    """``metric`` over the requests sent with ``priority`` (the client records it in each record's ``extra``)."""
+    return where(metric, name, lambda r: r.extra.get("priority") == priority)
+
+
 TTFT, TPOT, E2E = _per_request("ttft_ms"), _per_request("tpot_ms"), _per_request("e2e_ms")
 TTFT_P50 = _latency("ttft_ms", "TTFT", 50, TTFT)
 TTFT_P95 = _latency("ttft_ms", "TTFT", 95, TTFT)
@@ -117,6 +138,9 @@ ITL_P50 = _latency("itl_ms", "ITL", 50, _itl, ".1f")
 E2E_P50 = _latency("e2e_ms", "E2E", 50, E2E)
 E2E_P99 = _latency("e2e_ms", "E2E", 99, E2E)
 QUEUE_WAIT_P50 = _latency("queue_wait_client_ms", "client queue", 50, _client_wait, ".1f")
+QUEUE_WAIT_P99 = _latency("queue_wait_client_ms", "client queue", 99, _client_wait, ".1f")
+E2E_SCHEDULED_P50 = _latency("e2e_from_scheduled_ms", "E2E+wait", 50, _e2e_from_scheduled)
+E2E_SCHEDULED_P99 = _latency("e2e_from_scheduled_ms", "E2E+wait", 99, _e2e_from_scheduled)
 OUTPUT_TOKENS_PER_S = Metric("output_tokens_per_s", "out tok/s", "higher", ".1f",
                              of_run=_perf("throughput", "output_tokens_per_s"), unit="tok/s")
 REQUEST_RATE = Metric("request_rate_rps", "req/s", "higher", ".2f", of_run=_perf("throughput", "request_rate_rps"),
@@ -134,6 +158,20 @@ ACCEPTANCE_RATE = Metric("spec_decode_acceptance_rate", "acceptance", "higher", 
 MEAN_ACCEPTANCE_LENGTH = Metric("spec_decode_mean_acceptance_length", "mean accept len", "higher", ".2f",
                                 of_run=server_metric("spec_decode", "mean_acceptance_length"), unit="tokens")
 
+SERVER_QUEUE_MEAN = Metric("queue_wait_server_ms.mean", "server queue mean ms", "lower", ".1f",
+                           of_run=server_metric("queue_time_ms", "mean_ms"))
+PREEMPTIONS = Metric("preemptions", "preempt", "lower", ".0f", of_run=server_metric("preemptions"), unit="count")
+RUNNING_MEAN = Metric("running.mean", "running mean", "higher", ".2f", of_run=server_metric("occupancy", "running_mean"),
+                      unit="requests")
+WAITING_MEAN = Metric("waiting.mean", "waiting mean", "lower", ".2f", of_run=server_metric("occupancy", "waiting_mean"),
+                      unit="requests")
+RUNNING_PEAK = Metric("running.peak", "running peak", "higher", ".0f", of_run=server_metric("running_peak"),
+                      unit="requests")
+WAITING_PEAK = Metric("waiting.peak", "waiting peak", "lower", ".0f", of_run=server_metric("waiting_peak"),
+                      unit="requests")
+
 METRICS = {m.name: m for m in (TTFT_P50, TTFT_P95, TTFT_P99, TPOT_P50, TPOT_P99, ITL_P50, E2E_P50, E2E_P99,
-                                QUEUE_WAIT_P50, OUTPUT_TOKENS_PER_S, REQUEST_RATE, GOODPUT, PEAK_MEMORY_GIB,
-                                PREFIX_HIT_RATE, ACCEPTANCE_RATE, MEAN_ACCEPTANCE_LENGTH)}
+                                QUEUE_WAIT_P50, QUEUE_WAIT_P99, E2E_SCHEDULED_P50, E2E_SCHEDULED_P99,
+                                OUTPUT_TOKENS_PER_S, REQUEST_RATE, GOODPUT, PEAK_MEMORY_GIB, PREFIX_HIT_RATE,
+                                SERVER_QUEUE_MEAN, PREEMPTIONS, RUNNING_MEAN, WAITING_MEAN, RUNNING_PEAK, WAITING_PEAK,
+                                ACCEPTANCE_RATE, MEAN_ACCEPTANCE_LENGTH)}

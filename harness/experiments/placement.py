@@ -27,7 +27,7 @@ def resolve_placement(gpu: str | None, backend: str | None, runtime: str | None)
             return Placement("vllm-cpu", "local", notice)
         return Placement(backend or "vllm", runtime or "docker")
     runtime = runtime or default_runtime_name()
-    backend = backend or ("vllm" if runtime == "docker" else "vllm-cpu")
+    backend = backend or ("vllm" if runtime == "docker" and nvidia_gpu_present() else "vllm-cpu")
     if runtime not in get_backend(backend).runtimes:
         raise InvalidInput(f"backend {backend} does not run under runtime {runtime}",
                            hint=f"use RUNTIME={'/'.join(get_backend(backend).runtimes)}")

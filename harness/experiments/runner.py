@@ -9,13 +9,16 @@ and the signed manifest.
 Failure rules: a failed arm run (e.g. the server died) stops the bench, keeps every
 completed request and blocks the decision. A server variant the spec marks optional
 that the engine refuses to start is recorded as ``capability_missing`` with the
-engine's own message, and the bench goes on without its arms. Ctrl-C keeps what was
-measured and signs it as an aborted run.
+engine's own message, and the bench goes on without its arms. After every start the
+engine's effective settings are read back (servers.json, each arm's result); a variant
+whose ``expect``ed settings the engine did not apply is stopped at once and is
+``capability_missing`` too (requested vs effective, and the engine's reason where known).
+Ctrl-C keeps what was measured and signs it as an aborted run.
 """
 
 from __future__ import annotations
 
-import json
+import re
 import time
 from collections.abc import Iterable
 from contextlib import ExitStack
@@ -27,16 +30,26 @@ from harness.backends import Backend, BackendConfig, get_backend
 from harness.cliconfig import check_config, config_dict
 from harness.client import read_records
 from harness.contract import Failure
+from harness.contract.jsonio import read_json
 from harness.errors import InvalidInput
 from harness.experiments.analysis import claim_figures, read_claims, top_result
 from harness.experiments.arms import ArmContext, ArmRun, Workload, arm_dir, measure_arm, warm_up
 from harness.experiments.outputs import arm_table, summary_text
 from harness.experiments.placement import Placement, resolve_placement
 from harness.experiments.server_session import ServerSession, server_session
-from harness.experiments.spec import Arm, BenchConfig, BenchSpec, History, Plan, WorkloadPlan
+from harness.experiments.spec import (
+    Arm,
+    BenchConfig,
+    BenchSpec,
+    History,
+    InputFile,
+    Plan,
+    ServerVariant,
+    WorkloadPlan,
+)
 from harness.models import PreparedModel, ensure_model
 from harness.progress import Reporter
-from harness.rundir import Finished, RunDirectory
+from harness.rundir import Finished, RunDirectory, check_run_target
 from harness.runinfo import native_image
 from harness.runtime.base import ServerStartError, get_runtime
 from harness.runtime.local import free_port
@@ -96,8 +109,9 @@ class Bench:
         self.rd, self.reporter = rd, reporter
         self.history = History(cfg=cfg, model=model)
         self.runtime = get_runtime(placement.runtime)
-        self.servers: dict[str, dict[str, Any]] = {}
+        self.servers: dict[str, dict[str, Any]] = self.history.servers
         self.kv_cache: dict[str, dict[str, Any] | None] = {}
+        self.resets: list[dict[str, Any]] = []  # one per arm run: the reset the protocol asks for, and its verdict
         self.refused = self.history.refused  # dynamic steps can skip arms that pair with a refused variant
         self.ctx = ArmContext(semantic_id=spec.semantic_id, run_id=rd.run_id, run_dir=rd.path, model=model,
                               request_timeout_s=cfg.request_timeout_s, runtime=placement.runtime,
@@ -111,7 +125,9 @@ class Bench:
 
     def workload(self, plan: WorkloadPlan) -> Workload:
         if plan.name not in self.history.workloads:
-            made = make_workload(plan.kind, plan.common, dict(plan.options), self.model.path)
+            options = {k: self.rd.write_text(f"workloads/inputs/{v.name}", v.text) if isinstance(v, InputFile) else v
+                       for k, v in plan.options.items()}
+            made = make_workload(plan.kind, plan.common, options, self.model.path)
             path = write_workload(self.rd.file(f"workloads/{plan.name}.jsonl"), made)
             self.history.workloads[plan.name] = Workload(path, made.workload_id, len(made.requests))
         return self.history.workloads[plan.name]
@@ -124,15 +140,22 @@ class Bench:
     def start(self, name: str, stack: ExitStack) -> ServerSession:
         variant = self.plan.server(name)
         backend = self.backend_of(name)
-        config = replace(self.base, port=free_port(), **variant.settings)
+        model = ensure_model(variant.model, progress=self.reporter) if variant.model else None
+        served = {"model_dir": str(model.path), "served_model_name": variant.model} if model else {}
+        config = replace(self.base, port=free_port(), **served, **variant.settings)
         self.reporter.state(f"server {name}: starting")
-        srv = stack.enter_context(server_session(
-            name, backend, self.runtime, config, self.rd.path / "servers", start_timeout_s=self.cfg.start_timeout_s,
-            progress=self.reporter, settings=dict(variant.settings), on_start=self.record_server,
-            on_stop=self.record_server))
-        if self.plan.warmup is not None:
-            warm_up(self.ctx, srv, self.workload(next(w for w in self.plan.workloads if w.name == self.plan.warmup)),
-                    self.reporter)
+        with ExitStack() as own:  # a variant the engine did not apply is stopped at once, not at the phase's end
+            srv = own.enter_context(server_session(
+                name, backend, self.runtime, config, self.rd.path / "servers", start_timeout_s=self.cfg.start_timeout_s,
+                progress=self.reporter, settings=dict(variant.settings), on_start=self.record_server,
+                on_stop=self.record_server, layout=variant.layout, model=model))
+            srv.read_effective(variant.expect)
+            self.record_server(srv)
+            check_applied(variant, srv)
+            if self.plan.warmup is not None:
+                warm_up(self.ctx, srv, self.workload(next(w for w in self.plan.workloads if w.name == self.plan.warmup)),
+                        self.reporter)
+            stack.enter_context(own.pop_all())
         self.reporter.state(f"server {name}: up")
         return srv
 
@@ -140,7 +163,6 @@ class Bench:
         """servers.json: each server's exact command, version, settings, pid and exit status, kept current."""
         entry = srv.record()
         entry["kv_cache"] = self.kv_cache.get(srv.name)
-        entry["prefix_cache_resets"] = srv.resets
         self.servers[srv.name] = entry
         self.rd.write_json("servers/servers.json", {"servers": list(self.servers.values()),
                                                     "refused": self.refused})
@@ -148,9 +170,13 @@ class Bench:
     def run_step(self, servers: Servers, repeat: int, arm: Arm, index: int, total: int | None) -> ArmRun:
         srv = servers.get(arm.server)
         workload = self.workload_of(arm)
-        if self.plan.reset_prefix_cache:
-            srv.reset_prefix_cache()
         self.reporter(f"[{index}/{total or '?'}] {arm.label} repeat {repeat}")
+        if self.plan.reset_prefix_cache:
+            reset = srv.reset_prefix_cache()
+            self.resets.append({"arm": arm.label, "repeat": repeat, "server": srv.name, **reset.to_dict()})
+            if reset.requested and reset.confirmed is False:
+                self.reporter(f"  protocol violation: server {srv.name} did not drop its prefix cache before "
+                              f"{arm.label} repeat {repeat}: {reset.evidence}")
         self.reporter.state(f"server {srv.name}: serving {arm.label}")
         t0 = time.monotonic()
         out = arm_dir(self.rd.path, arm.label, repeat)
@@ -158,7 +184,7 @@ class Bench:
             outcome = measure_arm(self.ctx, srv, workload, out, arm.label, arm.client, self.reporter)
         except KeyboardInterrupt:
             if (out / RESULT_FILE).is_file():  # measure wrote the interrupted arm's result: keep it in the run
-                result = json.loads((out / RESULT_FILE).read_text(encoding="utf-8"))
+                result = read_json(out / RESULT_FILE)
                 self.history.runs.append(ArmRun(label=arm.label, repeat=repeat, result_path=out / RESULT_FILE,
                                                 result=result, records=tuple(read_records(out / REQUESTS_FILE)),
                                                 server=srv.name, workload=arm.workload_name,
@@ -209,10 +235,14 @@ class Bench:
         return None
 
     def refuse(self, name: str, exc: ServerStartError) -> None:
-        """An optional variant the engine will not start is a recorded capability gap; any other is the end."""
+        """An optional variant the engine will not start (or not apply) is a recorded capability gap; any other
+        is the end."""
         message, _, tail = str(exc).partition("\n")
+        if isinstance(exc, NotApplied) and not self.plan.server(name).optional:
+            raise Stop(Failure(stage="server_start", kind="capability_missing", message=f"server {name}: {message}"))
         if self.plan.server(name).optional:
-            self.refused[name] = f"{message}\n{tail[-2000:]}".strip()
+            reason = engine_reason(self.logs_of(name)) or engine_reason(tail)
+            self.refused[name] = f"{reason}\n{message}\n{tail[-2000:]}".strip()
             self.reporter(f"server {name}: refused by the engine here, recorded as capability_missing: {message}")
             return
         if not self.history.runs:
@@ -221,6 +251,13 @@ class Bench:
         raise Stop(Failure(stage="server_start", kind="server_crash", message=f"server {name}: {message}",
                            log_tail=tail or None))
 
+    def logs_of(self, name: str) -> str:
+        """Every log the server variant ``name`` wrote (its own, or each group member's), as servers.json lists them."""
+        entry = self.servers.get(name) or {}
+        logs = [entry.get("log"), *(m.get("log") for m in (entry.get("group") or {}).get("members", []))]
+        paths = [self.rd.path / "servers" / log for log in dict.fromkeys(logs) if log]
+        return "\n".join(p.read_text(errors="replace") for p in paths if p.is_file())
+
     def images(self) -> list[dict[str, Any]]:
         """Images the servers ran from (docker), else the native serving environment's package digest."""
         pulled = {(s["image"]["ref"], s["image"]["digest"], s["backend"]) for s in self.servers.values() if s.get("image")}
@@ -228,6 +265,35 @@ class Bench:
             return [{"role": get_backend(b).role, "ref": ref, "digest": digest} for ref, digest, b in sorted(pulled)]
         backends = sorted({self.backend_of(s.name).name for s in self.plan.servers})
         return [native_image(get_backend(b).role, get_backend(b).native_python()) for b in backends]
+
+
+class NotApplied(ServerStartError):
+    """The engine started but runs with other settings than the variant exists for (read back after the start)."""
+
+
+def check_applied(variant: ServerVariant, srv: ServerSession) -> None:
+    """Raise ``NotApplied`` naming requested vs effective (and the engine's reason, where known) for each miss."""
+    effective = srv.effective
+    if not variant.expect:
+        return
+    if effective is None:
+        raise NotApplied(f"the variant needs {dict(variant.expect)} but {srv.backend.name} does not report its "
+                         "effective configuration, so it cannot be checked")
+    missed = [k for k, v in variant.expect.items() if effective.get(k) != v]
+    if missed:
+        source = f"GET {srv.backend.effective_path}"
+        parts = [f"requested {k}={variant.expect[k]!r}, the engine runs {k}={effective.get(k)!r} (read back by "
+                 f"{source})" + (f": {srv.backend.override_reasons[k]}" if k in srv.backend.override_reasons else "")
+                 for k in missed]
+        raise NotApplied("; ".join(parts))
+
+
+def engine_reason(message: str) -> str:
+    """The engine's own reason in a refused start's log: its last exception line that is a root cause
+    (not a wrapper pointing "above"); empty when there is none."""
+    errors = [ln.strip() for ln in message.splitlines()
+              if re.match(r"\s*([\w.]+(Error|Exception)): ", ln) and "root cause" not in ln]
+    return errors[-1][:300] if errors else ""
 
 
 def kv_cache_config(metrics_path: Path) -> dict[str, Any] | None:
@@ -247,11 +313,22 @@ def kv_cache_config(metrics_path: Path) -> dict[str, Any] | None:
     return None
 
 
-def protocol_record(cfg: BenchConfig, plan: Plan) -> dict[str, Any]:
+def protocol_record(cfg: BenchConfig, plan: Plan, resets: list[dict[str, Any]]) -> dict[str, Any]:
     return {"repeats": cfg.repeats, "order": plan.order,
             "warmup_requests_per_server_start": cfg.warmup_requests if plan.warmup else 0,
             "prefix_cache_reset_before_each_arm_run": plan.reset_prefix_cache,
+            "prefix_cache_resets": {"before_arm_runs": len(resets),
+                                    "confirmed": sum(r["confirmed"] is True for r in resets),
+                                    "unconfirmed": sum(r["requested"] and r["confirmed"] is None for r in resets),
+                                    "not_offered": sum(not r["requested"] for r in resets),
+                                    "declined": [r for r in resets if r["requested"] and r["confirmed"] is False]},
             "ignore_eos": plan.ignore_eos, "notes": list(plan.notes)}
+
+
+def protocol_violations(protocol: dict[str, Any]) -> list[str]:
+    """A reset the engine declined before an arm run breaks the protocol: that arm did not start from an empty cache."""
+    return [f"protocol violation: prefix cache not reset before {r['arm']} repeat {r['repeat']} on server "
+            f"{r['server']} ({r['evidence']})" for r in protocol["prefix_cache_resets"]["declined"]]
 
 
 def run_bench(spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), reporter: Reporter | None = None
@@ -260,6 +337,7 @@ def run_bench(spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), repo
     reporter = reporter or Reporter(name=f"bench-{spec.name}")
     check_config(cfg)
     cfg.check()
+    check_run_target(root / spec.out_root(cfg), None, sign=cfg.sign, root=root, flag="--out-root")
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
     if placement.notice:
         reporter(placement.notice)
@@ -304,11 +382,18 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
         reading.figures.update(claim_figures(history, plan, f"bench-{spec.name} {spec.semantic_id}"))
     for name, message in bench.refused.items():
         reading.details.setdefault("capability_missing", {})[name] = message
+        reading.lines.append(f"capability_missing: server variant {name} (its arms did not run): "
+                             f"{message.splitlines()[0]}")
     labels = list(dict.fromkeys([*(a.label for a in plan.arms), *(r.label for r in history.runs)]))
     extra = {"servers": list(bench.servers.values()), "workloads": {
         k: {"path": str(w.path.relative_to(rd.path)), "workload_id": w.workload_id} for k, w in history.workloads.items()}}
+    protocol = protocol_record(cfg, plan, bench.resets)
+    if violations := protocol_violations(protocol):  # a protocol the run did not keep cannot decide anything
+        reading.invalid_reasons = [*reading.invalid_reasons, *violations]
+        if reading.decision in ("adopt", "reject"):
+            reading.decision, reading.summary = "inconclusive", f"{reading.summary}; capped: {violations[0]}"
     result = top_result(history, plan, reading, semantic_id=spec.semantic_id, run_id=rd.run_id,
-                        next_steps=spec.next_steps, protocol=protocol_record(cfg, plan), extra=extra)
+                        next_steps=spec.next_steps, protocol=protocol, extra=extra)
     result_name = f"{reading.kind}.json"
     rd.write_result(result_name, result)
     for name, draw in reading.figures.items():

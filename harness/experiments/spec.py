@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from harness.backends.base import BackendConfig
+from harness.backends.layouts import Layout
 from harness.cliconfig import knob
 from harness.errors import InvalidInput
 from harness.experiments.metrics import (
@@ -74,8 +75,17 @@ class BenchConfig:
 
 
 @dataclass(frozen=True)
+class InputFile:
+    """A file a workload generator reads (a trace): written under the run's ``workloads/inputs/`` first, and the
+    option holding it becomes that path, so the input is part of the signed run."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
 class WorkloadPlan:
-    """One workload file the bench makes: a generator kind and its parameters."""
+    """One workload file the bench makes: a generator kind and its parameters (an option may be an ``InputFile``)."""
 
     name: str
     kind: str
@@ -86,13 +96,22 @@ class WorkloadPlan:
 
 @dataclass(frozen=True)
 class ServerVariant:
-    """A server start's settings: ``BackendConfig`` fields (and the backend) that differ from the bench's base."""
+    """A server start's settings: ``BackendConfig`` fields (and the backend) that differ from the bench's base.
+
+    ``layout`` spans several processes (vLLM's multi-node launch, client-spread replicas, Ray-placed
+    replicas: ``harness.backends.layouts``); ``model`` serves another prepared model than the bench's.
+    """
 
     name: str
     settings: Mapping[str, Any] = field(default_factory=dict)
     backend: str | None = None
     optional: bool = False  # the engine may refuse it here: a refused start is capability_missing, not fatal
     note: str = ""
+    # settings of the engine's effective config (the backend's dotted paths) this variant exists for, read back
+    # after the start: a value the engine did not apply is capability_missing (optional) or stops the bench
+    expect: Mapping[str, Any] = field(default_factory=dict)
+    layout: Layout | None = None
+    model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +150,7 @@ class History:
     runs: list[ArmRun] = field(default_factory=list)
     workloads: dict[str, Workload] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)  # what steps decided (e.g. a probe's capacity)
+    servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # servers.json's records, kept current
     refused: dict[str, str] = field(default_factory=dict)  # optional server variants the engine refused: message
 
     def of(self, label: str) -> list[ArmRun]:

@@ -26,7 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.experiments.arms import ArmRun, completed_runs
-from harness.mech.specdec import expected_tokens, expected_tokens_positional, simulate_acceptance
+from harness.mech.specdec.formulas import (
+    expected_tokens,
+    expected_tokens_positional,
+    simulate_acceptance,
+)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from harness.experiments.speculative import (
     reference_outputs,
 )
 from harness.experiments.speculative_table import Row, decide_top, row_lines
-from harness.mech.specdec import get_topology
+from harness.mech.specdec.formulas import get_topology
 from harness.models.draft import ensure_draft
 
 PROPOSAL_ID, PROPOSAL_FILE = "INF-PROPOSAL", "proposal.json"

@@ -80,7 +80,8 @@ def paired_ratio_effect(
 ) -> PairedEffect:
     """Effect of B over A from per-repeat samples ``[(a_values, b_values), ...]``."""
     def ratio(a: np.ndarray, b: np.ndarray) -> float:
-        return float(statistic(b) / statistic(a))
+        den = statistic(a)  # a resample can draw only zeros (e.g. sub-resolution times): an unbounded ratio
+        return float(statistic(b) / den) if den > 0 else math.inf
 
     if not pairs:
         raise InvalidInput("no completed A/B pairs to compare")
@@ -105,7 +106,7 @@ def paired_ratio_effect(
             a, b = arrays[j]
             a_s = a[rng.integers(0, a.size, size=a.size)]
             b_s = b[rng.integers(0, b.size, size=b.size)]
-            logs += math.log(max(ratio(a_s, b_s), 1e-300))
+            logs += math.log(min(max(ratio(a_s, b_s), 1e-300), 1e300))  # finite, so the interval stays a number
         log_means[k] = logs / n
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.exp(np.quantile(log_means, [alpha, 1.0 - alpha]))

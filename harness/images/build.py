@@ -13,6 +13,8 @@ import os
 import re
 import shutil
 import subprocess
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +25,8 @@ from harness.images.locks import REPO_ROOT, ImageLock
 from harness.runtime.base import docker_engine_present
 
 DEFAULT_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+WHEELHOUSE_CONTEXT = "wheelhouse"  # the Dockerfile stage a --build-context of this name replaces
+BUILD_TIMEOUT_S = 3600
 SOURCE_URL = "https://github.com/infkit/infkit"
 
 
@@ -33,6 +37,14 @@ class BuildConfig:
     base_image: str | None = None  # swap the locked base (e.g. a locally imported Debian)
     ca_bundle: Path | None = None  # passed as build secret `cabundle`; None: the system bundle if present
     network_host: bool = True  # podman builds on these machines reach the mirrors only through the host network
+    # "auto": where the Dockerfile takes a wheelhouse, the host's pip fills one (falling back to the
+    # indexes, with a notice, when it cannot); "off": the indexes only; else a folder that must hold every wheel.
+    wheelhouse: str = "auto"
+    log_path: Path | None = None  # the engine's build output, streamed here as it comes
+
+    def check(self) -> None:
+        if self.wheelhouse not in ("auto", "off") and not Path(self.wheelhouse).is_dir():
+            raise InvalidInput(f"--wheelhouse {self.wheelhouse!r} is neither auto, off nor a folder")
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,7 @@ class BuildOutcome:
     base_image: str
     base_substituted_for: str | None
     seconds: float
+    wheelhouse: Path | None = None  # the folder the build installed from, if any
 
 
 def detect_engine(requested: str | None = None) -> str:
@@ -91,7 +104,8 @@ def image_id(engine: str, ref: str) -> str | None:
     return found if found.startswith("sha256:") else f"sha256:{found}"
 
 
-def build_argv(lock: ImageLock, cfg: BuildConfig, engine: str, base_id: str | None) -> list[str]:
+def build_argv(lock: ImageLock, cfg: BuildConfig, engine: str, base_id: str | None,
+               wheelhouse: Path | None = None) -> list[str]:
     """The engine command line that builds ``lock``'s role (pure: tested without an engine)."""
     base = cfg.base_image or lock.base_image
     if cfg.base_image:
@@ -112,6 +126,8 @@ def build_argv(lock: ImageLock, cfg: BuildConfig, engine: str, base_id: str | No
     ca = cfg.ca_bundle if cfg.ca_bundle is not None else (DEFAULT_CA_BUNDLE if DEFAULT_CA_BUNDLE.is_file() else None)
     if ca:
         argv += ["--secret", f"id=cabundle,src={ca}"]
+    if wheelhouse:
+        argv += ["--build-context", f"{WHEELHOUSE_CONTEXT}={wheelhouse}"]
     for name, value in args.items():
         argv += ["--build-arg", f"{name}={value}"]
     # The Dockerfile's LABELs carry the same values; labels given here are applied even when
@@ -124,9 +140,32 @@ def build_argv(lock: ImageLock, cfg: BuildConfig, engine: str, base_id: str | No
     return argv + [str(REPO_ROOT)]
 
 
-def build_image(lock: ImageLock, cfg: BuildConfig) -> BuildOutcome:
-    import time
+def takes_wheelhouse(lock: ImageLock) -> bool:
+    """Whether the role's Dockerfile declares the ``wheelhouse`` stage a build context replaces."""
+    return re.search(rf"(?im)^FROM\s+scratch\s+AS\s+{WHEELHOUSE_CONTEXT}\s*$", lock.dockerfile.read_text()) is not None
 
+
+def prepare_wheelhouse(lock: ImageLock, cfg: BuildConfig, progress: Callable[[str], None]) -> Path | None:
+    """The folder to pass as the ``wheelhouse`` build context, or None to build from the indexes."""
+    from harness.images.wheelhouse import default_dir, fill_wheelhouse
+
+    if cfg.wheelhouse == "off" or not takes_wheelhouse(lock):
+        return None
+    explicit = cfg.wheelhouse != "auto"
+    try:
+        found = fill_wheelhouse(lock, Path(cfg.wheelhouse) if explicit else default_dir(lock.role))
+    except InfkitError as exc:
+        if explicit:
+            raise
+        progress(f"{lock.role}: no wheelhouse from the host's pip ({exc}); building from the indexes")
+        return None
+    progress(f"{lock.role}: wheelhouse {found.path} ({found.wheels} wheels, {found.total_bytes / 1e6:.0f} MB, "
+             f"hashes match {lock.doc['dependency_lock']['path']})")
+    return found.path
+
+
+def build_image(lock: ImageLock, cfg: BuildConfig, progress: Callable[[str], None] = print) -> BuildOutcome:
+    cfg.check()
     if lock.base_placeholder and not cfg.base_image:
         raise CapabilityMissing(
             f"images/{lock.role}.lock.json has a placeholder base digest for {lock.doc['base']['name']}",
@@ -136,18 +175,18 @@ def build_image(lock: ImageLock, cfg: BuildConfig) -> BuildOutcome:
     base_id = image_id(engine, cfg.base_image) if cfg.base_image else None
     if cfg.base_image and base_id is None:
         raise InvalidInput(f"base image {cfg.base_image} is not in the {engine} image store")
-    env = dict(os.environ, DOCKER_BUILDKIT="1")
     t0 = time.monotonic()
-    proc = subprocess.run(build_argv(lock, cfg, engine, base_id), env=env, text=True, timeout=3600,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
-        raise InfkitError(f"building {lock.role} with {engine} failed (exit {proc.returncode}):\n{tail}")
+    wheelhouse = prepare_wheelhouse(lock, cfg, progress)
+    argv = build_argv(lock, cfg, engine, base_id, wheelhouse)
+    code, tail = _stream(argv, dict(os.environ, DOCKER_BUILDKIT="1"), cfg.log_path, BUILD_TIMEOUT_S)
+    if code != 0:
+        where = f" (full log: {cfg.log_path})" if cfg.log_path else ""
+        raise InfkitError(f"building {lock.role} with {engine} failed (exit {code}){where}:\n{tail}")
     built = image_id(engine, lock.local_ref)
     if built is None:
         raise InfkitError(f"{engine} reported success but {lock.local_ref} is not in the image store")
     return BuildOutcome((lock.local_ref, lock.tag_ref), built, cfg.base_image or lock.base_image,
-                        lock.base_image if cfg.base_image else None, time.monotonic() - t0)
+                        lock.base_image if cfg.base_image else None, time.monotonic() - t0, wheelhouse)
 
 
 def pull_image(lock: ImageLock, engine: str | None = None) -> str:
@@ -178,3 +217,28 @@ def pin_dockerfile_base(dockerfile: Path, name: str, digest: str) -> None:
     if new == text and f"{name}@{digest}" not in text:
         raise InvalidInput(f"{dockerfile} has no `ARG BASE_IMAGE=` line to rewrite")
     atomic_write_text(dockerfile, new)
+
+
+def _stream(argv: list[str], env: dict[str, str], log_path: Path | None, timeout_s: float) -> tuple[int, str]:
+    """Run a build, appending its output to ``log_path`` line by line; (exit code, last 15 lines)."""
+    import threading
+
+    tail: list[str] = []
+    with open(log_path or os.devnull, "a", encoding="utf-8") as log:
+        log.write("$ " + " ".join(argv) + "\n")
+        log.flush()
+        started = time.monotonic()
+        proc = subprocess.Popen(argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        timer = threading.Timer(timeout_s, proc.kill)  # a silent, hung build is stopped too
+        timer.start()
+        try:
+            for line in proc.stdout or ():
+                log.write(line)
+                log.flush()
+                tail = (tail + [line.rstrip()])[-15:]
+            code = proc.wait()
+        finally:
+            timer.cancel()
+    if code < 0 and time.monotonic() - started >= timeout_s:
+        raise InfkitError(f"the build took longer than {timeout_s:.0f} s")
+    return code, "\n".join(tail)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract.atomic import atomic_write_text
-from harness.contract.schemas import validate_document
+from harness.contract.schemas import load_document, validate_document
 from harness.errors import CapabilityMissing, InvalidInput, SchemaViolation
 from harness.ids import sha256_file
 from harness.images import deplock
@@ -108,10 +108,7 @@ def load_lock(role: str, lock_dir: Path = LOCK_DIR) -> ImageLock:
     path = lock_dir / f"{role}.lock.json"
     if not path.is_file():
         raise InvalidInput(f"unknown environment role {role!r}", hint=f"roles: {', '.join(roles(lock_dir))}")
-    try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{path} is not JSON: {exc.msg} at line {exc.lineno}") from exc
+    doc = load_document(path)  # the strict reader: malformed, NaN, binary, ... are one-line errors
     problems = validate_document(doc)
     if problems:
         raise SchemaViolation(f"{path} does not satisfy its schema", [str(p) for p in problems])

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from harness.contract.schemas import MAX_JSON_BYTES, DocumentError, validate_document, validate_file
+import harness.workload  # noqa: F401 - registers the workload file check, so a signed workload is checked as it loads
+from harness.contract.jsonio import MAX_JSON_BYTES, DocumentError, parse_json
+from harness.contract.schemas import validate_document, validate_file
 from harness.manifest.findings import Finding
-from harness.manifest.subjects import RootResolver, hash_file, is_within, iter_files, relative_name
+from harness.manifest.subjects import RootResolver, hash_file, is_within, relative_name, run_files
 
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 MARKER_PREFIX = "infkit/"
@@ -34,17 +35,26 @@ def _wanted(raw: Any, index: int) -> tuple[str | None, str | None, Finding | Non
     return name, digest, None
 
 
+_MARKER = re.compile(rb'"schema"\s*:\s*"infkit/')
+
+
 def _infkit_doc(real: str, name: str, content: bytes | None) -> tuple[dict | None, list[Finding]]:
-    """Parse a JSON/JSONL artifact; when it carries an infkit "schema" marker, validate it."""
+    """Parse a JSON/JSONL artifact; when it carries an infkit "schema" marker, validate it.
+
+    Parsing is the strict one every reader uses: a file that looks like an infkit document but
+    breaks it (NaN, an over-long integer, ...) is a finding, not a file quietly left unchecked.
+    """
     try:
         if name.endswith(".jsonl"):
             with open(real, "rb") as fh:
-                first = next((line for line in fh if line.strip()), b"")
-            doc = json.loads(first) if first else None
+                head = next((line for line in fh if line.strip()), b"")
+            doc = parse_json(head, name) if head else None
         else:
-            doc = json.loads(content) if content is not None else None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        return None, []  # a JSON-named file without a marker is not an infkit document
+            head = content or b""
+            doc = parse_json(content, name, expect=None) if content is not None else None
+    except DocumentError as exc:
+        looks_infkit = _MARKER.search(head[:65536]) is not None
+        return None, [Finding("artifact-schema", str(exc), name)] if looks_infkit else []
     if not (isinstance(doc, dict) and isinstance(doc.get("schema"), str) and doc["schema"].startswith(MARKER_PREFIX)):
         return None, []
     try:
@@ -151,13 +161,13 @@ def check_unlisted(audited: SubjectsAudit, run_dir: Any, resolver: RootResolver,
     for directory, recurse in sorted(directories.items()):
         if not os.path.isdir(directory) or not is_within(directory, root_real):
             continue
-        paths = iter_files(directory, root_real) if recurse else (
-            e.path for e in os.scandir(directory) if e.is_file()
-        )
-        for path in paths:
+        for path, problem in run_files(directory, root_real, recursive=recurse):
             name = relative_name(path, root_real)
             if name in names or os.path.realpath(path) == manifest_real:
                 continue
             names.add(name)  # report once even when two walks reach it
-            findings.append(Finding("unlisted-file", f"added: {name} is not in the manifest", name))
+            if problem is None:
+                findings.append(Finding("unlisted-file", f"added: {name} is not in the manifest", name))
+            else:
+                findings.append(Finding("unlisted-file", f"added: {name} {problem}; not read", name))
     return findings

@@ -6,22 +6,22 @@ reason at once (MLPerf style). Nothing outside the root is opened.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.contract.jsonio import parse_json
 from harness.contract.schemas import DocumentError, validate_document
 from harness.errors import InvalidInput
 from harness.manifest import dsse
 from harness.manifest.artifacts import check_subjects, check_unlisted
 from harness.manifest.evidence import check_evidence
 from harness.manifest.findings import Finding
-from harness.manifest.keys import PUBLIC_KEY_SUFFIX, key_id, load_public_key
 from harness.manifest.predicate import PREDICATE_TYPE, STATEMENT_TYPE
 from harness.manifest.sign import KEYS_DIR, MANIFEST_SUFFIX, MANIFESTS_DIR
 from harness.manifest.subjects import RootResolver
+from harness.manifest.trust import TrustedKeys, load_policy, load_trusted_keys
 
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 
@@ -30,12 +30,7 @@ MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 class AuditConfig:
     root: Path = field(default_factory=Path.cwd)
     trusted_keys: tuple[Path, ...] = ()  # empty: every <root>/manifests/keys/*.pub.pem
-
-
-@dataclass(frozen=True)
-class TrustedKeys:
-    keys: dict[str, Any]  # keyid -> Ed25519PublicKey
-    findings: tuple[Finding, ...]
+    trust_policy: Path | None = None  # the key ids the auditor accepts (see harness.manifest.trust)
 
 
 @dataclass(frozen=True)
@@ -46,16 +41,29 @@ class ManifestReport:
     subjects: int = 0
     subjects_verified: int = 0
     predicate: dict[str, Any] | None = None
+    trusted: bool = False  # signed by a key the auditor chose (trust policy or --trusted-key)
+    # What a reader of the run may rely on: the signed sha256 of each subject, and the parsed
+    # infkit documents whose bytes matched it (so a report shows exactly what was verified).
+    subject_digests: dict[str, str] = field(default_factory=dict, repr=False)
+    documents: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     @property
     def valid(self) -> bool:
+        """Intact and by the rules (trusted or not): the exit status follows this."""
         return not self.findings
+
+    @property
+    def verdict(self) -> str:
+        if self.findings:
+            return "INVALID"
+        return "VALID" if self.trusted else "VALID-UNTRUSTED"
 
     def to_dict(self) -> dict[str, Any]:
         p = self.predicate or {}
         return {
             "manifest": self.manifest,
-            "verdict": "VALID" if self.valid else "INVALID",
+            "verdict": self.verdict,
+            "trusted": self.trusted,
             "reasons": [f.to_dict() for f in self.findings],
             "signer_keyid": self.signer_keyid,
             "subjects": self.subjects,
@@ -66,23 +74,6 @@ class ManifestReport:
             "images": p.get("images"),
             "fingerprint": p.get("fingerprint"),
         }
-
-
-def load_trusted_keys(config: AuditConfig) -> TrustedKeys:
-    paths = list(config.trusted_keys) or sorted((config.root / MANIFESTS_DIR / KEYS_DIR).glob(f"*{PUBLIC_KEY_SUFFIX}"))
-    keys, findings = {}, []
-    for path in paths:
-        try:
-            public = load_public_key(path)
-        except InvalidInput as exc:
-            findings.append(Finding("key", f"trusted key unusable: {exc}", str(path)))
-            continue
-        keys[key_id(public)] = public
-    if not paths:
-        findings.append(Finding(
-            "key", f"no trusted public key: none given with --trusted-key and none in {config.root / MANIFESTS_DIR / KEYS_DIR}"
-        ))
-    return TrustedKeys(keys, tuple(findings))
 
 
 def find_manifests(paths: list[str | os.PathLike]) -> list[Path]:
@@ -107,6 +98,8 @@ def _read_envelope(path: Path) -> tuple[dsse.ParsedEnvelope | None, Finding | No
 
 
 def _signature_findings(envelope: dsse.ParsedEnvelope, trusted: TrustedKeys) -> tuple[str | None, list[Finding]]:
+    if reason := trusted.unverifiable([keyid for keyid, _ in envelope.signatures]):
+        return None, [Finding("signature", f"not verified: {reason}")]
     if not trusted.keys:
         return None, [Finding("signature", "not verified: no usable trusted key")]
     findings = []
@@ -120,9 +113,9 @@ def _signature_findings(envelope: dsse.ParsedEnvelope, trusted: TrustedKeys) -> 
 
 def _statement(payload: bytes) -> tuple[dict[str, Any] | None, list[Finding]]:
     try:
-        statement = json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        return None, [Finding("statement", "the payload is not a JSON in-toto statement")]
+        statement = parse_json(payload, "payload", expect=None)
+    except DocumentError as exc:
+        return None, [Finding("statement", f"the payload is not a JSON in-toto statement ({exc})")]
     if not isinstance(statement, dict):
         return None, [Finding("statement", "the payload is not a JSON object")]
     findings = []
@@ -161,6 +154,8 @@ def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys) ->
         return ManifestReport(str(path), (*findings, problem))
     signer, sig_findings = _signature_findings(envelope, trusted)
     findings += sig_findings
+    if signer is not None:
+        findings += trusted.trust_findings(signer)
     statement, stmt_findings = _statement(envelope.payload)
     findings += stmt_findings
     if statement is None:
@@ -175,8 +170,17 @@ def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys) ->
     if predicate is not None:
         findings += check_evidence(predicate, audited.documents)
         findings += _fingerprint_is_subject(predicate["fingerprint"], subjects)
-    count = len(subjects) if isinstance(subjects, list) else 0
-    return ManifestReport(str(path), tuple(findings), signer, count, audited.verified, predicate)
+    listed = subjects if isinstance(subjects, list) else []
+    digests = {s["name"]: s["digest"].get("sha256") for s in listed
+               if isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("digest"), dict)}
+    return ManifestReport(str(path), tuple(findings), signer, len(listed), audited.verified, predicate,
+                          trusted.trusted(signer), digests, audited.documents)
+
+
+def auditor_keys(config: AuditConfig) -> TrustedKeys:
+    """The keys an audit with ``config`` verifies against, and the trust policy that names who may sign."""
+    policy = load_policy(config.trust_policy) if config.trust_policy is not None else None
+    return load_trusted_keys(config.trusted_keys, config.root / MANIFESTS_DIR / KEYS_DIR, policy)
 
 
 def audit_paths(paths: list[str | os.PathLike], config: AuditConfig) -> list[ManifestReport]:
@@ -184,5 +188,5 @@ def audit_paths(paths: list[str | os.PathLike], config: AuditConfig) -> list[Man
     manifests = find_manifests(paths)
     if not manifests:
         raise InvalidInput(f"no *{MANIFEST_SUFFIX} manifests under {', '.join(map(str, paths))}")
-    trusted = load_trusted_keys(config)
+    trusted = auditor_keys(config)
     return [audit_manifest(m, config.root, trusted) for m in manifests]

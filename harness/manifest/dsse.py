@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import CryptoSigner, SSlibKey
 
+from harness.contract.jsonio import DocumentError, parse_json
 from harness.manifest.keys import SigningKey
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -57,12 +57,12 @@ def _b64(text: Any, what: str) -> bytes:
 
 def parse_envelope(data: bytes) -> ParsedEnvelope:
     """Parse envelope bytes; every malformed case raises EnvelopeError with the reason."""
+    if not data.strip():
+        raise EnvelopeError("not a JSON document (empty file)")
     try:
-        raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EnvelopeError(f"not a JSON document ({exc})") from None
-    except RecursionError:
-        raise EnvelopeError("not a DSSE envelope (JSON nested too deeply)") from None
+        raw = parse_json(data, "envelope", expect=None)
+    except DocumentError as exc:
+        raise EnvelopeError(f"not a JSON document ({str(exc).removeprefix('envelope: ')})") from None
     if not isinstance(raw, dict):
         raise EnvelopeError(f"not a DSSE envelope (a JSON {type(raw).__name__}, expected an object)")
     missing = [k for k in ("payloadType", "payload", "signatures") if k not in raw]

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from harness.contract.atomic import atomic_write_bytes
+from harness.contract.paths import check_output_file
 from harness.errors import InvalidInput
 
 KEY_PATH_ENV = "INFKIT_SIGNING_KEY"
@@ -98,7 +99,7 @@ def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
 
 def init_key(path: str | os.PathLike | None = None, *, force: bool = False) -> SigningKey:
     """Create an Ed25519 private key at ``path`` (default location when None), mode 0600."""
-    target = Path(path) if path else default_private_key_path()
+    target = check_output_file(Path(path) if path else default_private_key_path(), "private key")
     if target.exists() and not force:
         raise InvalidInput(
             f"a signing key already exists at {target}",
@@ -127,6 +128,10 @@ def load_signing_key(path: str | os.PathLike | None = None, *, create: bool = Tr
         return SigningKey(_private_from_pem(pem.encode(), f"${KEY_PEM_ENV}"), f"${KEY_PEM_ENV}")
     default = default_private_key_path()
     if not default.exists():
+        if os.environ.get(KEY_PATH_ENV):
+            raise InvalidInput(f"private key {default} (named by ${KEY_PATH_ENV}): no such file",
+                               hint=f"a named key must exist: create it with `infkit keys init`, or unset "
+                               f"{KEY_PATH_ENV} to use (and create) the default key")
         if not create:
             raise InvalidInput(f"no signing key at {default}", hint="run `infkit keys init` (or `make keys`)")
         return init_key(default)

@@ -7,10 +7,10 @@ asked, what took effect, images, model, times, verdict) and
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from harness import __version__
+from harness.contract.jsonio import dumps_bytes
 from harness.contract.result import utc_now
 from harness.ids import sha256_bytes
 from harness.manifest.subjects import Subject
@@ -76,5 +76,4 @@ def build_statement(subjects: list[Subject], predicate: dict[str, Any]) -> dict[
 
 def statement_bytes(statement: dict[str, Any]) -> bytes:
     """Canonical-enough bytes to sign: sorted keys, no whitespace (the signature covers the bytes)."""
-    return json.dumps(statement, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    return dumps_bytes(statement, "the manifest statement", sort_keys=True, separators=(",", ":"))

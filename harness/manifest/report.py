@@ -23,6 +23,16 @@ def _gpu_line(fp: dict[str, Any]) -> str:
     return f"{names}; driver {fp['driver_version'] or 'unknown'}, CUDA driver {fp.get('cuda_driver_version') or 'unknown'}"
 
 
+def _trust_line(report: ManifestReport) -> str | None:
+    if report.signer_keyid is None:
+        return None
+    key = report.signer_keyid[:16]
+    if report.trusted:
+        return f"  trust    signer {key}... is one the auditor chose (trust policy or --trusted-key)"
+    return (f"  trust    signer {key}... was found in the audited repository, not pinned by a trust policy: "
+            "integrity only")
+
+
 def _details(report: ManifestReport) -> list[str]:
     p = report.predicate
     if p is None:
@@ -38,28 +48,40 @@ def _details(report: ManifestReport) -> list[str]:
     ]
     lines += [f"  image    {_image_line(i)}" for i in p["images"]] or ["  image    none recorded"]
     lines.append(f"  gpu      {_gpu_line(p['fingerprint'])}")
+    if trust := _trust_line(report):
+        lines.append(trust)
     return lines
+
+
+UNTRUSTED_NOTE = ("VALID-UNTRUSTED: the files are intact and what the signing key signed, but that key was taken "
+                  "from the audited repository, which anyone who can write to it can add to; pass a trust policy "
+                  "(--trust FILE, make audit TRUST=FILE) to check who signed")
 
 
 def format_text(reports: list[ManifestReport]) -> str:
     lines = []
     for report in reports:
-        if report.valid:
-            lines.append(f"{report.manifest}: VALID")
-        else:
+        if report.findings:
             count = len(report.findings)
             lines.append(f"{report.manifest}: INVALID ({count} reason{'s' if count > 1 else ''})")
             lines += [f"  - {f}" for f in report.findings]
+        else:
+            lines.append(f"{report.manifest}: {report.verdict}")
         lines += _details(report)
-    valid = sum(r.valid for r in reports)
-    lines.append(f"{len(reports)} manifest{'s' if len(reports) != 1 else ''}: {valid} VALID, {len(reports) - valid} INVALID")
+    counts = {v: sum(r.verdict == v for r in reports) for v in ("VALID", "VALID-UNTRUSTED", "INVALID")}
+    summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n or v != "VALID-UNTRUSTED")
+    lines.append(f"{len(reports)} manifest{'s' if len(reports) != 1 else ''}: {summary}")
+    if counts["VALID-UNTRUSTED"]:
+        lines.append(UNTRUSTED_NOTE)
     return "\n".join(lines)
 
 
-def format_json(reports: list[ManifestReport], root: str) -> str:
+def format_json(reports: list[ManifestReport], root: str, policy: str | None = None) -> str:
     doc = {
         "root": root,
         "valid": all(r.valid for r in reports),
+        "trusted": all(r.trusted for r in reports),
+        "trust_policy": policy,
         "manifests": [r.to_dict() for r in reports],
     }
     return json.dumps(doc, indent=2)

@@ -7,12 +7,13 @@ from pathlib import Path
 
 from harness import fingerprint as fingerprint_mod
 from harness.contract.atomic import atomic_write_json
+from harness.contract.paths import check_output_dir, check_output_file
 from harness.contract.schemas import DocumentError, load_document, validate_document
 from harness.errors import InvalidInput, SchemaViolation
 from harness.manifest.dsse import sign_payload
 from harness.manifest.keys import load_signing_key, publish_public_key
 from harness.manifest.predicate import build_predicate, build_statement, statement_bytes
-from harness.manifest.subjects import collect_subjects, relative_name, run_dir_name
+from harness.manifest.subjects import check_run_files, collect_subjects, relative_name, run_dir_name
 from harness.runinfo import RUN_FILE
 
 MANIFESTS_DIR = "manifests"
@@ -54,13 +55,17 @@ def sign_run(
     root_real, run_rel = run_dir_name(run_dir, root if root is not None else Path.cwd())
     run_real = Path(root_real) / run_rel
     run = _load_valid(run_real / RUN_FILE, "run record (run.json)")
+    # Everything that can refuse is checked before the first write (fingerprint.json, the public key).
+    target = Path(out) if out else default_manifest_path(root_real, run["semantic_id"], run["run_id"])
+    check_output_file(target, "--out")
+    keys_dir = check_output_dir(Path(root_real) / MANIFESTS_DIR / KEYS_DIR, "manifests/keys")
+    check_run_files(run_real, root_real)
+    key = load_signing_key(key_path)
     fp_path = run_real / fingerprint_mod.FINGERPRINT_FILE
     if not fp_path.exists():
         atomic_write_json(fp_path, fingerprint_mod.collect())
     fingerprint = _load_valid(fp_path, "fingerprint (fingerprint.json)")
-    key = load_signing_key(key_path)
 
-    target = Path(out) if out else default_manifest_path(root_real, run["semantic_id"], run["run_id"])
     target = Path(os.path.realpath(target.parent)) / target.name
     # A manifest written inside the run directory must not list itself.
     exclude = frozenset({relative_name(target, root_real)})
@@ -71,5 +76,5 @@ def sign_run(
     if problems:
         raise SchemaViolation("manifest predicate does not match its schema: " + "; ".join(map(str, problems)))
     envelope = sign_payload(statement_bytes(build_statement(subjects, predicate)), key)
-    publish_public_key(key.public_key, Path(root_real) / MANIFESTS_DIR / KEYS_DIR)
+    publish_public_key(key.public_key, keys_dir)
     return atomic_write_json(target, envelope)

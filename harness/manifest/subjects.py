@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,28 +94,49 @@ def hash_file(path: str, keep_bytes: int = 0) -> tuple[str, bytes | None]:
     return h.hexdigest(), (b"".join(kept) if kept is not None else None)
 
 
-def walk_files(directory: str) -> Iterator[tuple[str, bool]]:
-    """(path, is_symlink) for every non-directory entry under ``directory``, recursively;
-    symlinked directories are reported as links, never followed."""
+def _special_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _link_problem(path: str, root_real: str) -> str | None:
+    real = os.path.realpath(path)
+    if not is_within(real, root_real):
+        return f"is a symlink to {real}, outside the root"
+    try:
+        mode = os.stat(real).st_mode
+    except OSError:
+        return "is a dangling symlink"
+    if stat.S_ISDIR(mode):
+        return "is a symlink to a directory"
+    if not stat.S_ISREG(mode):
+        return f"is a symlink to {_special_kind(mode)}"
+    return None
+
+
+def run_files(directory: str, root_real: str, *, recursive: bool = True) -> Iterator[tuple[str, str | None]]:
+    """Every non-directory entry under ``directory`` (a real path): ``(path, None)`` for what a manifest
+    can list — a regular file, or a symlink to one inside the root — and ``(path, why not)`` for the rest
+    (a symlink out of the root, to a directory or dangling; a pipe, socket or device). Symlinked
+    directories are never followed."""
     stack = [directory]
     while stack:
         with os.scandir(stack.pop()) as entries:
             for entry in entries:
                 if entry.is_symlink():
-                    yield entry.path, True
+                    yield entry.path, _link_problem(entry.path, root_real)
                 elif entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
+                    if recursive:
+                        stack.append(entry.path)
                 elif entry.is_file(follow_symlinks=False):
-                    yield entry.path, False
-
-
-def iter_files(directory: str, root_real: str) -> Iterator[str]:
-    """Regular files under ``directory`` (a real path), including symlinks to files inside the root."""
-    for path, is_link in walk_files(directory):
-        if not is_link:
-            yield path
-        elif is_within(real := os.path.realpath(path), root_real) and os.path.isfile(real):
-            yield path
+                    yield entry.path, None
+                else:
+                    yield entry.path, f"is {_special_kind(entry.stat(follow_symlinks=False).st_mode)}"
 
 
 def relative_name(path: str | Path, root_real: str) -> str:
@@ -139,20 +161,20 @@ def run_dir_name(run_dir: str | Path, root: str | Path) -> tuple[str, str]:
     return root_real, relative_name(run_real, root_real)
 
 
+def check_run_files(run_dir: str | Path, root_real: str) -> None:
+    """Refuse a run directory holding anything a manifest cannot name: the manifest would vouch for a
+    file it cannot list (a link out of the root), or skip one that ``audit`` then reports."""
+    for path, problem in run_files(str(run_dir), root_real):
+        if problem is not None:
+            raise InvalidInput(f"cannot sign: {path} {problem}",
+                               hint="a run directory holds regular files; copy the file in or remove the entry")
+
+
 def collect_subjects(run_dir: str | Path, root_real: str, exclude: frozenset[str] = frozenset()) -> list[Subject]:
-    """Every regular file under ``run_dir`` (a real path; sorted by name), hashed. A symlink that
-    points outside the root is an error: the manifest would vouch for a file it cannot name."""
+    """Every file under ``run_dir`` (a real path; sorted by name), hashed; see ``check_run_files``."""
+    check_run_files(run_dir, root_real)
     subjects = []
-    for path, is_link in walk_files(str(run_dir)):
-        if is_link:
-            real = os.path.realpath(path)
-            if not is_within(real, root_real):
-                raise InvalidInput(
-                    f"{path} is a symlink to {real}, outside the root {root_real}",
-                    hint="copy the file into the run directory or remove the link before signing",
-                )
-            if not os.path.isfile(real):
-                continue
+    for path, _ in run_files(str(run_dir), root_real):
         name = relative_name(path, root_real)
         if name not in exclude:
             subjects.append(Subject(name, hash_file(path)[0]))

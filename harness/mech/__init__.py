@@ -1,55 +1,63 @@
-"""CPU mechanism kit: one module per mechanism, registered here by name.
+"""CPU mechanism kit: simulated serving mechanisms, one entry module each.
 
-Each mechanism has a frozen config dataclass (the CLI is derived from its
-fields) and a ``run(config) -> MechOutput`` function; ``write_mech_run`` turns
-the output into result.json, run.json, summary.txt and plots.
+Parts:
+
+- ``engine/``: the step-machine serving engine (scheduler, waiting queues, KV block
+  pools, radix tree), its step-cost model, simulated workloads and run modes;
+- ``specdec/``: speculative-decoding formulas, Monte-Carlo and proposal schedules;
+- ``calibrate/``: the profiling plan and the fit of the step-cost model (the live
+  part, which starts servers, is ``harness.experiments.calibrate_live``);
+- ``lifecycle``, ``budget``, ``batching``, ``kvcache``: mechanisms on the engine
+  and on the model table (``harness.models.shapes``);
+- ``output``: what every mechanism run writes.
+
+A mechanism's module (or subpackage) exports ``MECHANISM = Mechanism(...)``: a
+frozen config dataclass whose ``knob`` fields are ``infkit mech NAME``'s flags,
+and ``run(config) -> MechOutput``. ``mechanisms()`` discovers them; adding one is
+adding a module.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import InvalidInput
+from harness.cliconfig import check_config
+from harness.registry import discover, lookup
+
+
+@dataclass(frozen=True)
+class MechConfig:
+    """Base of every mechanism config: fields declared with ``knob``, checked when an instance is made.
+
+    The field constraints (``check_config``, errors naming the flag) apply first, then the
+    config's own cross-field ``check``, so a config built in code is held to the same rules
+    as one built from the command line.
+    """
+
+    def __post_init__(self) -> None:
+        check_config(self)
+        self.check()
+
+    def check(self) -> None:
+        """Cross-field checks (raise ``InvalidInput``)."""
 
 
 @dataclass(frozen=True)
 class Mechanism:
+    """A CPU mechanism: its name, config dataclass, ``run(config) -> MechOutput`` and one-line help."""
+
     name: str
-    module: str
-    config: str
-    runner: str
+    config: type
+    run: Callable[[Any], Any]
     help: str
 
-    def config_class(self) -> type:
-        return getattr(importlib.import_module(self.module), self.config)
 
-    def run(self, config: Any) -> Any:
-        return importlib.import_module(self.runner).run(config)
-
-
-MECHANISMS: dict[str, Mechanism] = {
-    m.name: m
-    for m in (
-        Mechanism("lifecycle", "harness.mech.lifecycle", "LifecycleConfig", "harness.mech.lifecycle",
-                  "request state machine, event trace and TTFT/TPOT/E2E derived from it"),
-        Mechanism("budget", "harness.mech.budget", "BudgetConfig", "harness.mech.budget",
-                  "KV bytes per token, block capacity, batch x context grid and OOM boundary"),
-        Mechanism("batching", "harness.mech.batching", "BatchingConfig", "harness.mech.batching",
-                  "static vs continuous vs disaggregated serving, simulated"),
-        Mechanism("kvcache", "harness.mech.kvcache", "KvCacheConfig", "harness.mech.kvcache",
-                  "hashed-block and radix prefix caches on the paired prefix workloads"),
-        Mechanism("specdec", "harness.mech.specdec_run", "SpecDecConfig", "harness.mech.specdec_run",
-                  "speculative-decoding formulas, Monte-Carlo, draft topologies and proposal schedules"),
-        Mechanism("calibrate", "harness.mech.calibrate", "CalibrateConfig", "harness.mech.calibrate_run",
-                  "fit the step-cost model and report held-out TTFT/TPOT prediction error"),
-    )
-}
+def mechanisms() -> dict[str, Mechanism]:
+    """Every mechanism of ``harness.mech``, by name."""
+    return discover("harness.mech", "MECHANISM", Mechanism)
 
 
 def get_mechanism(name: str) -> Mechanism:
-    try:
-        return MECHANISMS[name]
-    except KeyError:
-        raise InvalidInput(f"unknown mechanism {name!r}", hint="one of " + ", ".join(MECHANISMS)) from None
+    return lookup("harness.mech", "MECHANISM", Mechanism, name, "mechanism")

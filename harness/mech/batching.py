@@ -9,70 +9,61 @@ built-in defaults).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import Any
 
+from harness.cliconfig import knob
 from harness.contract import Conclusion, WorkloadInfo
 from harness.errors import InvalidInput
-from harness.mech import metrics
-from harness.mech.costmodel import StepCostModel, load_cost_model
-from harness.mech.enginetypes import EngineConfig, EngineRun
-from harness.mech.models import get_model, kv_bytes_per_token
+from harness.mech import Mechanism, MechConfig
+from harness.mech.engine import metrics
+from harness.mech.engine.costmodel import StepCostModel, load_cost_model
+from harness.mech.engine.queues import POLICIES
+from harness.mech.engine.simulate import (
+    MODES,
+    POOLS,
+    HandOff,
+    run_continuous,
+    run_disaggregated,
+    run_static,
+)
+from harness.mech.engine.types import EngineConfig, EngineRun
+from harness.mech.engine.workload import SimWorkload, SyntheticSpec, read_workload, synthetic
 from harness.mech.output import MechOutput, config_ref, save_figure, table
-from harness.mech.simulate import MODES, HandOff, run_continuous, run_disaggregated, run_static
-from harness.mech.workload import SimWorkload, SyntheticSpec, read_workload, synthetic
+from harness.models.shapes import get_model, kv_bytes_per_token
+from harness.report.plots import pyplot
 from harness.stats_summary import token_summary
 
 
 @dataclass(frozen=True)
-class BatchingConfig:
-    HELP: ClassVar[dict[str, str]] = {
-        "workload": "infkit workload file (JSONL); default: a synthetic Poisson workload from the options below",
-        "requests": "synthetic: number of requests",
-        "rate_rps": "synthetic: Poisson arrival rate (requests/s)",
-        "input_mean": "synthetic: mean prompt tokens (uniform +-50%%)",
-        "output_mean": "synthetic: mean output tokens (uniform +-50%%)",
-        "seed": "synthetic: base seed (one derived seed per random dimension)",
-        "modes": "serving modes: static, continuous, disaggregated",
-        "policy": "waiting-queue policy: fcfs, priority, lpm",
-        "prefix_cache": "prefix cache: none, hashed (vLLM), radix (SGLang)",
-        "max_num_batched_tokens": "token budget per engine step",
-        "max_num_seqs": "running sequences per step",
-        "block_size": "tokens per KV block",
-        "num_blocks": "KV blocks in the pool",
-        "chunked_prefill": "split long prompts across steps",
-        "queue_timeout_s": "finish a request that waited this long without being scheduled as timeout",
-        "cost_model": "step_cost.json from infkit mech calibrate (default: built-in coefficients)",
-        "model": "model whose KV bytes/token size the P/D hand-off",
-        "kv_bandwidth_gbps": "P/D link bandwidth (Gb/s)",
-        "kv_latency_ms": "P/D link latency per transfer (ms)",
-        "overlap": "stream the KV layer by layer during prefill (only the excess is exposed)",
-    }
+class BatchingConfig(MechConfig):
+    workload: str | None = knob(None, "infkit workload file (JSONL); default: a synthetic Poisson workload from "
+                                "the options below")
+    requests: int = knob(2000, "synthetic: number of requests", min=1)
+    rate_rps: float = knob(8.0, "synthetic: Poisson arrival rate (requests/s)", min=0.001)
+    input_mean: int = knob(512, "synthetic: mean prompt tokens (uniform +-50%)", min=1)
+    output_mean: int = knob(128, "synthetic: mean output tokens (uniform +-50%)", min=1)
+    seed: int = knob(0, "synthetic: base seed (one derived seed per random dimension)", min=0)
+    modes: tuple[str, ...] = knob(("static", "continuous", "disaggregated"), "serving modes", choices=MODES)
+    policy: str = knob("fcfs", "waiting-queue policy", choices=POLICIES)
+    prefix_cache: str = knob("none", "prefix cache: none, hashed (vLLM), radix (SGLang)", choices=tuple(POOLS))
+    max_num_batched_tokens: int = knob(2048, "token budget per engine step", min=1)
+    max_num_seqs: int = knob(64, "running sequences per step", min=1)
+    block_size: int = knob(16, "tokens per KV block", min=1)
+    num_blocks: int = knob(8192, "KV blocks in the pool", min=1)
+    chunked_prefill: bool = knob(True, "split long prompts across steps")
+    queue_timeout_s: float | None = knob(None, "finish a request that waited this long without being scheduled "
+                                         "as timeout", min=0.001)
+    cost_model: str | None = knob(None, "step_cost.json from infkit mech calibrate (default: built-in coefficients)")
+    model: str = knob("Llama-3-8B", "model whose KV bytes/token size the P/D hand-off")
+    kv_bandwidth_gbps: float = knob(100.0, "P/D link bandwidth (Gb/s)", min=0.001)
+    kv_latency_ms: float = knob(0.5, "P/D link latency per transfer (ms)", min=0.0)
+    overlap: bool = knob(True, "stream the KV layer by layer during prefill (only the excess is exposed)")
 
-    workload: str | None = None
-    requests: int = 2000
-    rate_rps: float = 8.0
-    input_mean: int = 512
-    output_mean: int = 128
-    seed: int = 0
-    modes: tuple[str, ...] = ("static", "continuous", "disaggregated")
-    policy: str = "fcfs"
-    prefix_cache: str = "none"
-    max_num_batched_tokens: int = 2048
-    max_num_seqs: int = 64
-    block_size: int = 16
-    num_blocks: int = 8192
-    chunked_prefill: bool = True
-    queue_timeout_s: float | None = None
-    cost_model: str | None = None
-    model: str = "Llama-3-8B"
-    kv_bandwidth_gbps: float = 100.0
-    kv_latency_ms: float = 0.5
-    overlap: bool = True
-
-    def __post_init__(self) -> None:
-        unknown = set(self.modes) - set(MODES)
-        if unknown or not self.modes:
-            raise InvalidInput(f"unknown modes {sorted(unknown)}", hint="choose from " + ", ".join(MODES))
+    def check(self) -> None:
+        if not self.modes:
+            raise InvalidInput("--modes needs at least one mode", hint="choose from " + ", ".join(MODES))
+        get_model(self.model)
+        engine_config(self)  # the engine's own cross-field rules (token budget >= running sequences)
 
 
 def engine_config(cfg: Any, **overrides: Any) -> EngineConfig:
@@ -155,8 +146,7 @@ def run(cfg: BatchingConfig) -> MechOutput:
 
 
 def _plot(results: dict[str, dict[str, Any]], path: Any) -> None:
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
     modes = list(results)
     for ax, metric in zip(axes, ("ttft_ms", "tpot_ms"), strict=True):
@@ -169,3 +159,6 @@ def _plot(results: dict[str, dict[str, Any]], path: Any) -> None:
         ax.legend(fontsize=7)
     fig.suptitle("static vs continuous vs disaggregated")
     save_figure(fig, path)
+
+
+MECHANISM = Mechanism("batching", BatchingConfig, run, "static vs continuous vs disaggregated serving, simulated")

@@ -11,53 +11,47 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
+from harness.cliconfig import knob
 from harness.contract import Conclusion, Correctness, Performance
 from harness.errors import InvalidInput
-from harness.mech.models import MODELS, ModelConfig, dtype_bytes, get_model, kv_bytes_per_token
+from harness.mech import Mechanism, MechConfig
 from harness.mech.output import MechOutput, config_ref, no_workload, save_figure, table
+from harness.models.shapes import (
+    DTYPE_BYTES,
+    MODELS,
+    ModelShape,
+    dtype_bytes,
+    get_model,
+    kv_bytes_per_token,
+)
+from harness.report.plots import pyplot
 
 GIB = 1 << 30
 
 
 @dataclass(frozen=True)
-class BudgetConfig:
-    HELP: ClassVar[dict[str, str]] = {
-        "model": "model name from the built-in table (see docs/mechanisms.md)",
-        "kv_dtype": "KV-cache dtype: bf16, fp16, fp8 (fp32 also accepted)",
-        "weight_dtype": "weight dtype for the weight footprint",
-        "device_memory_gib": "device memory in GiB",
-        "gpu_memory_utilization": "fraction of device memory the engine may use (vLLM's setting)",
-        "block_size": "tokens per KV block",
-        "max_num_batched_tokens": "tokens in the profiling forward pass that sets the activation peak",
-        "activation_bytes": "activation peak in bytes (default: estimated from the model)",
-        "batches": "batch sizes of the grid",
-        "contexts": "context lengths (tokens) of the grid",
-    }
+class BudgetConfig(MechConfig):
+    model: str = knob("Llama-3-8B", "model name from the built-in table (harness.models.shapes; see "
+                      "docs/mechanisms.md)")
+    kv_dtype: str = knob("bf16", "KV-cache dtype", choices=tuple(DTYPE_BYTES))
+    weight_dtype: str = knob("bf16", "weight dtype for the weight footprint", choices=tuple(DTYPE_BYTES))
+    device_memory_gib: float = knob(80.0, "device memory in GiB", min=0.001)
+    gpu_memory_utilization: float = knob(0.9, "fraction of device memory the engine may use (vLLM's setting)",
+                                         min=0.01, max=1.0)
+    block_size: int = knob(16, "tokens per KV block", min=1)
+    max_num_batched_tokens: int = knob(8192, "tokens in the profiling forward pass that sets the activation peak",
+                                       min=1)
+    activation_bytes: int | None = knob(None, "activation peak in bytes (default: estimated from the model)", min=0)
+    batches: tuple[int, ...] = knob((1, 2, 4, 8, 16, 32, 64, 128, 256), "batch sizes of the grid", min=1)
+    contexts: tuple[int, ...] = knob((512, 1024, 2048, 4096, 8192, 16384, 32768), "context lengths (tokens) of "
+                                     "the grid", min=1)
 
-    model: str = "Llama-3-8B"
-    kv_dtype: str = "bf16"
-    weight_dtype: str = "bf16"
-    device_memory_gib: float = 80.0
-    gpu_memory_utilization: float = 0.9
-    block_size: int = 16
-    max_num_batched_tokens: int = 8192
-    activation_bytes: int | None = None
-    batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-    contexts: tuple[int, ...] = (512, 1024, 2048, 4096, 8192, 16384, 32768)
-
-    def __post_init__(self) -> None:
-        if self.device_memory_gib <= 0:
-            raise InvalidInput(f"device_memory_gib must be positive, got {self.device_memory_gib}")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise InvalidInput(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
-        if self.block_size <= 0 or self.max_num_batched_tokens <= 0:
-            raise InvalidInput("block_size and max_num_batched_tokens must be positive")
-        if self.activation_bytes is not None and self.activation_bytes < 0:
-            raise InvalidInput(f"activation_bytes must be >= 0, got {self.activation_bytes}")
-        if not self.batches or not self.contexts or min(self.batches) <= 0 or min(self.contexts) <= 0:
-            raise InvalidInput("batches and contexts must be non-empty lists of positive integers")
+    def check(self) -> None:
+        get_model(self.model)
+        if not self.batches or not self.contexts:
+            raise InvalidInput("--batches and --contexts need at least one value each")
 
 
 @dataclass(frozen=True)
@@ -75,7 +69,7 @@ class Capacity:
         return self.num_blocks * (self.block_bytes // self.kv_bytes_per_token)
 
 
-def activation_peak_bytes(model: ModelConfig, num_tokens: int, act_dtype: str = "bf16") -> int:
+def activation_peak_bytes(model: ModelShape, num_tokens: int, act_dtype: str = "bf16") -> int:
     """Estimated activation peak of one forward pass over ``num_tokens`` tokens.
 
     Live tensors at the MLP peak: the residual stream, the fused gate/up output
@@ -88,7 +82,7 @@ def activation_peak_bytes(model: ModelConfig, num_tokens: int, act_dtype: str = 
     return num_tokens * per_token + min(num_tokens, 256) * model.vocab_size * 4
 
 
-def capacity(cfg: BudgetConfig, model: ModelConfig) -> Capacity:
+def capacity(cfg: BudgetConfig, model: ModelShape) -> Capacity:
     per_token = kv_bytes_per_token(model, cfg.kv_dtype)
     block_bytes = per_token * cfg.block_size
     weights = model.params * dtype_bytes(cfg.weight_dtype)
@@ -187,8 +181,7 @@ def _effective(cfg: BudgetConfig, cap: Capacity) -> dict[str, Any]:
 
 def _plot(cfg: BudgetConfig, cap: Capacity, rows: list[dict[str, Any]], boundary: list[dict[str, int]],
           path: Any) -> None:
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for context in cfg.contexts:
         pts = [(r["batch"], r["peak_bytes"] / GIB) for r in rows if r["context"] == context]
@@ -201,3 +194,7 @@ def _plot(cfg: BudgetConfig, cap: Capacity, rows: list[dict[str, Any]], boundary
     ax.set_title(f"{cfg.model} {cfg.kv_dtype}: peak memory vs batch; OOM boundary")
     ax.legend(fontsize=7)
     save_figure(fig, path)
+
+
+MECHANISM = Mechanism("budget", BudgetConfig, run,
+                      "KV bytes per token, block capacity, batch x context grid and OOM boundary")

@@ -9,58 +9,57 @@ the managers' counters and the TTFT effect of reuse.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import Any
 
+from harness.cliconfig import knob
 from harness.contract import Conclusion
 from harness.errors import InvalidInput
-from harness.mech import metrics
+from harness.mech import Mechanism, MechConfig
 from harness.mech.batching import engine_config, workload_info
-from harness.mech.costmodel import StepCostModel, load_cost_model
+from harness.mech.engine import metrics
+from harness.mech.engine.costmodel import StepCostModel, load_cost_model
+from harness.mech.engine.queues import POLICIES
+from harness.mech.engine.simulate import POOLS, run_continuous
+from harness.mech.engine.workload import (
+    SimWorkload,
+    SyntheticSpec,
+    paired_prefix_workloads,
+    read_workload,
+)
 from harness.mech.output import MechOutput, save_figure, table
-from harness.mech.simulate import POOLS, run_continuous
-from harness.mech.workload import SimWorkload, SyntheticSpec, paired_prefix_workloads, read_workload
+from harness.report.plots import pyplot
 
 
 @dataclass(frozen=True)
-class KvCacheConfig:
-    HELP: ClassVar[dict[str, str]] = {
-        "shared_workload": "shared-prefix workload file (with --unique-workload); default: synthetic pair",
-        "unique_workload": "its unique-prefix twin",
-        "requests": "synthetic: requests per arm",
-        "rate_rps": "synthetic: Poisson arrival rate",
-        "groups": "synthetic: prefix groups",
-        "prefix_tokens": "synthetic: shared prefix length per group",
-        "input_mean": "synthetic: mean prompt tokens (prefix included)",
-        "output_mean": "synthetic: mean output tokens",
-        "managers": "block managers to compare: none, hashed, radix",
-        "num_blocks": "KV blocks in the pool (capacity)",
-        "cost_model": "step_cost.json from infkit mech calibrate",
-    }
+class KvCacheConfig(MechConfig):
+    shared_workload: str | None = knob(None, "shared-prefix workload file (with --unique-workload); default: "
+                                       "synthetic pair")
+    unique_workload: str | None = knob(None, "its unique-prefix twin")
+    requests: int = knob(400, "synthetic: requests per arm", min=1)
+    rate_rps: float = knob(4.0, "synthetic: Poisson arrival rate", min=0.001)
+    groups: int = knob(8, "synthetic: prefix groups", min=1)
+    prefix_tokens: int = knob(1536, "synthetic: shared prefix length per group", min=0)
+    input_mean: int = knob(1900, "synthetic: mean prompt tokens (prefix included)", min=1)
+    output_mean: int = knob(64, "synthetic: mean output tokens", min=1)
+    seed: int = knob(0, "synthetic: base seed", min=0)
+    managers: tuple[str, ...] = knob(("none", "hashed", "radix"), "block managers to compare", choices=tuple(POOLS))
+    policy: str = knob("fcfs", "waiting-queue policy", choices=POLICIES)
+    max_num_batched_tokens: int = knob(2048, "token budget per engine step", min=1)
+    max_num_seqs: int = knob(32, "running sequences per step", min=1)
+    block_size: int = knob(16, "tokens per KV block", min=1)
+    num_blocks: int = knob(2048, "KV blocks in the pool (capacity)", min=1)
+    chunked_prefill: bool = knob(True, "split long prompts across steps")
+    cost_model: str | None = knob(None, "step_cost.json from infkit mech calibrate")
 
-    shared_workload: str | None = None
-    unique_workload: str | None = None
-    requests: int = 400
-    rate_rps: float = 4.0
-    groups: int = 8
-    prefix_tokens: int = 1536
-    input_mean: int = 1900
-    output_mean: int = 64
-    seed: int = 0
-    managers: tuple[str, ...] = ("none", "hashed", "radix")
-    policy: str = "fcfs"
-    max_num_batched_tokens: int = 2048
-    max_num_seqs: int = 32
-    block_size: int = 16
-    num_blocks: int = 2048
-    chunked_prefill: bool = True
-    cost_model: str | None = None
-
-    def __post_init__(self) -> None:
+    def check(self) -> None:
         if bool(self.shared_workload) != bool(self.unique_workload):
             raise InvalidInput("give both --shared-workload and --unique-workload, or neither")
-        unknown = set(self.managers) - set(POOLS)
-        if unknown or not self.managers:
-            raise InvalidInput(f"unknown managers {sorted(unknown)}", hint="choose from " + ", ".join(POOLS))
+        if not self.managers:
+            raise InvalidInput("--managers needs at least one block manager", hint="choose from " + ", ".join(POOLS))
+        if not self.shared_workload and self.prefix_tokens >= self.input_mean:
+            raise InvalidInput(f"--prefix-tokens ({self.prefix_tokens}) must be below --input-mean "
+                               f"({self.input_mean})")
+        engine_config(self)  # the engine's own cross-field rules (token budget >= running sequences)
 
 
 def paired(cfg: KvCacheConfig) -> tuple[SimWorkload, SimWorkload]:
@@ -115,7 +114,7 @@ def run(cfg: KvCacheConfig) -> MechOutput:
 
 
 def _plot(cells: dict[str, dict[str, Any]], managers: tuple[str, ...], path: Any) -> None:
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6))
     xs = range(len(managers))
@@ -128,3 +127,7 @@ def _plot(cells: dict[str, dict[str, Any]], managers: tuple[str, ...], path: Any
         ax.legend(fontsize=7)
     fig.suptitle("shared vs unique prefix, by block manager")
     save_figure(fig, path)
+
+
+MECHANISM = Mechanism("kvcache", KvCacheConfig, run,
+                      "hashed-block and radix prefix caches on the paired prefix workloads")

@@ -12,16 +12,21 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
+from harness.cliconfig import knob
 from harness.contract import Conclusion, Correctness, Performance, WorkloadInfo
+from harness.contract.jsonio import iter_json_lines
+from harness.contract.schemas import DocumentError
 from harness.errors import InvalidInput
-from harness.mech.blocks import PlainPool
-from harness.mech.costmodel import StepCostModel
-from harness.mech.engine import Engine
-from harness.mech.enginetypes import EngineConfig, Event, Seq
-from harness.mech.output import MechOutput, table
-from harness.mech.workload import SimRequest
+from harness.mech import Mechanism, MechConfig
+from harness.mech.engine.blocks import PlainPool
+from harness.mech.engine.costmodel import StepCostModel
+from harness.mech.engine.engine import Engine
+from harness.mech.engine.types import EngineConfig, Event, Seq
+from harness.mech.engine.workload import SimRequest
+from harness.mech.output import MechOutput, save_figure, table
+from harness.report.plots import pyplot
 from harness.stats_summary import distribution_ms, token_summary
 
 FINAL = {"finish_stop": "finished_stopped", "finish_length": "finished_length",
@@ -122,9 +127,9 @@ def events_from_records(path: str | Path) -> tuple[list[Event], dict[int, int]]:
     events: list[Event] = []
     outputs: dict[int, int] = {}
     try:
-        lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    except (OSError, ValueError) as exc:
-        raise InvalidInput(f"cannot read request records {path}: {exc}") from None
+        lines = [row for _, row in iter_json_lines(path)]
+    except DocumentError as exc:
+        raise InvalidInput(f"cannot read request records: {exc}") from None
     for n, rec in enumerate(lines):
         if rec.get("schema", "").startswith("infkit/workload"):
             continue
@@ -169,12 +174,9 @@ TINY_COST = StepCostModel(base_ms=1.0, prefill_ms_per_token=0.5, decode_ms_per_s
 
 
 @dataclass(frozen=True)
-class LifecycleConfig:
-    HELP: ClassVar[dict[str, str]] = {
-        "requests": "a serving run's requests.jsonl to reconstruct (default: the tiny simulated scenario)",
-    }
-
-    requests: str | None = None  # a serving run's requests.jsonl; default: the tiny simulated scenario
+class LifecycleConfig(MechConfig):
+    requests: str | None = knob(None, "a serving run's requests.jsonl to reconstruct (default: the tiny simulated "
+                                "scenario)")
 
 
 def tiny_trace() -> tuple[list[Event], dict[int, int]]:
@@ -237,10 +239,7 @@ STATE_COLOURS = {"waiting": "#bbbbbb", "running": "#4c72b0", "preempted": "#dd84
 
 def _plot(events: list[Event], path: Path) -> None:
     """One row per request: state segments over time, first tokens as dots, finishes as bars."""
-    import matplotlib.pyplot as plt
-
-    from harness.mech.output import save_figure
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len({e.index for e in events})))
     state: dict[int, tuple[str, float]] = {}
     for ev in events:
@@ -263,3 +262,7 @@ def _plot(events: list[Event], path: Path) -> None:
     ax.legend(handles=[Patch(color=c, label=n) for n, c in STATE_COLOURS.items()], fontsize=7,
               loc="upper left", bbox_to_anchor=(1.01, 1))
     save_figure(fig, path)
+
+
+MECHANISM = Mechanism("lifecycle", LifecycleConfig, run,
+                      "request state machine, event trace and TTFT/TPOT/E2E derived from it")

@@ -1,7 +1,8 @@
 """What every mechanism run writes: result.json, run.json, summary.txt and optional PNG plots.
 
 A mechanism returns a ``MechOutput`` (pure data, no wall clock); ``write_mech_run``
-turns it into files under ``<out_root>/<name>/<run_id>/``. Everything that goes
+turns it into files under ``<out_root>/<name>/<run_id>/`` through the one
+``harness.rundir.RunDirectory`` and signs the folder. Everything that goes
 into result.json except ``identity.run_id``/``created_utc`` and the environment
 fingerprint is a function of the mechanism's inputs, so two runs with the same
 inputs and seeds produce byte-identical results once those fields are fixed.
@@ -22,20 +23,18 @@ from harness.contract import (
     Identity,
     Performance,
     WorkloadInfo,
-    atomic_write_json,
-    atomic_write_text,
     build_result,
-    write_result,
 )
 from harness.contract.result import utc_now
-from harness.fingerprint import FINGERPRINT_FILE
-from harness.ids import new_run_id, sha256_bytes, sha256_canonical
-from harness.runinfo import RunRecord, native_image, write_run_record
+from harness.ids import sha256_bytes, sha256_canonical
+from harness.rundir import Finished, RunDirectory
+from harness.runinfo import native_image
 from harness.stats_summary import token_summary
 
 PROFILE_ID = "INF-CPU"
 SIMULATOR_BACKEND = "infkit-mech"
 NO_WORKLOAD_ID = sha256_bytes(b"no-workload")
+RESULT_FILE = "result.json"
 
 PlotFn = Callable[[Path], None]
 
@@ -107,49 +106,32 @@ def result_document(out: MechOutput, *, run_id: str, created_utc: str, environme
 
 
 def write_mech_run(out_root: str | Path, name: str, out: MechOutput, *, run_id: str | None = None,
-                   created_utc: str | None = None, environment: Environment | None = None) -> Path:
-    """Write result.json, fingerprint.json, summary.txt, plots and run.json under ``out_root/name/run_id``.
+                   created_utc: str | None = None, sign: bool = True, root: str | Path | None = None) -> Finished:
+    """Write the run under ``out_root/name/run_id`` through ``RunDirectory`` and sign it (``sign``).
 
-    Returns the run folder, ready for ``infkit sign``.
+    fingerprint.json, result.json, extra files, plots, summary.txt and run.json (with ``outputs``);
+    the manifest goes under ``root`` (default: the current directory).
     """
-    run_id = run_id or new_run_id()
     started = created_utc or utc_now()
-    run_dir = Path(out_root) / name / run_id
-    fingerprint = None
-    if environment is None:
-        environment, fingerprint = simulator_environment(started)
-    doc = result_document(out, run_id=run_id, created_utc=started, environment=environment)
-    write_result(run_dir / "result.json", doc)
-    if fingerprint is not None:
-        atomic_write_json(run_dir / FINGERPRINT_FILE, fingerprint)
-    for filename, text in out.extra_files.items():
-        atomic_write_text(run_dir / filename, text)
-    plot_note = _write_plots(run_dir, out.plots)
-    atomic_write_text(run_dir / "summary.txt", "\n\n".join(filter(None, [out.summary_text.rstrip(), plot_note])) + "\n")
-    record = RunRecord(
-        semantic_id=out.semantic_id, run_id=run_id, run_label=out.run_label,
-        requested=out.requested, effective=out.details.get("effective", out.requested),
-        evidence_level=out.conclusion.evidence_level, decision=out.conclusion.decision,
-        workload_ids=[out.workload_id] if out.workload_id != NO_WORKLOAD_ID else [],
-        images=[native_image(PROFILE_ID)], model=out.model, tokenizer=out.tokenizer, started_utc=started, ended_utc=utc_now(),
-    )
-    write_run_record(run_dir, record)
-    return run_dir
-
-
-def _write_plots(run_dir: Path, plots: dict[str, PlotFn]) -> str:
-    """Render each plot to PNG with the Agg backend; return a note when matplotlib is missing."""
-    if not plots:
-        return ""
+    environment, fingerprint = simulator_environment(started)
+    rd = RunDirectory.create(
+        Path(out_root) / name, semantic_id=out.semantic_id, run_label=out.run_label, requested=out.requested,
+        effective=out.details.get("effective", out.requested), root=root, run_id=run_id, fingerprint=fingerprint,
+        sign=sign, started_utc=started, images=[native_image(PROFILE_ID)], model=out.model, tokenizer=out.tokenizer,
+        workload_ids=[out.workload_id] if out.workload_id != NO_WORKLOAD_ID else [])
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-    except ImportError:
-        return "plots skipped: matplotlib is not installed (pip install 'infkit[plots]')"
-    for filename, draw in plots.items():
-        draw(run_dir / filename)
-    return ""
+        rd.write_result(RESULT_FILE, result_document(out, run_id=rd.run_id, created_utc=started,
+                                                     environment=environment))
+        for filename, text in out.extra_files.items():
+            rd.write_text(filename, text)
+        for filename, draw in out.plots.items():
+            rd.figure(filename, draw)
+    except BaseException as exc:
+        # the output is recomputable from the inputs: a half-written folder would only mislead
+        rd.abandon(has_data=False, error=exc)
+        raise
+    return rd.finish(summary=out.summary_text, result=RESULT_FILE, evidence_level=out.conclusion.evidence_level,
+                     decision=out.conclusion.decision)
 
 
 def save_figure(fig: Any, path: Path) -> None:

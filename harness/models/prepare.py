@@ -62,6 +62,7 @@ class PreparedModel:
     gguf_sha256: str
     checkpoint_sha256: str
     tokenizer_sha256: str
+    derived: dict | None = None  # a derived model's recipe (harness.models.derived): base, overrides, seed, weights
 
     @property
     def model_ref(self) -> dict[str, str]:
@@ -72,13 +73,21 @@ class PreparedModel:
         return {"name": self.name, "version": self.tokenizer_sha256}
 
     def run_entry(self) -> dict[str, str]:
-        """The ``model`` entry of run.json: checkpoint version plus the GGUF it came from."""
+        """The ``model`` entry of run.json: checkpoint version plus the GGUF (or the recipe) it came from."""
+        if self.derived is not None:
+            return {**self.model_ref, "derived": self.derived}
         return {**self.model_ref, "gguf_sha256": self.gguf_sha256}
+
+
+def model_keys() -> list[str]:
+    from harness.models.derived import DERIVED
+
+    return sorted([*CATALOG, *DERIVED])
 
 
 def source_for(key: str) -> ModelSource:
     if key not in CATALOG:
-        raise InvalidInput(f"unknown model {key!r}", hint="choose one of: " + ", ".join(sorted(CATALOG)))
+        raise InvalidInput(f"unknown model {key!r}", hint="choose one of: " + ", ".join(model_keys()))
     return CATALOG[key]
 
 
@@ -116,7 +125,8 @@ def _from_stamp(path: Path, verify: bool) -> PreparedModel | None:
         elif not all((path / name).is_file() for name in files):
             return None
         return PreparedModel(key=stamp["key"], name=stamp["name"], path=path, gguf_sha256=stamp["gguf_sha256"],
-                             checkpoint_sha256=stamp["checkpoint_sha256"], tokenizer_sha256=stamp["tokenizer_sha256"])
+                             checkpoint_sha256=stamp["checkpoint_sha256"], tokenizer_sha256=stamp["tokenizer_sha256"],
+                             derived=stamp.get("derived"))
     except (OSError, ValueError, KeyError):
         return None
 
@@ -156,7 +166,12 @@ def model_dir(source: ModelSource, gguf_sha: str, root: Path | None = None) -> P
 
 def ensure_model(key: str = "smollm2-135m", *, env: ServingEnv | None = None, root: Path | None = None,
                  progress: Progress = print, verify: bool = True) -> PreparedModel:
-    """Return the prepared checkpoint for ``key``, converting it first when missing, partial or corrupt."""
+    """Return the prepared checkpoint for ``key``, converting (or deriving) it first when missing, partial or corrupt."""
+    from harness.models.derived import DERIVED, ensure_derived
+
+    if key in DERIVED:
+        return ensure_derived(DERIVED[key], env=env or ensure_serving_env(root=root, progress=progress), root=root,
+                              progress=progress, verify=verify)
     source = source_for(key)
     env = env or ensure_serving_env(root=root, progress=progress)
     gguf = locate_gguf(env, source)

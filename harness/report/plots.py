@@ -54,3 +54,27 @@ def cdf_png(series: Mapping[str, Sequence[float]], path: Path, *, title: str, xl
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     return save_figure(fig, path)
+
+
+def interval_png(points: Sequence[tuple[str, float, float | None, float | None]], path: Path, *, title: str,
+                 xlabel: str, reference: float | None = None) -> Path:
+    """One value per labelled row with its interval as an error bar (e.g. a bench's effect across
+    runs), rows top to bottom in the given order; ``reference`` draws the no-effect line."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.0, 2.2 + 0.4 * len(points)), dpi=120)
+    ys = np.arange(len(points))[::-1]
+    for y, (_, value, low, high) in zip(ys, points, strict=True):
+        if low is not None and high is not None:
+            ax.errorbar([value], [y], xerr=[[value - low], [high - value]], fmt="o", color="C0", capsize=4)
+        else:
+            ax.plot([value], [y], "o", color="C0", markerfacecolor="white")
+    if reference is not None:
+        ax.axvline(reference, color="0.4", linestyle="--", linewidth=1, label=f"no effect ({reference:g})")
+        ax.legend(loc="best", fontsize=8)
+    ax.set_yticks(ys, [label for label, *_ in points], fontsize=8)
+    ax.set_ylim(-0.7, len(points) - 0.3)
+    ax.set_xlabel(xlabel)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, path)

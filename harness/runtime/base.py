@@ -77,24 +77,11 @@ class Runtime(abc.ABC):
     def start(self, spec: ServerSpec, run_dir: Path, log_name: str = "server.log") -> ServerHandle: ...
 
 
-_RUNTIMES: dict[str, Callable[[], Runtime]] = {}
-
-
-def register_runtime(name: str, factory: Callable[[], Runtime]) -> None:
-    _RUNTIMES[name] = factory
-
-
 def get_runtime(name: str) -> Runtime:
-    import importlib
+    """A runtime by name: each module of ``harness.runtime`` exporting ``RUNTIME`` (its class) is discovered."""
+    from harness.registry import lookup
 
-    if name not in _RUNTIMES:
-        try:
-            importlib.import_module(f"harness.runtime.{name}")
-        except ImportError:
-            pass
-    if name not in _RUNTIMES:
-        raise InvalidInput(f"unknown runtime {name!r}", hint=f"choose one of: {', '.join(sorted(_RUNTIMES)) or 'local, docker'}")
-    return _RUNTIMES[name]()
+    return lookup("harness.runtime", "RUNTIME", Runtime, name, "runtime")()
 
 
 def nvidia_gpu_present() -> bool:

@@ -12,7 +12,10 @@ Works against any engine that speaks that API (Docker, or podman's
 - ``GPU=N`` as a device request, shared memory sized from the spec or the lock;
 - its logs copied line by line into the run directory as they arrive.
 
-Before a CUDA role starts, the host driver is checked against the lock's floor.
+Every container runs as the invoking user (or ``DockerSettings.user``) with ``USER``,
+``HOME`` and the compile caches set for a uid the image may not know (``container_env``).
+Before a CUDA role starts, the host driver is checked (``harness.images.driver``); the
+image is resolved, or built on first use, by ``harness.runtime.docker_image``.
 """
 
 from __future__ import annotations
@@ -28,19 +31,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import CapabilityMissing, InfkitError
-from harness.images.driver import check_driver
-from harness.images.locks import REPO_ROOT, ImageLock, load_lock
+from harness.errors import InfkitError
+from harness.images.locks import REPO_ROOT, load_lock
 from harness.runtime.base import (
     Runtime,
     ServerHandle,
     ServerSpec,
     ServerStartError,
-    register_runtime,
 )
+from harness.runtime.docker_image import (
+    check_gpu_request,
+    client,
+    image_record,
+    notify_stderr,
+    resolve_image,
+)
+from harness.runtime.serving_env import cache_root
 
 HARNESS_MOUNT = "/opt/infkit"
+CACHE_MOUNT = "/var/cache/infkit"  # HOME and every cache of a container (host: cache_root()/containers/...)
 DEFAULT_SHM_BYTES = 1 << 30
+CONTAINER_USER_NAME = "infkit"
 
 
 @dataclass(frozen=True)
@@ -48,69 +59,60 @@ class DockerSettings:
     """Runtime switches, read once from the environment (documented in docs/images.md)."""
 
     image: str | None = None  # INFKIT_IMAGE: run this reference instead of the role's lock
-    forward_compat: bool = False  # INFKIT_CUDA_FORWARD_COMPAT=1: accept an older driver (data-centre GPUs)
+    # INFKIT_CUDA_FORWARD_COMPAT=1: the driver is below CUDA minor-version compatibility's minimum
+    # and the CUDA forward-compatibility package is installed (data-centre GPUs)
+    forward_compat: bool = False
+    pull_only: bool = False  # INFKIT_PULL_ONLY=1 (make PULL_ONLY=1): never build a missing role image
+    base_image: str | None = None  # INFKIT_LOCAL_BASE_IMAGE: the base of a build on first use
+    user: str | None = None  # uid:gid the containers run as; None: the invoking user's
     harness_root: Path = REPO_ROOT
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> DockerSettings:
         env = os.environ if environ is None else environ
-        return cls(image=env.get("INFKIT_IMAGE") or None, forward_compat=env.get("INFKIT_CUDA_FORWARD_COMPAT") == "1")
+        return cls(image=env.get("INFKIT_IMAGE") or None, forward_compat=env.get("INFKIT_CUDA_FORWARD_COMPAT") == "1",
+                   pull_only=env.get("INFKIT_PULL_ONLY") == "1", base_image=env.get("INFKIT_LOCAL_BASE_IMAGE") or None)
+
+    @property
+    def uid_gid(self) -> tuple[int, int]:
+        if self.user:
+            uid, _, gid = self.user.partition(":")
+            return int(uid), int(gid or uid)
+        return os.getuid(), os.getgid()
 
 
-def client():
-    try:
-        import docker
-    except ImportError as exc:
-        raise CapabilityMissing("the docker SDK is not installed", hint="pip install 'infkit[docker]'") from exc
-    try:
-        c = docker.from_env(timeout=120)
-        c.ping()
-    except docker.errors.DockerException as exc:
-        raise CapabilityMissing(f"no Docker-API engine reachable ({exc})",
-                                hint="start Docker, or `podman system service` and set DOCKER_HOST (docs/images.md)") from exc
-    return c
+def container_env() -> dict[str, str]:
+    """User, home and cache locations that work for a uid with no passwd entry in the image.
 
-
-def resolve_image(api, lock: ImageLock, override: str | None = None):
-    """The image to run: an explicit reference, else a local build of the role, else the locked digest (pulled)."""
-    import docker
-
-    for ref in ([override] if override else [lock.local_ref]):
-        try:
-            return api.images.get(ref)
-        except docker.errors.ImageNotFound:
-            if override:
-                raise CapabilityMissing(f"image {override} is not present on the engine") from None
-    ref = lock.pull_ref()
-    try:
-        return api.images.get(ref)
-    except docker.errors.ImageNotFound:
-        return api.images.pull(ref)
-
-
-def image_record(lock: ImageLock, image) -> dict[str, Any]:
-    """The run.json ``images`` entry: the digest this run actually used and any base substitution."""
-    # A registry digest only when it is the locked one; a local build is named by its tag and image id.
-    repo_digests = {d.partition("@")[2] for d in image.attrs.get("RepoDigests") or []}
-    if lock.digest and lock.digest in repo_digests:
-        ref, digest = lock.registry_ref, lock.digest
-    else:
-        ref, digest = (image.tags or [lock.local_ref])[0], image.id
-    labels = image.labels or {}
+    ``getpass.getuser()`` (torch's compile cache, among others) reads ``LOGNAME``/``USER``
+    before it asks ``getpwuid``, which raises ``KeyError`` for an unknown uid; every cache a
+    server or a compile writes goes under the writable cache mount, not ``/tmp/<user>``.
+    """
     return {
-        "role": lock.role,
-        "ref": ref,
-        "digest": digest,
-        "base_substituted": labels.get("io.infkit.base.substituted-for") or None,
+        "USER": CONTAINER_USER_NAME, "LOGNAME": CONTAINER_USER_NAME, "HOME": CACHE_MOUNT,
+        "XDG_CACHE_HOME": f"{CACHE_MOUNT}/xdg", "TORCHINDUCTOR_CACHE_DIR": f"{CACHE_MOUNT}/torchinductor",
+        "TRITON_CACHE_DIR": f"{CACHE_MOUNT}/triton", "VLLM_CACHE_ROOT": f"{CACHE_MOUNT}/vllm",
+        "TORCH_HOME": f"{CACHE_MOUNT}/torch", "HF_HOME": f"{CACHE_MOUNT}/huggingface",
+        "CUDA_CACHE_PATH": f"{CACHE_MOUNT}/nv",
     }
 
 
-def check_gpu_request(lock: ImageLock, gpus: tuple[int, ...], settings: DockerSettings) -> None:
-    if lock.cuda is None:
-        return
-    if not gpus:
-        raise CapabilityMissing(f"role {lock.role} runs on CUDA {lock.cuda.version} and needs a GPU", hint="pass GPU=N")
-    check_driver(lock.cuda.version, lock.cuda.min_driver, allow_forward_compat=settings.forward_compat)
+def host_cache_dir(role: str, uid: int, gid: int) -> Path:
+    """The host folder behind ``CACHE_MOUNT``: per role and uid, kept across starts like a native ~/.cache."""
+    path = cache_root() / "containers" / f"{role}-{uid}"
+    path.mkdir(parents=True, exist_ok=True)
+    if os.getuid() == 0 and path.stat().st_uid != uid:
+        os.chown(path, uid, gid)  # root runs the container as another uid: that uid must own its cache
+    return path
+
+
+def container_options(role: str, argv: tuple[str, ...], run_dir: Path, settings: DockerSettings) -> dict[str, Any]:
+    """What every container of the runtime gets: user, environment, mounts, working directory."""
+    uid, gid = settings.uid_gid
+    volumes = mounts_for(argv, run_dir, settings.harness_root)
+    volumes[str(host_cache_dir(role, uid, gid))] = {"bind": CACHE_MOUNT, "mode": "rw"}
+    return {"user": f"{uid}:{gid}", "environment": container_env(), "volumes": volumes,
+            "working_dir": str(run_dir)}
 
 
 def _path_values(arg: str) -> list[str]:
@@ -155,6 +157,20 @@ def device_requests(gpus: tuple[int, ...]) -> list:
     import docker
 
     return [docker.types.DeviceRequest(device_ids=[str(g) for g in gpus], capabilities=[["gpu"]])]
+
+
+def memory_in_use_bytes(mem: dict[str, Any]) -> int | None:
+    """Usage minus the page cache the kernel can drop, as the docker CLI computes it.
+
+    cgroup v1 reports that cache as ``total_inactive_file`` (``inactive_file`` there is the
+    cgroup's own share only); cgroup v2 as ``inactive_file``.
+    """
+    usage = mem.get("usage")
+    if usage is None:
+        return None
+    stats = mem.get("stats") or {}
+    inactive = stats["total_inactive_file"] if "total_inactive_file" in stats else stats.get("inactive_file", 0)
+    return int(usage - inactive) if inactive < usage else int(usage)
 
 
 class _LogPump(threading.Thread):
@@ -219,23 +235,26 @@ class DockerHandle(ServerHandle):
             stats = self.container.stats(stream=False)
         except Exception:
             return None
-        mem = stats.get("memory_stats") or {}
-        usage = mem.get("usage")
-        if usage is None:
-            return None
-        inactive = (mem.get("stats") or {}).get("inactive_file", 0)  # page cache the kernel can drop
-        return int(usage - inactive)
+        return memory_in_use_bytes(stats.get("memory_stats") or {})
+
+    def _signal(self, name: str) -> None:
+        import docker
+
+        try:
+            self.container.kill(signal=name)
+        except docker.errors.APIError:
+            pass  # it exited between the status check and the signal: wait() returns its status
 
     def stop(self, timeout_s: float = 20.0) -> int | None:
         if self._exit is not None:
             return self._exit
         try:
             if self.alive():
-                self.container.kill(signal="SIGINT")
+                self._signal("SIGINT")
             try:
                 self._exit = int(self.container.wait(timeout=timeout_s).get("StatusCode", -1))
-            except Exception:
-                self.container.kill(signal="SIGKILL")
+            except Exception:  # still running after timeout_s (the SDK raises a transport timeout)
+                self._signal("SIGKILL")
                 self._exit = int(self.container.wait(timeout=30).get("StatusCode", -1))
         finally:
             self._pump.join(timeout=5)
@@ -249,9 +268,10 @@ class DockerHandle(ServerHandle):
 class DockerRuntime(Runtime):
     name = "docker"
 
-    def __init__(self, settings: DockerSettings | None = None, api=None):
+    def __init__(self, settings: DockerSettings | None = None, api=None, notify=notify_stderr):
         self.settings = settings or DockerSettings.from_env()
         self._api = api
+        self.notify = notify
 
     @property
     def api(self):
@@ -261,24 +281,29 @@ class DockerRuntime(Runtime):
 
     def start(self, spec: ServerSpec, run_dir: Path, log_name: str = "server.log") -> DockerHandle:
         lock = load_lock(spec.role)
-        check_gpu_request(lock, spec.gpus, self.settings)
+        s = self.settings
+        driver = check_gpu_request(lock, spec.gpus, s.forward_compat, self.notify)
         run_dir = Path(run_dir).resolve()
         run_dir.mkdir(parents=True, exist_ok=True)
-        image = resolve_image(self.api, lock, self.settings.image)
+        image = resolve_image(self.api, lock, s.image, pull_only=s.pull_only, log_dir=run_dir,
+                              base_image=s.base_image, notify=self.notify)
         shm = spec.shm_bytes or (lock.server.shm_bytes if lock.server else DEFAULT_SHM_BYTES)
         argv = container_argv(spec.argv)
-        env = {**spec.env, "INFKIT_PORT": str(spec.port), "HOME": "/tmp"}
+        opts = container_options(lock.role, spec.argv, run_dir, s)
+        opts["environment"] |= {**spec.env, "INFKIT_PORT": str(spec.port)}
+        log_path = run_dir / log_name
+        if driver and driver.warning:  # the server log says which compatibility mechanism it ran under
+            log_path.write_text(f"[infkit] {driver.mechanism}: {driver.warning}\n")
         try:
             container = self.api.containers.run(
-                image.id, entrypoint=argv[:1], command=argv[1:], detach=True, environment=env,
+                image.id, entrypoint=argv[:1], command=argv[1:], detach=True,
                 ports={f"{spec.port}/tcp": ("127.0.0.1", spec.port)},
-                volumes=mounts_for(spec.argv, run_dir, self.settings.harness_root),
-                device_requests=device_requests(spec.gpus), shm_size=shm, working_dir=str(run_dir),
-                user=f"{os.getuid()}:{os.getgid()}", labels={"io.infkit.run-dir": str(run_dir)},
+                device_requests=device_requests(spec.gpus), shm_size=shm,
+                labels={"io.infkit.run-dir": str(run_dir)}, **opts,
             )
         except Exception as exc:
             raise InfkitError(f"the engine refused to start {lock.role}: {exc}") from exc
-        return DockerHandle(container, spec, run_dir / log_name, image_record(lock, image))
+        return DockerHandle(container, spec, log_path, image_record(lock, image))
 
 
-register_runtime("docker", DockerRuntime)
+RUNTIME = DockerRuntime

@@ -12,7 +12,6 @@ unless asked. The image actually used (digest, base substitution) is passed in
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,15 +20,19 @@ from typing import Any
 from harness.contract.atomic import atomic_write_bytes
 from harness.errors import InfkitError
 from harness.images.locks import load_lock
+from harness.rundir import SIGN_QUEUE_ENV
 from harness.runinfo import CONTAINER_IMAGE_ENV
 from harness.runtime.docker import (
     DEFAULT_SHM_BYTES,
     DockerSettings,
+    container_options,
+    device_requests,
+)
+from harness.runtime.docker_image import (
     check_gpu_request,
     client,
-    device_requests,
     image_record,
-    mounts_for,
+    notify_stderr,
     resolve_image,
 )
 
@@ -56,23 +59,29 @@ def harness_git_env(harness_root: Path) -> dict[str, str]:
 
 def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, ...] = (), network: bool = False,
                 timeout_s: float = 3600.0, log_name: str = "container.log",
-                settings: DockerSettings | None = None, api=None) -> HarnessRun:
-    """Run ``infkit <args>`` in ``role``'s image; the log lands in ``run_dir/log_name``."""
+                settings: DockerSettings | None = None, api=None, sign_queue: Path | None = None) -> HarnessRun:
+    """Run ``infkit <args>`` in ``role``'s image; the log lands in ``run_dir/log_name``.
+
+    The image has no signing key: with ``sign_queue`` (a file under ``run_dir``) the runs the
+    command finishes are listed there for the host to sign (``harness.rundir.sign_queued``).
+    """
     settings = settings or DockerSettings.from_env()
     lock = load_lock(role)
-    check_gpu_request(lock, gpus, settings)
+    check_gpu_request(lock, gpus, settings.forward_compat)
     api = api or client()
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    image = resolve_image(api, lock, settings.image)
+    image = resolve_image(api, lock, settings.image, pull_only=settings.pull_only, log_dir=run_dir,
+                          base_image=settings.base_image, notify=notify_stderr)
     record = image_record(lock, image)
+    opts = container_options(role, tuple(args), run_dir, settings)
+    opts["environment"] |= {CONTAINER_IMAGE_ENV: json.dumps(record), **harness_git_env(settings.harness_root),
+                            **({SIGN_QUEUE_ENV: str(sign_queue)} if sign_queue else {})}
     t0 = time.monotonic()
     container = api.containers.run(
         image.id, entrypoint=[ENTRYPOINT], command=list(args), detach=True,
-        environment={"HOME": "/tmp", CONTAINER_IMAGE_ENV: json.dumps(record), **harness_git_env(settings.harness_root)},
-        volumes=mounts_for(tuple(args), run_dir, settings.harness_root), working_dir=str(run_dir),
-        user=f"{os.getuid()}:{os.getgid()}", network_mode=None if network else "none",
-        device_requests=device_requests(gpus), shm_size=DEFAULT_SHM_BYTES,
+        network_mode=None if network else "none", device_requests=device_requests(gpus),
+        shm_size=DEFAULT_SHM_BYTES, **opts,
     )
     try:
         try:

@@ -24,7 +24,6 @@ from harness.runtime.base import (
     ServerHandle,
     ServerSpec,
     ServerStartError,
-    register_runtime,
 )
 from harness.telemetry.rss import process_tree_rss
 
@@ -175,4 +174,4 @@ class LocalRuntime(Runtime):
         return LocalHandle(proc, spec, log_path, log_fh)
 
 
-register_runtime("local", LocalRuntime)
+RUNTIME = LocalRuntime

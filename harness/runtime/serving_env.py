@@ -23,17 +23,16 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.contract.atomic import atomic_write_json
 from harness.errors import CapabilityMissing
+from harness.progress import Progress
 
 STAMP_NAME = ".infkit-ready.json"
 INSTALL_LOG = "install.log"
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,13 @@
 
 from harness.telemetry.prometheus import GaugePoller, Scrape, Snapshot, parse, scrape
 from harness.telemetry.rss import PeakSampler, process_tree_rss, rss_probe
-from harness.telemetry.server_metrics import POLLED_GAUGES, histogram_quantile, summarize
+from harness.telemetry.server_metrics import (
+    POLLED_GAUGES,
+    histogram_quantile,
+    occupancy,
+    occupancy_rows,
+    summarize,
+)
 
 __all__ = [
     "POLLED_GAUGES",
@@ -11,6 +17,8 @@ __all__ = [
     "Scrape",
     "Snapshot",
     "histogram_quantile",
+    "occupancy",
+    "occupancy_rows",
     "parse",
     "process_tree_rss",
     "rss_probe",

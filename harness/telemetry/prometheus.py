@@ -55,11 +55,16 @@ class Snapshot:
 
 
 def parse(text: str, taken_s: float = 0.0) -> Snapshot:
+    """Samples of a Prometheus text page; a NaN or infinite sample is left out (absent, never a number:
+    it could not be written into a JSON result, and no delta or peak of it means anything)."""
     samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
+            value = float(s.value)
+            if not math.isfinite(value):
+                continue
             key = (s.name, tuple(sorted(s.labels.items())))
-            samples[key] = samples.get(key, 0.0) + float(s.value)
+            samples[key] = samples.get(key, 0.0) + value
     return Snapshot(samples=samples, taken_s=taken_s)
 
 
@@ -87,12 +92,16 @@ def scrape(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> Scrape:
 
 @dataclass
 class GaugePoller:
-    """Polls ``url`` in a thread during the run and keeps each named gauge's peak."""
+    """Polls ``url`` in a thread during the run; keeps each named gauge's readings in order, and the time series.
+
+    ``series`` holds one ``(time.monotonic() at the scrape, {gauge: value})`` per successful poll.
+    """
 
     url: str
     gauges: Iterable[str]
     interval_s: float = 0.5
-    peaks: dict[str, float] = field(default_factory=dict)
+    readings: dict[str, list[float]] = field(default_factory=dict)
+    series: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     polls: int = 0
     failures: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -106,10 +115,14 @@ class GaugePoller:
                 self.failures += 1
                 continue
             self.polls += 1
-            for name in names:
-                value = got.snapshot.total(name)
-                if value is not None:
-                    self.peaks[name] = max(value, self.peaks.get(name, value))
+            values = {name: v for name in names if (v := got.snapshot.total(name)) is not None}
+            for name, value in values.items():
+                self.readings.setdefault(name, []).append(value)
+            self.series.append((got.snapshot.taken_s, values))
+
+    @property
+    def peaks(self) -> dict[str, float]:
+        return {name: max(values) for name, values in self.readings.items()}
 
     def start(self) -> GaugePoller:
         self._thread = threading.Thread(target=self._run, name="infkit-gauge-poller", daemon=True)

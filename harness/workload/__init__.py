@@ -7,8 +7,11 @@ Data flows one way: ``make_workload`` â†’ ``write_workload`` (canonical JSONL) â
 from harness.workload.arrival import PROCESSES, Arrival
 from harness.workload.generators import (
     GENERATORS,
+    HIGH_PRIORITY,
+    NORMAL_PRIORITY,
     Common,
     Option,
+    check_options,
     make_workload,
     register_generator,
 )
@@ -24,6 +27,8 @@ from harness.workload.tokens import ExactTokenizer
 
 __all__ = [
     "GENERATORS",
+    "HIGH_PRIORITY",
+    "NORMAL_PRIORITY",
     "PROCESSES",
     "Arrival",
     "Common",
@@ -32,6 +37,7 @@ __all__ = [
     "Request",
     "Workload",
     "canonical_bytes",
+    "check_options",
     "compute_workload_id",
     "load_workload",
     "make_workload",

@@ -9,13 +9,16 @@ the next request as soon as one of ``concurrency`` slots frees.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
+from harness.contract.jsonio import is_finite_number
 from harness.errors import InvalidInput
 from harness.workload.model import OFFSET_DECIMALS
 
 PROCESSES = ("closed", "poisson", "gamma", "constant", "trace")
+MAX_CONCURRENCY = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -28,11 +31,17 @@ class Arrival:
     def __post_init__(self) -> None:
         if self.process not in PROCESSES:
             raise InvalidInput(f"unknown arrival process {self.process!r}", hint=f"choose one of: {', '.join(PROCESSES)}")
-        if self.process in ("poisson", "gamma", "constant") and not (self.rate_rps and self.rate_rps > 0):
+        # Checked whatever the process: a given value is written into the header.
+        for flag, value in (("--rate", self.rate_rps), ("--burstiness", self.burstiness)):
+            if value is not None and not (is_finite_number(value) and value > 0):
+                raise InvalidInput(f"{flag} {value}: must be a finite number > 0")
+        if self.concurrency is not None and not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise InvalidInput(f"--concurrency {self.concurrency}: must be in [1, {MAX_CONCURRENCY}]")
+        if self.process in ("poisson", "gamma", "constant") and self.rate_rps is None:
             raise InvalidInput(f"--arrival {self.process} needs --rate > 0 (requests per second)")
-        if self.process == "gamma" and not (self.burstiness and self.burstiness > 0):
+        if self.process == "gamma" and self.burstiness is None:
             raise InvalidInput("--arrival gamma needs --burstiness > 0 (1 = Poisson, < 1 burstier, > 1 smoother)")
-        if self.process == "closed" and not (self.concurrency and self.concurrency >= 1):
+        if self.process == "closed" and self.concurrency is None:
             raise InvalidInput("--arrival closed needs --concurrency >= 1")
 
     def to_header(self) -> dict:
@@ -69,4 +78,6 @@ def offsets(arrival: Arrival, count: int, seed: int, trace_s: list[float] | None
                 b = float(arrival.burstiness)  # type: ignore[arg-type]
                 t += rng.gammavariate(b, 1.0 / (rate * b))
         out.append(round(t, OFFSET_DECIMALS))
+    if not math.isfinite(t):  # a rate so small that its gaps overflow a float
+        raise InvalidInput(f"--rate {rate:g}: send offsets overflow; use a larger rate")
     return out

@@ -9,13 +9,13 @@ others and the same parameters give the same file anywhere.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.contract.jsonio import is_finite_number, iter_json_lines, json_type
 from harness.errors import InvalidInput
 from harness.ids import sha256_file
 from harness.workload.arrival import Arrival, offsets
@@ -33,6 +33,7 @@ class Option:
     type: type
     default: Any
     help: str
+    minimum: int | None = None  # int options: the smallest value that makes sense
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,29 @@ class Common:
     input_range: float = 0.0  # uniform in [N(1-r), N(1+r)], as vLLM's range ratio
     output_range: float = 0.0
     seeds: dict[str, int] = field(default_factory=dict)  # per-dimension overrides
+    high_priority_fraction: float = 0.0  # > 0: a priority mix, this fraction tagged HIGH_PRIORITY, the rest NORMAL
 
     def seed_for(self, dimension: str) -> int:
-        offset = {"lengths": 0, "content": 1, "arrival": 2}[dimension]
+        offset = {"lengths": 0, "content": 1, "arrival": 2, "priority": 3}[dimension]
         return self.seeds.get(dimension, self.seed + offset)
+
+    @property
+    def dimensions(self) -> tuple[str, ...]:
+        """The random dimensions this workload has (priority only in a priority mix, so other ids stay as they were)."""
+        return ("lengths", "content", "arrival", *(("priority",) if self.high_priority_fraction else ()))
+
+
+HIGH_PRIORITY, NORMAL_PRIORITY = 0, 1  # vLLM's convention: the lower value is served first
+
+
+def priorities(count: int, fraction: float, seed: int) -> list[int]:
+    """Exactly round(fraction x count) requests tagged HIGH_PRIORITY, chosen by a seeded draw; the rest NORMAL."""
+    high = set(random.Random(f"{seed}:priority").sample(range(count), round(fraction * count)))
+    return [HIGH_PRIORITY if i in high else NORMAL_PRIORITY for i in range(count)]
 
 
 Build = Callable[[Common, dict[str, Any], ExactTokenizer], tuple[list[Request], list[float] | None]]
+Count = Callable[[Common, dict[str, Any]], int]  # how many requests the options imply (checks them on the way)
 
 
 @dataclass(frozen=True)
@@ -63,14 +80,19 @@ class Generator:
     options: tuple[Option, ...] = ()
     paired_with: str | None = None
     help: str = ""
+    count: Count | None = None  # None: --requests
 
 
 GENERATORS: dict[str, Generator] = {}
+MAX_REQUESTS = 1_000_000
+MAX_TOKENS = 10_000_000  # per request: beyond any served context length
+MAX_SEED = 2**64
 
 
-def register_generator(kind: str, *options: Option, paired_with: str | None = None, help: str = "") -> Callable[[Build], Build]:
+def register_generator(kind: str, *options: Option, paired_with: str | None = None, help: str = "",
+                       count: Count | None = None) -> Callable[[Build], Build]:
     def wrap(fn: Build) -> Build:
-        GENERATORS[kind] = Generator(kind, fn, tuple(options), paired_with, help)
+        GENERATORS[kind] = Generator(kind, fn, tuple(options), paired_with, help, count)
         return fn
     return wrap
 
@@ -86,10 +108,18 @@ def _length(rng: random.Random, mean: int, ratio: float) -> int:
     return rng.randint(lo, hi)
 
 
-def _count(common: Common, default: int | None = None) -> int:
-    n = common.requests if common.requests is not None else default
-    if n is None or n < 1:
+def _count(common: Common, opts: dict[str, Any] | None = None) -> int:
+    if common.requests is None:
         raise InvalidInput("--requests must be >= 1")
+    return common.requests
+
+
+def _product(common: Common, a: int, b: int, what: str) -> int:
+    n = a * b
+    if n > MAX_REQUESTS:
+        raise InvalidInput(f"{what} = {n} requests; at most {MAX_REQUESTS}")
+    if common.requests is not None and common.requests != n:
+        raise InvalidInput(f"--requests {common.requests} disagrees with {what} = {n}; omit --requests")
     return n
 
 
@@ -157,21 +187,23 @@ def _copy(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[li
 
 
 _PREFIX_OPTIONS = (
-    Option("groups", int, 4, "number of prefix groups G"),
-    Option("prompts_per_group", int, 8, "prompts per group P (requests = G x P)"),
-    Option("prefix_tokens", int, 512, "shared prefix length L in tokens"),
-    Option("suffix_tokens", int, 64, "per-request suffix length Q in tokens"),
+    Option("groups", int, 4, "number of prefix groups G", minimum=1),
+    Option("prompts_per_group", int, 8, "prompts per group P (requests = G x P)", minimum=1),
+    Option("prefix_tokens", int, 512, "shared prefix length L in tokens", minimum=1),
+    Option("suffix_tokens", int, 64, "per-request suffix length Q in tokens", minimum=1),
 )
+
+
+def _prefixed_count(common: Common, opts: dict[str, Any]) -> int:
+    if opts["prefix_tokens"] + opts["suffix_tokens"] > MAX_TOKENS:
+        raise InvalidInput(f"--prefix-tokens + --suffix-tokens: at most {MAX_TOKENS} tokens per request")
+    return _product(common, opts["groups"], opts["prompts_per_group"], "--groups x --prompts-per-group")
 
 
 def _prefixed(common: Common, opts: dict[str, Any], tok: ExactTokenizer, shared: bool) -> tuple[list[Request], None]:
     g_count, per_group = opts["groups"], opts["prompts_per_group"]
     prefix_len, suffix_len = opts["prefix_tokens"], opts["suffix_tokens"]
-    if g_count < 1 or per_group < 1 or prefix_len < 1 or suffix_len < 1:
-        raise InvalidInput("--groups, --prompts-per-group, --prefix-tokens and --suffix-tokens must be >= 1")
     n = g_count * per_group
-    if common.requests is not None and common.requests != n:
-        raise InvalidInput(f"--requests {common.requests} disagrees with --groups x --prompts-per-group = {n}; omit --requests")
     lengths_seed, content_seed = common.seed_for("lengths"), common.seed_for("content")
     group_prefix = [tok.text(prefix_len, _rng(content_seed, "prefix", g)) for g in range(g_count)]
     out = []
@@ -186,37 +218,35 @@ def _prefixed(common: Common, opts: dict[str, Any], tok: ExactTokenizer, shared:
     return out, None
 
 
-@register_generator("shared-prefix", *_PREFIX_OPTIONS, paired_with="unique-prefix",
+@register_generator("shared-prefix", *_PREFIX_OPTIONS, paired_with="unique-prefix", count=_prefixed_count,
                     help="G groups x P prompts sharing an L-token prefix per group, Q-token unique suffix")
 def _shared(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], None]:
     return _prefixed(common, opts, tok, shared=True)
 
 
-@register_generator("unique-prefix", *_PREFIX_OPTIONS, paired_with="shared-prefix",
+@register_generator("unique-prefix", *_PREFIX_OPTIONS, paired_with="shared-prefix", count=_prefixed_count,
                     help="paired twin of shared-prefix: identical token lengths, no shared prefix")
 def _unique(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], None]:
     return _prefixed(common, opts, tok, shared=False)
 
 
-@register_generator("long-context", Option("context_tokens", int, 4096, "input length of every request"),
+@register_generator("long-context", Option("context_tokens", int, 4096, "input length of every request", minimum=1),
                     help="long inputs of exactly --context-tokens tokens, short outputs")
 def _long(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], None]:
     n, n_in = _count(common), opts["context_tokens"]
-    if n_in < 1:
-        raise InvalidInput("--context-tokens must be >= 1")
     content_seed, lengths_seed = common.seed_for("content"), common.seed_for("lengths")
     return [Request(index=i, input_tokens=n_in, prompt=tok.text(n_in, _rng(content_seed, "prompt", i)),
                     output_tokens=_length(_rng(lengths_seed, "request", i), common.output_tokens, common.output_range))
             for i in range(n)], None
 
 
-@register_generator("multi-turn", Option("conversations", int, 4, "number of conversations"),
-                    Option("turns", int, 3, "user turns per conversation"),
-                    help="chat conversations; turn t re-sends the full history (fixed synthetic assistant replies)")
+@register_generator("multi-turn", Option("conversations", int, 4, "number of conversations", minimum=1),
+                    Option("turns", int, 3, "user turns per conversation", minimum=1),
+                    help="chat conversations; turn t re-sends the full history (fixed synthetic assistant replies)",
+                    count=lambda common, opts: _product(common, opts["conversations"], opts["turns"],
+                                                        "--conversations x --turns"))
 def _multi_turn(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], None]:
     n_conv, n_turns = opts["conversations"], opts["turns"]
-    if n_conv < 1 or n_turns < 1:
-        raise InvalidInput("--conversations and --turns must be >= 1")
     content_seed, lengths_seed = common.seed_for("content"), common.seed_for("lengths")
     histories: list[list[dict[str, str]]] = [[] for _ in range(n_conv)]
     history_tokens = [0] * n_conv
@@ -232,36 +262,48 @@ def _multi_turn(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tu
             reply = {"role": "assistant", "content": tok.text(n_out, _rng(content_seed, "assistant", c, turn))}
             histories[c] = [*messages, reply]
             history_tokens[c] += n_user + n_out
-    if common.requests is not None and common.requests != len(out):
-        raise InvalidInput(f"--requests {common.requests} disagrees with --conversations x --turns = {len(out)}; omit --requests")
     return out, None
 
 
+def _trace_field(obj: dict[str, Any], names: tuple[str, ...], where: str) -> tuple[str, Any]:
+    for name in names:
+        if name in obj:
+            return name, obj[name]
+    raise InvalidInput(f"{where}: no {' or '.join(names)}",
+                       hint="a trace row needs timestamp_s (or timestamp in ms), input_tokens|input_length, "
+                       "output_tokens|output_length")
+
+
 def _trace_rows(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise InvalidInput(f"--trace {path}: no such file")
+    """Rows of a JSONL trace, each checked: a finite timestamp, whole token counts in [1, MAX_TOKENS]."""
     rows = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            ts = obj["timestamp_s"] if "timestamp_s" in obj else obj["timestamp"] / 1000.0  # Mooncake traces are in ms
-            rows.append({"t": float(ts), "in": int(obj.get("input_tokens", obj.get("input_length"))),
-                         "out": int(obj.get("output_tokens", obj.get("output_length")))})
-        except (ValueError, KeyError, TypeError):
-            raise InvalidInput(f"--trace {path}:{lineno}: need timestamp_s (or timestamp in ms), "
-                               "input_tokens|input_length, output_tokens|output_length") from None
-    if not rows:
-        raise InvalidInput(f"--trace {path}: no rows")
+    for lineno, obj in iter_json_lines(path):
+        where = f"--trace {path}:{lineno}"
+        name, ts = _trace_field(obj, ("timestamp_s", "timestamp"), where)
+        if not is_finite_number(ts):
+            raise InvalidInput(f"{where}: {name} is {json_type(ts)} {ts!r:.40}, not a finite number")
+        row = {"t": ts / 1000.0 if name == "timestamp" else float(ts)}  # Mooncake traces are in ms
+        for key, names in (("in", ("input_tokens", "input_length")), ("out", ("output_tokens", "output_length"))):
+            name, value = _trace_field(obj, names, where)
+            if type(value) is not int or not 1 <= value <= MAX_TOKENS:
+                raise InvalidInput(f"{where}: {name} {value!r:.40} is not a whole number of tokens in [1, {MAX_TOKENS}]")
+            row[key] = value
+        rows.append(row)
+    if len(rows) > MAX_REQUESTS:
+        raise InvalidInput(f"--trace {path}: {len(rows)} rows; at most {MAX_REQUESTS} requests")
     return rows
 
 
-@register_generator("trace", Option("trace", str, None, "JSONL trace: timestamp_s|timestamp(ms), input/output lengths"),
-                    help="replay a trace's timestamps and token lengths with generated content")
-def _trace(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], list[float]]:
+def _trace_count(common: Common, opts: dict[str, Any]) -> int:
     if not opts.get("trace"):
         raise InvalidInput("kind 'trace' needs --trace FILE")
+    rows = len(_trace_rows(Path(opts["trace"])))
+    return min(rows, common.requests) if common.requests is not None else rows
+
+
+@register_generator("trace", Option("trace", str, None, "JSONL trace: timestamp_s|timestamp(ms), input/output lengths"),
+                    help="replay a trace's timestamps and token lengths with generated content", count=_trace_count)
+def _trace(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], list[float]]:
     rows = sorted(_trace_rows(Path(opts["trace"])), key=lambda r: r["t"])
     if common.requests is not None:
         rows = rows[: common.requests]
@@ -271,31 +313,58 @@ def _trace(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[l
     return reqs, [r["t"] for r in rows]
 
 
-def make_workload(kind: str, common: Common, options: dict[str, Any], tokenizer_dir: str | Path) -> Workload:
-    """Build a workload of ``kind``; ``options`` holds the kind's own parameters (defaults filled in)."""
+def check_options(kind: str, common: Common, options: dict[str, Any]) -> dict[str, Any]:
+    """Every flag of a ``make`` checked before any work (tokenizer, model preparation) starts;
+    returns the kind's options with defaults filled in."""
     if kind not in GENERATORS:
         raise InvalidInput(f"unknown workload kind {kind!r}", hint=f"choose one of: {', '.join(GENERATORS)}")
     gen = GENERATORS[kind]
     opts = {o.name: options.get(o.name, o.default) for o in gen.options}
-    if common.input_tokens < 1 or common.output_tokens < 1:
-        raise InvalidInput("--input-tokens and --output-tokens must be >= 1")
-    if not (0 <= common.input_range < 1 and 0 <= common.output_range < 1):
-        raise InvalidInput("--input-range and --output-range must be in [0, 1)")
+    for name, value in (("--input-tokens", common.input_tokens), ("--output-tokens", common.output_tokens)):
+        if not 1 <= value <= MAX_TOKENS:
+            raise InvalidInput(f"{name} {value}: must be in [1, {MAX_TOKENS}]")
+    for name, value in (("--input-range", common.input_range), ("--output-range", common.output_range)):
+        if not (is_finite_number(value) and 0 <= value < 1):
+            raise InvalidInput(f"{name} {value}: must be in [0, 1)")
+    if not (is_finite_number(common.high_priority_fraction) and 0 <= common.high_priority_fraction <= 1):
+        raise InvalidInput(f"--high-priority-fraction {common.high_priority_fraction}: must be in [0, 1]")
+    for dim in common.dimensions:
+        if abs(common.seed_for(dim)) >= MAX_SEED:
+            raise InvalidInput(f"the {dim} seed {common.seed_for(dim)} (--seed or --{dim}-seed): must be within "
+                               "+-2**64")
+    if common.requests is not None and not 1 <= common.requests <= MAX_REQUESTS:
+        raise InvalidInput(f"--requests {common.requests}: must be in [1, {MAX_REQUESTS}]")
+    for o in gen.options:
+        if o.minimum is not None and not o.minimum <= opts[o.name] <= MAX_TOKENS:
+            raise InvalidInput(f"--{o.name.replace('_', '-')} {opts[o.name]}: must be in [{o.minimum}, {MAX_TOKENS}]")
+    (gen.count or _count)(common, opts)
+    return opts
+
+
+def make_workload(kind: str, common: Common, options: dict[str, Any], tokenizer_dir: str | Path) -> Workload:
+    """Build a workload of ``kind``; ``options`` holds the kind's own parameters (defaults filled in)."""
+    opts = check_options(kind, common, options)
+    gen = GENERATORS[kind]
     tok = ExactTokenizer(tokenizer_dir)
     requests, trace_s = gen.build(common, opts, tok)
     sched = offsets(common.arrival, len(requests), common.seed_for("arrival"), trace_s)
     requests = [Request(**{**r.__dict__, "offset_s": off}) for r, off in zip(requests, sched, strict=False)]
+    if common.high_priority_fraction:
+        tags = priorities(len(requests), common.high_priority_fraction, common.seed_for("priority"))
+        requests = [Request(**{**r.__dict__, "priority": p}) for r, p in zip(requests, tags, strict=True)]
     params = {"version": GENERATOR_VERSION, "seed": common.seed, "input_tokens": common.input_tokens, "output_tokens": common.output_tokens,
               "input_range": common.input_range, "output_range": common.output_range, "requests": common.requests,
               **{k: (Path(v).name if k == "trace" and v else v) for k, v in opts.items()}}
     if opts.get("trace"):
         params["trace_sha256"] = sha256_file(opts["trace"])
+    if common.high_priority_fraction:
+        params["high_priority_fraction"] = common.high_priority_fraction
     header = {
         "workload_id": "",
         "kind": kind,
         "generator": params,
         "arrival": common.arrival.to_header(),
-        "seeds": {d: common.seed_for(d) for d in ("lengths", "content", "arrival")},
+        "seeds": {d: common.seed_for(d) for d in common.dimensions},
         "tokenizer": {"name": tok.ref.name, "sha256": tok.ref.sha256},
         "paired_with": gen.paired_with,
     }

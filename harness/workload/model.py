@@ -18,13 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract.atomic import atomic_write_bytes
-from harness.contract.schemas import iter_jsonl, validate_file
+from harness.contract.schemas import (
+    Problem,
+    iter_jsonl,
+    register_file_check,
+    validate_document,
+    validate_file,
+)
 from harness.errors import InvalidInput
 from harness.ids import canonical_json, sha256_bytes
 from harness.stats_summary import token_summary
 
 WORKLOAD_SCHEMA = "infkit/workload/v1"
 OFFSET_DECIMALS = 6  # send offsets are rounded to the microsecond before they are written
+RULE = "workload-consistent"
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class Request:
     prefix_tokens: int | None = None
     conversation: int | None = None
     turn: int | None = None
+    priority: int | None = None  # scheduling priority, vLLM's convention: lower is served first
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -53,7 +61,7 @@ class Request:
             out["prompt"] = self.prompt
         if self.messages is not None:
             out["messages"] = [dict(m) for m in self.messages]
-        for name in ("group", "prefix_tokens", "conversation", "turn"):
+        for name in ("group", "prefix_tokens", "conversation", "turn", "priority"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -73,6 +81,7 @@ class Request:
             prefix_tokens=obj.get("prefix_tokens"),
             conversation=obj.get("conversation"),
             turn=obj.get("turn"),
+            priority=obj.get("priority"),
         )
 
 
@@ -122,6 +131,9 @@ def finish_workload(header: dict[str, Any], requests: list[Request]) -> Workload
     }
     head["workload_id"] = ""
     head["workload_id"] = compute_workload_id(head, requests)
+    problems = validate_document(head)
+    if problems:  # flags are checked first; this keeps a header that slipped through from being written
+        raise InvalidInput(f"the workload header would not be valid: {problems[0]}")
     return Workload(header=head, requests=tuple(requests))
 
 
@@ -129,25 +141,55 @@ def write_workload(path: str | os.PathLike, workload: Workload) -> Path:
     return atomic_write_bytes(path, canonical_bytes(workload.header, workload.requests))
 
 
+def _consistency(header: dict[str, Any], lines: list[tuple[int, dict[str, Any]]]) -> list[Problem]:
+    """What the schema cannot see: count, order, schedule, token summaries and the id against the content."""
+    requests = [Request.from_dict(obj) for _, obj in lines]
+    problems = []
+    if len(requests) != header["request_count"]:
+        problems.append(Problem("line 1/request_count", RULE, f"the header says {header['request_count']} requests, "
+                                f"the file has {len(requests)} (lines dropped or added)"))
+    for position, (lineno, req) in enumerate(zip((n for n, _ in lines), requests, strict=True)):
+        if req.index != position:
+            problems.append(Problem(f"line {lineno}/index", RULE, f"request index {req.index} where {position} belongs "
+                                    "(lines dropped, duplicated or reordered)"))
+            break
+    recomputed = compute_workload_id(header, requests)
+    if recomputed != header["workload_id"]:
+        problems.append(Problem("line 1/workload_id", RULE, f"workload_id {header['workload_id']} does not match "
+                                f"its content ({recomputed}): the file was edited after it was made"))
+    closed = header["arrival"]["process"] == "closed"
+    offsets = [r.offset_s for r in requests]
+    if closed and any(o is not None for o in offsets):
+        problems.append(Problem("line 1/arrival", RULE, "a closed loop has no send offsets, yet requests carry offset_s"))
+    elif not closed and (None in offsets or offsets != sorted(offsets)):
+        problems.append(Problem("line 1/arrival", RULE, "a timed schedule needs every offset_s, in non-decreasing order"))
+    if requests:
+        counts = {"input": token_summary([r.input_tokens for r in requests]),
+                  "output": token_summary([r.output_tokens for r in requests])}
+        if counts != header["token_counts"]:
+            problems.append(Problem("line 1/token_counts", RULE, "token_counts do not summarize the requests"))
+    return problems
+
+
+def workload_file_problems(path: Path, lines: list[tuple[int, dict[str, Any]]]) -> list[Problem]:
+    """The file check ``validate`` and ``load_workload`` share (registered for the workload marker)."""
+    return _consistency(lines[0][1], lines[1:])
+
+
+register_file_check(WORKLOAD_SCHEMA, workload_file_problems)
+
+
 def load_workload(path: str | os.PathLike) -> Workload:
     """Read, schema-check and re-hash a workload file; a changed file is a clear error."""
     p = Path(path)
+    header = next(iter_jsonl(p))[1]
+    if header.get("schema") != WORKLOAD_SCHEMA:
+        kind = f"a {header['schema']!r} document" if "schema" in header else "a line without a \"schema\" marker"
+        raise InvalidInput(f"{p}: the first line is {kind}, not a workload header ({WORKLOAD_SCHEMA})")
     problems = validate_file(p)
     if problems:
-        raise InvalidInput(f"{p}: not a valid workload file: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""))
+        hint = "re-make it with `infkit workload make`" if problems[0].rule == RULE else None
+        raise InvalidInput(f"{p}: not a valid workload file: {problems[0]}"
+                           + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""), hint=hint)
     lines = [obj for _, obj in iter_jsonl(p)]
-    header = lines[0]
-    if header.get("schema") != WORKLOAD_SCHEMA:
-        raise InvalidInput(f"{p}: first line is a {header.get('schema')!r} document, not a workload header")
-    requests = tuple(Request.from_dict(obj) for obj in lines[1:])
-    if len(requests) != header["request_count"]:
-        raise InvalidInput(f"{p}: header says {header['request_count']} requests, the file has {len(requests)}")
-    if [r.index for r in requests] != list(range(len(requests))):
-        raise InvalidInput(f"{p}: request indexes must be 0..{len(requests) - 1} in order")
-    recomputed = compute_workload_id(header, requests)
-    if recomputed != header["workload_id"]:
-        raise InvalidInput(
-            f"{p}: workload_id {header['workload_id']} does not match its content ({recomputed})",
-            hint="the file was edited after it was made; re-make it with `infkit workload make`",
-        )
-    return Workload(header=header, requests=requests)
+    return Workload(header=lines[0], requests=tuple(Request.from_dict(obj) for obj in lines[1:]))

@@ -30,13 +30,13 @@ def cuda(torch):
 
 @pytest.fixture
 def run_cuda(torch, tmp_path) -> Callable:
-    """Run experiment ``name`` with config overrides into tmp_path; return the RunOutput."""
+    """Run experiment ``name`` with config overrides into tmp_path (unsigned); return the RunOutput."""
     from harness.cuda.registry import get_experiment
     from harness.cuda.runner import run_experiment
 
     def run(name: str, device: str = "cpu", **config):
         exp = get_experiment(name)
-        return run_experiment(exp, exp.config_cls(**config), device=device, out_root=tmp_path / "runs")
+        return run_experiment(exp, exp.config_cls(**config), device=device, out_root=tmp_path / "runs", sign=False)
 
     return run
 

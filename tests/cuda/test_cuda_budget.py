@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.cuda.budget import forward_step, kv_cache_bytes
 from harness.cuda.models import random_llama
-from harness.cuda.sweep import kv_bytes_per_token_formula
+from harness.models.shapes import kv_bytes_per_token_heads
 
 
 def test_measured_kv_bytes_equal_formula(torch):
@@ -13,8 +13,8 @@ def test_measured_kv_bytes_equal_formula(torch):
     with torch.no_grad():
         cache, _ = forward_step(model, ids)
     c = model.config
-    assert kv_cache_bytes(cache) == 3 * 17 * kv_bytes_per_token_formula(c.num_hidden_layers, c.num_key_value_heads,
-                                                                        c.head_dim, 4)
+    assert kv_cache_bytes(cache) == 3 * 17 * kv_bytes_per_token_heads(c.num_hidden_layers, c.num_key_value_heads,
+                                                                      c.head_dim, 4)
 
 
 def test_injected_cap_gives_boundary_and_recovers(run_cuda, valid):

@@ -99,3 +99,29 @@ def test_real_smollm2_outputs_identical_and_passes_counted(run_cuda, valid, requ
     assert figures["target"]["target_forward_passes"] == figures["target"]["new_tokens"]
     assert figures["constant"]["tokens_per_target_pass"] > 1.0
     assert out.result["identity"]["model"]["version"].startswith("sha256:")
+
+
+def test_unset_size_takes_the_device_default_and_says_so():
+    from harness.cuda.proposal import DEVICE_SIZES, ProposalConfig, size_record
+
+    requested = ProposalConfig(model="tiny")
+    cpu, gpu = requested.sized_for("cpu"), requested.sized_for("cuda")
+    assert (cpu.prompts, cpu.max_new_tokens) == (2, 24) and (gpu.prompts, gpu.max_new_tokens) == (4, 64)
+    assert DEVICE_SIZES["gpu"] == {"prompts": 4, "max_new_tokens": 64}  # the GPU size is unchanged
+    record = size_record(requested, cpu, "cpu")
+    assert record["requested"] == {"prompts": None, "max_new_tokens": None}
+    assert record["effective"] == {"prompts": 2, "max_new_tokens": 24}
+    assert "CPU fallback default" in record["note"]
+    given = ProposalConfig(model="tiny", prompts=3, max_new_tokens=40)
+    assert given.sized_for("cpu") == given  # what is asked for is what runs, on any device
+    assert size_record(given, given, "cpu")["note"] == "as requested"
+
+
+def test_cpu_run_records_requested_and_effective_size(run_cuda, valid):
+    out = run_cuda("proposal", model="tiny", draft_layers=2, prompts=1, iters=1, warmup=0, arms=("target", "prompt_lookup"))
+    size = out.result["details"]["size"]
+    assert size["requested"] == {"prompts": 1, "max_new_tokens": None}
+    assert size["effective"] == {"prompts": 1, "max_new_tokens": 24} and size["sized_for"] == "cpu"
+    run = json.loads((out.run_dir / "run.json").read_text())
+    assert run["requested"]["max_new_tokens"] is None and run["effective"]["max_new_tokens"] == 24
+    assert "size: 1 prompts x 24 tokens" in (out.run_dir / "summary.txt").read_text()

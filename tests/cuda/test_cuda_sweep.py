@@ -7,13 +7,13 @@ from harness.cuda.sweep import (
     boundary,
     dominated_by_oom,
     inflection,
-    kv_bytes_per_token_formula,
 )
+from harness.models.shapes import kv_bytes_per_token_heads
 
 
 def test_kv_formula_matches_published_configs():
-    assert kv_bytes_per_token_formula(30, 3, 64, 2) == 23_040  # SmolLM2-135M, bf16
-    assert kv_bytes_per_token_formula(32, 8, 128, 2) == 131_072  # Llama-3-8B, bf16
+    assert kv_bytes_per_token_heads(30, 3, 64, 2) == 23_040  # SmolLM2-135M, bf16
+    assert kv_bytes_per_token_heads(32, 8, 128, 2) == 131_072  # Llama-3-8B, bf16
 
 
 def test_oom_dominates_larger_cells_only():

@@ -52,7 +52,8 @@ def bench_env(tmp_path_factory, monkeypatch, tmp_path):
     backend = SpeculativeStandIn()
     monkeypatch.setattr(runner_mod, "get_backend", lambda name: backend)
     monkeypatch.setattr(placement_mod, "get_backend", lambda name: backend)
-    monkeypatch.setenv("INFKIT_SIGNING_KEY", str(tmp_path / "keys" / "signing.pem"))
+    monkeypatch.delenv("INFKIT_SIGNING_KEY", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # a private default key, made on first use
     monkeypatch.chdir(tmp_path)
     (tmp_path / "heads" / "eagle").mkdir(parents=True)
     return tmp_path

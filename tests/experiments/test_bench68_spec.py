@@ -125,7 +125,8 @@ def signed_run(root: Path, files: dict[str, object]) -> Path:
 
 
 def test_the_newest_proposal_run_is_cited_after_its_audit(model, tmp_path, monkeypatch):
-    monkeypatch.setenv("INFKIT_SIGNING_KEY", str(tmp_path / "keys" / "signing.pem"))
+    monkeypatch.delenv("INFKIT_SIGNING_KEY", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # a private default key, made on first use
     assert cited_proposal(None, tmp_path)[0] is None
     assert "none cited" in cited_proposal(None, tmp_path)[1]
     with_doc = signed_run(tmp_path, {"proposal.json": {**PROPOSAL, "run_id": "a"}})

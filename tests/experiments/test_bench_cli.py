@@ -11,7 +11,7 @@ import pytest
 
 from harness.cliconfig import add_config_arguments, check_config, config_from_args, knob, make_vars
 from harness.errors import InvalidInput
-from harness.experiments import benches
+from harness.experiments import bench_specs
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def test_a_spec_default_is_held_to_the_same_rules():
 
 
 def test_every_bench_spec_lists_every_knob_in_its_help():
-    for name, spec in benches().items():
+    for name, spec in bench_specs().items():
         out = subprocess.run([sys.executable, "-m", "harness", "bench", name, "--help"], capture_output=True,
                              text=True, timeout=60).stdout
         import dataclasses
@@ -88,8 +88,9 @@ def test_cli_bad_input_is_one_line_without_traceback_and_leaves_nothing(tmp_path
     assert not (tmp_path / "runs").exists() and not (tmp_path / "manifests").exists()
 
 
-def test_importing_a_spec_module_keeps_the_discovery_function():
-    import harness.experiments
-    import harness.experiments.benches.bench69  # noqa: F401
-
-    assert callable(harness.experiments.benches) and "69" in harness.experiments.benches()
+def test_every_bench_is_one_make_target_away_with_knobs_as_make_variables(repo_root):
+    for name in bench_specs():
+        proc = subprocess.run(["make", "-C", str(repo_root), "-n", f"bench-{name}", "REPEATS=5"], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert f"infkit bench {name} " in proc.stdout and "--make-vars 'REPEATS=5'" in proc.stdout, proc.stdout

@@ -50,7 +50,7 @@ class FakeBackend(Backend):
     runtimes = ("local",)
     hit_counter = "vllm:prefix_cache_hits_total"
     query_counter = "vllm:prefix_cache_queries_total"
-    reset_path = None
+    reset_path = "/reset_prefix_cache"  # the stand-in answers it only when started with --reset
 
     def server_spec(self, cfg: BackendConfig) -> ServerSpec:
         argv = (sys.executable, str(ENGINE), "--port", str(cfg.port), *cfg.extra_args)
@@ -66,14 +66,17 @@ class Config(BenchConfig):
     slow_ttft_ms: float = knob(60.0, "TTFT of the slow variant", min=1)
     optional_refuses: bool = knob(False, "the optional variant's engine refuses to start")
     crash_after: int = knob(0, "the fast server stops answering after N requests (0: never)", min=0)
+    fast_reset: str = knob("succeeds", "the fast server's answer to a prefix-cache reset",
+                           choices=("succeeds", "declines"))
 
 
 def plan(cfg: Config, model) -> Plan:
     common = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed, requests=cfg.requests,
                     input_tokens=24, output_tokens=6)
-    fast = ("--ttft-ms", "10", *(("--crash-after", str(cfg.crash_after)) if cfg.crash_after else ()))
+    fast = ("--ttft-ms", "10", "--reset", cfg.fast_reset,
+            *(("--crash-after", str(cfg.crash_after)) if cfg.crash_after else ()))
     servers = (ServerVariant("slow", {"extra_args": ("--ttft-ms", str(cfg.slow_ttft_ms))}),
-               ServerVariant("fast", {"extra_args": fast}),
+               ServerVariant("fast", {"extra_args": fast, "max_num_seqs": 4}),
                ServerVariant("exotic", {"extra_args": ("--refuse", "method 'eagle' is not supported on cpu")
                                         if cfg.optional_refuses else ()}, optional=True))
     arms = (Arm("slow", "main", "slow"), Arm("fast", "main", "fast"), Arm("exotic", "main", "exotic"))
@@ -84,7 +87,7 @@ def plan(cfg: Config, model) -> Plan:
                                         measured=False)),
                 servers=servers, arms=arms, phases=phases, order=order, warmup="warmup",
                 claims=(Claim(TTFT_P50, "slow", "fast"), Claim(OUTPUT_TOKENS_PER_S, "slow", "fast", name="tok/s")),
-                reset_prefix_cache=False)
+                reset_prefix_cache=True)
 
 
 SPEC = BenchSpec(name="99", semantic_id="INF-TEST-BENCH", title="bench-99 test", question="is fast faster?",
@@ -105,7 +108,8 @@ def bench_env(tokenizer_dir, monkeypatch, tmp_path):
     backends = {"fake": FakeBackend()}
     monkeypatch.setattr(runner_mod, "get_backend", lambda name: backends[name])
     monkeypatch.setattr(placement_mod, "get_backend", lambda name: backends[name])
-    monkeypatch.setenv("INFKIT_SIGNING_KEY", str(tmp_path / "keys" / "signing.pem"))
+    monkeypatch.delenv("INFKIT_SIGNING_KEY", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # a private default key, made on first use
     return tmp_path
 
 
@@ -134,6 +138,8 @@ def test_a_spec_runs_end_to_end_with_claims_signed_and_valid(bench_env):
     assert outcome.finished.manifest is not None
     (report,) = audit_paths([outcome.finished.manifest], AuditConfig(root=bench_env))
     assert report.valid, report
+    fast = json.loads((run_dir / "arms" / "fast" / "r1" / "result.json").read_text())
+    assert fast["workload"]["token_budget"] == {"max_num_batched_tokens": None, "max_num_seqs": 4}
     servers = json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]
     assert {s["name"] for s in servers} == {"slow", "fast", "exotic"} and all(s["exit_status"] is not None for s in servers)
     assert "[9/9] exotic repeat 3" in log and "9/9" not in outcome.finished.summary.splitlines()[0]
@@ -196,6 +202,17 @@ def test_an_unknown_backend_field_in_a_variant_is_a_spec_error(bench_env, monkey
         runner_mod.run_bench(spec, Config(backend="fake", runtime="local"), root=bench_env,
                              reporter=Reporter(io.StringIO()))
     assert not (bench_env / "runs").exists() or not any((bench_env / "runs" / "99").iterdir())
+
+
+def test_a_reset_the_engine_declines_is_a_protocol_violation_that_caps_the_decision(bench_env):
+    outcome, log = run(bench_env, slow_ttft_ms=80.0, fast_reset="declines")
+    concl = outcome.result["conclusion"]
+    resets = outcome.result["details"]["protocol"]["prefix_cache_resets"]
+    assert [(r["arm"], r["repeat"]) for r in resets["declined"]] == [("fast", 1), ("fast", 2), ("fast", 3)]
+    assert resets["not_offered"] == 6 and resets["confirmed"] == 0  # slow and exotic answer no reset at all
+    assert concl["valid"] is False and concl["decision"] == "inconclusive"
+    assert any(r.startswith("protocol violation: prefix cache not reset before fast repeat 1") for r in concl["invalid_reasons"])
+    assert "protocol violation" in log
 
 
 def test_a_server_a_phase_keeps_stays_up_and_the_others_stop_before_it_starts_more(bench_env):

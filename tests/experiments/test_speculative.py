@@ -23,7 +23,7 @@ from harness.experiments.speculative import (
 )
 from harness.experiments.speculative_bench import paired_steps
 from harness.experiments.speculative_table import Row, decide_top, row_lines
-from harness.mech.specdec import expected_tokens
+from harness.mech.specdec.formulas import expected_tokens
 
 SMOLLM2 = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3,
            "head_dim": 64, "num_hidden_layers": 30, "vocab_size": 49152}

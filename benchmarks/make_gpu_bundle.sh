@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Build, on a networked machine, the self-contained GPU check for a bare CUDA machine with
+# no network: the harness and its schemas, benchmarks/gpu_check.sh, and the wheels the
+# harness needs beyond torch (requirements/gpu-bundle.lock, hashes checked when fetched
+# and again when unpacked). The proposal step uses the `tiny` model, made at run time from
+# a seed (PROPOSAL_MODEL=<checkpoint dir> for a real one). On the GPU machine:
+#
+#   tar xzf infkit-gpu-check.tar.gz && infkit-gpu-check/benchmarks/gpu_check.sh
+#
+# Usage: benchmarks/make_gpu_bundle.sh [OUT.tar.gz]   (PY: the infkit venv's python)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+PY=${PY:-.venv/bin/python}
+OUT=${1:-build/infkit-gpu-check.tar.gz}
+MAX_BYTES=$((60 * 1000 * 1000))
+NAME=infkit-gpu-check
+t0=$SECONDS
+work=$(mktemp -d "${TMPDIR:-/tmp}/infkit-gpu-bundle.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+stage="$work/$NAME"
+mkdir -p "$stage/benchmarks" "$stage/requirements" "$(dirname "$OUT")"
+
+# The harness as this checkout has it (tracked and new files, never ignored ones).
+git ls-files --cached --others --exclude-standard -z harness schemas | tar --null -T - -cf - | tar -C "$stage" -xf -
+cp benchmarks/gpu_check.sh benchmarks/bundle_python.py "$stage/benchmarks/"
+cp requirements/gpu-bundle.lock "$stage/requirements/"
+timeout -k 10 1800 "$PY" -m harness images wheels gpu-bundle --dest "$stage/wheels"
+python_version=$(sed -n 's/^# Target: CPython \([0-9.]*\),.*/\1/p' requirements/gpu-bundle.lock)
+{
+  echo "infkit GPU check bundle"
+  echo "revision: $(git rev-parse HEAD)$(git diff --quiet HEAD -- harness schemas benchmarks requirements || echo -dirty)"
+  echo "created_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "wheels_for: CPython $python_version (torch not included: the machine's own)"
+  echo "run: benchmarks/gpu_check.sh [OUT]   (DEVICE=cpu rehearses it without a GPU)"
+} >"$stage/BUNDLE"
+find "$stage" -name __pycache__ -prune -exec rm -rf {} +
+# Reproducible archive: sorted names, fixed owner and times, no gzip timestamp.
+tar -C "$work" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - "$NAME" | gzip -n -9 >"$OUT.partial"
+size=$(stat -c %s "$OUT.partial")
+if [ "$size" -gt "$MAX_BYTES" ]; then
+  rm -f "$OUT.partial"
+  echo "make_gpu_bundle: the bundle is $size bytes, over the $MAX_BYTES limit" >&2
+  exit 1
+fi
+mv "$OUT.partial" "$OUT"
+echo "make_gpu_bundle: $OUT, $((size / 1000)) kB ($(ls "$stage/wheels" | wc -l) wheels for CPython $python_version) in $((SECONDS - t0)) s"

@@ -1,0 +1,120 @@
+"""Communication settings of a parallel server: requested (command line, environment), effective (its log), topology.
+
+- ``requested(argv)``: tensor/pipeline/data parallel sizes, nodes, executor backend from vLLM's
+  flags, and the world size and ranks per node they imply;
+- ``comm_env(env)``: the NCCL_*, GLOO_*, Ray and vLLM parallel variables a server ran with;
+- ``effective(log)``: what the engine reports (each rank's ``world_size=… rank=… backend=…`` line and
+  its DP/PP/TP assignment), so a setting the engine changed is seen, not assumed;
+- ``topology(nvml)``: how the GPUs are connected (NVML common ancestor per pair, active NVLinks),
+  or why there is nothing to say.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+FLAGS = {"--tensor-parallel-size": "tensor_parallel_size", "-tp": "tensor_parallel_size",
+         "--pipeline-parallel-size": "pipeline_parallel_size", "-pp": "pipeline_parallel_size",
+         "--data-parallel-size": "data_parallel_size", "-dp": "data_parallel_size",
+         "--nnodes": "nnodes", "-n": "nnodes", "--node-rank": "node_rank", "-r": "node_rank",
+         "--master-addr": "master_addr", "--master-port": "master_port",
+         "--distributed-executor-backend": "distributed_executor_backend",
+         "--data-parallel-backend": "data_parallel_backend"}
+ENV_PREFIXES = ("NCCL_", "GLOO_", "TP_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT", "RAY_", "VLLM_HOST_IP",
+                "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_SIM_MULTI_NUMA", "VLLM_PP_", "VLLM_DP_", "VLLM_ALL2ALL",
+                "VLLM_ALLREDUCE", "VLLM_DISTRIBUTED", "VLLM_WORKER_MULTIPROC_METHOD", "VLLM_USE_RAY", "VLLM_RAY_",
+                "VLLM_SKIP_P2P", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+RANK_LINE = re.compile(r"world_size=(\d+) rank=(\d+) local_rank=(\d+) distributed_init_method=(\S+) backend=(\w+)")
+ASSIGNED = re.compile(r"rank (\d+) in world size (\d+) is assigned as DP rank (\d+), PP rank (\d+), .*?TP rank (\d+)")
+# NVML topology levels (nvmlGpuTopologyLevel_t), nearest first.
+LEVELS = {0: "same board", 10: "single PCIe switch", 20: "multiple PCIe switches", 30: "PCIe host bridge",
+          40: "same NUMA node (CPU interconnect)", 50: "across CPU sockets (SMP)"}
+
+
+def requested(argv: Sequence[str]) -> dict[str, Any]:
+    """Parallel settings named on a vLLM command line, with the world size and ranks per node they imply."""
+    out: dict[str, Any] = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1,
+                           "nnodes": 1, "distributed_executor_backend": None, "headless": "--headless" in argv}
+    words = list(argv)
+    for i, word in enumerate(words):
+        key, value = (word.split("=", 1) + [None])[:2] if word.startswith("--") and "=" in word else (word, None)
+        if key in FLAGS:
+            value = value if value is not None else (words[i + 1] if i + 1 < len(words) else None)
+            field = FLAGS[key]
+            out[field] = int(value) if value is not None and value.isdigit() else value
+    within_dp = out["tensor_parallel_size"] * out["pipeline_parallel_size"]
+    out["world_size"] = within_dp * out["data_parallel_size"]
+    out["ranks_per_node"] = out["world_size"] // max(1, out["nnodes"])
+    return out
+
+
+def comm_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The communication and parallel variables of an environment (others left out)."""
+    return {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)}
+
+
+def effective(log_text: str) -> dict[str, Any]:
+    """What the engine's log says about its ranks: world size, backend, init method and rank assignments."""
+    ranks = [{"world_size": int(w), "rank": int(r), "local_rank": int(lr), "init_method": m, "backend": b}
+             for w, r, lr, m, b in RANK_LINE.findall(log_text)]
+    assigned = [{"rank": int(r), "world_size": int(w), "dp_rank": int(dp), "pp_rank": int(pp), "tp_rank": int(tp)}
+                for r, w, dp, pp, tp in ASSIGNED.findall(log_text)]
+    out: dict[str, Any] = {"ranks": ranks, "assignments": assigned}
+    if ranks:
+        out["world_size"] = max(r["world_size"] for r in ranks)
+        out["backends"] = sorted({r["backend"] for r in ranks})
+    return out
+
+
+def _pairs(nv: ModuleType, handles: list[Any]) -> list[dict[str, Any]]:
+    pairs = []
+    for i in range(len(handles)):
+        for j in range(i + 1, len(handles)):
+            try:
+                level = int(nv.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j]))
+            except Exception:  # noqa: BLE001 - an NVML query a driver lacks is an unknown, not a failure
+                level = None
+            pairs.append({"gpus": [i, j], "level": level, "link": LEVELS.get(level, "unknown") if level is not None
+                          else "unknown"})
+    return pairs
+
+
+def _nvlinks(nv: ModuleType, handle: Any) -> int | None:
+    links = getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)
+    active = 0
+    for link in range(links):
+        try:
+            active += int(bool(nv.nvmlDeviceGetNvLinkState(handle, link)))
+        except Exception:  # noqa: BLE001 - no such link, or no NVLink at all
+            if link == 0:
+                return None
+            break
+    return active
+
+
+def topology(nvml: ModuleType | None = None) -> dict[str, Any]:
+    """GPU interconnect as NVML sees it: per pair the nearest common ancestor, per GPU its active NVLinks."""
+    if nvml is None:
+        try:
+            nvml = importlib.import_module("pynvml")
+        except ImportError:
+            return {"gpus": 0, "reason": "NVML Python bindings (nvidia-ml-py) are not installed"}
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # noqa: BLE001
+        return {"gpus": 0, "reason": f"NVML could not initialise ({exc or type(exc).__name__}): no NVIDIA driver"}
+    try:
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        return {"gpus": len(handles), "nvlinks_active": [_nvlinks(nvml, h) for h in handles],
+                "pairs": _pairs(nvml, handles), "reason": None if handles else "NVML found no GPU devices"}
+    except Exception as exc:  # noqa: BLE001
+        return {"gpus": 0, "reason": f"NVML topology query failed: {exc or type(exc).__name__}"}
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,135 @@
+"""Fitting the step-cost model to measured per-request TTFT and TPOT by linearising the simulator.
+
+For a fixed schedule (which requests share which steps), every simulated time
+is linear in the cost coefficients w: a busy period starts at an arrival (a
+constant) and each step adds ``x_s . w``, where ``x_s`` are the step's features
+(1, prompt tokens, attention pairs/1000, decoding sequences, context/1000).
+So, with the cumulative feature sums ``X``:
+
+    TTFT_i = X[first-token step] - X[busy-period start] . w + (period start - arrival_i) + overhead
+    TPOT_i = (X[finish step] - X[first-token step]) . w / (output_i - 1)
+
+The fit alternates: simulate the measured arrivals with the current w, build
+these equations from the step log, solve a relative-error non-negative least
+squares, repeat until w settles. A constant per-request TTFT overhead (HTTP,
+tokenisation) is one more unknown carried only by the TTFT rows. Rows whose
+residual is far outside the rest (a stalled machine, a stray process) are
+dropped once, by a median-absolute-deviation rule, and the count reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness.errors import InvalidInput
+from harness.mech.engine.blocks import PlainPool
+from harness.mech.engine.costmodel import FEATURES, StepCostModel
+from harness.mech.engine.engine import Engine
+from harness.mech.engine.types import EngineConfig, Seq
+from harness.mech.engine.workload import SimWorkload
+
+COLUMNS = (*FEATURES, "ttft_overhead_ms")
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What was measured for one request (ms), and when it was actually sent (s from run start)."""
+
+    index: int
+    ttft_ms: float
+    tpot_ms: float | None
+    output_tokens: int
+    sent_s: float | None = None
+
+
+def nnls_relative(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares on relative error with non-negative coefficients (active set: drop the most negative)."""
+    if np.any(y <= 0):
+        raise InvalidInput("measured times must be positive")
+    w = 1 / y
+    active = list(range(x.shape[1]))
+    coef = np.zeros(x.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(x[:, active] * w[:, None], y * w, rcond=None)
+        if np.all(sol >= 0):
+            coef[active] = sol
+            break
+        active.pop(int(np.argmin(sol)))
+    return coef
+
+
+def equations(workload: SimWorkload, measured: dict[int, Observation], model: StepCostModel,
+              engine: EngineConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Rows over COLUMNS and targets (ms) for every measured request, under ``model``'s schedule."""
+    seqs = [Seq(r, measured[r.index].sent_s if r.index in measured and measured[r.index].sent_s is not None
+                else float(r.arrival_s or 0.0)) for r in workload.requests]
+    sim = Engine(engine, model, PlainPool(engine.num_blocks, engine.block_size), seqs, log_steps=True)
+    result = sim.run()
+    log = sim.step_log or []
+    feats = np.zeros((len(log) + 1, len(FEATURES)))
+    feats[1:] = np.cumsum(np.array([f for _, _, f in log], dtype=float), axis=0) if log else 0
+    end_index = {end: i for i, (_, end, _) in enumerate(log)}
+    period_start, period_time = [0] * len(log), [0.0] * len(log)
+    for i, (start, _, _) in enumerate(log):
+        contiguous = i > 0 and start == log[i - 1][1]
+        period_start[i] = period_start[i - 1] if contiguous else i
+        period_time[i] = period_time[i - 1] if contiguous else start
+    rows, ys = [], []
+    for rec in result.records:
+        obs = measured.get(rec.index)
+        if obs is None or rec.first_token_s is None:
+            continue
+        s_first = end_index[rec.first_token_s]
+        p = period_start[s_first]
+        const_ms = 1000 * (period_time[s_first] - rec.arrival_s)
+        rows.append([*(feats[s_first + 1] - feats[p]), 1.0])
+        ys.append(obs.ttft_ms - const_ms)
+        if obs.tpot_ms is not None and rec.output_tokens > 1:
+            s_fin = end_index[rec.finish_s]
+            rows.append([*((feats[s_fin + 1] - feats[s_first + 1]) / (rec.output_tokens - 1)), 0.0])
+            ys.append(obs.tpot_ms)
+    if len(rows) < len(COLUMNS):
+        raise InvalidInput(f"only {len(rows)} usable measurements; the fit needs at least {len(COLUMNS)}")
+    return np.asarray(rows), np.asarray(ys)
+
+
+def fit_to_measurements(workload: SimWorkload, measured: dict[int, Observation], engine: EngineConfig,
+                        start: StepCostModel | None = None, iterations: int = 8,
+                        ) -> tuple[StepCostModel, float, dict[str, float]]:
+    """Fit (model, TTFT overhead ms, stats) so the simulator reproduces the measured TTFT and TPOT."""
+    model = start or StepCostModel()
+    coef = np.zeros(len(COLUMNS))
+    dropped = rounds = 0
+    while rounds < iterations:
+        rounds += 1
+        x, y = equations(workload, measured, model, engine)
+        keep = y > 0
+        x, y = x[keep], y[keep]
+        coef_new = nnls_relative(x, y)
+        rel = (x @ coef_new - y) / y
+        mad = float(np.median(np.abs(rel - np.median(rel))))
+        inliers = np.abs(rel - np.median(rel)) <= max(0.25, 5 * 1.4826 * mad)
+        if not inliers.all() and inliers.sum() >= len(COLUMNS):
+            coef_new = nnls_relative(x[inliers], y[inliers])
+        dropped = int((~inliers).sum() + (~keep).sum())
+        settled = np.allclose(coef_new, coef, rtol=1e-6, atol=1e-9)
+        coef = coef_new
+        model = _model(coef)
+        if settled:
+            break
+    x, y = equations(workload, measured, model, engine)
+    rel = (x @ coef - y) / y
+    stats = {"equations": int(len(y)), "iterations": rounds, "dropped_outliers": dropped,
+             "median_abs_relative_residual": float(np.median(np.abs(rel))),
+             "rms_relative_residual": float(np.sqrt(np.mean(rel**2)))}
+    return model, float(coef[-1]), stats
+
+
+def _model(coef: np.ndarray) -> StepCostModel:
+    values = dict(zip(COLUMNS, coef.tolist(), strict=True))
+    values.pop("ttft_overhead_ms")
+    if values["base_ms"] + values["prefill_ms_per_token"] + values["decode_ms_per_seq"] <= 0:
+        raise InvalidInput("the measurements imply zero-cost steps; the profiling data is degenerate")
+    return StepCostModel(**values)

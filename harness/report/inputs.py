@@ -1,0 +1,106 @@
+"""Report inputs: run directories or manifests, each audited before anything of it is read.
+
+An input is a signed manifest (``manifests/<semantic_id>/<run_id>.intoto.json``), a run
+directory (its manifest is found under the root by the run's semantic_id and run_id), or a
+folder holding manifests (every ``*.intoto.json`` under it). Whatever cannot be mapped to a
+manifest — a missing path, an unsigned run, an unreadable run.json — becomes an INVALID input
+with the reason; it never stops the report.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.contract.schemas import DocumentError, load_document
+from harness.manifest.audit import (
+    AuditConfig,
+    ManifestReport,
+    audit_manifest,
+    auditor_keys,
+    find_manifests,
+)
+from harness.manifest.findings import Finding
+from harness.manifest.sign import default_manifest_path
+from harness.runinfo import RUN_FILE
+
+
+@dataclass(frozen=True)
+class AuditedInput:
+    """One input as the user named it, its manifest (when one was found) and the audit's verdict."""
+
+    given: str
+    manifest: Path | None
+    audit: ManifestReport | None
+    problems: tuple[Finding, ...] = ()  # why the input could not be mapped, or disagrees with its manifest
+
+    @property
+    def valid(self) -> bool:
+        return self.audit is not None and self.audit.valid and not self.problems
+
+    @property
+    def reasons(self) -> tuple[Finding, ...]:
+        return (*self.problems, *(self.audit.findings if self.audit else ()))
+
+
+def _run_dir_manifest(run_dir: Path, root: Path) -> tuple[Path | None, Finding | None]:
+    """The manifest a run directory is signed into, located from its (not yet verified) run.json."""
+    try:
+        run = load_document(run_dir / RUN_FILE)
+        semantic_id, run_id = run["semantic_id"], run["run_id"]
+        if not (isinstance(semantic_id, str) and isinstance(run_id, str)) or "/" in semantic_id + run_id:
+            raise TypeError
+    except DocumentError as exc:
+        return None, Finding("input", f"cannot read the run record: {exc}")
+    except (KeyError, TypeError):
+        return None, Finding("input", f"{run_dir / RUN_FILE} names no semantic_id and run_id")
+    manifest = default_manifest_path(root, semantic_id, run_id)
+    if not manifest.is_file():
+        return None, Finding("input", f"unsigned: no manifest at {manifest} (sign it: infkit sign {run_dir})")
+    return manifest, None
+
+
+def _expand(given: str, root: Path) -> list[tuple[Path | None, Path | None, Finding | None]]:
+    """(manifest, run directory the user named, problem) for one named path."""
+    path = Path(given)
+    if not path.exists():
+        return [(None, None, Finding("input", "no such file or directory"))]
+    if path.is_file():
+        return [(path, None, None)]  # a file is read as a manifest; audit names what is wrong with it
+    if not path.is_dir():
+        return [(None, None, Finding("input", "not a file or directory"))]
+    if (path / RUN_FILE).is_file():
+        manifest, problem = _run_dir_manifest(path, root)
+        return [(manifest, path, problem)]
+    manifests = find_manifests([path])
+    if not manifests:
+        return [(None, None, Finding("input", f"neither a run directory (no {RUN_FILE}) nor a folder of manifests"))]
+    return [(m, None, None) for m in manifests]
+
+
+def _names_run_dir(report: ManifestReport, run_dir: Path, root: Path) -> Finding | None:
+    named = (report.predicate or {}).get("run_dir")
+    if named is None or os.path.realpath(root / named) == os.path.realpath(run_dir):
+        return None
+    return Finding("input", f"the manifest {report.manifest} signs the run directory {named}, not {run_dir}")
+
+
+def audit_inputs(paths: list[str], config: AuditConfig) -> list[AuditedInput]:
+    """Map every named path to manifests and audit each once (a run named twice is one input)."""
+    trusted = auditor_keys(config)
+    out: list[AuditedInput] = []
+    seen: set[str] = set()
+    for given in paths:
+        for manifest, run_dir, problem in _expand(given, config.root):
+            if manifest is None:
+                out.append(AuditedInput(given, None, None, (problem,) if problem else ()))
+                continue
+            real = os.path.realpath(manifest)
+            if real in seen:
+                continue
+            seen.add(real)
+            report = audit_manifest(manifest, config.root, trusted)
+            mismatch = _names_run_dir(report, run_dir, config.root) if run_dir else None
+            out.append(AuditedInput(given, manifest, report, (mismatch,) if mismatch else ()))
+    return out

@@ -1,0 +1,192 @@
+"""Read one audited run: its run record, fingerprint, result document, headline figures and PNGs.
+
+Only what the audit verified is read. JSON documents come from the audit itself (parsed from
+the bytes whose sha256 matched the signed one); figures are read and hashed again against the
+signed digest, so a file swapped after the audit is left out with the reason, never shown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.report.inputs import AuditedInput
+
+COMPARISON_FILE = "comparison.json"
+RESULT_FILE = "result.json"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+MAX_FIGURE_BYTES = 8 * 1024 * 1024
+PERFORMANCE_HEADLINE = (("ttft_ms", "TTFT p50"), ("tpot_ms", "TPOT p50"), ("e2e_ms", "E2E p50"))
+THROUGHPUT_HEADLINE = (("output_tokens_per_s", "output throughput", "tok/s"),
+                       ("request_rate_rps", "request rate", "req/s"))
+CONCLUSION_FIELDS = ("decision", "evidence_level", "valid", "invalid_reasons", "summary", "failure", "next_step")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A signed PNG of a run, verified against its subject digest."""
+
+    name: str  # subject name, relative to the root
+    sha256: str
+    png: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class RunView:
+    """What a report shows of one VALID run; every value comes from verified bytes."""
+
+    run: dict[str, Any]
+    run_dir: str  # relative to the root, as the manifest names it
+    fingerprint: dict[str, Any] | None
+    result_name: str | None
+    result: dict[str, Any] | None
+    headline: tuple[dict[str, Any], ...]
+    conclusion: dict[str, Any] | None
+    figures: tuple[Figure, ...]
+    summary_name: str | None
+    notes: tuple[str, ...]  # what could not be shown, and why
+
+    @property
+    def semantic_id(self) -> str:
+        return self.run["semantic_id"]
+
+    @property
+    def run_id(self) -> str:
+        return self.run["run_id"]
+
+    @property
+    def kind(self) -> str | None:
+        return self.result.get("kind") if self.result else None
+
+    @property
+    def backend(self) -> str | None:
+        backend = ((self.result or {}).get("environment") or {}).get("backend")
+        return f"{backend['name']} {backend['version']}" if isinstance(backend, dict) else None
+
+
+def _outputs(run: dict[str, Any]) -> dict[str, Any]:
+    outputs = run.get("outputs")
+    return outputs if isinstance(outputs, dict) else {}
+
+
+def result_file(run: dict[str, Any], subjects: dict[str, str], run_dir: str) -> str:
+    """The run's top-level result document: outputs.result, else comparison.json, else result.json."""
+    named = _outputs(run).get("result")
+    if isinstance(named, str) and named:
+        return named
+    return COMPARISON_FILE if f"{run_dir}/{COMPARISON_FILE}" in subjects else RESULT_FILE
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _headline_item(item: Any) -> dict[str, Any] | None:
+    """A declared headline figure, or None when it is not of the documented shape."""
+    if not (isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("unit"), str)):
+        return None
+    if not (item.get("value") is None or _number(item.get("value"))):
+        return None
+    if any(k in item and not _number(item[k]) for k in ("ci_low", "ci_high")):
+        return None
+    keep = {k: item[k] for k in ("name", "value", "unit", "ci_low", "ci_high", "arm") if k in item}
+    return keep if "arm" not in keep or isinstance(keep["arm"], str) else None
+
+
+def _derived_headline(result: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    effect = (result.get("conclusion") or {}).get("effect")
+    if isinstance(effect, dict):
+        arms = f"{effect['arm_b']} vs {effect['arm_a']}" if effect.get("arm_a") and effect.get("arm_b") else None
+        out.append({"name": f"effect on {effect['metric']}", "value": effect["value"],
+                    "unit": "ratio" if effect["no_effect"] == 1 else "", "ci_low": effect["ci_low"],
+                    "ci_high": effect["ci_high"], **({"arm": arms} if arms else {})})
+    perf = result.get("performance") or {}
+    for key, name in PERFORMANCE_HEADLINE:
+        dist = perf.get(key)
+        if isinstance(dist, dict) and _number(dist.get("p50")):
+            out.append({"name": name, "value": dist["p50"], "unit": "ms"})
+    throughput = perf.get("throughput")
+    for key, name, unit in THROUGHPUT_HEADLINE:
+        if isinstance(throughput, dict) and _number(throughput.get(key)):
+            out.append({"name": name, "value": throughput[key], "unit": unit})
+    return out
+
+
+def headline_figures(result: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """(headline figures, notes): details.headline when the result declares it, else derived
+    from the paired effect and the performance group's P50 latencies and throughput."""
+    declared = (result.get("details") or {}).get("headline")
+    if declared is None:
+        return _derived_headline(result), []
+    if not isinstance(declared, list):
+        return [], ["details.headline is not a list; no headline figures shown"]
+    items = [_headline_item(i) for i in declared]
+    dropped = sum(i is None for i in items)
+    notes = [f"{dropped} details.headline entr{'y' if dropped == 1 else 'ies'} not of the form "
+             "{name, value, unit, ci_low?, ci_high?, arm?}: left out"] if dropped else []
+    return [i for i in items if i is not None], notes
+
+
+def _figure_names(run: dict[str, Any], subjects: dict[str, str], run_dir: str) -> list[str]:
+    named = _outputs(run).get("figures")
+    if isinstance(named, list):
+        return [f"{run_dir}/{n}" for n in named if isinstance(n, str)]
+    prefix = f"{run_dir}/"
+    return sorted(n for n in subjects if n.startswith(prefix) and "/" not in n[len(prefix):] and n.endswith(".png"))
+
+
+def _read_figure(root: Path, name: str, signed: str | None) -> tuple[Figure | None, str | None]:
+    if signed is None:
+        return None, f"figure {name} is not a signed subject: left out"
+    path = root / name
+    try:
+        if os.path.getsize(path) > MAX_FIGURE_BYTES:
+            return None, f"figure {name} is larger than {MAX_FIGURE_BYTES >> 20} MiB: left out"
+        data = path.read_bytes()
+    except OSError as exc:
+        return None, f"figure {name} cannot be read ({exc.strerror}): left out"
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != signed:
+        return None, f"figure {name} changed after the audit (sha256 {digest[:16]}…): left out"
+    if not data.startswith(PNG_MAGIC):
+        return None, f"figure {name} is not a PNG: left out"
+    return Figure(name, digest, data), None
+
+
+def read_run(item: AuditedInput, root: Path) -> RunView:
+    """The view of a VALID input (the caller checks ``item.valid``)."""
+    audit = item.audit
+    assert audit is not None and audit.predicate is not None  # a VALID input has both
+    run_dir = audit.predicate["run_dir"]
+    docs, subjects = audit.documents, audit.subject_digests
+    run = docs[f"{run_dir}/run.json"]  # the evidence rules already required a verified run.json
+    notes: list[str] = []
+    fingerprint = docs.get(audit.predicate["fingerprint"]["path"])
+    if fingerprint is None:
+        notes.append("fingerprint.json is not a verified infkit document: no environment diff for this run")
+    result_name = f"{run_dir}/{result_file(run, subjects, run_dir)}"
+    result = docs.get(result_name)
+    if result is None or result.get("schema") != "infkit/result/v1":
+        notes.append(f"no verified result document at {result_name}: no headline figures")
+        result = None
+    headline, headline_notes = headline_figures(result) if result else ([], [])
+    notes += headline_notes
+    conclusion = None
+    if result:
+        c = result["conclusion"]
+        conclusion = {k: c.get(k) for k in CONCLUSION_FIELDS}
+    figures = []
+    for name in _figure_names(run, subjects, run_dir):
+        figure, note = _read_figure(root, name, subjects.get(name))
+        if figure:
+            figures.append(figure)
+        else:
+            notes.append(note)
+    summary = _outputs(run).get("summary", "summary.txt")
+    summary_name = f"{run_dir}/{summary}" if isinstance(summary, str) and f"{run_dir}/{summary}" in subjects else None
+    return RunView(run, run_dir, fingerprint, result_name if result else None, result, tuple(headline),
+                   conclusion, tuple(figures), summary_name, tuple(notes))

@@ -1,0 +1,51 @@
+"""Running the real CLI in a private root, and the one small bench-69 run tests share.
+
+A real server start costs a minute or more on 2 cores, so the small bench-69 run is made once per
+test session (``small_bench69`` in conftest.py) and read by every test that needs one.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH69_SMALL = ("--repeats", "1", "--groups", "2", "--prompts-per-group", "3", "--warmup-requests", "1",
+                 "--resamples", "1000")
+
+
+def infkit(*args: str) -> list[str]:
+    return [sys.executable, "-m", "harness", *args]
+
+
+def env_for(tmp: Path) -> dict[str, str]:
+    # A private config dir: the default key is created there on first use (a key named by
+    # INFKIT_SIGNING_KEY must already exist, so that variable is dropped).
+    env = {k: v for k, v in os.environ.items() if k not in ("INFKIT_SIGNING_KEY", "INFKIT_SIGNING_KEY_PEM")}
+    return {**env, "XDG_CONFIG_HOME": str(tmp / "config"), "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
+
+
+def audit(root: Path, manifest: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(infkit("audit", str(manifest)), cwd=root, env=env_for(root), capture_output=True,
+                          text=True, timeout=300)
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """A finished bench command in its own root: the process, its run directory and manifest."""
+
+    root: Path
+    proc: subprocess.CompletedProcess
+    run_dir: Path
+    manifest: Path
+
+
+def run_bench(root: Path, number: str, semantic_id: str, *args: str, timeout_s: float = 1500) -> BenchRun:
+    proc = subprocess.run(infkit("bench", number, *args), cwd=root, env=env_for(root), capture_output=True, text=True,
+                          timeout=timeout_s)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = list((root / "runs" / number).iterdir())
+    return BenchRun(root, proc, run_dir, root / "manifests" / semantic_id / f"{run_dir.name}.intoto.json")
