@@ -13,12 +13,11 @@ differently from one-token decoding and flips near-tied greedy choices on some p
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 from harness.contract.schemas import validate_file
-from tests.bench_runs import audit, env_for, infkit
+from tests.bench_runs import audit, run_bench
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = pytest.mark.slow
@@ -29,10 +28,8 @@ SMALL = ["--repeats", "1", "--requests", "2", "--input-tokens", "128", "--output
 
 def test_small_bench68_moves_the_acceptance_counters_and_keeps_greedy_outputs_identical(tmp_path):
     prepared_model_or_skip()
-    proc = subprocess.run(infkit("bench", "68", *SMALL), cwd=tmp_path, env=env_for(tmp_path), capture_output=True,
-                          text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (run_dir,) = list((tmp_path / "runs" / "68").iterdir())
+    done = run_bench(tmp_path, "68", "INF-SPECULATIVE-BENCH", *SMALL)
+    run_dir = done.run_dir
     for doc in [run_dir / "comparison.json", run_dir / "run.json", *run_dir.glob("arms/*/r*/result.json")]:
         assert validate_file(doc) == [], doc
     arms = {p.parent.parent.name: json.loads(p.read_text()) for p in run_dir.glob("arms/*/r*/result.json")}
@@ -69,6 +66,5 @@ def test_small_bench68_moves_the_acceptance_counters_and_keeps_greedy_outputs_id
     summary = (run_dir / "summary.txt").read_text()
     assert "predicted vs served" in summary and "greedy identity: 4/4" in summary
 
-    manifest = tmp_path / "manifests" / "INF-SPECULATIVE-BENCH" / f"{run_dir.name}.intoto.json"
-    checked = audit(tmp_path, manifest)
+    checked = audit(tmp_path, done.manifest)
     assert checked.returncode == 0 and "VALID" in checked.stdout, checked.stdout + checked.stderr
