@@ -56,6 +56,16 @@ def test_mounts(tmp_path: Path):
     assert set(volumes) == {str(harness), str(run_dir), str(model)}
 
 
+def test_a_draft_model_named_inside_a_json_argument_is_mounted_too(tmp_path: Path):
+    run_dir, harness, draft = tmp_path / "run", tmp_path / "repo", tmp_path / "drafts" / "eagle"
+    for d in (run_dir, harness, draft):
+        d.mkdir(parents=True)
+    spec = json.dumps({"method": "eagle", "model": str(draft), "num_speculative_tokens": 3})
+    volumes = mounts_for(("vllm", "--speculative-config", spec, "--x", "{not json"), run_dir, harness)
+    assert volumes[str(draft)] == {"bind": str(draft), "mode": "ro"}
+    assert set(volumes) == {str(harness), str(run_dir), str(draft)}
+
+
 def test_server_listens_inside_the_container_namespace():
     assert container_argv(("vllm", "--host", "127.0.0.1", "--port", "8000")) == ["vllm", "--host", "0.0.0.0", "--port", "8000"]
     assert container_argv(("x", "--host=127.0.0.1")) == ["x", "--host=0.0.0.0"]

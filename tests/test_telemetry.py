@@ -70,6 +70,29 @@ def test_deltas_across_the_run():
     assert "spec_decode" in s["absent"] and s["spec_decode"] is None
 
 
+def spec_text(drafts: int, drafted: int, accepted: int, per_pos: list[int]) -> str:
+    lab = 'engine="0",model_name="m"'
+    lines = [f"# TYPE vllm:spec_decode_num_{name}_total counter\nvllm:spec_decode_num_{name}_total{{{lab}}} {value}"
+             for name, value in (("drafts", drafts), ("draft_tokens", drafted), ("accepted_tokens", accepted))]
+    lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter")
+    lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{k}"}} {v}'
+              for k, v in enumerate(per_pos)]
+    return "\n".join(lines) + "\n"
+
+
+def test_spec_decode_deltas_with_acceptance_per_position():
+    before, after = parse(spec_text(10, 40, 20, [8, 6, 4, 2])), parse(spec_text(30, 120, 50, [26, 15, 7, 2]))
+    spec = summarize(before, after)["spec_decode"]
+    assert (spec["drafts"], spec["draft_tokens"], spec["accepted_tokens"]) == (20, 80, 30)
+    assert spec["acceptance_rate"] == 0.375 and spec["mean_acceptance_length"] == 2.5
+    assert spec["accepted_tokens_per_position"] == [18, 9, 3, 0]
+    assert parse(spec_text(1, 1, 1, [1, 0])).by_label("vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                                                        "position") == {"0": 1.0, "1": 0.0}
+    older = summarize(parse(spec_text(1, 4, 2, [])), parse(spec_text(2, 8, 3, [])))
+    assert older["spec_decode"]["accepted_tokens_per_position"] is None
+    assert "spec_decode.accepted_tokens_per_position" in older["absent"]
+
+
 def test_absent_is_not_zero_and_restart_is_detected():
     bare = parse("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n")
     s = summarize(bare, bare)

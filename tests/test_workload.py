@@ -72,6 +72,29 @@ def test_shared_and_unique_prefix_twins_have_identical_lengths(tokenizer_dir):
     assert shared.header["paired_with"] == "unique-prefix" and unique.header["paired_with"] == "shared-prefix"
 
 
+def test_copy_prompts_are_exact_restate_their_passage_and_twin_random_lengths(tokenizer_dir, tmp_path):
+    common = _closed(requests=6, input_tokens=240, output_tokens=24, input_range=0.3, output_range=0.3)
+    copy = make_workload("copy", common, {"primer_words": 3}, tokenizer_dir)
+    tok = ExactTokenizer(tokenizer_dir)
+    assert [tok.count(r.prompt) for r in copy.requests] == [r.input_tokens for r in copy.requests]
+    twin = make_workload("random", common, {}, tokenizer_dir)
+    assert [(r.input_tokens, r.output_tokens) for r in copy.requests] == \
+        [(r.input_tokens, r.output_tokens) for r in twin.requests]
+    assert copy.header["paired_with"] == "random" and copy.header["generator"]["primer_words"] == 3
+    for r in copy.requests:
+        body, _, tail = r.prompt.partition("\n\nText:")[2].partition("\n\nRepeated text:")
+        assert body.split()[:3] == tail.split() and len(body.split()) > r.output_tokens  # the answer can copy
+    again = make_workload("copy", common, {"primer_words": 3}, tokenizer_dir)
+    assert again.workload_id == copy.workload_id
+    write_workload(tmp_path / "copy.jsonl", copy)
+    assert load_workload(tmp_path / "copy.jsonl").kind == "copy"
+
+
+def test_copy_prompt_too_short_is_an_input_error(tokenizer_dir):
+    with pytest.raises(InvalidInput, match="too short for a copy prompt"):
+        make_workload("copy", _closed(requests=1, input_tokens=12, output_tokens=4), {}, tokenizer_dir)
+
+
 def test_multi_turn_resends_history(tokenizer_dir):
     w = make_workload("multi-turn", _closed(input_tokens=10, output_tokens=5), {"conversations": 2, "turns": 3}, tokenizer_dir)
     tok = ExactTokenizer(tokenizer_dir)

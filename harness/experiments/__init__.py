@@ -9,9 +9,6 @@ decision rule), ``sweep`` (load sweeps and their reading rules), ``benches/``
 
 from __future__ import annotations
 
-# Import the specs' subpackage before defining benches(): importing a submodule sets its name on the
-# parent package only on its first import, so a later `import ...benches.bench81` cannot shadow the function.
-import harness.experiments.benches  # noqa: F401
 from harness.experiments.spec import BenchSpec
 from harness.registry import discover, lookup
 

@@ -54,6 +54,7 @@ class Reading:
     figures: dict[str, Callable[[Path], Any]] = field(default_factory=dict)
     headline: list[dict[str, Any]] = field(default_factory=list)
     kind: str = "comparison"
+    quality: dict[str, Any] | None = None  # the correctness group's quality (e.g. greedy agreement), when checked
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,8 @@ def top_result(history: History, plan: Plan, reading: Reading, *, semantic_id: s
         identity={**ident, "created_utc": utc_now()}, workload=workload, environment=reference["environment"],
         performance=Performance.not_applicable(f"a {reading.kind}; per-arm distributions are in the arm results"),
         correctness=Correctness(output_count=sum(r.completed for r in runs), termination_counts=dict(terminations),
-                                quality=None, null_reasons={"quality": "no reference outputs for this workload"}),
+                                quality=reading.quality,
+                                null_reasons={} if reading.quality else {"quality": "no reference outputs for this workload"}),
         conclusion=conclusion,
         details={"protocol": protocol, "headline": reading.headline, **reading.details,
                  "arm_runs": [arm_run_entry(r) for r in runs], **extra},

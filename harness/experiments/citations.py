@@ -8,6 +8,7 @@ never feed a later decision.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from harness.contract.jsonio import read_json
 from harness.errors import InvalidInput
 from harness.ids import sha256_file
 from harness.manifest.audit import AuditConfig, audit_paths
+from harness.manifest.dsse import EnvelopeError, parse_envelope
 from harness.manifest.sign import MANIFEST_SUFFIX, MANIFESTS_DIR
 
 
@@ -41,10 +43,25 @@ class Citation:
                 "evidence_level": self.run["evidence_level"]}
 
 
-def latest_manifest(root: Path, semantic_id: str) -> Path | None:
-    """The newest manifest of ``semantic_id`` under ``root/manifests`` (run ids sort by time), or None."""
+def latest_manifest(root: Path, semantic_id: str, holding: str | None = None) -> Path | None:
+    """The newest manifest of ``semantic_id`` under ``root/manifests`` (run ids sort by time), or None.
+
+    With ``holding``, the newest whose subjects include a file of that name (one semantic id can
+    cover several experiments: INF-PROPOSAL is both ``mech specdec`` and ``cuda proposal``). The
+    subjects are only peeked at here; ``cite`` audits the one chosen.
+    """
     found = sorted((Path(root) / MANIFESTS_DIR / semantic_id).glob(f"*{MANIFEST_SUFFIX}"))
+    if holding is not None:
+        found = [p for p in found if holding in _subject_names(p)]
     return found[-1] if found else None
+
+
+def _subject_names(manifest: Path) -> set[str]:
+    try:
+        statement = json.loads(parse_envelope(manifest.read_bytes()).payload)
+        return {Path(str(s.get("name", ""))).name for s in statement.get("subject") or [] if isinstance(s, dict)}
+    except (EnvelopeError, OSError, ValueError, AttributeError):
+        return set()  # an unreadable manifest holds nothing; citing it would fail its audit anyway
 
 
 def cite(manifest: str | Path, root: Path, *, semantic_id: str | None = None) -> Citation:

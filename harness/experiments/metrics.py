@@ -152,6 +152,11 @@ PEAK_MEMORY_GIB = Metric("peak_memory_gib", "peak mem GiB", "lower", ".2f",
                              _perf("peak_memory_bytes")(run)), unit="GiB")
 PREFIX_HIT_RATE = Metric("prefix_cache_hit_rate", "prefix hit rate", "higher", ".0%",
                          of_run=server_metric("prefix_cache", "hit_rate"), unit="fraction")
+# Speculative decoding, from the run's vllm:spec_decode_* counter deltas (absent when speculation is off).
+ACCEPTANCE_RATE = Metric("spec_decode_acceptance_rate", "acceptance", "higher", ".0%",
+                         of_run=server_metric("spec_decode", "acceptance_rate"), unit="fraction")
+MEAN_ACCEPTANCE_LENGTH = Metric("spec_decode_mean_acceptance_length", "mean accept len", "higher", ".2f",
+                                of_run=server_metric("spec_decode", "mean_acceptance_length"), unit="tokens")
 
 SERVER_QUEUE_MEAN = Metric("queue_wait_server_ms.mean", "server queue mean ms", "lower", ".1f",
                            of_run=server_metric("queue_time_ms", "mean_ms"))
@@ -168,4 +173,5 @@ WAITING_PEAK = Metric("waiting.peak", "waiting peak", "lower", ".0f", of_run=ser
 METRICS = {m.name: m for m in (TTFT_P50, TTFT_P95, TTFT_P99, TPOT_P50, TPOT_P99, ITL_P50, E2E_P50, E2E_P99,
                                 QUEUE_WAIT_P50, QUEUE_WAIT_P99, E2E_SCHEDULED_P50, E2E_SCHEDULED_P99,
                                 OUTPUT_TOKENS_PER_S, REQUEST_RATE, GOODPUT, PEAK_MEMORY_GIB, PREFIX_HIT_RATE,
-                                SERVER_QUEUE_MEAN, PREEMPTIONS, RUNNING_MEAN, WAITING_MEAN, RUNNING_PEAK, WAITING_PEAK)}
+                                SERVER_QUEUE_MEAN, PREEMPTIONS, RUNNING_MEAN, WAITING_MEAN, RUNNING_PEAK, WAITING_PEAK,
+                                ACCEPTANCE_RATE, MEAN_ACCEPTANCE_LENGTH)}

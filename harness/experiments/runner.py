@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -76,15 +77,27 @@ class Stop(Exception):
 
 
 class Servers:
-    """The server variants of one phase: started on first use (then warmed up), all stopped at its end."""
+    """Live server variants: each started on first use (then warmed up) and stopped when a phase
+    that does not keep it begins, or when the bench ends."""
 
-    def __init__(self, bench: Bench, stack: ExitStack):
-        self.bench, self.stack, self.live = bench, stack, {}
+    def __init__(self, bench: Bench):
+        self.bench, self.live, self.stacks = bench, {}, {}
 
     def get(self, name: str) -> ServerSession:
         if name not in self.live:
-            self.live[name] = self.bench.start(name, self.stack)
+            stack = ExitStack()
+            try:
+                self.live[name] = self.bench.start(name, stack)
+            except BaseException:
+                stack.close()  # a server that started but failed its warm-up is stopped too
+                raise
+            self.stacks[name] = stack
         return self.live[name]
+
+    def keep_only(self, names: Iterable[str]) -> None:
+        for name in [n for n in self.live if n not in set(names)]:
+            del self.live[name]
+            self.stacks.pop(name).close()
 
 
 class Bench:
@@ -99,7 +112,7 @@ class Bench:
         self.servers: dict[str, dict[str, Any]] = self.history.servers
         self.kv_cache: dict[str, dict[str, Any] | None] = {}
         self.resets: list[dict[str, Any]] = []  # one per arm run: the reset the protocol asks for, and its verdict
-        self.refused: dict[str, str] = {}
+        self.refused = self.history.refused  # dynamic steps can skip arms that pair with a refused variant
         self.ctx = ArmContext(semantic_id=spec.semantic_id, run_id=rd.run_id, run_dir=rd.path, model=model,
                               request_timeout_s=cfg.request_timeout_s, runtime=placement.runtime,
                               ignore_eos=plan.ignore_eos)
@@ -191,32 +204,34 @@ class Bench:
         total = sum(len(p.steps) if not callable(p.steps) else (p.planned_steps or 0) for p in plan.phases) or None
         self.reporter.begin(total, f"{len(plan.phases)} phase(s), {total or 'a number of'} arm runs")
         index = 0
-        for phase in plan.phases:
-            try:
-                with ExitStack() as stack:
-                    servers = Servers(self, stack)
-                    steps = phase.steps(history) if callable(phase.steps) else phase.steps
-                    for repeat, arm in steps:
-                        if arm.server in self.refused:
-                            continue
-                        index += 1
-                        try:
-                            run = self.run_step(servers, repeat, arm, index, total)
-                        except ServerStartError as exc:
-                            self.refuse(arm.server, exc)
-                            continue
-                        history.runs.append(run)
-                        if run.failure:
-                            self.reporter(f"  {arm.label} repeat {repeat} failed: {run.failure['kind']}: "
-                                          f"{run.failure['message']}")
-                            return Failure(**run.failure)
-            except Stop as stop:
-                return stop.failure
-            except KeyboardInterrupt:
-                if not history.runs:
-                    raise
-                self.reporter("interrupted: writing and signing the arms already measured")
-                return Failure(stage="run", kind="aborted", message="interrupted by the user")
+        servers = Servers(self)
+        try:
+            for phase in plan.phases:
+                servers.keep_only(set(phase.keep) & set(phase.servers))
+                steps = phase.steps(history) if callable(phase.steps) else phase.steps
+                for repeat, arm in steps:
+                    if arm.server in self.refused:
+                        continue
+                    index += 1
+                    try:
+                        run = self.run_step(servers, repeat, arm, index, total)
+                    except ServerStartError as exc:
+                        self.refuse(arm.server, exc)
+                        continue
+                    history.runs.append(run)
+                    if run.failure:
+                        self.reporter(f"  {arm.label} repeat {repeat} failed: {run.failure['kind']}: "
+                                      f"{run.failure['message']}")
+                        return Failure(**run.failure)
+        except Stop as stop:
+            return stop.failure
+        except KeyboardInterrupt:
+            if not history.runs:
+                raise
+            self.reporter("interrupted: writing and signing the arms already measured")
+            return Failure(stage="run", kind="aborted", message="interrupted by the user")
+        finally:
+            servers.keep_only(())
         return None
 
     def refuse(self, name: str, exc: ServerStartError) -> None:

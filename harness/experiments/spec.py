@@ -151,6 +151,7 @@ class History:
     workloads: dict[str, Workload] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)  # what steps decided (e.g. a probe's capacity)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # servers.json's records, kept current
+    refused: dict[str, str] = field(default_factory=dict)  # optional server variants the engine refused: message
 
     def of(self, label: str) -> list[ArmRun]:
         return [r for r in self.runs if r.label == label]
@@ -164,6 +165,7 @@ class Phase:
     servers: tuple[str, ...]
     steps: Sequence[Step] | Callable[[History], Iterable[Step]]
     planned_steps: int | None = None  # for progress when ``steps`` is made while running
+    keep: tuple[str, ...] = ()  # servers of the previous phase that stay up into this one instead of restarting
 
 
 @dataclass(frozen=True)

@@ -196,6 +196,7 @@ def find_model(key: str = "smollm2-135m", root: Path | None = None) -> PreparedM
     for path in reversed(candidates):
         if path.is_dir() and ".partial-" not in path.name:
             found = _from_stamp(path, verify=False)
-            if found is not None:
+            # the glob also matches models derived from this one (smollm2-135m-even-heads-*): their stamp says so
+            if found is not None and found.key == source.key:
                 return found
     return None

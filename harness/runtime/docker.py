@@ -20,6 +20,7 @@ image is resolved, or built on first use, by ``harness.runtime.docker_image``.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -114,10 +115,22 @@ def container_options(role: str, argv: tuple[str, ...], run_dir: Path, settings:
             "working_dir": str(run_dir)}
 
 
+def _path_values(arg: str) -> list[str]:
+    """An argument's candidate paths: its value, or the string values of a JSON object argument
+    (``--speculative-config '{"model": "/draft", ...}'`` names a draft model directory)."""
+    value = arg.partition("=")[2] if arg.startswith("--") and "=" in arg else arg
+    if value.startswith("{"):
+        try:
+            obj = json.loads(value)
+        except ValueError:
+            return [value]
+        return [v for v in obj.values() if isinstance(v, str)] if isinstance(obj, dict) else []
+    return [value]
+
+
 def mounts_for(argv: tuple[str, ...], run_dir: Path, harness_root: Path) -> dict[str, dict[str, str]]:
     volumes = {str(harness_root): {"bind": HARNESS_MOUNT, "mode": "ro"}, str(run_dir): {"bind": str(run_dir), "mode": "rw"}}
-    for arg in argv:
-        value = arg.partition("=")[2] if arg.startswith("--") and "=" in arg else arg
+    for value in (v for arg in argv for v in _path_values(arg)):
         path = Path(value)
         if not path.is_absolute() or not path.exists() or path.resolve() == Path("/"):
             continue

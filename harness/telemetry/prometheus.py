@@ -41,6 +41,15 @@ class Snapshot:
                 out[le] = out.get(le, 0.0) + v
         return out or None
 
+    def by_label(self, name: str, label: str) -> dict[str, float]:
+        """A sample's values per value of ``label``, summed over its other labels; empty when absent."""
+        out: dict[str, float] = {}
+        for (n, labels), v in self.samples.items():
+            if n == name and label in dict(labels):
+                key = dict(labels)[label]
+                out[key] = out.get(key, 0.0) + v
+        return out
+
     def names(self) -> set[str]:
         return {n for n, _ in self.samples}
 

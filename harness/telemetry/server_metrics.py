@@ -46,6 +46,7 @@ SPEC_DECODE = {
     "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
     "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
 }
+SPEC_DECODE_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 POLLED_GAUGES = KV_USAGE_GAUGES + RUNNING_GAUGES + WAITING_GAUGES + (RETRACTION_GAUGE,)
 OCCUPANCY_GAUGES = {"running": RUNNING_GAUGES, "waiting": WAITING_GAUGES, "kv_cache_usage": KV_USAGE_GAUGES}
 
@@ -151,6 +152,14 @@ def histogram_delta_ms(before: Snapshot, after: Snapshot, name: str) -> tuple[di
         dist[key] = round(histogram_quantile(q, delta) * 1e3, 4)
     out["distribution"] = dist
     return out, None
+
+
+def per_position_delta(before: Snapshot, after: Snapshot) -> list[float] | None:
+    """Accepted tokens per draft position (0, 1, ...) across the run; None when not exported or reset."""
+    a, b = before.by_label(SPEC_DECODE_PER_POSITION, "position"), after.by_label(SPEC_DECODE_PER_POSITION, "position")
+    if not b or any(b.get(k, 0.0) < v for k, v in a.items()):
+        return None
+    return [b[k] - a.get(k, 0.0) for k in sorted(b, key=int)]
 
 
 def _readings(after: Snapshot | None, polled: Mapping[str, Sequence[float]], gauge: str) -> list[float]:
@@ -271,6 +280,9 @@ def summarize(before: Snapshot | None, after: Snapshot | None,
             spec["acceptance_rate"] = round(spec["accepted_tokens"] / spec["draft_tokens"], 6) if spec["accepted_tokens"] is not None else None
         if spec["drafts"]:
             spec["mean_acceptance_length"] = round(1 + spec["accepted_tokens"] / spec["drafts"], 6) if spec["accepted_tokens"] is not None else None
+        spec["accepted_tokens_per_position"] = per_position_delta(before, after)
+        if spec["accepted_tokens_per_position"] is None:
+            absent["spec_decode.accepted_tokens_per_position"] = f"{SPEC_DECODE_PER_POSITION} not exported"
         out["spec_decode"] = spec
     else:
         absent["spec_decode"] = "no speculative-decoding counters (not enabled or not exported)"

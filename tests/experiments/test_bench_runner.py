@@ -28,6 +28,7 @@ from harness.experiments.spec import (
     BenchConfig,
     BenchSpec,
     Claim,
+    Phase,
     Plan,
     ServerVariant,
     WorkloadPlan,
@@ -212,3 +213,24 @@ def test_a_reset_the_engine_declines_is_a_protocol_violation_that_caps_the_decis
     assert concl["valid"] is False and concl["decision"] == "inconclusive"
     assert any(r.startswith("protocol violation: prefix cache not reset before fast repeat 1") for r in concl["invalid_reasons"])
     assert "protocol violation" in log
+
+
+def test_a_server_a_phase_keeps_stays_up_and_the_others_stop_before_it_starts_more(bench_env):
+    def kept_plan(cfg, model):
+        p = plan(cfg, model)
+        slow, fast, exotic = p.arms
+        phases = (Phase("p1", ("slow", "fast"), [(1, slow), (1, fast)]),
+                  Phase("p2", ("slow", "exotic"), [(1, exotic), (1, slow)], keep=("slow",)),
+                  Phase("p3", ("fast",), [(2, fast)], keep=("slow",)))
+        return Plan(**{**p.__dict__, "phases": phases})
+
+    spec = BenchSpec(**{**SPEC.__dict__, "plan": kept_plan})
+    out = io.StringIO()
+    cfg = Config(backend="fake", runtime="local", repeats=1, warmup_requests=1, resamples=300)
+    outcome = runner_mod.run_bench(spec, cfg, root=bench_env, reporter=Reporter(out, every_s=60))
+    log = [line for line in out.getvalue().splitlines() if line.startswith("server ")]
+    events = [" ".join(line.split()[1:3]).rstrip(":") for line in log if "starting" in line or "stopped" in line]
+    assert events == ["slow: starting", "fast: starting", "fast: stopped", "exotic: starting", "slow: stopped",
+                      "exotic: stopped", "fast: starting", "fast: stopped"], events
+    assert [(a["label"], a["server"]) for a in outcome.result["details"]["arm_runs"]] == \
+        [("slow", "slow"), ("fast", "fast"), ("exotic", "exotic"), ("slow", "slow"), ("fast", "fast")]

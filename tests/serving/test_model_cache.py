@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import time
 
 import pytest
 
@@ -32,6 +35,16 @@ def test_intact_entry_is_found_with_its_refs(tmp_path):
     assert model.model_ref == {"name": "SmolLM2-135M-Instruct", "version": sha256_file(path / "model.safetensors")}
     assert model.tokenizer_ref["version"] == sha256_file(path / "tokenizer.json")
     assert model.run_entry()["gguf_sha256"] == "sha256:" + "1" * 64
+
+
+def test_a_newer_model_derived_from_it_is_not_taken_for_it(tmp_path):
+    path = fake_entry(tmp_path)
+    derived = tmp_path / "models" / "smollm2-135m-even-heads-0123456789ab"
+    shutil.copytree(path, derived)
+    stamp = json.loads((derived / STAMP_NAME).read_text())
+    (derived / STAMP_NAME).write_text(json.dumps({**stamp, "key": "smollm2-135m-even-heads"}))
+    os.utime(derived, (time.time() + 60, time.time() + 60))  # the newest entry under the glob
+    assert find_model("smollm2-135m", root=tmp_path).path == path
 
 
 def test_corrupt_file_fails_verification(tmp_path):
