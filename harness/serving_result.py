@@ -20,7 +20,7 @@ from harness.contract import (
     build_result,
 )
 from harness.metrics import output_tokens, performance
-from harness.validity import ClientHealth, correctness, invalid_reasons, schedule_stats
+from harness.validity import ClientHealth, correctness, invalid_reasons, schedule_reasons, schedule_stats
 from harness.workload import Workload
 
 if TYPE_CHECKING:
@@ -129,7 +129,8 @@ def build_serving_result(cfg: MeasureConfig, inputs: ResultInputs) -> dict[str, 
         "server_metrics": inputs.server_metrics,
         "client": {
             "workers": inputs.run.workers, "event_loop": loop_name(), "loop_lag_p99_ms": health.loop_lag_p99_ms, "loop_lag_max_ms": health.loop_lag_max_ms,
-            **schedule_stats(records, timed=timed), "api": cfg.api, "ignore_eos": cfg.ignore_eos, "min_tokens": cfg.min_tokens,
+            **schedule_stats(records, timed=timed),
+            "schedule_reasons": schedule_reasons(records, health, cfg.validity, timed=timed), "api": cfg.api, "ignore_eos": cfg.ignore_eos, "min_tokens": cfg.min_tokens,
         },
         "usage": {"completed": done, "without_server_usage": usage_missing,
                   "note": ("output tokens of requests without server usage were counted from content chunks"

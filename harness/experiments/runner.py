@@ -81,7 +81,7 @@ class Bench:
                  rd: RunDirectory, reporter: Reporter):
         self.spec, self.cfg, self.placement, self.model, self.plan = spec, cfg, placement, model, plan
         self.rd, self.reporter = rd, reporter
-        self.history = History(cfg=cfg, model=model)
+        self.history = History(cfg=cfg, model=model, run_dir=rd.path)
         self.runtime = get_runtime(placement.runtime)
         self.servers: dict[str, dict[str, Any]] = {}
         self.kv_cache: dict[str, dict[str, Any] | None] = {}
@@ -281,6 +281,7 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
         reading = plan.read(history)
         if failure is not None and reading.failure is None:
             reading.failure, reading.decision, reading.evidence_level = failure, "blocked", "single"
+            reading.next_step = None  # the spec's blocked/aborted step, not the rule's for what it read
             reading.invalid_reasons = reading.invalid_reasons or [f"{failure.stage}: {failure.kind}"]
             reading.summary = f"{failure.kind}: {failure.message}; read so far: {reading.summary}"
     else:

@@ -131,6 +131,12 @@ class History:
     runs: list[ArmRun] = field(default_factory=list)
     workloads: dict[str, Workload] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)  # what steps decided (e.g. a probe's capacity)
+    run_dir: Path | None = None  # the run directory: server logs (servers/server-<variant>.log) and arm files
+
+    def server_log(self, name: str) -> str:
+        """Server variant ``name``'s log as written so far ('' when it has none)."""
+        path = self.run_dir / "servers" / f"server-{name}.log" if self.run_dir else None
+        return path.read_text(encoding="utf-8", errors="replace") if path and path.is_file() else ""
 
     def of(self, label: str) -> list[ArmRun]:
         return [r for r in self.runs if r.label == label]
