@@ -20,7 +20,13 @@ from harness.contract import (
     build_result,
 )
 from harness.metrics import output_tokens, performance
-from harness.validity import ClientHealth, correctness, invalid_reasons, schedule_reasons, schedule_stats
+from harness.validity import (
+    ClientHealth,
+    correctness,
+    invalid_reasons,
+    schedule_reasons,
+    schedule_stats,
+)
 from harness.workload import Workload
 
 if TYPE_CHECKING:

@@ -19,7 +19,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness.experiments.arms import ArmRun
-from harness.experiments.metrics import PEAK_MEMORY_GIB, REQUEST_RATE, TPOT_P99, TTFT_P99, server_metric
+from harness.experiments.metrics import (
+    PEAK_MEMORY_GIB,
+    REQUEST_RATE,
+    TPOT_P99,
+    TTFT_P99,
+    server_metric,
+)
 from harness.experiments.search import Capacity, Probe, SearchConfig, binding, capacity, next_rate
 from harness.experiments.spec import Arm, History, Step, WorkloadPlan
 from harness.workload import Arrival, Common

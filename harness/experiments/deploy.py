@@ -20,9 +20,24 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness.experiments.analysis import ClaimResult, Reading, blocked_reading, claim_effect, effect_text
+from harness.experiments.analysis import (
+    ClaimResult,
+    Reading,
+    blocked_reading,
+    claim_effect,
+    effect_text,
+)
 from harness.experiments.candidates import Candidate, effective_settings
-from harness.experiments.capacity import CLIENT, ERRORS, SLO, TPOT, TTFT, Campaign, Searched, duel_label
+from harness.experiments.capacity import (
+    CLIENT,
+    ERRORS,
+    SLO,
+    TPOT,
+    TTFT,
+    Campaign,
+    Searched,
+    duel_label,
+)
 from harness.experiments.metrics import TPOT_P99, TTFT_P99, Metric
 from harness.experiments.spec import Claim, History
 

@@ -99,7 +99,7 @@ def test_a_noisy_curve_gives_intervals_that_hold_the_true_capacity():
     for seed in range(40):
         rng = np.random.default_rng(seed)
         cfg = SearchConfig(start_rps=0.7, growth=2.0, rel_tol=0.2, repeats=3, max_probes=16)
-        probes = run_search(cfg, lambda r, _: p99_ttft_ms(r) * rng.lognormal(0, 0.1) <= 300)
+        probes = run_search(cfg, lambda r, _, rng=rng: p99_ttft_ms(r) * rng.lognormal(0, 0.1) <= 300)
         cap = capacity(cfg, probes)
         assert len(probes) <= 16 and cap.capacity_rps is not None
         covered += cap.upper_rps is not None and cap.capacity_rps <= 2.5 <= cap.upper_rps
