@@ -9,6 +9,9 @@ decision rule), ``sweep`` (load sweeps and their reading rules), ``benches/``
 
 from __future__ import annotations
 
+# The subpackage first: importing it later would rebind ``harness.experiments.benches`` from the
+# function below to the package, and `from harness.experiments import benches` would get the package.
+from harness.experiments import benches as _bench_package  # noqa: F401
 from harness.experiments.spec import BenchSpec
 from harness.registry import discover, lookup
 

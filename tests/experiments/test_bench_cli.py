@@ -67,7 +67,8 @@ def test_every_bench_spec_lists_every_knob_in_its_help():
         import dataclasses
 
         for f in dataclasses.fields(spec.config):
-            assert "--" + f.name.replace("_", "-") in out, (name, f.name)
+            shown = "--" + f.name.replace("_", "-") in out
+            assert shown == f.metadata.get("cli", True), (name, f.name)  # cli=False: deliberately not a flag
 
 
 @pytest.mark.parametrize("bench, args, expected", [
@@ -86,3 +87,12 @@ def test_cli_bad_input_is_one_line_without_traceback_and_leaves_nothing(tmp_path
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], lines
     assert not (tmp_path / "runs").exists() and not (tmp_path / "manifests").exists()
+
+
+def test_importing_a_spec_module_does_not_shadow_the_bench_listing():
+    import importlib
+
+    import harness.experiments as experiments
+
+    importlib.import_module("harness.experiments.benches.bench66")
+    assert callable(experiments.benches) and "66" in experiments.benches()
