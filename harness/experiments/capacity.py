@@ -14,8 +14,8 @@ candidates and rates), so an interrupted bench reads exactly what it measured.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from harness.experiments.arms import ArmRun
@@ -170,13 +170,16 @@ class Campaign:
         """A light-load probe (one request at a time) when no cited run gives the SLOs or a start rate."""
         if self.slo(history) is not None and (self.cfg.start_rps or self.light):
             return
-        arm = Arm(LIGHT, WorkloadPlan("light", "random", self.request_list(Arrival("closed", concurrency=1))), server)
+        light = replace(self.request_list(Arrival("closed", concurrency=1)), requests=self.cfg.light_requests)
+        arm = Arm(LIGHT, WorkloadPlan("light", "random", light), server)
         yield 1, arm
         run = next((r for r in history.of(LIGHT) if not r.failure), None)
         if run is not None:
+            caveat = "" if run.valid else f"; the probe was invalid: {'; '.join(run.result['conclusion']['invalid_reasons'])}"
             history.notes["light"] = LightLoad(
                 TTFT_P99.value([run]), TPOT_P99.value([run]), REQUEST_RATE.of_run(run),
-                f"a light-load probe on {server}: {run.completed} requests one at a time; no bench-66 run was cited")
+                f"a light-load probe on {server}: {run.completed} requests one at a time; no bench-66 run was "
+                f"cited{caveat}")
 
     def start_rps(self, history: History) -> float | None:
         """Where a search starts: the capacity of a candidate already searched, else a rate known to be served."""
@@ -185,25 +188,35 @@ class Campaign:
         light = history.notes.get("light") or self.light
         return self.cfg.start_rps or (max(found) if found else None) or (light.rate_rps if light else None)
 
-    def search_steps(self, name: str, first: bool) -> Callable[[History], Iterator[Step]]:
-        def steps(history: History) -> Iterator[Step]:
-            if first:
-                yield from self.light_steps(history, name)
-            start = self.start_rps(history)
-            slo = self.slo(history)
-            if slo is None or start is None:
+    def search(self, history: History, name: str, first: bool) -> Iterator[Step]:
+        """One candidate's capacity search; the first candidate's starts with the light-load probe if needed."""
+        if first:
+            yield from self.light_steps(history, name)
+        start = self.start_rps(history)
+        slo = self.slo(history)
+        if slo is None or start is None:
+            return
+        history.notes.setdefault("start_rps", {})[name] = start
+        search, probes = self.search_config(start), []
+        while (rate := next_rate(search, probes)) is not None:
+            arm = Arm(f"{name} rate={rate:g}/s", self.rate_workload(rate), name)
+            history.notes.setdefault("probes", {})[arm.label] = {"candidate": name, "rate_rps": rate}
+            done = len(history.runs)
+            yield len(history.of(arm.label)) + 1, arm
+            if len(history.runs) == done:  # the engine refused this variant: nothing to search
                 return
-            history.notes.setdefault("start_rps", {})[name] = start
-            search, probes = self.search_config(start), []
-            while (rate := next_rate(search, probes)) is not None:
-                arm = Arm(f"{name} rate={rate:g}/s", self.rate_workload(rate), name)
-                history.notes.setdefault("probes", {})[arm.label] = {"candidate": name, "rate_rps": rate}
-                done = len(history.runs)
-                yield len(history.of(arm.label)) + 1, arm
-                if len(history.runs) == done:  # the engine refused this variant: nothing to search
-                    return
-                probes.append(verdict(history.runs[-1], slo, rate))
-        return steps
+            probes.append(verdict(history.runs[-1], slo, rate))
+
+    def steps(self, history: History) -> Iterator[Step]:
+        """Every candidate's search in grid order, then the duel of the top two."""
+        for i, name in enumerate(self.candidates):
+            yield from self.search(history, name, i == 0)
+        yield from self.duel(history)
+
+    def keep(self, history: History) -> list[str]:
+        """Servers to keep up besides the next step's: the best so far while searching, the pair in the duel."""
+        duel = history.notes.get("duel")
+        return [duel["leader"], duel["runner_up"]] if duel else [s.name for s in self.ranked(history)[:1]]
 
     def ranked(self, history: History) -> list[Searched]:
         """Searched candidates, best first: higher capacity, then lower peak memory at capacity, then grid order."""
@@ -211,19 +224,16 @@ class Campaign:
         return sorted(found, key=lambda s: (-(s.capacity.capacity_rps or 0.0), s.peak("peak_memory_gib") or 0.0,
                                             self.candidates.index(s.name)))
 
-    def duel_steps(self, rounds: Sequence[int], side: int | None = None) -> Callable[[History], Iterator[Step]]:
-        """The top two at the leader's capacity, interleaved A B / B A by round (``side``: one of them only)."""
-        def steps(history: History) -> Iterator[Step]:
-            top = self.ranked(history)[:2]
-            if len(top) < 2 or top[0].capacity.capacity_rps is None:
-                return
-            rate = top[0].capacity.capacity_rps
-            history.notes["duel"] = {"leader": top[0].name, "runner_up": top[1].name, "rate_rps": rate}
-            for r in rounds:
-                order = (top[0].name, top[1].name) if r % 2 else (top[1].name, top[0].name)
-                for name in order if side is None else (top[side].name,):
-                    yield r, Arm(duel_label(name), self.rate_workload(rate), name)
-        return steps
+    def duel(self, history: History) -> Iterator[Step]:
+        """The top two at the leader's capacity, interleaved A B / B A by round over the repeats."""
+        top = self.ranked(history)[:2]
+        if len(top) < 2 or top[0].capacity.capacity_rps is None:
+            return
+        rate = top[0].capacity.capacity_rps
+        history.notes["duel"] = {"leader": top[0].name, "runner_up": top[1].name, "rate_rps": rate}
+        for r in range(1, self.cfg.repeats + 1):
+            for s in (top if r % 2 else top[::-1]):
+                yield r, Arm(duel_label(s.name), self.rate_workload(rate), s.name)
 
 
 def duel_label(name: str) -> str:

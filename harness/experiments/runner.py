@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -63,15 +64,28 @@ class Stop(Exception):
 
 
 class Servers:
-    """The server variants of one phase: started on first use (then warmed up), all stopped at its end."""
+    """The server variants of one phase: started on first use (then warmed up), stopped when the phase
+    no longer keeps them or at its end."""
 
     def __init__(self, bench: Bench, stack: ExitStack):
         self.bench, self.stack, self.live = bench, stack, {}
+        stack.callback(self.keep_only, ())
 
     def get(self, name: str) -> ServerSession:
         if name not in self.live:
-            self.live[name] = self.bench.start(name, self.stack)
-        return self.live[name]
+            own = ExitStack()
+            try:
+                self.live[name] = (self.bench.start(name, own), own)
+            except BaseException:
+                own.close()
+                raise
+        return self.live[name][0]
+
+    def keep_only(self, names: Iterable[str]) -> None:
+        """Stop every live server not in ``names`` (the latest started first)."""
+        keep = set(names)
+        for name in [n for n in reversed(self.live) if n not in keep]:
+            self.live.pop(name)[1].close()
 
 
 class Bench:
@@ -173,6 +187,8 @@ class Bench:
                     for repeat, arm in steps:
                         if arm.server in self.refused:
                             continue
+                        if phase.keep is not None:
+                            servers.keep_only({arm.server, *phase.keep(history)})
                         index += 1
                         try:
                             run = self.run_step(servers, repeat, arm, index, total)

@@ -150,6 +150,9 @@ class Phase:
     servers: tuple[str, ...]
     steps: Sequence[Step] | Callable[[History], Iterable[Step]]
     planned_steps: int | None = None  # for progress when ``steps`` is made while running
+    # Servers the phase still needs besides the next step's: the others are stopped before that step
+    # (a search over many variants keeps memory to a few servers). None: all stay up until the phase ends.
+    keep: Callable[[History], Iterable[str]] | None = None
 
 
 @dataclass(frozen=True)

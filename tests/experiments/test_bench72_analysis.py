@@ -102,7 +102,7 @@ def test_gpu_candidates_launch_with_mapped_memory_settings_and_the_other_knobs()
     assert mappings["sglang-s256"]["setting"] == "--mem-fraction-static" and mappings["sglang-s256"]["kv_pool_gib"] == 8
 
 
-def test_the_gpu_plan_maps_memory_and_alternates_the_duel_across_starts(tmp_path, monkeypatch):
+def test_the_gpu_plan_maps_memory_and_runs_one_engine_at_a_time(tmp_path, monkeypatch):
     monkeypatch.setattr(bench72, "resolve_placement", lambda gpu, backend, runtime: Placement("vllm", "docker"))
     monkeypatch.setattr(bench72, "gpu_info", lambda: ({}, [{"memory_total_bytes": 80 * GIB}], None))
     monkeypatch.chdir(tmp_path)
@@ -110,12 +110,12 @@ def test_the_gpu_plan_maps_memory_and_alternates_the_duel_across_starts(tmp_path
                           gguf_sha256="x", checkpoint_sha256="y", tokenizer_sha256="z")
     plan = bench72.plan(bench72.Config(gpu="0", max_num_seqs_values=(256,), quantizations=(), repeats=3), model)
     assert [(s.name, s.backend) for s in plan.servers] == [("vllm-s256", "vllm"), ("sglang-s256", "sglang")]
-    assert [p.name for p in plan.phases] == ["search vllm-s256", "search sglang-s256", "duel r1 leader",
-                                             "duel r1 runner-up", "duel r2 runner-up", "duel r2 leader",
-                                             "duel r3 leader", "duel r3 runner-up"]
+    assert [s.settings["gpu_memory_utilization"] for s in plan.servers] == [0.128, 0.104]
+    (phase,) = plan.phases
+    assert list(phase.keep(None)) == [] and "across restarts" in plan.order  # an engine alone on its device
     monkeypatch.setattr(bench72, "resolve_placement", lambda gpu, backend, runtime: Placement("vllm-cpu", "local"))
-    cpu = bench72.plan(bench72.Config(duel_order="auto"), model)  # the CPU default: both servers up for the duel
-    assert [p.name for p in cpu.phases][-1] == "duel" and len(cpu.servers) == 4
+    cpu = bench72.plan(bench72.Config(), model)  # the CPU default: the best so far stays up
+    assert len(cpu.servers) == 4 and "on live servers" in cpu.order and cpu.phases[0].keep is not None
 
 
 def test_effective_settings_are_read_from_each_engines_log():
@@ -221,7 +221,7 @@ def test_a_lone_or_failing_field_is_inconclusive():
     (["--min-rps", "5", "--max-rps", "1"], "--min-rps must be below --max-rps"),
     (["--slo-error-rate", "2"], "--slo-error-rate must be at most 1"),
     (["--baseline", "missing.intoto.json"], "cited manifest missing.intoto.json: no such file"),
-    (["--duel-order", "random"], "--duel-order: 'random' is not one of"),
+    (["--servers-up", "three"], "--servers-up: 'three' is not one of"),
 ])
 def test_bad_flags_are_one_line_before_any_work(tmp_path, args, expected):
     proc = subprocess.run([sys.executable, "-m", "harness", "bench", "72", *args], cwd=tmp_path, capture_output=True,

@@ -64,6 +64,12 @@ SHAPE = dict(backend="fake", runtime="local", warmup_requests=1, resamples=300, 
              length_range=0.0)
 
 
+def server_starts(run_dir: Path, name: str) -> int:
+    """Starts of a server variant: each writes its command line into the (appended) log."""
+    log = (run_dir / "servers" / f"server-{name}.log").read_text()
+    return sum(line.startswith("$ ") for line in log.splitlines())
+
+
 def run72(root: Path, **overrides):
     cfg = bench72.Config(**{**SHAPE, "requests": 16, "dtypes": ("bfloat16",), "kv_cache_values_gib": (1,),
                             "max_num_seqs_values": (4, 1), "max_probes": 9, **overrides})
@@ -100,6 +106,9 @@ def test_two_candidates_are_searched_dueled_and_the_four_slot_one_is_adopted(fak
     duel_order = [a["label"] for a in details["arm_runs"] if a["label"].startswith("duel")]
     a, b = "duel bf16-s4-kv1", "duel bf16-s1-kv1"
     assert duel_order == [a, b, b, a, a, b]
+    # the best so far stayed up while the next was searched: two starts in all, none for the duel
+    for name in ("bf16-s4-kv1", "bf16-s1-kv1"):
+        assert server_starts(run_dir, name) == 1
     summary = (run_dir / "summary.txt").read_text()
     assert "capacity [interval]" in summary and "decision rule:" in summary
     assert (run_dir / "capacity.png").read_bytes()[:4] == b"\x89PNG"
@@ -121,6 +130,22 @@ def test_slos_scale_from_a_cited_bench66_run(fake_root):
     assert "light load" not in {a["label"] for a in details["arm_runs"]}  # no probe needed
     # one candidate: nothing to compare, so no duel and no adopt
     assert outcome.result["conclusion"]["decision"] == "inconclusive" and details["duel"] is None
+
+
+def test_one_server_at_a_time_restarts_the_pair_for_the_duel(fake_root):
+    outcome = run72(fake_root, baseline="none", servers_up="one", repeats=2, max_probes=3, start_rps=40.0,
+                    slo_ttft_p99_ms=2000.0, slo_tpot_p99_ms=200.0)
+    details = outcome.result["details"]
+    duel = details["duel"]
+    labels = [a["label"] for a in details["arm_runs"]]
+    assert labels[-4:] == [f"duel {duel['leader']}", f"duel {duel['runner_up']}"] * 1 + \
+        [f"duel {duel['runner_up']}", f"duel {duel['leader']}"]
+    starts = {name: server_starts(outcome.run_dir, name) for name in ("bf16-s4-kv1", "bf16-s1-kv1")}
+    # one server at a time: a variant starts again whenever the run switches to it
+    used = [a["server"] for a in details["arm_runs"]]
+    switches = {n: sum(1 for i, s in enumerate(used) if s == n and (i == 0 or used[i - 1] != n)) for n in starts}
+    assert starts == switches and sum(starts.values()) >= 4, (starts, used)  # the duel restarted servers
+    assert outcome.result["conclusion"]["evidence_level"] == "single"  # 2 pairs < 3: capped
 
 
 def test_a_baseline_that_does_not_audit_is_refused_before_any_work(fake_root):

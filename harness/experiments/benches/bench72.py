@@ -11,7 +11,9 @@ figures (the cited manifest, --baseline) or, without one, from a light-load prob
 Per candidate, one server start: the capacity search (Poisson rate; bracket, bisect,
 repeat both ends of the bracket) on one fixed request list. A probe passes when the client
 kept its schedule and every SLO held. Then the duel: the top two, interleaved over the
-repeats at the leader's capacity (both servers up on the CPU; alternating starts on a GPU).
+repeats at the leader's capacity. On the CPU the best candidate so far stays up, so the duel
+runs on live servers; on a GPU one engine runs at a time (the KV pool mapping assumes an
+engine alone on its device) and the duel restarts them in turn.
 Read: the decision record (harness/experiments/deploy.py states the rule).
 """
 
@@ -41,6 +43,8 @@ class Config(BenchConfig):
 
     kv_cache_space_gib: int = knob(2, "unused: each candidate sets its own (--kv-cache-values-gib)", min=1, cli=False)
     requests: int = knob(24, "requests per probe (x --scale); every probe replays the same list", min=4)
+    light_requests: int = knob(8, "requests of the light-load probe (one at a time) when no bench-66 run is cited",
+                               min=2)
     input_tokens: int = knob(256, "mean prompt length in tokens (as bench-66)", min=1)
     output_tokens: int = knob(32, "mean generated tokens per request (ignore_eos: exact)", min=2)
     length_range: float = knob(0.25, "prompt and output lengths uniform in [N(1-r), N(1+r)]", min=0, max=0.9)
@@ -66,8 +70,9 @@ class Config(BenchConfig):
     max_probes: int = knob(11, "largest number of probes per candidate", min=2)
     min_rps: float = knob(0.05, "lowest rate the search probes", min=0.001)
     max_rps: float = knob(1000.0, "highest rate the search probes", min=0.01)
-    duel_order: str = knob("auto", "top-two duel: both servers up, or alternating starts (auto: up on CPU)",
-                           choices=("auto", "concurrent", "alternate"))
+    servers_up: str = knob("auto", "two: the best so far stays up while the next is searched and the top two are "
+                           "both up for the duel; one: one server at a time (auto: two on CPU, one on a GPU)",
+                           choices=("auto", "one", "two"))
 
     def check(self) -> None:
         if (self.input_tokens + self.output_tokens) * (1 + self.length_range) > self.max_model_len:
@@ -99,23 +104,19 @@ def plan(cfg: Config, model) -> Plan:
     light = cited_light_load(citation.result, f"bench-66 light load, {cited['manifest']}") if citation else None
     names = [c.name for c in candidates]
     campaign = Campaign(cfg, names, light)
-    phases = [Phase(f"search {n}", (n,), campaign.search_steps(n, i == 0), planned_steps=cfg.max_probes - 2)
-              for i, n in enumerate(names)]
-    rounds = range(1, cfg.repeats + 1)
-    if (cfg.duel_order if cfg.duel_order != "auto" else "alternate" if mappings else "concurrent") == "concurrent":
-        phases.append(Phase("duel", tuple(names), campaign.duel_steps(rounds), planned_steps=2 * cfg.repeats))
-    else:
-        phases += [Phase(f"duel r{r} {('leader', 'runner-up')[side]}", tuple(names), campaign.duel_steps([r], side),
-                         planned_steps=1)
-                   for r in rounds for side in ((0, 1) if r % 2 else (1, 0))]
+    one = (cfg.servers_up if cfg.servers_up != "auto" else "one" if mappings else "two") == "one"
+    phase = Phase("searches and duel", tuple(names), campaign.steps, keep=(lambda h: ()) if one else campaign.keep,
+                  planned_steps=len(names) * (cfg.max_probes - 2) + 2 * cfg.repeats)
     warm = replace(campaign.request_list(Arrival("closed", concurrency=1), seed=cfg.seed + 10_000),
                    requests=cfg.warmup_requests)
     return Plan(
         workloads=(WorkloadPlan("warmup", "random", warm, measured=False),) if cfg.warmup_requests else (), servers=tuple(c.variant() for c in candidates), arms=(),
-        phases=tuple(phases), warmup="warmup" if cfg.warmup_requests else None,
+        phases=(phase,), warmup="warmup" if cfg.warmup_requests else None,
         read=lambda history: deployment_reading(history, campaign, candidates=candidates, cited=cited,
                                                 mappings=mappings, title=f"bench-72 {SPEC.semantic_id}"),
-        order="one server start per candidate for its search; the top two interleaved (A B / B A) in the duel",
+        order=("each candidate searched on its own server start" + ("" if one else ", the best so far kept up") +
+               "; the top two interleaved (A B / B A) at the leader's capacity" +
+               (" across restarts" if one else " on live servers")),
         run_label=f"capacity under SLOs: {', '.join(names)}",
         columns=(TTFT_P99, TPOT_P99, E2E_P99, REQUEST_RATE, PEAK_MEMORY_GIB),
         notes=("every probe replays the same request list at its Poisson rate; only the arrival schedule differs",
