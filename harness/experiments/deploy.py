@@ -138,7 +138,7 @@ CAPACITY_HEADERS = ["candidate", "settings", "capacity [interval]", "search", "b
 
 def capacity_png(searched: Sequence[Searched], slo: SLO, path: Path, *, title: str) -> Path:
     """Capacity per candidate with its interval; P99 TTFT and TPOT against rate for the top two."""
-    from harness.report.plots import pyplot, save_figure
+    from harness.report.plots import log_y_axis, pyplot, save_figure
 
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(14.0, 4.4), dpi=110)
@@ -169,11 +169,7 @@ def capacity_png(searched: Sequence[Searched], slo: SLO, path: Path, *, title: s
             if bad:
                 ax.plot(*zip(*bad, strict=True), "o", mfc="none", color=f"C{i}", label=f"{s.name} fail")
         ax.axhline(limit, color="red", lw=1, alpha=0.6, label="SLO")
-        ax.set_yscale("log")
-        ax.set_xlabel("offered Poisson rate (req/s)")
-        ax.set_ylabel(f"{name}, log scale")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        log_y_axis(ax, "offered Poisson rate (req/s)", f"{name}, log scale")
     fig.suptitle(title)
     fig.tight_layout()
     return save_figure(fig, path)
@@ -193,7 +189,10 @@ def deployment_reading(history: History, campaign: Campaign, *, candidates: Sequ
                                                  duel_label(duel["leader"]), name="duel"),
                              seed=cfg.seed, resamples=cfg.resamples)
     costs = {s.name: s.peak("peak_memory_gib") for s in ranked}
-    verdict = decide(ranked, claim, duel["rate_rps"] if duel else None, repeats=cfg.repeats, costs=costs)
+    verdict = decide(ranked, claim, duel["rate_rps"] if duel else None, repeats=cfg.repeats, costs=costs) if slo else \
+        Decision("inconclusive", "single", "no SLOs: the light-load probe gave no latency figures to scale",
+                 "set SLO_TTFT_P99_MS=... and SLO_TPOT_P99_MS=..., or cite a bench-66 run (BASELINE=...)",
+                 {"deploy": None, "rule": RULE})
     settings = {c.name: c.settings for c in candidates}
     per_candidate = [{"name": s.name, "settings": {k: list(v) if isinstance(v, tuple) else v
                                                     for k, v in settings[s.name].items()},

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.backends.base import Backend, BackendConfig
+from harness.backends.base import BackendConfig
 from harness.contract.schemas import validate_file
 from harness.experiments import placement as placement_mod
 from harness.experiments import runner as runner_mod
@@ -23,28 +23,17 @@ from harness.manifest.audit import AuditConfig, audit_paths
 from harness.models import PreparedModel
 from harness.progress import Reporter
 from harness.runtime.base import ServerSpec
+from tests.experiments.test_bench_runner import ENGINE, FakeBackend
 from tests.tiny_tokenizer import session_tokenizer
 
-ENGINE = Path(__file__).with_name("fake_engine.py")
 
-
-class SlotsBackend(Backend):
+class SlotsBackend(FakeBackend):
     """The stand-in engine with ``max_num_seqs`` as its number of slots (unlimited when unset)."""
-
-    name = "fake"
-    role = "inf-vllm-cpu"
-    runtimes = ("local",)
-    hit_counter = "vllm:prefix_cache_hits_total"
-    query_counter = "vllm:prefix_cache_queries_total"
-    reset_path = None
 
     def server_spec(self, cfg: BackendConfig) -> ServerSpec:
         argv = (sys.executable, str(ENGINE), "--port", str(cfg.port), "--ttft-ms", "20", "--gap-ms", "4",
                 "--max-running", str(cfg.max_num_seqs or 0))
         return ServerSpec(argv=argv, port=cfg.port, env={})
-
-    def version(self) -> str:
-        return "0.0-test"
 
 
 @pytest.fixture
