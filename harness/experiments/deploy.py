@@ -206,7 +206,7 @@ def deployment_reading(history: History, campaign: Campaign, *, candidates: Sequ
     details = {"slo": slo.to_dict() if slo else None, "baseline_citation": cited, "decision_record": verdict.record,
                "candidates": per_candidate, "kv_pool_mapping": dict(mappings) or None,
                "search": {k: getattr(cfg, k) for k in ("growth", "rel_tol", "max_probes", "min_rps", "max_rps")},
-               "duel": duel, "refused": sorted(set(settings) - {s.name for s in ranked})}
+               "duel": duel, "not_searched": sorted(set(settings) - {s.name for s in ranked})}
     table = tabulate(capacity_rows(ranked, settings), headers=CAPACITY_HEADERS, tablefmt="github")
     lines = ["", f"SLOs: {slo.text()}; {slo.basis}" if slo else "SLOs: not set (no light-load figures)", "",
              table, "", f"decision rule: {RULE}", f"decision: {verdict.summary}"]

@@ -42,7 +42,7 @@ class Config(BenchConfig):
     """Defaults sized for <= 15 minutes on 2 CPU cores once the serving env and model are cached."""
 
     kv_cache_space_gib: int = knob(2, "unused: each candidate sets its own (--kv-cache-values-gib)", min=1, cli=False)
-    requests: int = knob(24, "requests per probe (x --scale); every probe replays the same list", min=4)
+    requests: int = knob(20, "requests per probe (x --scale); every probe replays the same list", min=4)
     light_requests: int = knob(8, "requests of the light-load probe (one at a time) when no bench-66 run is cited",
                                min=2)
     input_tokens: int = knob(256, "mean prompt length in tokens (as bench-66)", min=1)
@@ -83,7 +83,10 @@ class Config(BenchConfig):
 
 def device_bytes(cfg: Config) -> int:
     _, gpus, why = gpu_info()
-    index = int(cfg.gpu or 0)
+    try:
+        index = int(str(cfg.gpu or 0).split(",")[0])
+    except ValueError:
+        raise InvalidInput(f"--gpu {cfg.gpu!r}: need a GPU index such as 0") from None
     if index >= len(gpus):
         raise InvalidInput(f"GPU {index}: cannot read its memory for the KV pool mapping ({why or 'no such GPU'})")
     return gpus[index]["memory_total_bytes"]
