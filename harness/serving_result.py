@@ -26,6 +26,7 @@ from harness.validity import (
     ValidityLimits,
     correctness,
     invalid_reasons,
+    schedule_reasons,
     schedule_stats,
 )
 from harness.workload import Workload
@@ -165,6 +166,7 @@ def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any
             "workers": inputs.run.workers, "event_loop": loop_name(), "loop_lag_p99_ms": health.loop_lag_p99_ms, "loop_lag_max_ms": health.loop_lag_max_ms,
             **schedule_stats(records, timed=timed), "api": facts.api, "ignore_eos": facts.ignore_eos, "min_tokens": facts.min_tokens,
             "batch_barrier": facts.batch_barrier,
+            "schedule_reasons": schedule_reasons(records, health, facts.validity, timed=timed),
         },
         "usage": {"completed": done, "without_server_usage": usage_missing,
                   "note": ("output tokens of requests without server usage were counted from content chunks"

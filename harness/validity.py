@@ -60,16 +60,10 @@ def schedule_stats(records: Sequence[RequestRecord], *, timed: bool) -> dict[str
     return out
 
 
-def invalid_reasons(records: Sequence[RequestRecord], health: ClientHealth, limits: ValidityLimits, *,
-                    timed: bool, ignore_eos: bool, expected: int) -> list[str]:
+def schedule_reasons(records: Sequence[RequestRecord], health: ClientHealth, limits: ValidityLimits, *,
+                     timed: bool) -> list[str]:
+    """The reasons the client could not keep its schedule (empty when it kept it): a run's client-side invalidity."""
     reasons = []
-    if health.interrupted:
-        reasons.append("the run was interrupted before every request finished")
-    counts = collections.Counter(r.status for r in records)
-    not_ok = {s: c for s, c in counts.items() if s not in ("stop", "length")}
-    if not_ok:
-        detail = ", ".join(f"{c} {s}" for s, c in sorted(not_ok.items()))
-        reasons.append(f"{sum(not_ok.values())} of {expected} requests did not complete ({detail})")
     stats = schedule_stats(records, timed=timed)
     if stats["send_lag_p99_ms"] is not None and stats["send_lag_p99_ms"] > limits.send_lag_p99_ms:
         reasons.append(f"client send lag P99 {stats['send_lag_p99_ms']:.1f} ms > {limits.send_lag_p99_ms:g} ms: "
@@ -80,6 +74,20 @@ def invalid_reasons(records: Sequence[RequestRecord], health: ClientHealth, limi
     if stats["rate_fraction"] is not None and stats["rate_fraction"] < limits.min_rate_fraction:
         reasons.append(f"achieved send rate {stats['rate_fraction']:.1%} of the scheduled rate "
                        f"< {limits.min_rate_fraction:.0%}")
+    return reasons
+
+
+def invalid_reasons(records: Sequence[RequestRecord], health: ClientHealth, limits: ValidityLimits, *,
+                    timed: bool, ignore_eos: bool, expected: int) -> list[str]:
+    reasons = []
+    if health.interrupted:
+        reasons.append("the run was interrupted before every request finished")
+    counts = collections.Counter(r.status for r in records)
+    not_ok = {s: c for s, c in counts.items() if s not in ("stop", "length")}
+    if not_ok:
+        detail = ", ".join(f"{c} {s}" for s, c in sorted(not_ok.items()))
+        reasons.append(f"{sum(not_ok.values())} of {expected} requests did not complete ({detail})")
+    reasons += schedule_reasons(records, health, limits, timed=timed)
     if ignore_eos:
         short = [r for r in records if r.completed and r.completion_tokens is not None
                  and r.output_tokens_requested is not None and r.completion_tokens < r.output_tokens_requested]

@@ -54,6 +54,7 @@ class FakeConfig:
     usage_raw: bytes | None = None  # send these bytes verbatim as the usage chunk's "usage" value
     bad_chunk: bytes | None = None  # a raw `data:` payload sent after the first token; the stream then goes on
     metrics_raw: str | None = None  # serve this text as /metrics instead of the computed series
+    max_running: int = 0  # requests served at once (0: unlimited); the rest wait, so TTFT grows with load
 
 
 @dataclass
@@ -91,6 +92,7 @@ class FakeOpenAIServer:
         self._runner: web.AppRunner | None = None
         self._responses: set[web.StreamResponse] = set()
         self._site: web.TCPSite | None = None
+        self._slots: asyncio.Semaphore | None = None
 
     @property
     def url(self) -> str:
@@ -152,12 +154,20 @@ class FakeOpenAIServer:
         st.queue_sum_s += cfg.queue_s
         st.queue_counts[next((i for i, b in enumerate(QUEUE_BUCKETS_S) if cfg.queue_s <= b), len(QUEUE_BUCKETS_S))] += 1
         max_tokens = int(body.get("max_tokens") or 16)
+        if cfg.max_running:
+            self._slots = self._slots or asyncio.Semaphore(cfg.max_running)
+            async with self._slots:
+                return await self._respond(request, api, n, max_tokens, len(words), cached, body)
+        return await self._respond(request, api, n, max_tokens, len(words), cached, body)
+
+    async def _respond(self, request, api, n, max_tokens, prompt_tokens, cached, body) -> web.StreamResponse:
+        st = self.state
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         self._responses.add(resp)
         st.running += 1
         try:
-            await self._stream(request, resp, api, n, max_tokens, len(words), cached, body)
+            await self._stream(request, resp, api, n, max_tokens, prompt_tokens, cached, body)
         finally:
             st.running -= 1
             self._responses.discard(resp)

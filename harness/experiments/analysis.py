@@ -55,6 +55,7 @@ class Reading:
     headline: list[dict[str, Any]] = field(default_factory=list)
     kind: str = "comparison"
     quality: dict[str, Any] | None = None  # the correctness group's quality (e.g. greedy agreement), when checked
+    next_step: str | None = None  # a read rule's own next step (else the spec's, by decision)
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,8 @@ def top_result(history: History, plan: Plan, reading: Reading, *, semantic_id: s
            else "vetoed" if reading.details.get("vetoed_by") and "vetoed" in next_steps else reading.decision)
     conclusion = Conclusion(
         evidence_level=reading.evidence_level, decision=reading.decision,  # type: ignore[arg-type]
-        next_step=next_steps.get(key, next_steps.get("blocked", "read the summary")), failure=reading.failure,
+        next_step=reading.next_step or next_steps.get(key, next_steps.get("blocked", "read the summary")),
+        failure=reading.failure,
         valid=not reading.invalid_reasons, invalid_reasons=list(reading.invalid_reasons),
         repeats=reading.repeats, effect=reading.effect, summary=reading.summary)
     if conclusion.evidence_level == "precheck":

@@ -81,3 +81,13 @@ def cite(manifest: str | Path, root: Path, *, semantic_id: str | None = None) ->
     result_name = (run.get("outputs") or {}).get("result")
     result = read_json(run_dir / result_name) if result_name else None
     return Citation(manifest=path, sha256=sha256_file(path), run_dir=run_dir, run=run, result=result)
+
+
+def cite_choice(choice: str, root: Path, semantic_id: str) -> Citation | None:
+    """A cited run chosen by a knob: ``latest`` (the newest of ``semantic_id`` under root, if any), ``none``, or a path."""
+    if choice == "none":
+        return None
+    if choice == "latest":
+        newest = latest_manifest(root, semantic_id)
+        return cite(newest, root, semantic_id=semantic_id) if newest else None
+    return cite(choice, root, semantic_id=semantic_id)

