@@ -9,12 +9,11 @@ manifest audits VALID.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 from harness.contract.schemas import validate_file
-from tests.test_bench69_integration import audit, env_for, infkit
+from tests.bench_runs import audit, run_bench
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = pytest.mark.slow
@@ -26,10 +25,8 @@ TINY = ["--dtypes", "bfloat16", "--kv-cache-values-gib", "1", "--max-num-seqs-va
 
 def test_tiny_bench72_searches_two_candidates_and_writes_a_decision_record(tmp_path):
     prepared_model_or_skip()
-    proc = subprocess.run(infkit("bench", "72", *TINY), cwd=tmp_path, env=env_for(tmp_path), capture_output=True,
-                          text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (run_dir,) = list((tmp_path / "runs" / "72").iterdir())
+    done = run_bench(tmp_path, "72", "INF-SINGLE-GPU-DEPLOY", *TINY)
+    proc, run_dir = done.proc, done.run_dir
     for doc in [run_dir / "sweep.json", run_dir / "run.json", *run_dir.glob("arms/*/r*/result.json")]:
         assert validate_file(doc) == [], doc
     assert (run_dir / "capacity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -57,6 +54,5 @@ def test_tiny_bench72_searches_two_candidates_and_writes_a_decision_record(tmp_p
         assert concl["evidence_level"] == "single" and concl["decision"] == "inconclusive"  # capped: < 3 pairs
         assert record["margin_rps"] is None or record["margin_rps"] >= 0
     assert "capacity [interval]" in proc.stdout and "decision:" in proc.stdout
-    manifest = tmp_path / "manifests" / "INF-SINGLE-GPU-DEPLOY" / f"{run_dir.name}.intoto.json"
-    checked = audit(tmp_path, manifest)
+    checked = audit(tmp_path, done.manifest)
     assert checked.returncode == 0 and "VALID" in checked.stdout, checked.stdout + checked.stderr

@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from harness.contract.schemas import validate_file
-from tests.test_bench69_integration import audit, env_for, infkit
+from tests.bench_runs import audit, env_for, infkit
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = pytest.mark.slow

@@ -116,7 +116,7 @@ def test_bad_bench70_flags_are_one_line_and_leave_nothing(tmp_path, args, expect
 def test_a_cited_calibration_run_drives_the_predictions_and_an_edited_one_is_refused(tmp_path, monkeypatch):
     from harness.errors import InvalidInput
     from harness.experiments.schedsim import cited_cost_model
-    from tests.test_bench69_integration import env_for, infkit
+    from tests.bench_runs import env_for, infkit
 
     monkeypatch.setenv("INFKIT_SIGNING_KEY", str(tmp_path / "keys" / "signing.pem"))
     monkeypatch.chdir(tmp_path)
