@@ -49,3 +49,12 @@ def run_bench(root: Path, number: str, semantic_id: str, *args: str, timeout_s: 
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run_dir,) = list((root / "runs" / number).iterdir())
     return BenchRun(root, proc, run_dir, root / "manifests" / semantic_id / f"{run_dir.name}.intoto.json")
+
+
+def assert_bench_refuses(root: Path, number: str, args: list[str], expected: str) -> None:
+    """``infkit bench NUMBER ARGS`` fails before any work: exit 1, one line naming ``expected``, nothing written."""
+    proc = subprocess.run(infkit("bench", number, *args), cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], lines
+    assert not (root / "runs").exists() and not (root / "manifests").exists()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from harness.manifest.sign import default_manifest_path
 from harness.models.prepare import PreparedModel
 from harness.rundir import RunDirectory
 from harness.runtime.docker import mounts_for
+from tests.bench_runs import assert_bench_refuses
 from tests.experiments.test_speculative import SMOLLM2
 
 
@@ -92,12 +91,7 @@ def test_no_speculative_arm_is_an_input_error(model):
     (["--proposal-manifest", "missing.intoto.json"], "cited manifest missing.intoto.json: no such file"),
 ])
 def test_cli_bad_input_is_one_line_and_leaves_nothing(tmp_path, args, expected):
-    proc = subprocess.run([sys.executable, "-m", "harness", "bench", "68", *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and expected in lines[0], lines
-    assert not (tmp_path / "runs").exists() and not (tmp_path / "manifests").exists()
+    assert_bench_refuses(tmp_path, "68", args, expected)
 
 
 PROPOSAL = {

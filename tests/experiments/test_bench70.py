@@ -24,9 +24,7 @@ from harness.experiments.benches.bench70 import SPEC, Config
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.progress import Reporter
 from harness.runtime.base import ServerSpec
-from tests.experiments.test_bench_cli import (
-    test_cli_bad_input_is_one_line_without_traceback_and_leaves_nothing as one_line_error,
-)
+from tests.bench_runs import assert_bench_refuses
 from tests.experiments.test_bench_runner import FakeBackend, bench_env, tokenizer_dir  # noqa: F401 (fixtures)
 
 ENGINE = Path(__file__).with_name("fake_engine.py")
@@ -76,6 +74,7 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
     measured = ("continuous", "static", "base", "seqs-low", "priority")  # base: the overlap arm's comparator
     assert labels == {("calibration", 1), *((a, r) for a in measured for r in (1, 2))}
     # every measured arm is predicted from the calibration arm's fit, with its error stated
+    assert details["cost_model"] is not None, details.get("prediction_missing")
     assert details["cost_model"]["source"]["arm"] == "calibration"
     assert set(details["predictions"]) == set(measured)
     for label, p in details["predictions"].items():
@@ -110,7 +109,7 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
     (["--cost-model-manifest", "nope.intoto.json"], "--cost-model-manifest nope.intoto.json: no such file"),
 ])
 def test_bad_bench70_flags_are_one_line_and_leave_nothing(tmp_path, args, expected):
-    one_line_error(tmp_path, "70", args, expected)
+    assert_bench_refuses(tmp_path, "70", args, expected)
 
 
 def test_a_cited_calibration_run_drives_the_predictions_and_an_edited_one_is_refused(tmp_path, monkeypatch):

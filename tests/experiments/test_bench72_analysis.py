@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import struct
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from harness.experiments.placement import Placement
 from harness.experiments.search import Capacity, Probe
 from harness.experiments.spec import Claim
 from harness.models import PreparedModel
+from tests.bench_runs import assert_bench_refuses
 
 SMOLLM2_PARAMS = 134_515_008  # SmolLM2-135M's checkpoint, counted from its safetensors header
 
@@ -224,12 +224,7 @@ def test_a_lone_or_failing_field_is_inconclusive():
     (["--servers-up", "three"], "--servers-up: 'three' is not one of"),
 ])
 def test_bad_flags_are_one_line_before_any_work(tmp_path, args, expected):
-    proc = subprocess.run([sys.executable, "-m", "harness", "bench", "72", *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and expected in lines[0], lines
-    assert not (tmp_path / "runs").exists() and not (tmp_path / "manifests").exists()
+    assert_bench_refuses(tmp_path, "72", args, expected)
 
 
 def test_make_bench_72_runs_the_bench_with_make_variables():
