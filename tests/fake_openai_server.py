@@ -38,6 +38,7 @@ QUEUE_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
 class FakeConfig:
     ttft_s: float = 0.02
     gap_s: float = 0.005
+    prefill_s_per_token: float = 0.0  # added to the first token's delay per uncached prompt token
     jitter_s: float = 0.0  # uniform extra delay per token in [0, jitter_s]
     seed: int = 0
     fail_every: int = 0  # every Nth request (1-based ordinal) answers HTTP 500
@@ -175,7 +176,7 @@ class FakeOpenAIServer:
 
     async def _stream(self, request, resp, api, n, max_tokens, prompt_tokens, cached, body) -> None:
         cfg, st = self.config, self.state
-        start = time.monotonic()
+        start = time.monotonic() + cfg.prefill_s_per_token * max(0, prompt_tokens - cached)
         token = _chunk(api, " tok")
         for k in range(max_tokens):
             due = start + cfg.ttft_s + k * cfg.gap_s + (self._rng.uniform(0, cfg.jitter_s) if cfg.jitter_s else 0.0)

