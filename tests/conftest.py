@@ -35,6 +35,14 @@ def repo_root() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory) -> Path:
+    """A small real BPE tokenizer (no download), made once per session."""
+    from tests.tiny_tokenizer import session_tokenizer
+
+    return session_tokenizer(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
 def small_bench69(tmp_path_factory):
     """One small real bench-69 run (a server start per configuration) shared by every test that reads one."""
     from tests.bench_runs import BENCH69_SMALL, run_bench

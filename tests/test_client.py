@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from fake_openai_server import FakeConfig, FakeOpenAIServer
-from tiny_tokenizer import session_tokenizer
 
 from harness.client import (
     ClientConfig,
@@ -30,10 +29,6 @@ from harness.workload import Arrival, Common, Request, make_workload, write_work
 
 REPO = Path(__file__).resolve().parents[1]
 
-
-@pytest.fixture(scope="session")
-def tokenizer_dir(tmp_path_factory) -> Path:
-    return session_tokenizer(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import json
 
 import pytest
 from fake_openai_server import FakeConfig, FakeOpenAIServer
-from tiny_tokenizer import session_tokenizer
 
 from harness.cli import main
 from harness.contract import validate_file
@@ -25,10 +24,6 @@ from harness.workload import load_workload
 TTFT_S, GAP_S = 0.05, 0.01
 SMALL = ["--repeats", "1", "--gap-s", "0.3", "--heldout-requests", "6", "--heldout-rate-rps", "20"]
 
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory):
-    return session_tokenizer(tmp_path_factory)
 
 
 def test_endpoint_calibration_uses_the_measured_records(tokenizer_dir, tmp_path) -> None:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from fake_openai_server import FakeConfig, FakeOpenAIServer
-from tiny_tokenizer import session_tokenizer
 
 from harness.client import ClientConfig, build_payload, plan_shares, read_records, run_client
 from harness.client.records import RequestRecord
@@ -26,11 +25,6 @@ from harness.workload import (
     make_workload,
     write_workload,
 )
-
-
-@pytest.fixture(scope="session")
-def tokenizer_dir(tmp_path_factory) -> Path:
-    return session_tokenizer(tmp_path_factory)
 
 
 def mix(tokenizer_dir: Path, fraction: float, seed: int = 0, arrival: Arrival | None = None):

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from fake_openai_server import FakeConfig, FakeOpenAIServer
-from tiny_tokenizer import session_tokenizer
 
 from harness.cli import main
 from harness.client import read_records
@@ -20,10 +19,6 @@ from harness.workload import Arrival, Common, make_workload, write_workload
 
 TTFT_S, GAP_S, OUT_TOKENS = 0.05, 0.01, 8
 
-
-@pytest.fixture(scope="session")
-def tokenizer_dir(tmp_path_factory) -> Path:
-    return session_tokenizer(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,8 @@ import hashlib
 import json
 import random
 import statistics
-from pathlib import Path
 
 import pytest
-from tiny_tokenizer import session_tokenizer
 
 from harness.cli import main
 from harness.errors import InvalidInput
@@ -22,11 +20,6 @@ from harness.workload import (
     write_workload,
 )
 from harness.workload.arrival import offsets
-
-
-@pytest.fixture(scope="session")
-def tokenizer_dir(tmp_path_factory) -> Path:
-    return session_tokenizer(tmp_path_factory)
 
 
 def _closed(**kw) -> Common:

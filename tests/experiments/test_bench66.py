@@ -10,7 +10,7 @@ from harness.experiments.benches.bench66 import SPEC, Config
 from harness.experiments.runner import run_bench
 from harness.experiments.sweep import LoadPoint, saturation
 from harness.progress import Reporter
-from tests.experiments.test_bench_runner import bench_env, tokenizer_dir  # noqa: F401  (fixtures)
+from tests.experiments.test_bench_runner import bench_env  # noqa: F401  (fixtures)
 
 
 def point(label: str, offered: float, achieved: float, ttft_p99: float, valid: bool = True) -> LoadPoint:

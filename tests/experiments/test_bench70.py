@@ -25,7 +25,7 @@ from harness.manifest.audit import AuditConfig, audit_paths
 from harness.progress import Reporter
 from harness.runtime.base import ServerSpec
 from tests.bench_runs import assert_bench_refuses
-from tests.experiments.test_bench_runner import FakeBackend, bench_env, tokenizer_dir  # noqa: F401 (fixtures)
+from tests.experiments.test_bench_runner import FakeBackend, bench_env  # noqa: F401 (fixtures)
 
 ENGINE = Path(__file__).with_name("fake_engine.py")
 

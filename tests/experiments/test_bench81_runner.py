@@ -19,7 +19,7 @@ from harness.experiments import runner as runner_mod
 from harness.experiments.benches.bench81 import SPEC, Config
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.progress import Reporter
-from tests.experiments.test_bench_runner import FakeBackend, bench_env, tokenizer_dir  # noqa: F401
+from tests.experiments.test_bench_runner import FakeBackend, bench_env  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -39,7 +39,6 @@ from harness.models import PreparedModel
 from harness.progress import Reporter
 from harness.runtime.base import ServerSpec
 from harness.workload import Arrival, Common
-from tests.tiny_tokenizer import session_tokenizer
 
 ENGINE = Path(__file__).with_name("fake_engine.py")
 
@@ -94,10 +93,6 @@ SPEC = BenchSpec(name="99", semantic_id="INF-TEST-BENCH", title="bench-99 test",
                  config=Config, plan=plan, next_steps={"adopt": "a", "reject": "r", "inconclusive": "i",
                                                         "blocked": "b", "aborted": "x"})
 
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory):
-    return session_tokenizer(tmp_path_factory)
 
 
 @pytest.fixture
