@@ -18,7 +18,6 @@ Ctrl-C keeps what was measured and signs it as an aborted run.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterable
 from contextlib import ExitStack
@@ -36,7 +35,14 @@ from harness.experiments.analysis import claim_figures, read_claims, top_result
 from harness.experiments.arms import ArmContext, ArmRun, Workload, arm_dir, measure_arm, warm_up
 from harness.experiments.outputs import arm_table, summary_text
 from harness.experiments.placement import Placement, resolve_placement
-from harness.experiments.server_session import ServerSession, server_session
+from harness.experiments.server_session import (
+    NotApplied,
+    ServerSession,
+    check_applied,
+    engine_reason,
+    kv_cache_config,
+    server_session,
+)
 from harness.experiments.spec import (
     Arm,
     BenchConfig,
@@ -44,7 +50,6 @@ from harness.experiments.spec import (
     History,
     InputFile,
     Plan,
-    ServerVariant,
     WorkloadPlan,
 )
 from harness.models import PreparedModel, ensure_model
@@ -54,7 +59,6 @@ from harness.runinfo import native_image
 from harness.runtime.base import ServerStartError, get_runtime
 from harness.runtime.local import free_port
 from harness.serving import REQUESTS_FILE, RESULT_FILE
-from harness.telemetry.prometheus import parse
 from harness.workload import make_workload, write_workload
 
 
@@ -267,52 +271,6 @@ class Bench:
             return [{"role": get_backend(b).role, "ref": ref, "digest": digest} for ref, digest, b in sorted(pulled)]
         backends = sorted({self.backend_of(s.name).name for s in self.plan.servers})
         return [native_image(get_backend(b).role, get_backend(b).native_python()) for b in backends]
-
-
-class NotApplied(ServerStartError):
-    """The engine started but runs with other settings than the variant exists for (read back after the start)."""
-
-
-def check_applied(variant: ServerVariant, srv: ServerSession) -> None:
-    """Raise ``NotApplied`` naming requested vs effective (and the engine's reason, where known) for each miss."""
-    effective = srv.effective
-    if not variant.expect:
-        return
-    if effective is None:
-        raise NotApplied(f"the variant needs {dict(variant.expect)} but {srv.backend.name} does not report its "
-                         "effective configuration, so it cannot be checked")
-    missed = [k for k, v in variant.expect.items() if effective.get(k) != v]
-    if missed:
-        source = f"GET {srv.backend.effective_path}"
-        parts = [f"requested {k}={variant.expect[k]!r}, the engine runs {k}={effective.get(k)!r} (read back by "
-                 f"{source})" + (f": {srv.backend.override_reasons[k]}" if k in srv.backend.override_reasons else "")
-                 for k in missed]
-        raise NotApplied("; ".join(parts))
-
-
-def engine_reason(message: str) -> str:
-    """The engine's own reason in a refused start's log: its last exception line that is a root cause
-    (not a wrapper pointing "above"); empty when there is none."""
-    errors = [ln.strip() for ln in message.splitlines()
-              if re.match(r"\s*([\w.]+(Error|Exception)): ", ln) and "root cause" not in ln]
-    return errors[-1][:300] if errors else ""
-
-
-def kv_cache_config(metrics_path: Path) -> dict[str, Any] | None:
-    """KV-cache capacity as the engine reports it (vLLM's ``cache_config_info`` labels), or None."""
-    snap = parse(metrics_path.read_text())
-    for (name, labels), _ in snap.samples.items():
-        if name == "vllm:cache_config_info":
-            info = dict(labels)
-            picked: dict[str, Any] = {}
-            for key in ("kv_cache_size_tokens", "block_size", "num_gpu_blocks", "kv_cache_memory_bytes"):
-                try:
-                    picked[key] = int(info[key])
-                except (KeyError, ValueError):
-                    continue
-            picked["enable_prefix_caching"] = info.get("enable_prefix_caching") == "True"
-            return picked
-    return None
 
 
 def protocol_record(cfg: BenchConfig, plan: Plan, resets: list[dict[str, Any]]) -> dict[str, Any]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import comm
 from harness.backends.base import Backend, BackendConfig, lookup
@@ -15,10 +16,14 @@ from harness.backends.cache_reset import CacheReset
 from harness.backends.layouts import Layout, group_spec
 from harness.models import PreparedModel
 from harness.progress import Progress
-from harness.runtime.base import Runtime, ServerHandle
+from harness.runtime.base import Runtime, ServerHandle, ServerStartError
 from harness.runtime.group import GroupHandle, GroupSpec, start_group
 from harness.runtime.local import free_port
 from harness.runtime.ray_cluster import replicas_report
+from harness.telemetry.prometheus import parse
+
+if TYPE_CHECKING:
+    from harness.experiments.spec import ServerVariant
 
 
 @dataclass
@@ -149,3 +154,49 @@ def server_session(name: str, backend: Backend, runtime: Runtime, config: Backen
         progress(f"server {name}: stopped")
         if on_stop:
             on_stop(session)
+
+
+class NotApplied(ServerStartError):
+    """The engine started but runs with other settings than the variant exists for (read back after the start)."""
+
+
+def check_applied(variant: ServerVariant, srv: ServerSession) -> None:
+    """Raise ``NotApplied`` naming requested vs effective (and the engine's reason, where known) for each miss."""
+    effective = srv.effective
+    if not variant.expect:
+        return
+    if effective is None:
+        raise NotApplied(f"the variant needs {dict(variant.expect)} but {srv.backend.name} does not report its "
+                         "effective configuration, so it cannot be checked")
+    missed = [k for k, v in variant.expect.items() if effective.get(k) != v]
+    if missed:
+        source = f"GET {srv.backend.effective_path}"
+        parts = [f"requested {k}={variant.expect[k]!r}, the engine runs {k}={effective.get(k)!r} (read back by "
+                 f"{source})" + (f": {srv.backend.override_reasons[k]}" if k in srv.backend.override_reasons else "")
+                 for k in missed]
+        raise NotApplied("; ".join(parts))
+
+
+def engine_reason(message: str) -> str:
+    """The engine's own reason in a refused start's log: its last exception line that is a root cause
+    (not a wrapper pointing "above"); empty when there is none."""
+    errors = [ln.strip() for ln in message.splitlines()
+              if re.match(r"\s*([\w.]+(Error|Exception)): ", ln) and "root cause" not in ln]
+    return errors[-1][:300] if errors else ""
+
+
+def kv_cache_config(metrics_path: Path) -> dict[str, Any] | None:
+    """KV-cache capacity as the engine reports it (vLLM's ``cache_config_info`` labels), or None."""
+    snap = parse(metrics_path.read_text())
+    for (name, labels), _ in snap.samples.items():
+        if name == "vllm:cache_config_info":
+            info = dict(labels)
+            picked: dict[str, Any] = {}
+            for key in ("kv_cache_size_tokens", "block_size", "num_gpu_blocks", "kv_cache_memory_bytes"):
+                try:
+                    picked[key] = int(info[key])
+                except (KeyError, ValueError):
+                    continue
+            picked["enable_prefix_caching"] = info.get("enable_prefix_caching") == "True"
+            return picked
+    return None
