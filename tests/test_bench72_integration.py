@@ -36,8 +36,15 @@ def test_tiny_bench72_searches_two_candidates_and_writes_a_decision_record(tmp_p
     assert "light-load probe on bf16-s8-kv1" in details["slo"]["basis"] and details["baseline_citation"] is None
     cands = {c["name"]: c for c in details["candidates"]}
     assert set(cands) == {"bf16-s8-kv1", "bf16-s2-kv1"}
-    for cand in cands.values():
-        assert 1 <= len(cand["probes"]) <= 4
+    slo = details["slo"]
+    for name, cand in cands.items():
+        # every recorded probe is a measured run on disk, within --max-probes 4
+        runs = list(run_dir.glob(f"arms/{name} rate=*/r*/result.json"))
+        assert len(cand["probes"]) == len(runs) and len(runs) <= 4, (name, len(runs))
+        for p in cand["probes"]:  # each verdict follows from the stated SLOs and the client's schedule
+            within = (p["ttft_p99_ms"] <= slo["ttft_p99_ms"] and p["tpot_p99_ms"] <= slo["tpot_p99_ms"]
+                      and p["error_rate"] <= slo["error_rate"] and not p["client_reasons"])
+            assert p["passed"] == within, p
         # what the engine applied, read back from its log: the dtype and a 1 GiB KV pool in tokens
         assert cand["effective"]["dtype"] == "bfloat16" and cand["effective"]["kv_cache_tokens"] > 10_000
         probe = cand["probes"][0]
