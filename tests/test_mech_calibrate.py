@@ -82,6 +82,19 @@ def test_outliers_are_dropped_and_counted() -> None:
     assert model.prefill_ms_per_token == pytest.approx(TRUTH.prefill_ms_per_token, rel=0.05)
 
 
+def test_nonpositive_targets_leave_the_residuals_finite() -> None:
+    """A request whose tokens all arrived in one chunk (TPOT 0: the server under load flushed them
+    together) gives a zero target; it is counted, and the residual figures stay finite."""
+    plan = profiling_plan(repeats=1)
+    measured = synthetic_measurements(plan, TRUTH, 0.0, ENGINE, noise=0.0, seed=0)
+    bunched = next(i for i, m in measured.items() if m.tpot_ms is not None and m.output_tokens > 1)
+    m = measured[bunched]
+    measured[bunched] = Observation(bunched, m.ttft_ms, 0.0, m.output_tokens, m.sent_s)
+    _, _, stats = fit_to_measurements(plan, measured, ENGINE)
+    assert stats["nonpositive_targets"] == 1
+    assert np.isfinite(stats["rms_relative_residual"]) and np.isfinite(stats["median_abs_relative_residual"])
+
+
 def test_cost_model_roundtrip_and_bad_files(tmp_path) -> None:
     path = save_cost_model(tmp_path / "m.json", TRUTH, {"source": "test"})
     assert load_cost_model(path) == TRUTH
