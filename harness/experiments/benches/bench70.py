@@ -55,7 +55,7 @@ class Config(BenchConfig):
     comparisons: tuple[str, ...] = knob(GROUPS, "comparisons to run: " + ", ".join(GROUPS), choices=GROUPS)
     order: str = knob("sequential", "server variants: each started once (sequential), restarted every repeat "
                       "(alternate), or all kept up together (concurrent)", choices=("sequential", "alternate", "concurrent"))
-    requests: int = knob(32, "requests per arm (x --scale)", min=2)
+    requests: int = knob(24, "requests per arm (x --scale)", min=2)
     rate_rps: float = knob(2.0, "mean arrival rate of the bursty workload", min=0.01)
     burstiness: float = knob(0.25, "gamma shape of the arrivals (< 1 burstier than Poisson)", min=0.01)
     input_tokens: int = knob(256, "mean prompt tokens", min=1)

@@ -42,7 +42,7 @@ class Config(BenchConfig):
     """Defaults sized for <= 15 minutes on 2 CPU cores once the serving env and model are cached."""
 
     kv_cache_space_gib: int = knob(2, "unused: each candidate sets its own (--kv-cache-values-gib)", min=1, cli=False)
-    requests: int = knob(16, "requests per probe (x --scale); every probe replays the same list", min=4)
+    requests: int = knob(12, "requests per probe (x --scale); every probe replays the same list", min=4)
     light_requests: int = knob(8, "requests of the light-load probe (one at a time) when no bench-66 run is cited",
                                min=2)
     input_tokens: int = knob(256, "mean prompt length in tokens (as bench-66)", min=1)
@@ -67,7 +67,7 @@ class Config(BenchConfig):
                                    min=0.001)
     growth: float = knob(2.0, "bracketing factor between probed rates", min=1.1)
     rel_tol: float = knob(0.5, "bisect until the bracket's ends are within this ratio (1 + x)", min=0.01)
-    max_probes: int = knob(8, "largest number of probes per candidate", min=2)
+    max_probes: int = knob(7, "largest number of probes per candidate", min=2)
     min_rps: float = knob(0.05, "lowest rate the search probes", min=0.001)
     max_rps: float = knob(1000.0, "highest rate the search probes", min=0.01)
     servers_up: str = knob("auto", "two: the best so far stays up while the next is searched and the top two are "
