@@ -46,6 +46,30 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+# Instruction-set extensions that change CPU inference speed by multiples (AMX runs bf16 matmuls
+# several times faster than AVX-512 alone): two hosts with one model name can differ here.
+CPU_ISA = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+           "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16", "asimd", "asimdhp", "sve",
+           "sve2", "bf16", "i8mm")
+
+
+def cpu_isa(cpuinfo: str) -> list[str]:
+    """The CPU_ISA extensions listed on the first flags (x86) or Features (Arm) line of /proc/cpuinfo."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            present = set(value.split())
+            return [name for name in CPU_ISA if name in present]
+    return []
+
+
+def _cpu_isa() -> list[str]:
+    try:
+        return cpu_isa(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return []
+
+
 def _memory_total_bytes() -> int:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -82,6 +106,7 @@ def host_info() -> dict[str, Any]:
         "libc": f"{libc_name} {libc_version}".strip() or "unknown",
         "machine": uname.machine,
         "cpu_model": _cpu_model(),
+        "cpu_isa": _cpu_isa(),
         "cpu_cores_logical": os.cpu_count() or 1,
         "cpu_cores_physical": _physical_cores(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,

@@ -140,3 +140,12 @@ def test_git_state_inside_an_image_comes_from_the_runner(tmp_path, monkeypatch):
     assert fingerprint.git_state(tmp_path / "no-git-here") == ("a" * 40, True)
     monkeypatch.setenv("INFKIT_HARNESS_GIT_DIRTY", "0")
     assert fingerprint.git_state(tmp_path / "no-git-here") == ("a" * 40, False)
+
+
+def test_cpu_isa_lists_the_speed_relevant_extensions_in_a_fixed_order():
+    from harness.fingerprint import cpu_isa
+
+    x86 = "processor\t: 0\nflags\t\t: fpu sse4_2 avx2 avx512f amx_tile amx_bf16 avx512_bf16 ht\nprocessor\t: 1\n"
+    assert cpu_isa(x86) == ["sse4_2", "avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"]
+    assert cpu_isa("processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n") == ["asimd", "sve", "bf16", "i8mm"]
+    assert cpu_isa("model name\t: something\n") == []

@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     host = doc["host"]
     rows = [
         ("os", host["os"]), ("kernel", host["kernel"]), ("cpu", f"{host['cpu_model']} ({host['cpu_cores_logical']} cores)"),
+        ("cpu isa", " ".join(host.get("cpu_isa") or []) or "not reported"),
         ("memory", f"{host['memory_total_bytes'] / 2**30:.1f} GiB"), ("python", doc["python"]["version"]),
         ("torch", (doc["torch"] or {}).get("version", "not installed")),
         ("gpus", ", ".join(g["name"] for g in doc["gpus"]) or f"none ({doc['gpus_absent_reason']})"),
