@@ -20,7 +20,6 @@ from typing import Any
 
 from harness.experiments.arms import ArmRun
 from harness.experiments.metrics import (
-    E2E_P50,
     PEAK_MEMORY_GIB,
     REQUEST_RATE,
     TPOT_P99,
@@ -111,9 +110,7 @@ def verdict(run: ArmRun, slo: SLO, rate: float) -> Probe:
               "achieved_rps": REQUEST_RATE.of_run(run), "client_reasons": client,
               "peak_memory_gib": PEAK_MEMORY_GIB.of_run(run), "kv_cache_usage_peak": KV_USAGE_PEAK(run),
               "running_peak": RUNNING_PEAK(run)}
-    figures = {name: value for name, value in ((TTFT, ttft), (TPOT, tpot)) if value is not None}
-    e2e = E2E_P50.value([run])
-    return Probe(rate, passed, tuple(violated), detail, figures, None if e2e is None else e2e / 1000 * rate)
+    return Probe(rate, passed, tuple(violated), detail)
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,7 @@ A pure state machine over probes (rate, passed). ``next_rate`` reads every probe
 and says which rate to measure next, or None when the search is done:
 
 1. bracket: from ``start_rps``, multiply by ``growth`` while every probed rate holds,
-   divide while the lowest probed rate does not — unless no lower rate can hold: the
-   lowest rate failed in every run, only on latency limits, and either its requests hardly
-   overlapped (median E2E × rate, the mean number in the system by Little's law, below
-   ``unloaded``) or the search is at the latency *floor* (the next rate up failed too, and
-   every broken figure is within ``floor_tol`` of its value there). A candidate too slow for
-   the SLOs even unloaded then costs a few probes, not a walk down to ``min_rps``;
+   divide while the lowest probed rate does not;
 2. bisect: the geometric midpoint of the bracket [lower, first failing rate] until
    their ratio is at most 1 + ``rel_tol``;
 3. confirm: repeat the lower end and the first failing rate (then the lowest rate
@@ -39,8 +34,6 @@ class SearchConfig:
     rel_tol: float = 0.25
     repeats: int = 3
     max_probes: int = 12
-    floor_tol: float = 0.1
-    unloaded: float = 1.0
     min_rps: float = 0.01
     max_rps: float = 10_000.0
     digits: int = 3
@@ -58,8 +51,6 @@ class Probe:
     passed: bool
     violated: tuple[str, ...] = ()
     detail: dict[str, Any] = field(default_factory=dict)
-    figures: dict[str, float] = field(default_factory=dict)  # the measured figure of each limit judged
-    in_system: float | None = None  # median E2E (s) x rate: mean requests in the system (Little's law)
 
 
 @dataclass(frozen=True)
@@ -102,42 +93,13 @@ def bounds(probes: Sequence[Probe]) -> tuple[float | None, float | None, float |
     return lower, first_fail, upper
 
 
-def no_lower_rate(cfg: SearchConfig, probes: Sequence[Probe]) -> str | None:
-    """Why no rate below the lowest probed one can hold (see the module docstring), or None."""
-    table = tally(probes)
-    if not table:
-        return None
-    rates = list(table)
-    lowest = rates[0]
-    runs = [p for p in probes if p.rate_rps == lowest]
-    broken = dict.fromkeys(name for p in runs for name in p.violated)
-    if not table[lowest].fails or not all(name in p.figures for p in runs for name in p.violated):
-        return None  # it passed once, or broke a limit load does not explain (errors, the client's schedule)
-    names = ", ".join(broken)
-    if all(p.in_system is not None and p.in_system < cfg.unloaded for p in runs):
-        return f"at {lowest:g} req/s requests hardly overlapped (under {cfg.unloaded:g} in the system) and {names} still broke"
-
-    def median(rate: float, name: str) -> float | None:
-        values = sorted(p.figures[name] for p in probes if p.rate_rps == rate and name in p.figures)
-        return values[len(values) // 2] if values else None
-    if len(rates) < 2 or not table[rates[1]].fails:
-        return None
-    for name in broken:
-        low, up = median(lowest, name), median(rates[1], name)
-        if low is None or up is None or low < (1 - cfg.floor_tol) * up:
-            return None  # still falling with the load
-    return f"halving the load to {lowest:g} req/s no longer brought {names} down"
-
-
 def wanted_rate(cfg: SearchConfig, probes: Sequence[Probe]) -> float | None:
     """The rate the search wants next regardless of its probe budget, or None when it is done."""
     if not probes:
         return cfg.rate(min(max(cfg.start_rps, cfg.min_rps), cfg.max_rps))
     table = tally(probes)
     lower, first_fail, upper = bounds(probes)
-    if lower is None:  # the lowest probed rate does not hold: go down, unless lower load no longer helps
-        if no_lower_rate(cfg, probes):
-            return None
+    if lower is None:  # the lowest probed rate does not hold: go down
         down = cfg.rate(min(table) / cfg.growth)
         return down if down >= cfg.min_rps else None
     if first_fail is None:  # every probed rate holds: go up
@@ -191,10 +153,7 @@ def capacity(cfg: SearchConfig, probes: Sequence[Probe]) -> Capacity:
     if not probes:
         status = "not searched"
     elif lower is None:
-        floor = no_lower_rate(cfg, probes)
-        status = (f"{why} before any rate held" if unfinished
-                  else f"no probed rate held: {floor}" if floor
-                  else f"no probed rate held (down to {min(table):g} req/s)")
+        status = f"{why} before any rate held" if unfinished else f"no probed rate held (down to {min(table):g} req/s)"
     elif first_fail is None:
         status = (f"{why} before any rate failed" if unfinished
                   else f"every probed rate held (up to {max(table):g} req/s, the search's ceiling)")

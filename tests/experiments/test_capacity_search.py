@@ -86,53 +86,6 @@ def test_searches_that_cannot_bracket_say_so(passes, status, cap_rps, upper):
     assert (cap.status, cap.capacity_rps, cap.upper_rps, cap.confirmed) == (status, cap_rps, upper, False)
 
 
-def floor_curve(rate: float) -> float:
-    """A candidate too slow for a 300 ms limit even unloaded: 500 ms plus a small load term."""
-    return 500.0 + 40.0 * rate
-
-
-def run_with_figures(cfg: SearchConfig, latency, limit: float, name: str = "TPOT P99") -> list[Probe]:
-    probes: list[Probe] = []
-    while (rate := next_rate(cfg, probes)) is not None:
-        value = latency(rate)
-        ok = value <= limit
-        probes.append(Probe(rate, ok, () if ok else (name,), figures={name: value}))
-    return probes
-
-
-def test_a_candidate_over_the_limits_at_its_latency_floor_costs_two_probes_not_a_walk_down():
-    cfg = SearchConfig(start_rps=4.0, growth=2.0, min_rps=0.01)
-    # 4 -> 660 ms, 2 -> 580 ms (12 % lower: still falling), 1 -> 540 ms (7 % lower: the floor)
-    probes = run_with_figures(cfg, floor_curve, 300.0)
-    assert [p.rate_rps for p in probes] == [4.0, 2.0, 1.0]
-    cap = capacity(cfg, probes)
-    assert cap.capacity_rps is None and cap.status == ("no probed rate held: halving the load to 1 req/s no longer "
-                                                       "brought TPOT P99 down")
-
-
-def test_a_figure_still_falling_or_a_limit_without_a_figure_keeps_the_search_going_down():
-    cfg = SearchConfig(start_rps=4.0, growth=2.0, min_rps=0.01, max_probes=20)
-    probes = run_with_figures(cfg, lambda r: 100.0 + 100.0 * r, 150.0)  # halving the rate helps each time
-    assert capacity(cfg, probes).capacity_rps is not None
-    # the client's schedule has no figure to compare: it never counts as a floor
-    client = [Probe(2.0, False, ("client schedule",)), Probe(1.0, False, ("client schedule",))]
-    assert next_rate(cfg, client) == 0.5
-    # one run at the lowest rate passed: not a floor either (the rate does not fail in every run)
-    mixed = [Probe(2.0, False, ("TPOT P99",), figures={"TPOT P99": 500.0}),
-             Probe(1.0, False, ("TPOT P99",), figures={"TPOT P99": 499.0}), Probe(1.0, True, figures={"TPOT P99": 280.0})]
-    assert next_rate(cfg, mixed) is not None
-
-
-def test_a_failure_with_requests_hardly_overlapping_ends_the_walk_down():
-    cfg = SearchConfig(start_rps=1.0, growth=2.0, min_rps=0.01)
-    loaded = Probe(1.0, False, ("TTFT P99",), figures={"TTFT P99": 900.0}, in_system=2.5)
-    assert next_rate(cfg, [loaded]) == 0.5  # 2.5 requests in the system on average: queueing may explain it
-    light = Probe(0.5, False, ("TTFT P99",), figures={"TTFT P99": 700.0}, in_system=0.6)
-    assert next_rate(cfg, [loaded, light]) is None
-    assert capacity(cfg, [loaded, light]).status == ("no probed rate held: at 0.5 req/s requests hardly overlapped "
-                                                     "(under 1 in the system) and TTFT P99 still broke")
-
-
 def test_the_probe_budget_bounds_the_search_and_is_reported():
     cfg = SearchConfig(start_rps=1.0, growth=2.0, rel_tol=0.01, repeats=3, max_probes=5)
     probes = run_search(cfg, lambda r, _: p99_ttft_ms(r) <= 300)
