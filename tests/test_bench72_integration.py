@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 TINY = ["--dtypes", "bfloat16", "--kv-cache-values-gib", "1", "--max-num-seqs-values", "8,2", "--requests", "8",
         "--input-tokens", "64", "--output-tokens", "12", "--light-requests", "4", "--repeats", "2",
         "--max-probes", "4", "--rel-tol", "1", "--slo-ttft-factor", "4", "--slo-tpot-factor", "3",
-        "--warmup-requests", "1", "--resamples", "500", "--baseline", "none"]
+        "--warmup-requests", "1", "--resamples", "500", "--baseline", "none", "--probe-seconds", "2"]
 
 
 def test_tiny_bench72_searches_two_candidates_and_writes_a_decision_record(tmp_path):

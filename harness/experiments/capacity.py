@@ -14,6 +14,7 @@ candidates and rates), so an interrupted bench reads exactly what it measured.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -146,7 +147,11 @@ class Campaign:
                       output_range=cfg.length_range)
 
     def rate_workload(self, rate: float) -> WorkloadPlan:
-        return WorkloadPlan(f"rate-{rate:g}", "random", self.request_list(Arrival("poisson", rate_rps=rate)))
+        """The request list at ``rate``, lengthened so its arrivals span at least --probe-seconds (the
+        generator is sequential: a longer list starts with the same requests)."""
+        plan = self.request_list(Arrival("poisson", rate_rps=rate))
+        requests = max(plan.requests, math.ceil(rate * self.cfg.probe_seconds))
+        return WorkloadPlan(f"rate-{rate:g}", "random", replace(plan, requests=requests))
 
     def search_config(self, start_rps: float) -> SearchConfig:
         cfg = self.cfg

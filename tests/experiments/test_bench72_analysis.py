@@ -28,6 +28,7 @@ from harness.experiments.candidates import (
 )
 from harness.experiments.capacity import (
     SLO,
+    Campaign,
     LightLoad,
     Searched,
     cited_light_load,
@@ -134,6 +135,15 @@ class Knobs:
     slo_ttft_factor = 3.0
     slo_tpot_factor = 2.0
     slo_error_rate = 0.01
+
+
+def test_a_probe_is_lengthened_so_its_arrivals_span_probe_seconds():
+    cfg = bench72.Config(requests=12, probe_seconds=10.0)
+    campaign = Campaign(cfg, ("a",), None)
+    assert campaign.rate_workload(0.5).common.requests == 12  # 12 requests already span 24 s
+    assert campaign.rate_workload(6.32).common.requests == 64  # ceil(6.32 x 10)
+    assert replace(cfg, probe_seconds=0.0).requests == 12
+    assert Campaign(replace(cfg, probe_seconds=0.0), ("a",), None).rate_workload(6.32).common.requests == 12
 
 
 def test_slos_scale_light_load_figures_and_explicit_limits_win():

@@ -61,7 +61,7 @@ def server_starts(run_dir: Path, name: str) -> int:
 
 
 def run72(root: Path, **overrides):
-    cfg = bench72.Config(**{**SHAPE, "requests": 16, "dtypes": ("bfloat16",), "kv_cache_values_gib": (1,),
+    cfg = bench72.Config(**{**SHAPE, "requests": 16, "probe_seconds": 0.0, "dtypes": ("bfloat16",), "kv_cache_values_gib": (1,),
                             "max_num_seqs_values": (4, 1), "max_probes": 9, **overrides})
     return runner_mod.run_bench(bench72.SPEC, cfg, root=root, reporter=Reporter(io.StringIO(), every_s=60))
 
