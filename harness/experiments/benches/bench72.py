@@ -71,7 +71,8 @@ class Config(BenchConfig):
     growth: float = knob(2.0, "bracketing factor between probed rates", min=1.1)
     rel_tol: float = knob(0.5, "bisect until the bracket's ends are within this ratio (1 + x)", min=0.01)
     max_probes: int = knob(7, "largest number of probes per candidate", min=2)
-    min_rps: float = knob(0.05, "lowest rate the search probes", min=0.001)
+    min_rps: float = knob(0.25, "lowest rate the search probes (each probe there lasts a minute or more); a "
+                          "candidate failing at it has no capacity worth deploying on this grid", min=0.001)
     max_rps: float = knob(1000.0, "highest rate the search probes", min=0.01)
     servers_up: str = knob("auto", "two: the best so far stays up while the next is searched and the top two are "
                            "both up for the duel; one: one server at a time (auto: two on CPU, one on a GPU)",
