@@ -36,18 +36,22 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _cpu_model() -> str:
+def _cpuinfo() -> str:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        return Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
+        return ""
+
+
+def _cpu_model(cpuinfo: str) -> str:
+    for line in cpuinfo.splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine() or "unknown"
 
 
 # Instruction-set extensions that change CPU inference speed by multiples (AMX runs bf16 matmuls
-# several times faster than AVX-512 alone): two hosts with one model name can differ here.
+# several times faster than AVX-512 alone): two hosts of one kind can differ here.
 CPU_ISA = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
            "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16", "asimd", "asimdhp", "sve",
            "sve2", "bf16", "i8mm")
@@ -61,13 +65,6 @@ def cpu_isa(cpuinfo: str) -> list[str]:
             present = set(value.split())
             return [name for name in CPU_ISA if name in present]
     return []
-
-
-def _cpu_isa() -> list[str]:
-    try:
-        return cpu_isa(Path("/proc/cpuinfo").read_text())
-    except OSError:
-        return []
 
 
 def _memory_total_bytes() -> int:
@@ -90,6 +87,7 @@ def _physical_cores() -> int | None:
 
 
 def host_info() -> dict[str, Any]:
+    cpuinfo = _cpuinfo()
     libc_name, libc_version = platform.libc_ver()
     uname = platform.uname()
     os_name = uname.system
@@ -105,8 +103,8 @@ def host_info() -> dict[str, Any]:
         "kernel": uname.release,
         "libc": f"{libc_name} {libc_version}".strip() or "unknown",
         "machine": uname.machine,
-        "cpu_model": _cpu_model(),
-        "cpu_isa": _cpu_isa(),
+        "cpu_model": _cpu_model(cpuinfo),
+        "cpu_isa": cpu_isa(cpuinfo),
         "cpu_cores_logical": os.cpu_count() or 1,
         "cpu_cores_physical": _physical_cores(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
