@@ -95,6 +95,16 @@ def equations(workload: SimWorkload, measured: dict[int, Observation], model: St
     return np.asarray(rows), np.asarray(ys)
 
 
+def positive_equations(workload: SimWorkload, measured: dict[int, Observation], model: StepCostModel,
+                       engine: EngineConfig) -> tuple[np.ndarray, np.ndarray, int]:
+    """``equations`` without the rows whose target is at or below zero (a simulated wait longer than the
+    measured TTFT, or TPOT 0 when a loaded server flushed every token in one chunk): they have no relative
+    residual. Returns the rows, the targets and how many were left out."""
+    x, y = equations(workload, measured, model, engine)
+    keep = y > 0
+    return x[keep], y[keep], int((~keep).sum())
+
+
 def fit_to_measurements(workload: SimWorkload, measured: dict[int, Observation], engine: EngineConfig,
                         start: StepCostModel | None = None, iterations: int = 8,
                         ) -> tuple[StepCostModel, float, dict[str, float]]:
@@ -104,28 +114,23 @@ def fit_to_measurements(workload: SimWorkload, measured: dict[int, Observation],
     dropped = rounds = 0
     while rounds < iterations:
         rounds += 1
-        x, y = equations(workload, measured, model, engine)
-        keep = y > 0
-        x, y = x[keep], y[keep]
+        x, y, nonpositive = positive_equations(workload, measured, model, engine)
         coef_new = nnls_relative(x, y)
         rel = (x @ coef_new - y) / y
         mad = float(np.median(np.abs(rel - np.median(rel))))
         inliers = np.abs(rel - np.median(rel)) <= max(0.25, 5 * 1.4826 * mad)
         if not inliers.all() and inliers.sum() >= len(COLUMNS):
             coef_new = nnls_relative(x[inliers], y[inliers])
-        dropped = int((~inliers).sum() + (~keep).sum())
+        dropped = int((~inliers).sum()) + nonpositive
         settled = np.allclose(coef_new, coef, rtol=1e-6, atol=1e-9)
         coef = coef_new
         model = _model(coef)
         if settled:
             break
-    x, y = equations(workload, measured, model, engine)
-    # a target at or below zero (the simulated wait already exceeds the measured TTFT) has no
-    # relative residual: it is left out of the residual figures and counted, as inside the loop
-    keep = y > 0
-    rel = (x[keep] @ coef - y[keep]) / y[keep]
-    stats = {"equations": int(len(y)), "iterations": rounds, "dropped_outliers": dropped,
-             "nonpositive_targets": int((~keep).sum()),
+    x, y, nonpositive = positive_equations(workload, measured, model, engine)
+    rel = (x @ coef - y) / y
+    stats = {"equations": int(len(y)) + nonpositive, "iterations": rounds, "dropped_outliers": dropped,
+             "nonpositive_targets": nonpositive,
              "median_abs_relative_residual": float(np.median(np.abs(rel))),
              "rms_relative_residual": float(np.sqrt(np.mean(rel**2)))}
     return model, float(coef[-1]), stats
