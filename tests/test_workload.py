@@ -6,6 +6,7 @@ import hashlib
 import json
 import random
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -116,6 +117,17 @@ def test_same_parameters_give_byte_identical_files(tokenizer_dir, tmp_path):
     assert a.read_bytes() == b.read_bytes()
     other = make_workload("random", Common(arrival=Arrival("poisson", rate_rps=3.0), requests=12, seed=12), {}, tokenizer_dir)
     assert other.workload_id != load_workload(a).workload_id
+
+
+@pytest.mark.parametrize("arrival", [Arrival("poisson", rate_rps=3.0), Arrival("gamma", rate_rps=3.0, burstiness=0.5)])
+def test_a_longer_list_starts_with_the_same_requests(tokenizer_dir, arrival):
+    """Capacity probes lengthen the list at faster rates (bench-72 --probe-seconds) and rely on this."""
+    common = Common(arrival=arrival, requests=8, seed=5, input_tokens=40, output_tokens=10, input_range=0.5,
+                    output_range=0.5)
+    short = make_workload("random", common, {}, tokenizer_dir).requests
+    long = make_workload("random", replace(common, requests=30), {}, tokenizer_dir).requests
+    assert [(r.prompt, r.input_tokens, r.output_tokens, r.offset_s) for r in short] == \
+        [(r.prompt, r.input_tokens, r.output_tokens, r.offset_s) for r in long[:8]]
 
 
 def test_workload_id_is_sha256_of_canonical_bytes_with_id_blanked(tokenizer_dir, tmp_path):

@@ -42,7 +42,8 @@ class Config(BenchConfig):
     """Defaults sized for <= 15 minutes on 2 CPU cores once the serving env and model are cached."""
 
     kv_cache_space_gib: int = knob(2, "unused: each candidate sets its own (--kv-cache-values-gib)", min=1, cli=False)
-    requests: int = knob(12, "requests per probe (x --scale); every probe replays the same list", min=4)
+    requests: int = knob(12, "requests per probe (x --scale); every probe replays the same list, "
+                         "lengthened to --probe-seconds of arrivals", min=4)
     probe_seconds: float = knob(10.0, "a probe's arrivals span at least this long: it holds max(--requests, "
                                 "rate x this) requests, so a rate passes by being served, not by absorbing a burst",
                                 min=0)
@@ -126,7 +127,8 @@ def plan(cfg: Config, model) -> Plan:
                (" across restarts" if one else " on live servers")),
         run_label=f"capacity under SLOs: {', '.join(names)}",
         columns=(TTFT_P99, TPOT_P99, E2E_P99, REQUEST_RATE, PEAK_MEMORY_GIB),
-        notes=("every probe replays the same request list at its Poisson rate; only the arrival schedule differs",
+        notes=("every probe replays the same request list at its Poisson rate (a faster rate's list is longer, so its "
+               "arrivals span --probe-seconds, and starts with the same requests); only the arrival schedule differs",
                "a probe where the client could not keep its schedule cannot pass"))
 
 
