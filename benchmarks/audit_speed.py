@@ -22,7 +22,7 @@ from pathlib import Path
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.manifest.keys import init_key
 from harness.manifest.sign import sign_run
-from harness.runinfo import RunRecord, native_image, write_run_record
+from harness.rundir.record import RunRecord, native_image, write_run_record
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "tests" / "examples" / "valid"

@@ -1,7 +1,7 @@
 """Record the calibration inputs against a live server, without fitting them.
 
 The same recording ``infkit mech calibrate --endpoint`` (or ``--serve``) makes
-(``harness.experiments.calibrate_live``: the profiling plan's bursts and a held-out Poisson
+(``harness.mech.calibrate.live``: the profiling plan's bursts and a held-out Poisson
 workload, measured by the serving client), kept for a later or repeated fit:
 
     python benchmarks/calibrate_record.py --endpoint http://127.0.0.1:8000 --model NAME --out DIR
@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.errors import InfkitError  # noqa: E402
-from harness.experiments.calibrate_live import record_live  # noqa: E402
+from harness.mech.calibrate.live import record_live  # noqa: E402
 from harness.mech.calibrate.config import CalibrateConfig  # noqa: E402
 
 

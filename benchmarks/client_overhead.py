@@ -41,8 +41,8 @@ from tiny_tokenizer import train_tokenizer  # noqa: E402
 
 from harness.client import ClientConfig, auto_workers, plan_shares, read_records, run_client  # noqa: E402
 from harness.contract import atomic_write_json  # noqa: E402
-from harness.fingerprint import collect  # noqa: E402
-from harness.metrics import performance  # noqa: E402
+from harness.rundir.fingerprint import collect  # noqa: E402
+from harness.serving.metrics import performance  # noqa: E402
 from harness.workload import Arrival, Common, make_workload  # noqa: E402
 
 TTFT_MS, GAP_MS, OUT_TOKENS = 50.0, 10.0, 32

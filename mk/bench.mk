@@ -1,8 +1,8 @@
 # Serving benches (docs/benches.md): one pattern rule runs every bench spec under
-# harness/experiments/benches/. Any knob of `infkit bench NN --help` is also a Make variable
+# harness/bench/benches/. Any knob of `infkit bench NN --help` is also a Make variable
 # (REPEATS=5, RATES=1,2,4, SLO_TTFT_P99_MS=500 ...); BENCH_ARGS passes flags as they are.
 # GPU=N uses the containerized GPU path where an NVIDIA GPU and a Docker engine exist, else the CPU default.
-BENCHES := $(sort $(patsubst harness/experiments/benches/bench%.py,%,$(wildcard harness/experiments/benches/bench[0-9]*.py)))
+BENCHES := $(sort $(patsubst harness/bench/benches/bench%.py,%,$(wildcard harness/bench/benches/bench[0-9]*.py)))
 BENCH_ARGS ?=
 
 # bench-NN stay off .PHONY (make never applies a pattern rule to a phony target); each is named here

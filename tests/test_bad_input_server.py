@@ -18,7 +18,7 @@ from fake_openai_server import FakeConfig, FakeOpenAIServer
 
 from harness.client import read_records
 from harness.contract import validate_file
-from harness.serving import MeasureConfig, measure
+from harness.serving.measure import MeasureConfig, measure
 
 WORKLOAD = Path(__file__).parent / "examples" / "valid" / "workload-header.jsonl"  # 2 requests, 2 tokens each
 REQUESTS = 2

@@ -18,7 +18,7 @@ from harness.contract import (
     write_result,
 )
 from harness.errors import SchemaViolation
-from harness.fingerprint import environment_group
+from harness.rundir.fingerprint import environment_group
 
 WID = "sha256:" + "e" * 64
 

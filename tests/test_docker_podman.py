@@ -56,7 +56,7 @@ def test_cpu_mechanism_in_container_records_its_image_and_is_signed_on_the_host(
     if importlib.util.find_spec("harness.commands.mech") is None:
         pytest.skip("`infkit mech` is not in this checkout yet (the fingerprint test covers the same path)")
     from harness.cli import main
-    from harness.rundir import sign_queued
+    from harness.rundir.directory import sign_queued
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the host's (throwaway) key
     monkeypatch.delenv("INFKIT_SIGNING_KEY_PEM", raising=False)
@@ -77,7 +77,7 @@ def test_cpu_mechanism_in_container_records_its_image_and_is_signed_on_the_host(
     assert [i["digest"] for i in images] == [inf_cpu.id]  # the container, not a native package list
     assert images[0]["base_substituted"] == load_lock("inf-cpu").base_image
     # the mounted harness's revision, read on the host, reaches the run's fingerprint
-    from harness.fingerprint import git_state
+    from harness.rundir.fingerprint import git_state
 
     recorded = json.loads((run_dir / "fingerprint.json").read_text())["harness"]
     assert recorded["git_commit"] == git_state(REPO_ROOT)[0]

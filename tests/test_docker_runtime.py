@@ -13,7 +13,7 @@ import pytest
 from harness.contract.schemas import validate_document
 from harness.errors import CapabilityMissing
 from harness.images.locks import load_lock
-from harness.runinfo import CONTAINER_IMAGE_ENV, RunRecord, native_image
+from harness.rundir.record import CONTAINER_IMAGE_ENV, RunRecord, native_image
 from harness.runtime import docker_image
 from harness.runtime.base import ServerSpec, get_runtime
 from harness.runtime.docker import (

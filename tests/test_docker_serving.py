@@ -23,7 +23,7 @@ from harness.runtime.docker import CACHE_MOUNT, DockerRuntime, DockerSettings, c
 from harness.runtime.local import free_port
 from tests.bench_runs import BENCH69_SMALL as SMALL
 from tests.bench_runs import audit, env_for, infkit
-from tests.test_bench69_integration import arm_results
+from tests.bench.benches.test_bench69_integration import arm_results
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(3000)]

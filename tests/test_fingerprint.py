@@ -6,7 +6,7 @@ import json
 import types
 from collections import namedtuple
 
-from harness import fingerprint
+from harness.rundir import fingerprint
 from harness.cli import main
 from harness.contract.schemas import validate_document
 
@@ -143,7 +143,7 @@ def test_git_state_inside_an_image_comes_from_the_runner(tmp_path, monkeypatch):
 
 
 def test_cpu_isa_lists_the_speed_relevant_extensions_in_a_fixed_order():
-    from harness.fingerprint import cpu_isa
+    from harness.rundir.fingerprint import cpu_isa
 
     x86 = "processor\t: 0\nflags\t\t: fpu sse4_2 avx2 avx512f amx_tile amx_bf16 avx512_bf16 ht\nprocessor\t: 1\n"
     assert cpu_isa(x86) == ["sse4_2", "avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"]

@@ -115,7 +115,7 @@ def test_a_mechanism_run_is_signed_when_it_ends(tmp_path, monkeypatch, capsys) -
 
 def test_a_run_in_a_role_image_is_queued_and_signed_by_the_host(tmp_path, monkeypatch, capsys) -> None:
     """What `infkit images run` does around a container, in-process: the run lists itself, the host signs it."""
-    from harness.rundir import SIGN_QUEUE_ENV, sign_queued
+    from harness.rundir.directory import SIGN_QUEUE_ENV, sign_queued
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.delenv("INFKIT_SIGNING_KEY_PEM", raising=False)

@@ -1,11 +1,11 @@
-"""Golden tests for harness.metrics: every value below is computed by hand from the records."""
+"""Golden tests for harness.serving.metrics: every value below is computed by hand from the records."""
 
 from __future__ import annotations
 
 import pytest
 
 from harness.client.records import RequestRecord
-from harness.metrics import distribution, meets_slo, performance
+from harness.serving.metrics import distribution, meets_slo, performance
 
 A = RequestRecord(index=0, status="length", scheduled_s=0.0, sent_s=0.0, first_token_s=0.1, end_s=0.25,
                   chunk_s=(0.1, 0.15, 0.25), completion_tokens=3, prompt_tokens=10, input_tokens=10)

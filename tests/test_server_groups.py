@@ -1,7 +1,7 @@
 """Server groups: layouts built from a backend's command line, started and stopped as one server.
 
 Command lines are checked as data (vLLM's multi-node launcher, replicas, a Ray cluster); the group
-runtime runs real processes (the stand-in engine of tests/experiments/fake_engine.py).
+runtime runs real processes (the stand-in engine of tests/bench/fake_engine.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import comm
+from harness.backends import comm
 from harness.backends.base import BackendConfig
 from harness.backends.layouts import SERVE_SHIM, Layout, group_spec, headless_argv
 from harness.backends.vllm_cpu import VllmCpuBackend
@@ -28,7 +28,7 @@ from harness.runtime.ray_cluster import RAY, replicas_report
 from harness.runtime.serving_env import ServingEnv
 from harness.workload.model import Request
 
-ENGINE = Path(__file__).parent / "experiments" / "fake_engine.py"
+ENGINE = Path(__file__).parent / "bench" / "fake_engine.py"
 BIND = "VLLM_CPU_OMP_THREADS_BIND"
 
 

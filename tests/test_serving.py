@@ -13,8 +13,8 @@ from harness.cli import main
 from harness.client import read_records
 from harness.contract import validate_file
 from harness.errors import InvalidInput
-from harness.serving import MeasureConfig, measure
-from harness.validity import ValidityLimits
+from harness.serving.measure import MeasureConfig, measure
+from harness.serving.validity import ValidityLimits
 from harness.workload import Arrival, Common, make_workload, write_workload
 
 TTFT_S, GAP_S, OUT_TOKENS = 0.05, 0.01, 8

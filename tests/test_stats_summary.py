@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.stats_summary import distribution_ms, token_summary
+from harness.contract.distribution import distribution_ms, token_summary
 
 
 def test_linear_percentiles_and_population_std():

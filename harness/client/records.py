@@ -27,7 +27,7 @@ COMPLETED = ("stop", "length")
 class RequestRecord:
     """What happened to one request of the workload, as the client measured it.
 
-    TTFT runs from ``sent_s`` to ``first_token_s`` (``harness.metrics.per_request``); the
+    TTFT runs from ``sent_s`` to ``first_token_s`` (``harness.serving.metrics.per_request``); the
     simulator's ``harness.mech.engine.types.SimRequestRecord`` counts from arrival instead.
     """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.rundir import Finished
+from harness.rundir.directory import Finished
 
 
 def add_run_arguments(p: argparse.ArgumentParser, *, default_out: str) -> None:

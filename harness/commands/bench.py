@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cliconfig import add_config_arguments, config_from_args
-from harness.experiments import bench_specs, get_bench
-from harness.experiments.runner import run_bench
+from harness.knobs import add_config_arguments, config_from_args
+from harness.bench import bench_specs, get_bench
+from harness.bench.runner import run_bench
 from harness.progress import reporter
 
 

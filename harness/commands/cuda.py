@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from harness.cliconfig import add_config_arguments, config_from_args
+from harness.knobs import add_config_arguments, config_from_args
 from harness.commands._runargs import add_run_arguments, print_finished
 from harness.cuda.registry import experiments, get_experiment
 from harness.cuda.runner import DEFAULT_OUT_ROOT, RESULT_FILE, run_experiment
-from harness.rundir import check_run_target
+from harness.rundir.directory import check_run_target
 
 
 def register(sub: argparse._SubParsersAction) -> None:

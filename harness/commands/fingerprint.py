@@ -7,7 +7,7 @@ import json
 
 from tabulate import tabulate
 
-from harness import fingerprint
+from harness.rundir import fingerprint
 from harness.contract.atomic import atomic_write_json
 from harness.contract.paths import check_output_file
 from harness.contract.schemas import validate_document

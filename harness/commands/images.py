@@ -200,7 +200,7 @@ def run_lock_deps(args: argparse.Namespace) -> int:
 def run_in_image(args: argparse.Namespace) -> int:
     from harness.commands._runargs import relative
     from harness.ids import new_run_id
-    from harness.rundir import sign_queued
+    from harness.rundir.directory import sign_queued
     from harness.runtime.docker_run import run_harness
 
     inner = args.args[1:] if args.args[:1] == ["--"] else args.args

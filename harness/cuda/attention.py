@@ -16,7 +16,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from harness.cliconfig import knob
+from harness.knobs import knob
 from harness.contract import Conclusion, Correctness, Failure, Performance
 from harness.cuda.device import import_torch, measure_peak_memory, time_calls
 from harness.cuda.registry import CommonConfig, Experiment

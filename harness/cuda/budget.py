@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from harness.cliconfig import knob
+from harness.knobs import knob
 from harness.contract import Conclusion, Correctness, Failure, Performance
 from harness.cuda.device import LiveTensorMeter, free_memory, import_torch, synchronize, time_calls
 from harness.cuda.models import load_causal_lm, model_shape, random_llama

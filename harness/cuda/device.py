@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import CapabilityMissing, InvalidInput
-from harness.stats_summary import distribution_ms
+from harness.contract.distribution import distribution_ms
 
 
 def import_torch():

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from harness.cliconfig import knob
+from harness.knobs import knob
 from harness.contract import Conclusion, Correctness, Failure, Performance
 from harness.cuda.device import import_torch, measure_peak_memory, synchronize, time_calls
 from harness.cuda.models import llama_config, model_shape, seeded

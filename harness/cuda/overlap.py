@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.cliconfig import knob
+from harness.knobs import knob
 from harness.contract import Conclusion, Correctness, Failure, Performance
 from harness.cuda.device import import_torch, time_calls
 from harness.cuda.registry import CommonConfig, Experiment
 from harness.cuda.runner import Outcome, RunContext, mechanism_workload
-from harness.stats_summary import distribution_ms
+from harness.contract.distribution import distribution_ms
 
 
 @dataclass(frozen=True)

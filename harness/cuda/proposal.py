@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from harness.cliconfig import knob
+from harness.knobs import knob
 from harness.cuda.device import import_torch, synchronize
 from harness.cuda.models import LoadedModel, load_causal_lm
 from harness.cuda.registry import CommonConfig, Experiment

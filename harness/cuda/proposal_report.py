@@ -15,7 +15,7 @@ from harness.contract import Conclusion, Correctness, Failure, Performance, atom
 from harness.contract.schemas import validate_document
 from harness.cuda.runner import Outcome, RunContext, mechanism_workload
 from harness.errors import SchemaViolation
-from harness.stats_summary import distribution_ms
+from harness.contract.distribution import distribution_ms
 
 PROPOSAL_SCHEMA = "infkit/proposal/v1"
 

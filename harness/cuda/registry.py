@@ -2,7 +2,7 @@
 
 Discovery is ``harness.registry.discover``. Experiment modules import torch lazily,
 so listing them (``infkit cuda --help``) works without torch installed. Config
-fields are declared with ``harness.cliconfig.knob``: their help and constraints are
+fields are declared with ``harness.knobs.knob``: their help and constraints are
 the command line and the Make variables.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.cliconfig import check_config, knob
+from harness.knobs import check_config, knob
 from harness.registry import discover, lookup
 
 PACKAGE = "harness.cuda"

@@ -1,4 +1,4 @@
-"""Run one experiment and write its run directory through ``harness.rundir.RunDirectory``.
+"""Run one experiment and write its run directory through ``harness.rundir.directory.RunDirectory``.
 
 ``runs/cuda/<name>/<run_id>/`` holds ``fingerprint.json`` (collected when
 the run starts), ``result.json`` (schema-valid, kind
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.cliconfig import config_dict
+from harness.knobs import config_dict
 from harness.contract import (
     Conclusion,
     Correctness,
@@ -29,10 +29,10 @@ from harness.contract import (
 )
 from harness.cuda.device import import_torch, resolve_device
 from harness.cuda.registry import Experiment
-from harness.fingerprint import environment_group
+from harness.rundir.fingerprint import environment_group
 from harness.ids import sha256_canonical
-from harness.rundir import Finished, RunDirectory
-from harness.runinfo import native_image
+from harness.rundir.directory import Finished, RunDirectory
+from harness.rundir.record import native_image
 
 PROFILE_ID = "INF-CUDA-MECHANISM"
 DEFAULT_OUT_ROOT = Path("runs/cuda")

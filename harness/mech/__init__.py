@@ -6,7 +6,7 @@ Parts:
   pools, radix tree), its step-cost model, simulated workloads and run modes;
 - ``specdec/``: speculative-decoding formulas, Monte-Carlo and proposal schedules;
 - ``calibrate/``: the profiling plan and the fit of the step-cost model (the live
-  part, which starts servers, is ``harness.experiments.calibrate_live``);
+  part, which starts servers, is ``harness.mech.calibrate.live``);
 - ``lifecycle``, ``budget``, ``batching``, ``kvcache``: mechanisms on the engine
   and on the model table (``harness.models.shapes``);
 - ``output``: what every mechanism run writes.
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.cliconfig import check_config
+from harness.knobs import check_config
 from harness.registry import discover, lookup
 
 

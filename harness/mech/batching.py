@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.cliconfig import knob
+from harness.knobs import knob
 from harness.contract import Conclusion, WorkloadInfo
 from harness.errors import InvalidInput
 from harness.mech import Mechanism, MechConfig
@@ -31,7 +31,7 @@ from harness.mech.engine.workload import SimWorkload, SyntheticSpec, read_worklo
 from harness.mech.output import MechOutput, config_ref, save_figure, table
 from harness.models.shapes import get_model, kv_bytes_per_token
 from harness.report.plots import pyplot
-from harness.stats_summary import token_summary
+from harness.contract.distribution import token_summary
 
 
 @dataclass(frozen=True)

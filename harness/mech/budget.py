@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from harness.cliconfig import knob
+from harness.knobs import knob
 from harness.contract import Conclusion, Correctness, Performance
 from harness.errors import InvalidInput
 from harness.mech import Mechanism, MechConfig

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.cliconfig import knob
+from harness.knobs import knob
 from harness.contract import Conclusion
 from harness.errors import InvalidInput
 from harness.mech import Mechanism, MechConfig

@@ -2,7 +2,7 @@
 
 A mechanism returns a ``MechOutput`` (pure data, no wall clock); ``write_mech_run``
 turns it into files under ``<out_root>/<name>/<run_id>/`` through the one
-``harness.rundir.RunDirectory`` and signs the folder. Everything that goes
+``harness.rundir.directory.RunDirectory`` and signs the folder. Everything that goes
 into result.json except ``identity.run_id``/``created_utc`` and the environment
 fingerprint is a function of the mechanism's inputs, so two runs with the same
 inputs and seeds produce byte-identical results once those fields are fixed.
@@ -27,9 +27,9 @@ from harness.contract import (
 )
 from harness.contract.result import utc_now
 from harness.ids import sha256_bytes, sha256_canonical
-from harness.rundir import Finished, RunDirectory
-from harness.runinfo import native_image
-from harness.stats_summary import token_summary
+from harness.rundir.directory import Finished, RunDirectory
+from harness.rundir.record import native_image
+from harness.contract.distribution import token_summary
 
 PROFILE_ID = "INF-CPU"
 SIMULATOR_BACKEND = "infkit-mech"
@@ -86,7 +86,7 @@ def simulator_environment(created_utc: str) -> tuple[Environment, dict[str, Any]
     Pinning the fingerprint's timestamp to the run's keeps wall-clock time out of the
     hashed parts; ``fingerprint.json`` is the document whose sha256 the group names.
     """
-    from harness.fingerprint import collect, environment_group
+    from harness.rundir.fingerprint import collect, environment_group
 
     doc = collect()
     doc["created_utc"] = created_utc

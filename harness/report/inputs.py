@@ -23,7 +23,7 @@ from harness.manifest.audit import (
 )
 from harness.manifest.findings import Finding
 from harness.manifest.sign import default_manifest_path
-from harness.runinfo import RUN_FILE
+from harness.rundir.record import RUN_FILE
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ entry point (``python3 -m harness`` from the read-only mount) with the run
 directory mounted read-write at its host path. The container has no network
 unless asked. The image actually used (digest, base substitution) is passed in
 ``INFKIT_CONTAINER_IMAGE``, so the run records it in its own ``run.json``
-(``harness.runinfo.native_image``), and so do its manifest and audit.
+(``harness.rundir.record.native_image``), and so do its manifest and audit.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 from harness.contract.atomic import atomic_write_bytes
 from harness.errors import InfkitError
 from harness.images.locks import load_lock
-from harness.rundir import SIGN_QUEUE_ENV
-from harness.runinfo import CONTAINER_IMAGE_ENV
+from harness.rundir.directory import SIGN_QUEUE_ENV
+from harness.rundir.record import CONTAINER_IMAGE_ENV
 from harness.runtime.docker import (
     DEFAULT_SHM_BYTES,
     DockerSettings,
@@ -49,7 +49,7 @@ class HarnessRun:
 
 def harness_git_env(harness_root: Path) -> dict[str, str]:
     """The mounted harness's git revision, read on the host (images carry no git)."""
-    from harness.fingerprint import git_state
+    from harness.rundir.fingerprint import git_state
 
     commit, dirty = git_state(Path(harness_root))
     if commit is None:
@@ -63,7 +63,7 @@ def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, .
     """Run ``infkit <args>`` in ``role``'s image; the log lands in ``run_dir/log_name``.
 
     The image has no signing key: with ``sign_queue`` (a file under ``run_dir``) the runs the
-    command finishes are listed there for the host to sign (``harness.rundir.sign_queued``).
+    command finishes are listed there for the host to sign (``harness.rundir.directory.sign_queued``).
     """
     settings = settings or DockerSettings.from_env()
     lock = load_lock(role)

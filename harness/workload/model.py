@@ -27,7 +27,7 @@ from harness.contract.schemas import (
 )
 from harness.errors import InvalidInput
 from harness.ids import canonical_json, sha256_bytes
-from harness.stats_summary import token_summary
+from harness.contract.distribution import token_summary
 
 WORKLOAD_SCHEMA = "infkit/workload/v1"
 OFFSET_DECIMALS = 6  # send offsets are rounded to the microsecond before they are written

@@ -13,7 +13,7 @@ from harness.cli import main
 from harness.manifest.dsse import sign_payload
 from harness.manifest.keys import SigningKey, load_signing_key
 from harness.manifest.predicate import statement_bytes
-from harness.runinfo import RunRecord, native_image, write_run_record
+from harness.rundir.record import RunRecord, native_image, write_run_record
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "valid"
 RUN_ID = "20261130T080000Z-abc123"

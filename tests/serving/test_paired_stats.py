@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness.errors import InvalidInput
-from harness.experiments.stats import decide, paired_ratio_effect
+from harness.bench.stats import decide, paired_ratio_effect
 
 
 def samples(center: float, n: int, seed: int, spread: float = 0.05) -> list[float]:

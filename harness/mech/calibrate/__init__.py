@@ -3,7 +3,7 @@
 ``config`` (the sources and settings), ``plan`` (the profiling plan, measured records,
 prediction and comparison), ``fitting`` (the least-squares fit through the engine) and
 ``mechanism`` (the ``infkit mech calibrate`` run). Measuring a live server is
-``harness.experiments.calibrate_live``: it starts servers, so it lives with the experiments.
+``harness.mech.calibrate.live``: it starts servers, so it lives with the experiments.
 """
 
 from harness.mech.calibrate.mechanism import MECHANISM

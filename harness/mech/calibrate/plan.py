@@ -25,7 +25,7 @@ from harness.mech.engine.costmodel import FEATURES, StepCostModel
 from harness.mech.engine.simulate import run_continuous
 from harness.mech.engine.types import EngineConfig
 from harness.mech.engine.workload import SimRequest, SimWorkload
-from harness.metrics import output_tokens, per_request
+from harness.serving.metrics import output_tokens, per_request
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 from harness.contract import Correctness, Performance
 from harness.mech.engine.types import EngineRun, SimRequestRecord
-from harness.stats_summary import distribution_ms
+from harness.contract.distribution import distribution_ms
 
 SIMULATED = "simulated ms from the step-cost model"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.cliconfig import knob
+from harness.knobs import knob
 from harness.contract import Conclusion, Correctness, Performance
 from harness.mech import Mechanism, MechConfig
 from harness.mech.output import MechOutput, no_workload, save_figure, table

@@ -1,0 +1,224 @@
+"""Speculative decoding as served: acceptance from the engine's counters, greedy identity, and the prediction.
+
+Pure functions of arm runs (their ``details.server_metrics.spec_decode`` counter deltas and
+per-request records) and of the simulator's formulas (``harness.mech.specdec``).
+
+Acceptance, pooled over an arm's completed repeats:
+  acceptance rate          = Σ accepted / Σ drafted tokens
+  mean acceptance length L = 1 + Σ accepted / Σ drafts   (tokens per verification pass that had a draft)
+  per position k           = Σ accepted at k / Σ drafts  (P[the first k+1 drafts all accepted]),
+  whose ratios are the conditional acceptances α_k the simulator's positional formula and
+  Monte-Carlo take.
+
+Prediction (Leviathan et al.): a pass with γ̄ drafted tokens costs γ̄·c + 1 target passes and
+yields L tokens, S = E / (γ·c + 1). A step without a draft (n-gram lookup found no match)
+costs one pass for one token. Over a run's decode tokens T (generated minus one per request,
+which comes with the prefill), with D passes that had a draft:
+  S_pred = T / (D·(γ̄·c + 1) + (T − D·L))
+which is E / (γ·c + 1) when every pass drafts. The served speedup is the inverse of the paired
+TPOT ratio; the error is served / predicted − 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.bench.arms import ArmRun, completed_runs
+from harness.mech.specdec.formulas import (
+    expected_tokens,
+    expected_tokens_positional,
+    simulate_acceptance,
+)
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Spec-decode counter deltas pooled over an arm's repeats, and the generated tokens they cover."""
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    accepted_per_position: tuple[float, ...]
+    generated_tokens: float
+    requests: int
+
+    @property
+    def rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_length(self) -> float | None:
+        return 1 + self.accepted_tokens / self.drafts if self.drafts else None
+
+    @property
+    def mean_draft_length(self) -> float | None:
+        return self.draft_tokens / self.drafts if self.drafts else None
+
+    @property
+    def position_rates(self) -> list[float]:
+        """P[positions 0..k all accepted] per position k."""
+        return [a / self.drafts for a in self.accepted_per_position] if self.drafts else []
+
+    @property
+    def conditional_alphas(self) -> list[float]:
+        """α_k = P[k accepted | 0..k-1 accepted]; positions never reached end the list."""
+        out, prev = [], 1.0
+        for p in self.position_rates:
+            if prev <= 0:
+                break
+            out.append(min(1.0, p / prev))
+            prev = p
+        return out
+
+    @property
+    def decode_tokens(self) -> float:
+        return max(0.0, self.generated_tokens - self.requests)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"drafts": self.drafts, "draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens,
+                "accepted_per_position": list(self.accepted_per_position), "generated_tokens": self.generated_tokens,
+                "requests": self.requests, "acceptance_rate": _round(self.rate), "mean_acceptance_length":
+                _round(self.mean_length), "mean_draft_length": _round(self.mean_draft_length),
+                "position_acceptance": [round(p, 6) for p in self.position_rates],
+                "conditional_acceptance": [round(a, 6) for a in self.conditional_alphas]}
+
+
+def _round(value: float | None, digits: int = 6) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def pooled_acceptance(runs: Sequence[ArmRun], label: str) -> Acceptance | None:
+    """Counter deltas of ``label``'s completed repeats summed; None when the engine exported none."""
+    sums = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0, "generated": 0.0}
+    positions: list[float] = []
+    requests, seen = 0, False
+    for run in completed_runs(runs, label):
+        metrics = (run.result.get("details") or {}).get("server_metrics") or {}
+        spec = metrics.get("spec_decode")
+        if not spec or any(spec.get(k) is None for k in ("drafts", "draft_tokens", "accepted_tokens")):
+            continue
+        seen = True
+        for key in ("drafts", "draft_tokens", "accepted_tokens"):
+            sums[key] += spec[key]
+        per_pos = spec.get("accepted_tokens_per_position") or []
+        positions += [0.0] * (len(per_pos) - len(positions))
+        for k, v in enumerate(per_pos):
+            positions[k] += v
+        generated = (metrics.get("tokens") or {}).get("generation_tokens")
+        sums["generated"] += generated if generated is not None else sum(r.completion_tokens or 0 for r in run.records)
+        requests += run.completed
+    if not seen:
+        return None
+    return Acceptance(drafts=sums["drafts"], draft_tokens=sums["draft_tokens"], accepted_tokens=sums["accepted_tokens"],
+                      accepted_per_position=tuple(positions), generated_tokens=sums["generated"], requests=requests)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted speedup from measured acceptance and the simulator's formula, and its inputs."""
+
+    gamma: int  # configured draft length
+    cost_ratio: float  # c: one draft token's cost in target passes
+    cost_source: str
+    expected_iid: float  # (1 - α^(γ+1)) / (1 - α) at the measured acceptance rate
+    expected_positional: float | None  # 1 + Σ Π α_i with the measured conditional acceptances (= L)
+    monte_carlo: tuple[float, float] | None  # (mean, stderr) tokens per pass drawn with those α
+    formula_speedup: float  # E_iid / (γ·c + 1): every pass drafts γ tokens
+    speedup: float  # S_pred over the run's decode tokens, undrafted passes included
+    drafted_fraction: float  # share of decode passes that had a draft
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gamma": self.gamma, "cost_ratio": round(self.cost_ratio, 6), "cost_source": self.cost_source,
+                "expected_tokens_iid": round(self.expected_iid, 6),
+                "expected_tokens_positional": _round(self.expected_positional),
+                "monte_carlo": None if self.monte_carlo is None else
+                {"mean_tokens": round(self.monte_carlo[0], 6), "stderr": round(self.monte_carlo[1], 6)},
+                "formula_speedup": round(self.formula_speedup, 6), "predicted_speedup": round(self.speedup, 6),
+                "drafted_fraction": round(self.drafted_fraction, 6)}
+
+
+def predict(acc: Acceptance, gamma: int, cost_ratio: float, cost_source: str, *, passes: int = 20_000,
+            seed: int = 0) -> Prediction | None:
+    """The prediction for a run with acceptance ``acc``; None without drafts or decode tokens."""
+    if not acc.drafts or acc.rate is None or acc.mean_length is None or not acc.decode_tokens:
+        return None
+    iid = expected_tokens(min(1.0, acc.rate), gamma)
+    alphas = acc.conditional_alphas
+    positional = expected_tokens_positional(alphas) if alphas else None
+    mc = simulate_acceptance(alphas, passes, seed) if alphas else None
+    drafted_cost = acc.drafts * ((acc.mean_draft_length or 0.0) * cost_ratio + 1)
+    undrafted = max(0.0, acc.decode_tokens - acc.drafts * acc.mean_length)
+    return Prediction(gamma=gamma, cost_ratio=cost_ratio, cost_source=cost_source, expected_iid=iid,
+                      expected_positional=positional, monte_carlo=(mc.mean_tokens, mc.stderr) if mc else None,
+                      formula_speedup=iid / (gamma * cost_ratio + 1),
+                      speedup=acc.decode_tokens / (drafted_cost + undrafted),
+                      drafted_fraction=acc.drafts / (acc.drafts + undrafted))
+
+
+def draft_cost_ratio(config: Mapping[str, Any], draft_layers: int) -> float:
+    """c for a draft made of the target's first ``draft_layers`` layers, stated from weights per token.
+
+    A decode token multiplies every decoder layer's weights and the LM head once, so the cost
+    ratio is (draft layers × layer weights + head) / (target layers × layer weights + head);
+    attention over the context and the embedding lookup are left out (small at these lengths).
+    """
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    heads, kv_heads = config["num_attention_heads"], config.get("num_key_value_heads", config["num_attention_heads"])
+    head_dim = config.get("head_dim") or hidden // heads
+    layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * inter
+    lm_head = hidden * config["vocab_size"]
+    return (draft_layers * layer + lm_head) / (config["num_hidden_layers"] * layer + lm_head)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Greedy identity of an arm against the baseline's outputs, request by request."""
+
+    compared: int
+    identical: int
+    first_mismatch: dict[str, Any] | None
+
+    @property
+    def rate(self) -> float | None:
+        return self.identical / self.compared if self.compared else None
+
+    @property
+    def passed(self) -> bool:
+        return self.compared > 0 and self.identical == self.compared
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"compared": self.compared, "identical": self.identical, "rate": _round(self.rate),
+                "passed": self.passed, "first_mismatch": self.first_mismatch}
+
+
+def reference_outputs(runs: Sequence[ArmRun], labels: Sequence[str]) -> dict[int, str]:
+    """The baseline's output text per request index: the first completed record in run order."""
+    ref: dict[int, str] = {}
+    for run in runs:
+        if run.label in labels and not run.failure:
+            for rec in run.records:
+                if rec.completed and rec.output_text is not None:
+                    ref.setdefault(rec.index, rec.output_text)
+    return ref
+
+
+def agreement(runs: Sequence[ArmRun], label: str, reference: Mapping[int, str]) -> Agreement:
+    """Every completed request of ``label`` (all repeats) against ``reference``; text must match exactly."""
+    compared = identical = 0
+    first = None
+    for run in completed_runs(runs, label):
+        for rec in run.records:
+            if not rec.completed or rec.output_text is None or rec.index not in reference:
+                continue
+            compared += 1
+            want = reference[rec.index]
+            if rec.output_text == want:
+                identical += 1
+            elif first is None:
+                at = next((i for i, (a, b) in enumerate(zip(rec.output_text, want, strict=False)) if a != b),
+                          min(len(rec.output_text), len(want)))
+                first = {"repeat": run.repeat, "index": rec.index, "char": at,
+                         "got": rec.output_text[max(0, at - 20):at + 40], "want": want[max(0, at - 20):at + 40]}
+    return Agreement(compared, identical, first)

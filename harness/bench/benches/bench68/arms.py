@@ -1,0 +1,200 @@
+"""bench-68's parts that are not data: its speculative arms, paired steps, the cited proposal and the reading.
+
+Decision rule (stated in every result): per workload x speculative variant, the paired
+E2E p50 effect decides (``stats.decide``: adopt only when its interval lies below 1 with
+>= 3 paired repeats); a variant whose greedy outputs differ from the baseline's is never
+adopted. Top level: ``adopt`` when some variant is adopted on some workload (the headline is
+the adopted one with the largest E2E gain), ``reject`` when every variant is rejected on every
+workload, else ``inconclusive`` (the headline is the largest E2E gain on the copy workload).
+A greedy mismatch fails the correctness group and blocks the decision.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.contract import Failure
+from harness.contract.schemas import validate_document
+from harness.errors import InvalidInput
+from harness.bench.analysis import (
+    Reading,
+    arm_values,
+    blocked_reading,
+    claim_effect,
+    claim_figures,
+)
+from harness.bench.lib.citations import Citation, cite, latest_manifest
+from harness.bench.metrics import E2E_P50, TPOT_P50
+from harness.bench.spec import Arm, Claim, History, Plan, Step
+from harness.bench.benches.bench68.acceptance import (
+    agreement,
+    draft_cost_ratio,
+    pooled_acceptance,
+    predict,
+    reference_outputs,
+)
+from harness.bench.benches.bench68.table import Row, decide_top, row_lines
+from harness.mech.specdec.formulas import get_topology
+from harness.models.draft import ensure_draft
+
+PROPOSAL_ID, PROPOSAL_FILE = "INF-PROPOSAL", "proposal.json"
+
+
+@dataclass(frozen=True)
+class SpecArm:
+    """One speculative server variant: its --speculative-config and what the prediction assumes."""
+
+    name: str
+    config: dict[str, Any]
+    gamma: int
+    cost_ratio: float
+    cost_source: str
+    kind: str  # ngram, draft, self, eagle, eagle3, mtp
+    note: str = ""
+    draft: dict[str, Any] = field(default_factory=dict)
+
+
+def spec_arms(cfg: Any, model: Any) -> list[SpecArm]:
+    """The speculative variants the config asks for (the truncated draft is made here, once, and hashed)."""
+    arms = [SpecArm(f"ngram-k{k}", {"method": "ngram", "num_speculative_tokens": k,
+                                    "prompt_lookup_min": cfg.prompt_lookup_min,
+                                    "prompt_lookup_max": cfg.prompt_lookup_max},
+                    k, 0.0, "stated: n-gram lookup runs outside the model, c = 0", "ngram")
+            for k in dict.fromkeys(cfg.ngram_tokens)]
+    target = json.loads((Path(model.path) / "config.json").read_text(encoding="utf-8"))
+    if cfg.draft_layers:
+        draft = ensure_draft(model, cfg.draft_layers)
+        arms.append(SpecArm(
+            f"draft-{cfg.draft_layers}L", {"method": "draft_model", "model": str(draft.path),
+                                           "num_speculative_tokens": cfg.draft_tokens},
+            cfg.draft_tokens, draft_cost_ratio(target, cfg.draft_layers),
+            f"stated: weights per token, {cfg.draft_layers} of {target['num_hidden_layers']} layers plus the LM head",
+            "draft", f"the first {cfg.draft_layers} layers of {model.name}",
+            {"path": str(draft.path), "layers": cfg.draft_layers, "checkpoint_sha256": draft.checkpoint_sha256,
+             "source_checkpoint_sha256": model.checkpoint_sha256, "tokenizer_sha256": draft.tokenizer_sha256}))
+    if cfg.self_draft:
+        arms.append(SpecArm("self-draft", {"method": "draft_model", "model": str(model.path),
+                                           "num_speculative_tokens": cfg.draft_tokens},
+                            cfg.draft_tokens, 1.0, "stated: the draft is the target, c = 1", "self",
+                            "the served model as its own draft: the acceptance ceiling"))
+    for kind, path in (("eagle", cfg.eagle_model), ("eagle3", cfg.eagle3_model), ("mtp", cfg.mtp or None)):
+        if path:
+            config = {"method": kind, "num_speculative_tokens": cfg.draft_tokens}
+            if kind != "mtp":
+                config["model"] = str(Path(path).resolve())
+            topo = get_topology("mtp" if kind == "mtp" else "eagle")
+            arms.append(SpecArm(kind, config, cfg.draft_tokens, topo.cost_ratio,
+                                f"stated: the simulator's illustrative {topo.name} cost ratio", kind,
+                                "written for the GPU image (vllm backend)"))
+    return arms
+
+
+def paired_steps(pairs: Sequence[tuple[Arm, Arm]], repeats: int, variant: str) -> Callable[[History], Iterator[Step]]:
+    """(baseline, variant) per workload, the order alternating per repeat; the variant runs first in repeat 1,
+    so a variant the engine refuses is known before any baseline arm is spent on it."""
+    def steps(history: History) -> Iterator[Step]:
+        for repeat in range(1, repeats + 1):
+            for base, spec in pairs:
+                for arm in ((spec, base) if repeat % 2 else (base, spec)):
+                    if variant in history.refused:
+                        return
+                    yield repeat, arm
+    return steps
+
+
+def cited_proposal(manifest: str | None, root: Path) -> tuple[Citation | None, str]:
+    """The audited cuda-proposal run to compare with, or None and why none is cited."""
+    if manifest == "none":
+        return None, "not cited (--proposal-manifest none)"
+    path = Path(manifest) if manifest else latest_manifest(root, PROPOSAL_ID, holding=PROPOSAL_FILE)
+    if path is None:
+        return None, (f"none cited: no {PROPOSAL_ID} run holding {PROPOSAL_FILE} under "
+                      f"{root / 'manifests' / PROPOSAL_ID} (make cuda-proposal signs one)")
+    citation = cite(path, root, semantic_id=PROPOSAL_ID)
+    doc_path = citation.file(PROPOSAL_FILE)
+    if not doc_path.is_file():
+        raise InvalidInput(f"cited manifest {path} is an {PROPOSAL_ID} run without {PROPOSAL_FILE}",
+                           hint="cite a cuda-proposal run (make cuda-proposal)")
+    problems = validate_document(json.loads(doc_path.read_text(encoding="utf-8")))
+    if problems:
+        raise InvalidInput(f"{doc_path}: not a valid proposal document: {problems[0]}")
+    return citation, f"cited {path}"
+
+
+def proposal_lines(citation: Citation | None, why: str, arms: Sequence[SpecArm], cfg: Any) -> tuple[list[str], dict]:
+    """What the cited proposal run predicts for the served arms: its tokens per target pass through the formula."""
+    if citation is None:
+        return [f"proposal.json: {why}"], {"cited": None, "reason": why}
+    doc = json.loads(citation.file(PROPOSAL_FILE).read_text(encoding="utf-8"))
+    by_arm = {a["arm"]: a for a in doc["arms"]}
+    lines = [f"proposal.json: {why} (sha256 {citation.sha256}, run {doc['run_id']} on {doc['device']}, "
+             f"draft {doc['draft']['layers']} layers)"]
+    predictions = []
+    for sa in arms:
+        source = "prompt_lookup" if sa.kind == "ngram" else "constant" if (
+            sa.kind == "draft" and doc["draft"]["layers"] == cfg.draft_layers) else None
+        if source not in by_arm:
+            continue
+        e = by_arm[source]["tokens_per_target_pass"]
+        predicted = e / (sa.gamma * sa.cost_ratio + 1)
+        predictions.append({"arm": sa.name, "proposal_arm": source, "tokens_per_target_pass": e,
+                            "predicted_speedup": round(predicted, 6),
+                            "transformers_speedup": by_arm[source]["speedup_vs_target"]})
+        lines.append(f"  {sa.name}: Transformers {source} measured E = {e:.2f} tokens/pass -> S = E/(g*c+1) = "
+                     f"{predicted:.2f}x (its own measured speedup there {by_arm[source]['speedup_vs_target']:.2f}x)")
+    return lines, {"cited": citation.to_dict(Path.cwd()), "predictions": predictions}
+
+
+def read_speculative(cfg: Any, arms: Sequence[SpecArm],
+                     proposal: tuple[Citation | None, str]) -> Callable[[History], Reading]:
+    """The reading: one row per workload x variant, the predictions, the proposal citation, the decision."""
+    def reading(history: History) -> Reading:
+        runs = history.runs
+        rows: list[Row] = []
+        claims: list[dict[str, Any]] = []
+        for i, sa in enumerate(arms):
+            for j, workload in enumerate(("copy", "random")):
+                base, spec = f"{workload}/off@{sa.name}", f"{workload}/{sa.name}"
+                seed = cfg.seed + 10 * i + j
+                e2e = claim_effect(runs, Claim(E2E_P50, base, spec), seed=seed, resamples=cfg.resamples)
+                tpot = claim_effect(runs, Claim(TPOT_P50, base, spec), seed=seed + 5, resamples=cfg.resamples)
+                claims += [c.to_dict() for c in (e2e, tpot) if c]
+                acc = pooled_acceptance(runs, spec)
+                pred = predict(acc, sa.gamma, sa.cost_ratio, sa.cost_source, passes=cfg.mc_passes,
+                               seed=cfg.seed + 100 * i + j) if acc else None
+                ref = reference_outputs(runs, [f"{workload}/off@{a.name}" for a in arms])
+                rows.append(Row(workload=workload, arm=sa.name, refused=history.refused.get(sa.name), e2e=e2e,
+                                tpot=tpot, tpot_ms=tuple(arm_values(runs, x, [TPOT_P50])[TPOT_P50.name]
+                                                         for x in (base, spec)),
+                                e2e_ms=tuple(arm_values(runs, x, [E2E_P50])[E2E_P50.name] for x in (base, spec)),
+                                acceptance=acc, prediction=pred, agreement=agreement(runs, spec, ref),
+                                baseline_agreement=agreement(runs, base, ref), requested_tokens=sa.gamma))
+        top = decide_top(rows)
+        prop_lines, prop_details = proposal_lines(*proposal, arms, cfg)
+        lines = ["", *row_lines(rows), "", *prop_lines, "", *top.lines]
+        details = {"speculative": [r.to_dict() for r in rows], "claims": claims, "decision_rule": top.rule,
+                   "arms": [{"name": a.name, "speculative_config": a.config, "kind": a.kind, "gamma": a.gamma,
+                             "cost_ratio": a.cost_ratio, "cost_source": a.cost_source, "note": a.note,
+                             "draft": a.draft or None} for a in arms],
+                   "proposal": prop_details}
+        cdf = tuple(Claim(E2E_P50, f"{r.workload}/off@{r.arm}", f"{r.workload}/{r.arm}") for r in rows)
+        figures = claim_figures(history, Plan((), (), (), (), claims=cdf), "bench-68 INF-SPECULATIVE-BENCH")
+        blocked = blocked_reading(history, None, cfg.repeats)
+        if blocked is not None:
+            blocked.details, blocked.lines, blocked.figures, blocked.quality = details, lines, figures, top.quality
+            return blocked
+        failure = None
+        if top.mismatched:
+            failure = Failure(stage="run", kind="correctness", message="greedy output differs from the baseline "
+                              f"(speculation off) for: {', '.join(top.mismatched)}")
+        summary = f"blocked by the correctness group: {failure.message}; read without it: {top.summary}" \
+            if failure else top.summary
+        return Reading(evidence_level=top.evidence_level, decision="blocked" if failure else top.decision,
+                       summary=summary, effect=top.effect, repeats=cfg.repeats, failure=failure,
+                       invalid_reasons=[failure.message] if failure else [], details=details, lines=lines,
+                       figures=figures, headline=top.headline, quality=top.quality)
+    return reading

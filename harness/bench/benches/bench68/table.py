@@ -1,0 +1,205 @@
+"""bench-68's table and top-level decision: one row per workload x speculative variant.
+
+Pure over the rows (claim effects, pooled acceptance, predictions, greedy agreement); the
+decision rule is stated in ``RULE`` and recorded with every result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tabulate import tabulate
+
+from harness.contract import Effect
+from harness.bench.analysis import ClaimResult
+from harness.bench.benches.bench68.acceptance import Acceptance, Agreement, Prediction
+
+RULE = ("per workload x speculative variant, the paired E2E p50 ratio (variant / baseline measured alongside) "
+        "decides: adopt only when its 95% interval lies below 1 with >= 3 paired repeats and the variant's greedy "
+        "outputs equal the baseline's; top level: adopt when some variant is adopted on some workload (headline: "
+        "the adopted one with the largest E2E gain), reject when every variant is rejected on every workload, "
+        "else inconclusive (headline: the largest E2E gain on the copy workload); a greedy mismatch blocks it")
+
+
+@dataclass(frozen=True)
+class Row:
+    workload: str
+    arm: str
+    refused: str | None
+    e2e: ClaimResult | None
+    tpot: ClaimResult | None
+    tpot_ms: tuple[float | None, float | None]  # (baseline, variant) p50 over the pooled repeats
+    e2e_ms: tuple[float | None, float | None]
+    acceptance: Acceptance | None
+    prediction: Prediction | None
+    agreement: Agreement
+    baseline_agreement: Agreement
+    requested_tokens: int | None = None  # num_speculative_tokens asked for
+
+    @property
+    def effective_tokens(self) -> int | None:
+        """Draft positions the engine reports acceptance for: the num_speculative_tokens it applied."""
+        return len(self.acceptance.accepted_per_position) if self.acceptance else None
+
+    @property
+    def label(self) -> str:
+        return f"{self.workload}/{self.arm}"
+
+    @property
+    def mismatched(self) -> bool:
+        return self.agreement.compared > 0 and not self.agreement.passed
+
+    @property
+    def decision(self) -> str:
+        if self.refused is not None:
+            return "capability_missing"
+        if self.e2e is None:
+            return "no completed pair"
+        if self.acceptance is None:
+            return "not applied (no spec-decode counters)"
+        return "reject (outputs differ)" if self.mismatched else self.e2e.decision
+
+    @property
+    def served_speedup(self) -> tuple[float, float, float] | None:
+        """1 / paired TPOT ratio, with its interval (low, high)."""
+        if self.tpot is None:
+            return None
+        eff = self.tpot.effect
+        return 1 / eff.value, 1 / eff.ci_high, 1 / eff.ci_low
+
+    @property
+    def prediction_error(self) -> float | None:
+        served = self.served_speedup
+        return None if served is None or self.prediction is None else served[0] / self.prediction.speedup - 1
+
+    def to_dict(self) -> dict[str, Any]:
+        served = self.served_speedup
+        return {"workload": self.workload, "arm": self.arm, "decision": self.decision,
+                "capability_missing": self.refused,
+                "e2e_effect": self.e2e.to_dict() if self.e2e else None,
+                "tpot_effect": self.tpot.to_dict() if self.tpot else None,
+                "tpot_p50_ms": {"baseline": self.tpot_ms[0], "variant": self.tpot_ms[1]},
+                "e2e_p50_ms": {"baseline": self.e2e_ms[0], "variant": self.e2e_ms[1]},
+                "acceptance": self.acceptance.to_dict() if self.acceptance else None,
+                "num_speculative_tokens": {"requested": self.requested_tokens, "effective": self.effective_tokens,
+                                           "source": "positions of vllm:spec_decode_num_accepted_tokens_per_pos"},
+                "prediction": self.prediction.to_dict() if self.prediction else None,
+                "served_speedup": None if served is None else
+                {"value": round(served[0], 6), "ci_low": round(served[1], 6), "ci_high": round(served[2], 6),
+                 "estimator": "1 / paired TPOT p50 ratio"},
+                "prediction_error": None if self.prediction_error is None else round(self.prediction_error, 6),
+                "greedy_agreement": self.agreement.to_dict(),
+                "baseline_repeatability": self.baseline_agreement.to_dict()}
+
+
+def _ratio(claim: ClaimResult | None) -> str:
+    if claim is None:
+        return "-"
+    e = claim.effect
+    return f"{e.value:.2f} [{e.ci_low:.2f}, {e.ci_high:.2f}]"
+
+
+def _ms(pair: tuple[float | None, float | None], fmt: str) -> str:
+    return " -> ".join("-" if v is None else format(v, fmt) for v in pair)
+
+
+def row_lines(rows: Sequence[Row]) -> list[str]:
+    """The per-workload, per-variant table and the predicted-vs-served lines."""
+    table = []
+    for r in rows:
+        acc = r.acceptance
+        ident = r.agreement
+        table.append([r.workload, r.arm, "-" if acc is None or acc.rate is None else f"{acc.rate:.0%}",
+                      "-" if acc is None or acc.mean_length is None else f"{acc.mean_length:.2f}",
+                      _ms(r.tpot_ms, ".1f"), _ms(r.e2e_ms, ".0f"), _ratio(r.tpot), _ratio(r.e2e),
+                      f"{ident.identical}/{ident.compared}" if ident.compared else "-", r.decision])
+    lines = [tabulate(table, headers=["workload", "variant", "acceptance", "mean accept len", "TPOT p50 ms off->var",
+                                      "E2E p50 ms off->var", "TPOT ratio [95% CI]", "E2E ratio [95% CI]",
+                                      "identical", "decision"], tablefmt="github"),
+             "", "predicted vs served speedup (served = 1 / paired TPOT ratio; predicted = T / (D(g*c+1) + undrafted "
+             "passes), E = mean acceptance length, c as stated):"]
+    for r in rows:
+        p, served = r.prediction, r.served_speedup
+        if r.refused is not None:
+            lines.append(f"  {r.label}: capability_missing: {r.refused.splitlines()[0]}")
+        elif r.acceptance is None and r.e2e is not None:
+            lines.append(f"  {r.label}: speculation not applied: the engine exported no spec-decode counters")
+        elif p is None or served is None:
+            lines.append(f"  {r.label}: no prediction (no drafts counted or no completed pair)")
+        else:
+            mc = f", MC E {p.monte_carlo[0]:.2f}±{p.monte_carlo[1]:.2f}" if p.monte_carlo else ""
+            lines.append(f"  {r.label}: predicted {p.speedup:.2f}x (E {r.acceptance.mean_length:.2f}{mc}, c {p.cost_ratio:.2f}, "
+                         f"{p.drafted_fraction:.0%} of passes drafted; iid formula {p.formula_speedup:.2f}x), served "
+                         f"{served[0]:.2f}x [{served[1]:.2f}, {served[2]:.2f}], error {r.prediction_error:+.0%}")
+    return lines
+
+
+@dataclass(frozen=True)
+class Top:
+    decision: str
+    evidence_level: str
+    summary: str
+    effect: Effect | None
+    headline: list[dict[str, Any]]
+    lines: list[str]
+    quality: dict[str, Any] | None
+    mismatched: list[str]
+    rule: str = RULE
+
+
+def decide_top(rows: Sequence[Row]) -> Top:
+    """The top-level decision from the rows, by ``RULE``."""
+    ran = [r for r in rows if r.refused is None and r.e2e is not None]
+    # where it helps or hurts is the E2E interval's side (any repeat count); adoption is the row's decision
+    sides = {"helps": lambda e: e.ci_high < 1, "hurts": lambda e: e.ci_low > 1,
+             "no clear effect": lambda e: e.ci_low <= 1 <= e.ci_high}
+    lines = []
+    for name, on_side in sides.items():
+        group = [r for r in ran if on_side(r.e2e.effect)]
+        if group:
+            lines.append(f"{name} (E2E p50 interval {'below' if name == 'helps' else 'above' if name == 'hurts' else 'around'}"
+                         " 1): " + ", ".join(f"{r.label} (x{r.e2e.effect.value:.2f}"
+                                             f"{', outputs differ' if r.mismatched else ''})" for r in group))
+    refused = sorted({r.arm for r in rows if r.refused is not None})
+    if refused:
+        lines.append(f"not run here (capability_missing): {', '.join(refused)}")
+    mismatched = [r.label for r in ran if r.mismatched]
+    overridden = [f"{r.label} (requested {r.requested_tokens}, applied {r.effective_tokens})" for r in ran
+                  if r.requested_tokens and r.effective_tokens not in (None, r.requested_tokens)]
+    if overridden:
+        lines.append(f"the engine applied another draft length than asked: {', '.join(overridden)}")
+    unrepeatable = sorted({r.workload for r in rows if r.baseline_agreement.compared and not r.baseline_agreement.passed})
+    if unrepeatable:
+        lines.append(f"the baseline's own greedy outputs differ between runs on: {', '.join(unrepeatable)}")
+    compared = [r.agreement for r in ran if r.agreement.compared]
+    quality = None
+    if compared:
+        total, same = sum(a.compared for a in compared), sum(a.identical for a in compared)
+        quality = {"metric": "greedy_agreement", "value": round(same / total, 6), "threshold": 1.0,
+                   "passed": same == total, "reference": f"{total} speculative outputs against the baseline's "
+                   "(speculation off, temperature 0) output text per request index, exact match"}
+        lines.append(f"greedy identity: {same}/{total} speculative outputs equal the baseline's"
+                     + (f"; differs for {', '.join(mismatched)}" if mismatched else ""))
+    lines.append(f"decision rule: {RULE}")
+    headline = [{"name": r.label, "metric": r.e2e.effect.metric, "value": r.e2e.effect.value, "unit": "ratio",
+                 "ci_low": r.e2e.effect.ci_low, "ci_high": r.e2e.effect.ci_high, "arm": r.e2e.effect.arm_b}
+                for r in ran]
+    if not ran:
+        return Top("blocked", "precheck", "no speculative variant completed a paired run", None, headline, lines,
+                   quality, mismatched)
+
+    def best(candidates: Sequence[Row]) -> Row:
+        return min(candidates, key=lambda r: r.e2e.effect.value)
+    adopted = [r for r in ran if r.decision == "adopt"]
+    if adopted:
+        head, decision = best(adopted), "adopt"
+    elif all(r.decision.startswith("reject") for r in ran):
+        head, decision = best(ran), "reject"
+    else:
+        head, decision = best([r for r in ran if r.workload == "copy"] or ran), "inconclusive"
+    e = head.e2e.effect
+    summary = (f"{decision}: headline {head.label} E2E p50 x{e.value:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}] vs the "
+               f"baseline ({head.e2e.reason})" + "; " + "; ".join(lines[:3]))
+    return Top(decision, head.e2e.evidence_level, summary, e, headline, lines, quality, mismatched)

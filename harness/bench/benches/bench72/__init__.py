@@ -1,0 +1,145 @@
+"""bench-72, INF-SINGLE-GPU-DEPLOY: what should one device run, and up to what load?
+
+Candidates are server variants: on the CPU default, dtype x max_num_seqs x KV-cache space
+(one factor at a time around the first values, or --full-grid); on a GPU, backend (vLLM,
+SGLang) x max_num_seqs x quantization, each with the same KV pool (--gpu-kv-pool-gib,
+mapped to vLLM's gpu_memory_utilization and SGLang's --mem-fraction-static; the mapping
+is recorded). SLOs: P99 TTFT and P99 TPOT limits scaled from bench-66's light-load
+figures (the cited manifest, --baseline) or, without one, from a light-load probe; or set
+(--slo-ttft-p99-ms, --slo-tpot-p99-ms); plus an error-rate limit.
+
+Per candidate, one server start: the capacity search (Poisson rate; bracket, bisect,
+repeat both ends of the bracket) on one fixed request list. A probe passes when the client
+kept its schedule and every SLO held. Then the duel: the top two, interleaved over the
+repeats at the leader's capacity. On the CPU the best candidate so far stays up, so the duel
+runs on live servers; on a GPU one engine runs at a time (the KV pool mapping assumes an
+engine alone on its device) and the duel restarts them in turn.
+Read: the decision record (harness/bench/benches/bench72/decision.py states the rule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from harness.knobs import knob
+from harness.errors import InvalidInput
+from harness.bench.benches.bench72.candidates import cpu_candidates, gpu_candidates, parameter_count
+from harness.bench.benches.bench72.capacity import Campaign, cited_light_load
+from harness.bench.lib.citations import cite_choice
+from harness.bench.benches.bench72.decision import deployment_reading
+from harness.bench.metrics import E2E_P99, PEAK_MEMORY_GIB, REQUEST_RATE, TPOT_P99, TTFT_P99
+from harness.bench.placement import resolve_placement
+from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, WorkloadPlan
+from harness.rundir.fingerprint import gpu_info
+from harness.workload import Arrival
+
+DTYPES = ("bfloat16", "float32", "float16", "auto")
+
+
+@dataclass(frozen=True)
+class Config(BenchConfig):
+    """Defaults sized for <= 15 minutes on 2 CPU cores once the serving env and model are cached."""
+
+    kv_cache_space_gib: int = knob(2, "unused: each candidate sets its own (--kv-cache-values-gib)", min=1, cli=False)
+    requests: int = knob(12, "requests per probe (x --scale); every probe replays the same list, "
+                         "lengthened to --probe-seconds of arrivals", min=4)
+    probe_seconds: float = knob(10.0, "a probe's arrivals span at least this long: it holds max(--requests, "
+                                "rate x this) requests, so a rate passes by being served, not by absorbing a burst",
+                                min=0)
+    light_requests: int = knob(8, "requests of the light-load probe (one at a time) when no bench-66 run is cited",
+                               min=2)
+    input_tokens: int = knob(256, "mean prompt length in tokens (as bench-66)", min=1)
+    output_tokens: int = knob(32, "mean generated tokens per request (ignore_eos: exact)", min=2)
+    length_range: float = knob(0.25, "prompt and output lengths uniform in [N(1-r), N(1+r)]", min=0, max=0.9)
+    dtypes: tuple[str, ...] = knob(("bfloat16", "float32"), "candidate dtypes (the first is the base)", choices=DTYPES)
+    max_num_seqs_values: tuple[int, ...] = knob((16, 4), "candidate max_num_seqs values (the first is the base)", min=1)
+    kv_cache_values_gib: tuple[int, ...] = knob((2, 1), "CPU: candidate KV-cache sizes in GiB", min=1)
+    full_grid: bool = knob(False, "every combination instead of one factor at a time around the base")
+    backends: tuple[str, ...] = knob(("vllm", "sglang"), "GPU: candidate backends", choices=("vllm", "sglang"))
+    quantizations: tuple[str, ...] = knob(("fp8",), "GPU: quantized candidates (online; optional)", choices=("fp8",))
+    gpu_kv_pool_gib: float = knob(8.0, "GPU: the KV pool every candidate gets, in GiB", min=0.1)
+    gpu_activation_gib: float = knob(2.0, "GPU: vLLM's activation reserve inside its budget (mapping estimate)", min=0)
+    gpu_in_use_gib: float = knob(1.0, "GPU: memory in use before SGLang loads, e.g. the CUDA context", min=0)
+    baseline: str = knob("latest", "bench-66 manifest to scale the SLOs from: a path, latest or none")
+    slo_ttft_p99_ms: float | None = knob(None, "P99 TTFT limit in ms (unset: scaled from light load)", min=1)
+    slo_tpot_p99_ms: float | None = knob(None, "P99 TPOT limit in ms (unset: scaled from light load)", min=0.1)
+    slo_ttft_factor: float = knob(3.0, "unset P99 TTFT limit = this x the light-load P99 TTFT", min=1)
+    slo_tpot_factor: float = knob(2.0, "unset P99 TPOT limit = this x the light-load P99 TPOT", min=1)
+    slo_error_rate: float = knob(0.01, "largest share of requests that may fail in a passing probe", min=0, max=1)
+    start_rps: float | None = knob(None, "first probed rate (unset: bench-66's saturation or the light probe's)",
+                                   min=0.001)
+    growth: float = knob(2.0, "bracketing factor between probed rates", min=1.1)
+    rel_tol: float = knob(0.5, "bisect until the bracket's ends are within this ratio (1 + x)", min=0.01)
+    max_probes: int = knob(7, "largest number of probes per candidate", min=2)
+    min_rps: float = knob(0.25, "lowest rate the search probes (each probe there lasts a minute or more); a "
+                          "candidate failing at it has no capacity worth deploying on this grid", min=0.001)
+    max_rps: float = knob(1000.0, "highest rate the search probes", min=0.01)
+    servers_up: str = knob("auto", "two: the best so far stays up while the next is searched and the top two are "
+                           "both up for the duel; one: one server at a time (auto: two on CPU, one on a GPU)",
+                           choices=("auto", "one", "two"))
+
+    def check(self) -> None:
+        if (self.input_tokens + self.output_tokens) * (1 + self.length_range) > self.max_model_len:
+            raise InvalidInput(f"the longest prompt plus output exceeds --max-model-len {self.max_model_len}")
+        if self.min_rps >= self.max_rps:
+            raise InvalidInput("--min-rps must be below --max-rps")
+
+
+def device_bytes(cfg: Config) -> int:
+    _, gpus, why = gpu_info()
+    try:
+        index = int(str(cfg.gpu or 0).split(",")[0])
+    except ValueError:
+        raise InvalidInput(f"--gpu {cfg.gpu!r}: need a GPU index such as 0") from None
+    if index >= len(gpus):
+        raise InvalidInput(f"GPU {index}: cannot read its memory for the KV pool mapping ({why or 'no such GPU'})")
+    return gpus[index]["memory_total_bytes"]
+
+
+def plan(cfg: Config, model) -> Plan:
+    placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
+    mappings: dict = {}
+    if placement.backend in ("vllm", "sglang"):
+        candidates, mappings = gpu_candidates(
+            cfg.backends, cfg.max_num_seqs_values, cfg.quantizations, dtype=cfg.dtypes[0], full=cfg.full_grid,
+            params=parameter_count(Path(model.path)), kv_pool_gib=cfg.gpu_kv_pool_gib, device_bytes=device_bytes(cfg),
+            activation_gib=cfg.gpu_activation_gib, in_use_gib=cfg.gpu_in_use_gib)
+    else:
+        candidates = cpu_candidates(cfg.dtypes, cfg.max_num_seqs_values, cfg.kv_cache_values_gib, full=cfg.full_grid)
+    citation = cite_choice(cfg.baseline, Path.cwd(), "INF-FLOAT-BASELINE")
+    cited = citation.to_dict(Path.cwd()) if citation else None
+    light = cited_light_load(citation.result, f"bench-66 light load, {cited['manifest']}") if citation else None
+    names = [c.name for c in candidates]
+    campaign = Campaign(cfg, names, light)
+    one = (cfg.servers_up if cfg.servers_up != "auto" else "one" if mappings else "two") == "one"
+    phase = Phase("searches and duel", tuple(names), campaign.steps, still_needed=(lambda h: ()) if one else campaign.keep,
+                  planned_steps=len(names) * (cfg.max_probes - 2) + 2 * cfg.repeats)
+    warm = replace(campaign.request_list(Arrival("closed", concurrency=1), seed=cfg.seed + 10_000),
+                   requests=cfg.warmup_requests)
+    return Plan(
+        workloads=(WorkloadPlan("warmup", "random", warm, measured=False),) if cfg.warmup_requests else (), servers=tuple(c.variant() for c in candidates), arms=(),
+        phases=(phase,), warmup="warmup" if cfg.warmup_requests else None,
+        read=lambda history: deployment_reading(history, campaign, candidates=candidates, cited=cited,
+                                                mappings=mappings, title=f"bench-72 {SPEC.semantic_id}"),
+        order=("each candidate searched on its own server start" + ("" if one else ", the best so far kept up") +
+               "; the top two interleaved (A B / B A) at the leader's capacity" +
+               (" across restarts" if one else " on live servers")),
+        run_label=f"capacity under SLOs: {', '.join(names)}",
+        columns=(TTFT_P99, TPOT_P99, E2E_P99, REQUEST_RATE, PEAK_MEMORY_GIB),
+        notes=("every probe replays the same request list at its Poisson rate (a faster rate's list is longer, so its "
+               "arrivals span --probe-seconds, and starts with the same requests); only the arrival schedule differs",
+               "a probe where the client could not keep its schedule cannot pass"))
+
+
+SPEC = BenchSpec(
+    name="72", semantic_id="INF-SINGLE-GPU-DEPLOY", title="bench-72 INF-SINGLE-GPU-DEPLOY",
+    question="what should one device run, and up to what load?", config=Config, plan=plan, doc=__doc__ or "",
+    outputs=("capacity.png",),
+    next_steps={
+        "adopt": "deploy the adopted candidate at up to its capacity; confirm on the target device (make bench-72 GPU=0)",
+        "inconclusive": "raise --repeats and --requests to narrow the capacity intervals",
+        "blocked": "read the server log tail in the failed probe's result, fix the cause and rerun make bench-72",
+        "aborted": "the run was interrupted: rerun make bench-72",
+    },
+)

@@ -1,0 +1,91 @@
+"""bench-81, DIST-INFERENCE: what do more devices buy, on the engine's own parallel paths?
+
+One request list, replayed at one offered load (Poisson, --load-factor x the baseline's capacity:
+bench-66's saturation point when --cite-66 names its manifest, else a closed-loop probe of the
+baseline), on each layout: one instance on one device (the baseline), vLLM's pipeline, tensor
+and data parallel 2, data parallel across the nodes of a local Ray cluster, pipeline parallel 2
+across two "nodes" through vLLM's multi-node launcher, and vLLM's Ray executor where the engine
+runs it. Each layout's server starts once and its repeats run back to back (layouts are not
+interleaved). On the CPU default a device is one core. Read: per layout, output tok/s, per
+device, speedup and scaling efficiency (speedup / devices) with bootstrap intervals over the
+repeats, and TTFT/TPOT/E2E at that equal offered load. A layout the engine refuses here is
+capability_missing with the engine's message. Real nodes: RAY_ADDRESS=... or NNODES=2
+NODE_RANK=0 MASTER_ADDR=... with followers from docker/comm-parallel (docs/bench-81.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.knobs import knob
+from harness.errors import InvalidInput
+from harness.bench.benches.bench81 import parallel as dist
+from harness.bench.placement import resolve_placement
+from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, WorkloadPlan
+from harness.workload import Arrival, Common
+
+
+@dataclass(frozen=True)
+class Config(BenchConfig):
+    """Defaults sized for <= 15 minutes on 2 CPU cores once the serving env and the models are cached."""
+
+    layouts: tuple[str, ...] = knob(("pp2", "tp2", "dp2", "nodes-pp2", "ray-dp2", "ray-executor"),
+                                    "layouts past the single-device baseline", choices=dist.CHOICES)
+    requests: int = knob(16, "requests in the list (x --scale); every layout replays it", min=2)
+    input_tokens: int = knob(256, "mean prompt length in tokens", min=1)
+    output_tokens: int = knob(32, "mean generated tokens per request (ignore_eos: exact)", min=2)
+    length_range: float = knob(0.25, "prompt and output lengths uniform in [N(1-r), N(1+r)]", min=0, max=0.9)
+    load_factor: float = knob(2.0, "offered load as a multiple of the baseline's capacity", min=0.1)
+    rate_rps: float | None = knob(None, "offered load in req/s (default: --load-factor x the baseline's capacity)",
+                                  min=0.001)
+    baseline: bool = knob(True, "measure the single-device baselines (without them: no efficiency; needs --rate-rps "
+                                "or --cite-66)")
+    probe_concurrency: int = knob(8, "closed-loop concurrency of the capacity probe", min=1)
+    cite_66: Path | None = knob(None, "a bench-66 manifest whose saturation point sets the load (audited first)")
+    dtype: str = knob("bfloat16", "served dtype", choices=("bfloat16", "float16", "float32", "auto"))
+    ray_address: str | None = knob(None, "a running Ray cluster for the ray-executor layout (RAY_ADDRESS)")
+    nnodes: int = knob(1, "real nodes for vLLM's multi-node launcher; this machine is the head", min=1)
+    node_rank: int = knob(0, "this machine's node rank (the bench runs on node 0)", min=0)
+    master_addr: str = knob("127.0.0.1", "the head node's address for --nnodes > 1")
+    master_port: int = knob(29500, "the head node's torch.distributed port", min=1, max=65535)
+
+    def check(self) -> None:
+        if self.node_rank > 0:
+            raise InvalidInput(f"NODE_RANK={self.node_rank} is a follower: start it with "
+                               "docker/comm-parallel/vllm-node.sh; the bench measures from node 0")
+        if not self.baseline and self.rate_rps is None and self.cite_66 is None:
+            raise InvalidInput("--no-baseline needs --rate-rps or --cite-66 to set the offered load")
+        if not self.baseline and not self.layouts and self.nnodes == 1:
+            raise InvalidInput("--no-baseline with no --layouts leaves nothing to run")
+        if len(set(self.layouts)) != len(self.layouts):
+            raise InvalidInput("--layouts names a layout twice")
+        if self.input_tokens * (1 + self.length_range) + self.output_tokens * (1 + self.length_range) > self.max_model_len:
+            raise InvalidInput(f"the longest prompt plus output exceeds --max-model-len {self.max_model_len}")
+
+
+def plan(cfg: Config, model) -> Plan:
+    cited = dist.cited_capacity(cfg)
+    cpu = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend == "vllm-cpu"
+    servers = dist.variants(cfg, cpu)
+    phases = tuple(Phase(s.name, (s.name,), dist.steps(cfg, s.name, cited), planned_steps=cfg.repeats)
+                   for s in servers)
+    warm = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed + 10_000, requests=cfg.warmup_requests,
+                  input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens)
+    workloads = (WorkloadPlan("warmup", "random", warm, measured=False),) if cfg.warmup_requests else ()
+    return Plan(workloads=workloads, servers=servers, arms=(), phases=phases, read=dist.read(cfg, cpu),
+                warmup="warmup" if cfg.warmup_requests else None, run_label="parallel layouts at equal offered load",
+                order="each layout's server started once, in turn; its repeats back to back (layouts not interleaved)",
+                notes=("every layout replays the same request list at the same Poisson offered load",
+                       "a device is one CPU core on the CPU default (VLLM_CPU_OMP_THREADS_BIND), one GPU elsewhere"))
+
+
+SPEC = BenchSpec(
+    name="81", semantic_id="DIST-INFERENCE", title="bench-81 DIST-INFERENCE",
+    question="what do more devices buy?", config=Config, plan=plan, doc=__doc__ or "",
+    next_steps={
+        "inconclusive": "read the scaling table: an efficiency well below 1 names a shared resource (see bounded_by); "
+                        "on GPUs run make bench-81 GPU=0,1 or across nodes with RAY_ADDRESS= / NNODES=",
+        "blocked": "read the failed layout's server log tail, fix the cause and rerun make bench-81",
+    },
+)

@@ -1,0 +1,248 @@
+"""bench-81's layouts, load and reading: what more devices buy, on the engine's own parallel paths.
+
+Layouts (server variants; every one past the baseline is optional: a refusal is capability_missing):
+
+  single              one instance on one device (the baseline; on CPU: core 0)
+  pp2, tp2, dp2       vLLM's --pipeline/--tensor/--data-parallel-size 2 on two devices
+  dp2-replicas        two independent instances, requests spread by the client
+  nodes-pp2           pipeline parallel 2 across two "nodes" through vLLM's multi-node launcher
+                      (head + headless follower, separate processes, one device each)
+  ray-dp2             two replicas owned by Ray actors, one per node of a local Ray cluster
+  ray-executor        vLLM's Ray executor (--distributed-executor-backend ray) for pipeline parallel 2
+  nodes-head          this machine as node 0 of NNODES real nodes (followers started elsewhere)
+
+tp2 serves a model whose head counts divide by 2 (SmolLM2's config with 8/2 heads, random
+weights); its baseline is ``single-even-heads``, the same model on one device. On the CPU default
+a device is one core: ``VLLM_CPU_OMP_THREADS_BIND`` pins each rank, node or replica to its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tabulate import tabulate
+
+from harness.backends.layouts import Layout, node_args
+from harness.bench.analysis import Reading, blocked_reading
+from harness.bench.metrics import REQUEST_RATE
+from harness.bench.benches.bench81.scaling import SCALING_HEADERS, layout_scaling, scaling_table
+from harness.bench.spec import Arm, History, ServerVariant, Step, WorkloadPlan
+from harness.workload import Arrival, Common
+
+BIND = "VLLM_CPU_OMP_THREADS_BIND"
+EVEN_HEADS = "smollm2-135m-even-heads"
+PROBE = "probe"
+
+
+@dataclass(frozen=True)
+class LayoutDef:
+    name: str
+    devices: int
+    baseline: str
+    note: str
+
+
+LAYOUTS = {
+    "single": LayoutDef("single", 1, "single", "one instance on one device"),
+    "single-even-heads": LayoutDef("single-even-heads", 1, "single-even-heads",
+                                   f"{EVEN_HEADS} (random weights) on one device: tp2's baseline"),
+    "pp2": LayoutDef("pp2", 2, "single", "--pipeline-parallel-size 2"),
+    "tp2": LayoutDef("tp2", 2, "single-even-heads", f"--tensor-parallel-size 2 on {EVEN_HEADS} (random weights)"),
+    "dp2": LayoutDef("dp2", 2, "single", "--data-parallel-size 2 (the engine's own DP, one API server)"),
+    "dp2-replicas": LayoutDef("dp2-replicas", 2, "single", "two independent instances, client-spread"),
+    "nodes-pp2": LayoutDef("nodes-pp2", 2, "single", "PP 2 across 2 nodes: --nnodes 2, head + headless follower"),
+    "ray-dp2": LayoutDef("ray-dp2", 2, "single", "2 replicas on Ray actors, one per node of a local Ray cluster"),
+    "ray-executor": LayoutDef("ray-executor", 2, "single", "--distributed-executor-backend ray, PP 2"),
+}
+CHOICES = tuple(n for n in LAYOUTS if not n.startswith("single"))
+
+
+def cores(n: int, cpu: bool) -> tuple[dict[str, str], ...]:
+    """Each node or replica's own core (CPU backends); nothing for GPU backends."""
+    return tuple({BIND: str(i)} if cpu else {} for i in range(n))
+
+
+def variants(cfg, cpu: bool) -> tuple[ServerVariant, ...]:
+    """The baseline(s) and every layout ``cfg.layouts`` asks for, plus ``nodes-head`` when NNODES > 1."""
+    one, two = ({BIND: "0"}, {BIND: "0|1"}) if cpu else ({}, {})
+    gpus_one, gpus_two = ({}, {}) if cpu else ({"gpus": (0,)}, {"gpus": (0, 1)})
+    base = {"dtype": cfg.dtype}
+
+    def engine(*args: str, env=two, gpus=gpus_two) -> dict:
+        return {**base, **gpus, "extra_args": args, "extra_env": dict(env)}
+
+    def pp2_ray() -> dict:
+        return ray_executor(cfg, engine("--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray"), cpu)
+
+    def grouped(kind: str, *args: str) -> dict:
+        return {"settings": engine(*args, env={}, gpus=gpus_one), "optional": True,
+                "layout": Layout(kind, 2, cores(2, cpu))}
+
+    made = {  # built on demand: the Ray layouts prepare the Ray venv
+        "single": lambda: {"settings": engine(env=one, gpus=gpus_one)},
+        "single-even-heads": lambda: {"settings": engine(env=one, gpus=gpus_one), "model": EVEN_HEADS},
+        "pp2": lambda: {"settings": engine("--pipeline-parallel-size", "2"), "optional": True},
+        "tp2": lambda: {"settings": engine("--tensor-parallel-size", "2"), "optional": True, "model": EVEN_HEADS},
+        "dp2": lambda: {"settings": engine("--data-parallel-size", "2"), "optional": True},
+        "dp2-replicas": lambda: grouped("replicas"),
+        "nodes-pp2": lambda: grouped("nodes", "--pipeline-parallel-size", "2"),
+        "ray-dp2": lambda: grouped("ray"),
+        "ray-executor": lambda: {"settings": pp2_ray(), "optional": True},
+    }
+    baselines = ["single", *(["single-even-heads"] if "tp2" in cfg.layouts else [])] if cfg.baseline else []
+    wanted = [*baselines, *cfg.layouts]
+    out = [ServerVariant(n, **made[n]()) for n in wanted]
+    if cfg.nnodes > 1:
+        flags = ("--pipeline-parallel-size", str(cfg.nnodes), *node_args(cfg.nnodes, 0, cfg.master_addr,
+                                                                          cfg.master_port))
+        out.append(ServerVariant("nodes-head", engine(*flags, env=one, gpus=gpus_one), optional=True))
+    return tuple(out)
+
+
+def ray_executor(cfg, settings: dict, cpu: bool) -> dict:
+    """vLLM's Ray executor needs Ray importable by the engine and a cluster (RAY_ADDRESS, or a local one)."""
+    from harness.runtime.ray_cluster import ray_env
+
+    env = dict(settings["extra_env"])
+    if cfg.ray_address:
+        env["RAY_ADDRESS"] = cfg.ray_address
+    if cpu:  # the vllm-cpu venv has no Ray of its own: the pinned Ray venv's packages are lent to its engine
+        env["PYTHONPATH"] = str(next((ray_env().path / "lib").glob("python3*/site-packages")))
+        env["RAY_AUTH_MODE"] = "disabled"  # the engine's own local Ray instance: no token file in ~/.ray
+    return {**settings, "extra_env": env}
+
+
+def devices_of(label: str, cfg) -> int:
+    return cfg.nnodes if label == "nodes-head" else LAYOUTS[label].devices
+
+
+def baseline_of(label: str) -> str:
+    return LAYOUTS[label].baseline if label in LAYOUTS else "single"
+
+
+def request_list(cfg, rate_rps: float) -> WorkloadPlan:
+    common = Common(arrival=Arrival("poisson", rate_rps=rate_rps), seed=cfg.seed, requests=cfg.requests * cfg.scale,
+                    input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens, input_range=cfg.length_range,
+                    output_range=cfg.length_range)
+    return WorkloadPlan("offered", "random", common)
+
+
+@dataclass(frozen=True)
+class Cited:
+    """The baseline capacity a cited bench-66 run measured, and the citation (manifest path and sha256)."""
+
+    capacity_rps: float
+    record: dict
+    source: str
+
+
+def cited_capacity(cfg) -> Cited | None:
+    """bench-66's saturation point from ``cfg.cite_66`` (audited first); None when nothing is cited.
+
+    Its request list must have this bench's shape (mean input and output tokens within 10 %), or its
+    capacity says nothing about this load: that is an input error, not a silent probe.
+    """
+    if cfg.cite_66 is None:
+        return None
+    from pathlib import Path
+
+    from harness.errors import InvalidInput
+    from harness.bench.lib.citations import cite
+
+    got = cite(cfg.cite_66, Path.cwd(), semantic_id="INF-FLOAT-BASELINE")
+    result = got.result or {}
+    saturation = ((result.get("details") or {}).get("baseline") or {}).get("saturation") or {}
+    capacity = saturation.get("achieved_rps")
+    if not capacity:
+        raise InvalidInput(f"--cite-66 {cfg.cite_66}: that run found no saturation point; cite another or leave "
+                           "--cite-66 out to probe")
+    workload = result.get("workload") or {}
+    for key, want in (("input_tokens", cfg.input_tokens), ("output_tokens", cfg.output_tokens)):
+        mean = (workload.get(key) or {}).get("mean")
+        if mean is None or abs(mean - want) > 0.1 * want:
+            raise InvalidInput(f"--cite-66 {cfg.cite_66}: its requests have mean {key} {mean}, this bench {want}: "
+                               f"set --{key.replace('_', '-')} to match or leave --cite-66 out to probe")
+    return Cited(float(capacity), got.to_dict(Path.cwd()),
+                 f"bench-66 run {got.run['run_id']}'s saturation point, cited by manifest")
+
+
+def steps(cfg, variant: str, cited: Cited | None):
+    """A layout's arm runs; the first layout probes the baseline's capacity when no bench-66 run is cited."""
+    def gen(history: History) -> Iterator[Step]:
+        if "offered_rps" not in history.notes and cfg.rate_rps is not None:
+            history.notes["offered_rps"], history.notes["capacity_source"] = cfg.rate_rps, "set by --rate-rps"
+        if "offered_rps" not in history.notes:
+            capacity = cited.capacity_rps if cited else None
+            if cited is not None:
+                history.notes["citation"], history.notes["capacity_source"] = cited.record, cited.source
+            if capacity is None:
+                probe = Common(arrival=Arrival("closed", concurrency=cfg.probe_concurrency), seed=cfg.seed,
+                               requests=cfg.requests * cfg.scale, input_tokens=cfg.input_tokens,
+                               output_tokens=cfg.output_tokens, input_range=cfg.length_range,
+                               output_range=cfg.length_range)
+                yield 1, Arm(PROBE, WorkloadPlan("probe", "random", probe), variant)
+                capacity = REQUEST_RATE.value([r for r in history.of(PROBE) if not r.failure])
+                if not capacity:
+                    return
+            history.notes["baseline_capacity_rps"] = capacity
+            history.notes["offered_rps"] = round(cfg.load_factor * capacity, 3)
+        arm = Arm(variant, request_list(cfg, history.notes["offered_rps"]), variant)
+        for repeat in range(1, cfg.repeats + 1):
+            history.notes.setdefault("loadavg_1m", {}).setdefault(variant, []).append(round(os.getloadavg()[0], 2))
+            yield repeat, arm
+    return gen
+
+
+def communication(server: dict) -> dict:
+    """A server's communication record as servers.json keeps it (requested, environment, effective)."""
+    return server.get("communication") or {}
+
+
+def read(cfg, cpu: bool):
+    def reading(history: History) -> Reading:
+        labels = [label for label in dict.fromkeys(r.label for r in history.runs) if label != PROBE]
+        rows = [layout_scaling(history.runs, label, devices_of(label, cfg), baseline_of(label),
+                               resamples=cfg.resamples, seed=cfg.seed) for label in labels]
+        table = tabulate(scaling_table(rows), headers=SCALING_HEADERS, tablefmt="github")
+        loads = history.notes.get("loadavg_1m", {})
+        host_cores = os.cpu_count() or 1
+        bound = (f"each device is one CPU core ({BIND} pins every rank, node or replica to its own); the host has "
+                 f"{host_cores} logical core(s), so a 2-device layout has no core left for its API server, "
+                 "scheduler and this client: they share the ranks' cores" if cpu else
+                 "each device is one GPU; interconnect as in fingerprint.json's topology")
+        offered = history.notes.get("offered_rps")
+        source = history.notes.get("capacity_source", "a closed-loop probe of the baseline")
+        capacity = history.notes.get("baseline_capacity_rps")
+        how = (f"{cfg.load_factor:g} x the baseline capacity {capacity} req/s ({source})" if capacity else source)
+        lines = ["", table, "", f"offered load: Poisson {offered} req/s = {how}, the same request list for every "
+                 "layout", f"bounded by: {bound}",
+                 "load average (1 min) at each repeat: " + json.dumps(loads)]
+        eff = [r for r in rows if r.efficiency is not None]
+        headline = [{"name": f"{r.layout} efficiency", "metric": "scaling_efficiency", "value": r.efficiency.value,
+                     "unit": "ratio", "ci_low": r.efficiency.ci_low, "ci_high": r.efficiency.ci_high, "arm": r.layout}
+                    for r in eff]
+        summary = ("scaling efficiency " + "; ".join(f"{r.layout} {r.efficiency.text()}" for r in eff)
+                   if eff else "no layout past the baseline ran here")
+        servers = history.servers
+        details = {"layouts": [r.to_dict() for r in rows], "offered_rps": offered,
+                   "baseline_capacity_rps": history.notes.get("baseline_capacity_rps"), "capacity_source": source,
+                   "load_factor": cfg.load_factor, "device": "cpu core" if cpu else "gpu", "bounded_by": bound,
+                   "loadavg_1m": loads, "layout_notes": {k: v.note for k, v in LAYOUTS.items()},
+                   "communication": {name: communication(s) for name, s in servers.items()},
+                   "citation": history.notes.get("citation")}
+        derived = {name: s["model"] for name, s in servers.items() if (s.get("model") or {}).get("derived")}
+        if derived:
+            details["random_weights"] = derived
+            lines.append("random weights: " + ", ".join(f"{n} serves {m['name']} ({m['version'][:19]}...)"
+                                                        for n, m in derived.items()))
+        evidence = "repeated" if cfg.repeats >= 3 and eff else "single"
+        blocked = blocked_reading(history, None, cfg.repeats)
+        if blocked is not None:
+            blocked.details, blocked.lines, blocked.headline, blocked.kind = details, lines, headline, "sweep"
+            return blocked
+        return Reading(evidence_level=evidence, decision="inconclusive", summary=summary, repeats=cfg.repeats,
+                       details=details, lines=lines, headline=headline, kind="sweep")
+    return reading

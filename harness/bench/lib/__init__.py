@@ -1,0 +1,1 @@
+"""Helpers that serve several benches: sweeps, searches, citations of earlier runs."""

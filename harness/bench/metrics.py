@@ -1,0 +1,177 @@
+"""Named metrics a bench refers to: a claim, a control or a table column is a name, not code.
+
+A metric is either *per request* — ``samples(records)`` gives one value per completed
+request and ``statistic`` reduces them (median, P99); an arm's figure pools every
+repeat's requests, and a paired effect resamples repeats and then requests — or *per
+run* — ``of_run(run)`` reads one figure of an arm run (throughput, hit rate) and a
+paired effect resamples repeats only. Definitions of the per-request values are the
+measurement's (``harness.serving.metrics.per_request``, docs/measurement.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from harness.client.records import RequestRecord
+from harness.serving.metrics import per_request
+from harness.contract.distribution import PERCENTILE_METHOD
+
+if TYPE_CHECKING:
+    from harness.bench.arms import ArmRun
+
+Statistic = Callable[[np.ndarray], float]
+
+
+def percentile(q: float) -> Statistic:
+    def stat(values: np.ndarray) -> float:
+        return float(np.percentile(values, q, method=PERCENTILE_METHOD))
+    stat.__name__ = f"p{q:g}"
+    return stat
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One named figure of an arm run, which way is better, and how to print it."""
+
+    name: str  # e.g. "ttft_ms.p50": the key in results and effects
+    title: str  # table header
+    better: Literal["lower", "higher"]
+    fmt: str = ".0f"
+    samples: Callable[[Sequence[RequestRecord]], list[float]] | None = None
+    statistic: Statistic | None = None
+    of_run: Callable[[ArmRun], float | None] | None = None
+    unit: str = "ms"
+
+    @property
+    def per_request(self) -> bool:
+        return self.samples is not None
+
+    def value(self, runs: Sequence[ArmRun]) -> float | None:
+        """The arm's figure over ``runs`` (its repeats): pooled requests, or the median of per-run figures."""
+        if self.samples is not None and self.statistic is not None:
+            pooled = [v for run in runs for v in self.samples(run.records)]
+            return self.statistic(np.asarray(pooled, dtype=float)) if pooled else None
+        per_run = [v for v in (self.of_run(run) for run in runs) if v is not None] if self.of_run else []
+        return float(np.median(per_run)) if per_run else None
+
+    def format(self, value: float | None) -> str:
+        return "-" if value is None else format(value, self.fmt)
+
+
+def _per_request(key: str) -> Callable[[Sequence[RequestRecord]], list[float]]:
+    def samples(records: Sequence[RequestRecord]) -> list[float]:
+        out = []
+        for rec in records:
+            if rec.completed and rec.sent_s is not None and rec.end_s is not None:
+                value = per_request(rec)[key]
+                if value is not None:
+                    out.append(value)
+        return out
+    return samples
+
+
+def _itl(records: Sequence[RequestRecord]) -> list[float]:
+    return [g for r in records if r.completed for g in (np.diff(r.chunk_s) * 1e3).tolist()]
+
+
+def _client_wait(records: Sequence[RequestRecord]) -> list[float]:
+    return [max(0.0, (r.sent_s - r.scheduled_s) * 1e3) for r in records
+            if r.sent_s is not None and r.scheduled_s is not None]
+
+
+def _e2e_from_scheduled(records: Sequence[RequestRecord]) -> list[float]:
+    """End − scheduled: the latency a user sees, the client's own wait (a closed loop's batch barrier) included."""
+    return [(r.end_s - r.scheduled_s) * 1e3 for r in records
+            if r.completed and r.end_s is not None and r.scheduled_s is not None]
+
+
+def _perf(*path: str) -> Callable[[ArmRun], float | None]:
+    def read(run: ArmRun) -> float | None:
+        node: Any = run.result.get("performance")
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        return float(node) if isinstance(node, (int, float)) else None
+    return read
+
+
+def server_metric(*path: str) -> Callable[[ArmRun], float | None]:
+    """A figure of ``details.server_metrics`` (counter deltas and gauge peaks the measurement recorded)."""
+    def read(run: ArmRun) -> float | None:
+        node: Any = (run.result.get("details") or {}).get("server_metrics")
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        return float(node) if isinstance(node, (int, float)) else None
+    return read
+
+
+def _latency(name: str, title: str, q: float, samples: Callable[[Sequence[RequestRecord]], list[float]],
+             fmt: str = ".0f") -> Metric:
+    return Metric(f"{name}.p{q:g}", f"{title} p{q:g} ms", "lower", fmt, samples, np.median if q == 50 else percentile(q))
+
+
+def where(metric: Metric, suffix: str, keep: Callable[[RequestRecord], bool]) -> Metric:
+    """``metric`` over the records ``keep`` selects (a request class), named ``<name>[suffix]``."""
+    if metric.samples is None:
+        raise ValueError(f"{metric.name} is a per-run metric: it has no requests to select")
+    inner = metric.samples
+    return dataclasses.replace(metric, name=f"{metric.name}[{suffix}]", title=f"{metric.title} {suffix}",
+                               samples=lambda records: inner([r for r in records if keep(r)]))
+
+
+def priority_class(metric: Metric, name: str, priority: int) -> Metric:
+    """``metric`` over the requests sent with ``priority`` (the client records it in each record's ``extra``)."""
+    return where(metric, name, lambda r: r.extra.get("priority") == priority)
+
+
+TTFT, TPOT, E2E = _per_request("ttft_ms"), _per_request("tpot_ms"), _per_request("e2e_ms")
+TTFT_P50 = _latency("ttft_ms", "TTFT", 50, TTFT)
+TTFT_P95 = _latency("ttft_ms", "TTFT", 95, TTFT)
+TTFT_P99 = _latency("ttft_ms", "TTFT", 99, TTFT)
+TPOT_P50 = _latency("tpot_ms", "TPOT", 50, TPOT, ".1f")
+TPOT_P99 = _latency("tpot_ms", "TPOT", 99, TPOT, ".1f")
+ITL_P50 = _latency("itl_ms", "ITL", 50, _itl, ".1f")
+E2E_P50 = _latency("e2e_ms", "E2E", 50, E2E)
+E2E_P99 = _latency("e2e_ms", "E2E", 99, E2E)
+QUEUE_WAIT_P50 = _latency("queue_wait_client_ms", "client queue", 50, _client_wait, ".1f")
+QUEUE_WAIT_P99 = _latency("queue_wait_client_ms", "client queue", 99, _client_wait, ".1f")
+E2E_SCHEDULED_P50 = _latency("e2e_from_scheduled_ms", "E2E+wait", 50, _e2e_from_scheduled)
+E2E_SCHEDULED_P99 = _latency("e2e_from_scheduled_ms", "E2E+wait", 99, _e2e_from_scheduled)
+OUTPUT_TOKENS_PER_S = Metric("output_tokens_per_s", "out tok/s", "higher", ".1f",
+                             of_run=_perf("throughput", "output_tokens_per_s"), unit="tok/s")
+REQUEST_RATE = Metric("request_rate_rps", "req/s", "higher", ".2f", of_run=_perf("throughput", "request_rate_rps"),
+                      unit="req/s")
+GOODPUT = Metric("goodput_rps", "goodput req/s", "higher", ".2f", of_run=_perf("throughput", "goodput_rps"),
+                 unit="req/s")
+PEAK_MEMORY_GIB = Metric("peak_memory_gib", "peak mem GiB", "lower", ".2f",
+                         of_run=lambda run: (lambda b: b / 2**30 if b is not None else None)(
+                             _perf("peak_memory_bytes")(run)), unit="GiB")
+PREFIX_HIT_RATE = Metric("prefix_cache_hit_rate", "prefix hit rate", "higher", ".0%",
+                         of_run=server_metric("prefix_cache", "hit_rate"), unit="fraction")
+# Speculative decoding, from the run's vllm:spec_decode_* counter deltas (absent when speculation is off).
+ACCEPTANCE_RATE = Metric("spec_decode_acceptance_rate", "acceptance", "higher", ".0%",
+                         of_run=server_metric("spec_decode", "acceptance_rate"), unit="fraction")
+MEAN_ACCEPTANCE_LENGTH = Metric("spec_decode_mean_acceptance_length", "mean accept len", "higher", ".2f",
+                                of_run=server_metric("spec_decode", "mean_acceptance_length"), unit="tokens")
+
+SERVER_QUEUE_MEAN = Metric("queue_wait_server_ms.mean", "server queue mean ms", "lower", ".1f",
+                           of_run=server_metric("queue_time_ms", "mean_ms"))
+PREEMPTIONS = Metric("preemptions", "preempt", "lower", ".0f", of_run=server_metric("preemptions"), unit="count")
+RUNNING_MEAN = Metric("running.mean", "running mean", "higher", ".2f", of_run=server_metric("occupancy", "running_mean"),
+                      unit="requests")
+WAITING_MEAN = Metric("waiting.mean", "waiting mean", "lower", ".2f", of_run=server_metric("occupancy", "waiting_mean"),
+                      unit="requests")
+RUNNING_PEAK = Metric("running.peak", "running peak", "higher", ".0f", of_run=server_metric("running_peak"),
+                      unit="requests")
+WAITING_PEAK = Metric("waiting.peak", "waiting peak", "lower", ".0f", of_run=server_metric("waiting_peak"),
+                      unit="requests")
+
+METRICS = {m.name: m for m in (TTFT_P50, TTFT_P95, TTFT_P99, TPOT_P50, TPOT_P99, ITL_P50, E2E_P50, E2E_P99,
+                                QUEUE_WAIT_P50, QUEUE_WAIT_P99, E2E_SCHEDULED_P50, E2E_SCHEDULED_P99,
+                                OUTPUT_TOKENS_PER_S, REQUEST_RATE, GOODPUT, PEAK_MEMORY_GIB, PREFIX_HIT_RATE,
+                                SERVER_QUEUE_MEAN, PREEMPTIONS, RUNNING_MEAN, WAITING_MEAN, RUNNING_PEAK, WAITING_PEAK,
+                                ACCEPTANCE_RATE, MEAN_ACCEPTANCE_LENGTH)}

@@ -1,0 +1,371 @@
+"""The one runner of every bench spec.
+
+Placement (backend, runtime), the model, the run directory, workloads, server starts
+per phase (warm-up after each start, the prefix cache reset before each arm run),
+the arm runs, Ctrl-C, a server that dies or does not start — then the reading,
+the top-level result (built and validated once), the summary, figures, run.json
+and the signed manifest.
+
+Failure rules: a failed arm run (e.g. the server died) stops the bench, keeps every
+completed request and blocks the decision. A server variant the spec marks optional
+that the engine refuses to start is recorded as ``capability_missing`` with the
+engine's own message, and the bench goes on without its arms. After every start the
+engine's effective settings are read back (servers.json, each arm's result); a variant
+whose ``expect``ed settings the engine did not apply is stopped at once and is
+``capability_missing`` too (requested vs effective, and the engine's reason where known).
+Ctrl-C keeps what was measured and signs it as an aborted run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from harness.backends import Backend, BackendConfig, get_backend
+from harness.knobs import check_config, config_dict
+from harness.client import read_records
+from harness.contract import Failure
+from harness.contract.jsonio import read_json
+from harness.errors import InvalidInput
+from harness.bench.analysis import claim_figures, read_claims, top_result
+from harness.bench.arms import ArmContext, ArmRun, Workload, arm_dir, measure_arm, warm_up
+from harness.bench.outputs import arm_table, summary_text
+from harness.bench.placement import Placement, resolve_placement
+from harness.serving.session import (
+    NotApplied,
+    ServerSession,
+    check_applied,
+    engine_reason,
+    kv_cache_config,
+    server_session,
+)
+from harness.bench.spec import (
+    Arm,
+    BenchConfig,
+    BenchSpec,
+    History,
+    InputFile,
+    Plan,
+    WorkloadPlan,
+)
+from harness.models import PreparedModel, ensure_model
+from harness.progress import Reporter
+from harness.rundir.directory import Finished, RunDirectory, check_run_target
+from harness.rundir.record import native_image
+from harness.runtime.base import ServerStartError, get_runtime
+from harness.runtime.local import free_port
+from harness.serving.measure import REQUESTS_FILE, RESULT_FILE
+from harness.workload import make_workload, write_workload
+
+
+@dataclass(frozen=True)
+class BenchOutcome:
+    spec: BenchSpec
+    run_dir: Path
+    result: dict[str, Any]
+    finished: Finished
+    failed: bool
+    aborted: bool = False
+
+
+class Stop(Exception):
+    """Ends the schedule: a failed arm run, a required server that did not start, or Ctrl-C."""
+
+    def __init__(self, failure: Failure):
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+class Servers:
+    """Live server variants: each started on first use (then warmed up), stopped when a phase that
+    does not keep it begins, when its phase no longer needs it, or when the bench ends."""
+
+    def __init__(self, bench: Bench):
+        self.bench, self.live = bench, {}
+
+    def get(self, name: str) -> ServerSession:
+        if name not in self.live:
+            own = ExitStack()
+            try:
+                self.live[name] = (self.bench.start(name, own), own)
+            except BaseException:
+                own.close()  # a server that started but failed its warm-up is stopped too
+                raise
+        return self.live[name][0]
+
+    def keep_only(self, names: Iterable[str]) -> None:
+        """Stop every live server not in ``names`` (the latest started first)."""
+        keep = set(names)
+        for name in [n for n in reversed(self.live) if n not in keep]:
+            self.live.pop(name)[1].close()
+
+
+class Bench:
+    """One execution of a spec: its plan, run directory, history and servers."""
+
+    def __init__(self, spec: BenchSpec, cfg: BenchConfig, placement: Placement, model: PreparedModel, plan: Plan,
+                 rd: RunDirectory, reporter: Reporter):
+        self.spec, self.cfg, self.placement, self.model, self.plan = spec, cfg, placement, model, plan
+        self.rd, self.reporter = rd, reporter
+        self.history = History(cfg=cfg, model=model, run_dir=rd.path)
+        self.runtime = get_runtime(placement.runtime)
+        self.servers: dict[str, dict[str, Any]] = self.history.servers
+        self.kv_cache: dict[str, dict[str, Any] | None] = {}
+        self.resets: list[dict[str, Any]] = []  # one per arm run: the reset the protocol asks for, and its verdict
+        self.refused = self.history.refused  # dynamic steps can skip arms that pair with a refused variant
+        self.ctx = ArmContext(semantic_id=spec.semantic_id, run_id=rd.run_id, run_dir=rd.path, model=model,
+                              request_timeout_s=cfg.request_timeout_s, runtime=placement.runtime,
+                              ignore_eos=plan.ignore_eos)
+        self.base = BackendConfig(model_dir=str(model.path), served_model_name=cfg.model, port=0, seed=cfg.seed,
+                                  kv_cache_space_gib=cfg.kv_cache_space_gib, max_model_len=cfg.max_model_len,
+                                  in_container=placement.runtime == "docker")
+
+    def backend_of(self, name: str) -> Backend:
+        return get_backend(self.plan.server(name).backend or self.placement.backend)
+
+    def workload(self, plan: WorkloadPlan) -> Workload:
+        if plan.name not in self.history.workloads:
+            options = {k: self.rd.write_text(f"workloads/inputs/{v.name}", v.text) if isinstance(v, InputFile) else v
+                       for k, v in plan.options.items()}
+            made = make_workload(plan.kind, plan.common, options, self.model.path)
+            path = write_workload(self.rd.file(f"workloads/{plan.name}.jsonl"), made)
+            self.history.workloads[plan.name] = Workload(path, made.workload_id, len(made.requests))
+        return self.history.workloads[plan.name]
+
+    def workload_of(self, arm: Arm) -> Workload:
+        if isinstance(arm.workload, WorkloadPlan):
+            return self.workload(arm.workload)
+        return self.workload(next(w for w in self.plan.workloads if w.name == arm.workload))
+
+    def start(self, name: str, stack: ExitStack) -> ServerSession:
+        variant = self.plan.server(name)
+        backend = self.backend_of(name)
+        model = ensure_model(variant.model, progress=self.reporter) if variant.model else None
+        served = {"model_dir": str(model.path), "served_model_name": variant.model} if model else {}
+        config = replace(self.base, port=free_port(), **served, **variant.settings)
+        self.reporter.state(f"server {name}: starting")
+        with ExitStack() as own:  # a variant the engine did not apply is stopped at once, not at the phase's end
+            srv = own.enter_context(server_session(
+                name, backend, self.runtime, config, self.rd.path / "servers", start_timeout_s=self.cfg.start_timeout_s,
+                progress=self.reporter, settings=dict(variant.settings), on_start=self.record_server,
+                on_stop=self.record_server, layout=variant.layout, model=model))
+            srv.read_effective(variant.expect)
+            self.record_server(srv)
+            check_applied(variant, srv)
+            if self.plan.warmup is not None:
+                warm_up(self.ctx, srv, self.workload(next(w for w in self.plan.workloads if w.name == self.plan.warmup)),
+                        self.reporter)
+            stack.enter_context(own.pop_all())
+        self.reporter.state(f"server {name}: up")
+        return srv
+
+    def record_server(self, srv: ServerSession) -> None:
+        """servers.json: each server's exact command, version, settings, pid and exit status, kept current."""
+        entry = srv.record()
+        entry["kv_cache"] = self.kv_cache.get(srv.name)
+        self.servers[srv.name] = entry
+        self.rd.write_json("servers/servers.json", {"servers": list(self.servers.values()),
+                                                    "refused": self.refused})
+
+    def run_step(self, servers: Servers, repeat: int, arm: Arm, index: int, total: int | None) -> ArmRun:
+        srv = servers.get(arm.server)
+        workload = self.workload_of(arm)
+        self.reporter(f"[{index}/{total or '?'}] {arm.label} repeat {repeat}")
+        if self.plan.reset_prefix_cache:
+            reset = srv.reset_prefix_cache()
+            self.resets.append({"arm": arm.label, "repeat": repeat, "server": srv.name, **reset.to_dict()})
+            if reset.requested and reset.confirmed is False:
+                self.reporter(f"  protocol violation: server {srv.name} did not drop its prefix cache before "
+                              f"{arm.label} repeat {repeat}: {reset.evidence}")
+        self.reporter.state(f"server {srv.name}: serving {arm.label}")
+        t0 = time.monotonic()
+        out = arm_dir(self.rd.path, arm.label, repeat)
+        try:
+            outcome = measure_arm(self.ctx, srv, workload, out, arm.label, arm.client, self.reporter)
+        except KeyboardInterrupt:
+            if (out / RESULT_FILE).is_file():  # measure wrote the interrupted arm's result: keep it in the run
+                result = read_json(out / RESULT_FILE)
+                self.history.runs.append(ArmRun(label=arm.label, repeat=repeat, result_path=out / RESULT_FILE,
+                                                result=result, records=tuple(read_records(out / REQUESTS_FILE)),
+                                                server=srv.name, workload=arm.workload_name,
+                                                seconds=time.monotonic() - t0))
+            raise
+        if srv.name not in self.kv_cache and outcome.metrics_before_path is not None:
+            self.kv_cache[srv.name] = kv_cache_config(outcome.metrics_before_path)
+        run = ArmRun(label=arm.label, repeat=repeat, result_path=outcome.result_path, result=outcome.result,
+                     records=outcome.records, server=srv.name, workload=arm.workload_name,
+                     seconds=time.monotonic() - t0)
+        self.reporter.step_done(run.seconds)
+        return run
+
+    def execute(self) -> Failure | None:
+        """Every phase in order; the failure that stopped the schedule, if any."""
+        plan, history = self.plan, self.history
+        total = sum(len(p.steps) if not callable(p.steps) else (p.planned_steps or 0) for p in plan.phases) or None
+        self.reporter.begin(total, f"{len(plan.phases)} phase(s), {total or 'a number of'} arm runs")
+        index = 0
+        servers = Servers(self)
+        try:
+            for phase in plan.phases:
+                servers.keep_only(set(phase.keep) & set(phase.servers))
+                steps = phase.steps(history) if callable(phase.steps) else phase.steps
+                for repeat, arm in steps:
+                    if arm.server in self.refused:
+                        continue
+                    if phase.still_needed is not None:
+                        servers.keep_only({arm.server, *phase.still_needed(history)})
+                    index += 1
+                    try:
+                        run = self.run_step(servers, repeat, arm, index, total)
+                    except ServerStartError as exc:
+                        self.refuse(arm.server, exc)
+                        continue
+                    history.runs.append(run)
+                    if run.failure:
+                        self.reporter(f"  {arm.label} repeat {repeat} failed: {run.failure['kind']}: "
+                                      f"{run.failure['message']}")
+                        return Failure(**run.failure)
+        except Stop as stop:
+            return stop.failure
+        except KeyboardInterrupt:
+            if not history.runs:
+                raise
+            self.reporter("interrupted: writing and signing the arms already measured")
+            return Failure(stage="run", kind="aborted", message="interrupted by the user")
+        finally:
+            servers.keep_only(())
+        return None
+
+    def refuse(self, name: str, exc: ServerStartError) -> None:
+        """An optional variant the engine will not start (or not apply) is a recorded capability gap; any other
+        is the end."""
+        message, _, tail = str(exc).partition("\n")
+        if isinstance(exc, NotApplied) and not self.plan.server(name).optional:
+            raise Stop(Failure(stage="server_start", kind="capability_missing", message=f"server {name}: {message}"))
+        if self.plan.server(name).optional:
+            reason = engine_reason(self.logs_of(name)) or engine_reason(tail)
+            self.refused[name] = f"{reason}\n{message}\n{tail[-2000:]}".strip()
+            self.reporter(f"server {name}: refused by the engine here, recorded as capability_missing: {message}")
+            return
+        if not self.history.runs:
+            raise exc  # nothing measured: the error and its log tail are the whole story
+        self.reporter(f"server {name} did not start; keeping the arms already measured: {message}")
+        raise Stop(Failure(stage="server_start", kind="server_crash", message=f"server {name}: {message}",
+                           log_tail=tail or None))
+
+    def logs_of(self, name: str) -> str:
+        """Every log the server variant ``name`` wrote (its own, or each group member's), as servers.json lists them."""
+        entry = self.servers.get(name) or {}
+        logs = [entry.get("log"), *(m.get("log") for m in (entry.get("group") or {}).get("members", []))]
+        paths = [self.rd.path / "servers" / log for log in dict.fromkeys(logs) if log]
+        return "\n".join(p.read_text(errors="replace") for p in paths if p.is_file())
+
+    def images(self) -> list[dict[str, Any]]:
+        """Images the servers ran from (docker), else the native serving environment's package digest."""
+        pulled = {(s["image"]["ref"], s["image"]["digest"], s["backend"]) for s in self.servers.values() if s.get("image")}
+        if pulled:
+            return [{"role": get_backend(b).role, "ref": ref, "digest": digest} for ref, digest, b in sorted(pulled)]
+        backends = sorted({self.backend_of(s.name).name for s in self.plan.servers})
+        return [native_image(get_backend(b).role, get_backend(b).native_python()) for b in backends]
+
+
+def protocol_record(cfg: BenchConfig, plan: Plan, resets: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"repeats": cfg.repeats, "order": plan.order,
+            "warmup_requests_per_server_start": cfg.warmup_requests if plan.warmup else 0,
+            "prefix_cache_reset_before_each_arm_run": plan.reset_prefix_cache,
+            "prefix_cache_resets": {"before_arm_runs": len(resets),
+                                    "confirmed": sum(r["confirmed"] is True for r in resets),
+                                    "unconfirmed": sum(r["requested"] and r["confirmed"] is None for r in resets),
+                                    "not_offered": sum(not r["requested"] for r in resets),
+                                    "declined": [r for r in resets if r["requested"] and r["confirmed"] is False]},
+            "ignore_eos": plan.ignore_eos, "notes": list(plan.notes)}
+
+
+def protocol_violations(protocol: dict[str, Any]) -> list[str]:
+    """A reset the engine declined before an arm run breaks the protocol: that arm did not start from an empty cache."""
+    return [f"protocol violation: prefix cache not reset before {r['arm']} repeat {r['repeat']} on server "
+            f"{r['server']} ({r['evidence']})" for r in protocol["prefix_cache_resets"]["declined"]]
+
+
+def run_bench(spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), reporter: Reporter | None = None
+              ) -> BenchOutcome:
+    """Run the whole bench; the outcome says where everything is."""
+    reporter = reporter or Reporter(name=f"bench-{spec.name}")
+    check_config(cfg)
+    cfg.check()
+    check_run_target(root / spec.out_root(cfg), None, sign=cfg.sign, root=root, flag="--out-root")
+    placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
+    if placement.notice:
+        reporter(placement.notice)
+    started = time.monotonic()
+    model = ensure_model(cfg.model, progress=reporter)
+    plan = spec.plan(cfg, model)
+    plan.check()
+    rd = RunDirectory.create(root / spec.out_root(cfg), semantic_id=spec.semantic_id,
+                             run_label=plan.run_label or spec.title, requested=config_dict(cfg), root=root,
+                             sign=cfg.sign, effective={"backend": placement.backend, "runtime": placement.runtime,
+                                                       "notice": placement.notice},
+                             model=model.run_entry(), tokenizer=model.tokenizer_ref)
+    reporter(f"bench-{spec.name}: run {rd.run_id} -> {rd.path.relative_to(root) if rd.path.is_relative_to(root) else rd.path}")
+    bench = Bench(spec, cfg, placement, model, plan, rd, reporter)
+    try:
+        for w in plan.workloads:
+            bench.workload(w)
+        failure = bench.execute()
+    except BaseException as exc:
+        rd.abandon(has_data=bool(bench.servers), error=exc)
+        raise
+    finally:
+        end = getattr(reporter, "end", None)
+        if end:
+            end()
+    return finish(bench, failure, time.monotonic() - started)
+
+
+def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome:
+    spec, cfg, plan, history, rd = bench.spec, bench.cfg, bench.plan, bench.history, bench.rd
+    if not history.runs:
+        raise InvalidInput("no arm completed a run: nothing to conclude", hint="see servers/servers.json")
+    if plan.read is not None:
+        reading = plan.read(history)
+        if failure is not None and reading.failure is None:
+            reading.failure, reading.decision, reading.evidence_level = failure, "blocked", "single"
+            reading.next_step = None  # the spec's blocked/aborted step, not the rule's for what it read
+            reading.invalid_reasons = reading.invalid_reasons or [f"{failure.stage}: {failure.kind}"]
+            reading.summary = f"{failure.kind}: {failure.message}; read so far: {reading.summary}"
+    else:
+        reading = read_claims(history, plan, seed=cfg.seed, resamples=cfg.resamples, repeats=cfg.repeats,
+                              failure=failure)
+        reading.figures.update(claim_figures(history, plan, f"bench-{spec.name} {spec.semantic_id}"))
+    for name, message in bench.refused.items():
+        reading.details.setdefault("capability_missing", {})[name] = message
+        reading.lines.append(f"capability_missing: server variant {name} (its arms did not run): "
+                             f"{message.splitlines()[0]}")
+    labels = list(dict.fromkeys([*(a.label for a in plan.arms), *(r.label for r in history.runs)]))
+    extra = {"servers": list(bench.servers.values()), "workloads": {
+        k: {"path": str(w.path.relative_to(rd.path)), "workload_id": w.workload_id} for k, w in history.workloads.items()}}
+    protocol = protocol_record(cfg, plan, bench.resets)
+    if violations := protocol_violations(protocol):  # a protocol the run did not keep cannot decide anything
+        reading.invalid_reasons = [*reading.invalid_reasons, *violations]
+        if reading.decision in ("adopt", "reject"):
+            reading.decision, reading.summary = "inconclusive", f"{reading.summary}; capped: {violations[0]}"
+    result = top_result(history, plan, reading, semantic_id=spec.semantic_id, run_id=rd.run_id,
+                        next_steps=spec.steps, protocol=protocol, extra=extra)
+    result_name = f"{reading.kind}.json"
+    rd.write_result(result_name, result)
+    for name, draw in reading.figures.items():
+        rd.figure(name, draw)
+    summary = summary_text(f"bench-{spec.name} {spec.semantic_id}", arm_table(history.runs, labels, plan.columns),
+                           reading, result, wall_s)
+    measured = {k for k in history.workloads if k != plan.warmup}
+    aborted = failure is not None and failure.kind == "aborted"
+    finished = rd.finish(summary=summary, result=result_name, evidence_level=result["conclusion"]["evidence_level"],
+                         decision=result["conclusion"]["decision"],
+                         status="aborted" if aborted else "failed" if failure else "completed", images=bench.images(),
+                         workload_ids=sorted({history.workloads[k].workload_id for k in measured}))
+    return BenchOutcome(spec=spec, run_dir=rd.path, result=result, finished=finished, failed=failure is not None,
+                        aborted=aborted)

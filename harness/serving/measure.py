@@ -1,0 +1,321 @@
+"""The serving measurement: replay a workload against an OpenAI-compatible endpoint.
+
+``measure(cfg)`` writes into ``cfg.out_dir``:
+
+- ``requests.jsonl`` — one record per request, appended as each ends (a crash loses
+  nothing that finished); requests never sent get a ``not_sent`` record at the end;
+- ``metrics_before.prom`` / ``metrics_after.prom`` — the server's raw ``/metrics`` text;
+- ``gauges.jsonl`` — the running/waiting/KV-usage gauges polled during the run (seconds from the
+  run's start), when the server exports them;
+- ``result.json`` — the schema-valid result (server metrics in ``details.server_metrics``,
+  validity in ``conclusion``);
+- ``summary.txt`` — the same, as a short table for people.
+
+Ctrl-C ends the run: finished records stay, in-flight ones are ``cancelled``, the result
+is written with an ``aborted`` failure, then ``KeyboardInterrupt`` propagates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.client import (
+    ClientConfig,
+    RecordWriter,
+    RequestRecord,
+    auto_workers,
+    plan_shares,
+    read_records,
+    run_client,
+)
+from harness.client.pool import ClientRun
+from harness.contract import Failure, atomic_write_text, write_result
+from harness.contract.jsonio import find_problem, is_finite_number
+from harness.contract.paths import check_output_dir
+from harness.contract.result import RESULT_SCHEMA
+from harness.contract.schemas import value_problem
+from harness.errors import InvalidInput
+from harness.ids import new_run_id
+from harness.serving.metrics import SLO_KEYS
+from harness.progress import Reporter
+from harness.serving.result import ResultInputs, RunFacts, build_serving_result
+from harness.serving.summary import render_summary
+from harness.telemetry import (
+    POLLED_GAUGES,
+    GaugePoller,
+    PeakSampler,
+    occupancy_rows,
+    scrape,
+    summarize,
+)
+from harness.telemetry.prometheus import Scrape, parse
+from harness.serving.validity import ValidityLimits, load_references
+from harness.workload import Workload, load_workload
+
+REQUESTS_FILE = "requests.jsonl"
+RESULT_FILE = "result.json"
+SUMMARY_FILE = "summary.txt"
+METRICS_BEFORE = "metrics_before.prom"
+METRICS_AFTER = "metrics_after.prom"
+GAUGES_FILE = "gauges.jsonl"
+HEALTH_PATHS = ("/health", "/v1/models")
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """Everything one measurement needs; defaults live here and nowhere else."""
+
+    endpoint: str  # base URL of the OpenAI-compatible server
+    model: str  # served model name
+    workload_path: str | Path
+    out_dir: str | Path
+    endpoints: tuple[str, ...] = ()  # several replicas: requests are dealt round-robin over these base URLs
+    semantic_id: str = "INF-FLOAT-BASELINE"
+    run_label: str = "serving"
+    run_id: str | None = None  # None: a new sortable id
+    api: str = "completions"  # "completions" | "chat"
+    max_concurrency: int | None = None  # closed loop: overrides the workload's; timed: cap on in-flight
+    batch_barrier: bool = False  # closed loop as static batches: send `concurrency`, wait for all, send the next
+    gauge_interval_s: float = 0.5  # how often the running/waiting gauges are polled during the run
+    timeout_s: float = 600.0  # per request
+    profile_id: str = "INF-VLLM-CPU"
+    backend_name: str = "vllm-cpu"
+    backend_version: str = "unknown"
+    backend_command: tuple[str, ...] | None = None
+    runtime: str = "local"
+    image: dict[str, Any] | None = None
+    model_ref: dict[str, str] | None = None  # {"name", "version"}
+    tokenizer_ref: dict[str, str] | None = None  # None: the workload's tokenizer
+    metrics_url: str | None = None  # None: <endpoint>/metrics
+    memory_probe: Callable[[], int | None] | None = None  # sampled during the run for peak memory
+    memory_source: str = "rss_process_tree"
+    ignore_eos: bool = False
+    min_tokens: bool = False
+    slo: Mapping[str, float] = field(default_factory=dict)  # ttft_ms, tpot_ms, e2e_ms, itl_ms
+    token_budget: Mapping[str, int | None] | None = None  # max_num_batched_tokens, max_num_seqs, block_size
+    client_workers: int | None = None  # None: one process per 1024 concurrent streams, up to the CPU count
+    validity: ValidityLimits = field(default_factory=ValidityLimits)
+    reference_path: str | Path | None = None  # reference outputs for greedy agreement
+    reporter: Reporter | None = None  # live progress while the client runs (requests done/total, errors, ETA)
+    server_alive: Callable[[], bool] | None = None  # checked after the run: a dead server is a server_crash
+    failure_refiner: Callable[[Failure], Failure] | None = None  # e.g. add the server's log tail
+    extra_details: Mapping[str, Any] = field(default_factory=dict)
+    keep_text: bool = True
+
+
+@dataclass(frozen=True)
+class MeasureOutcome:
+    result_path: Path
+    requests_path: Path
+    metrics_before_path: Path | None
+    metrics_after_path: Path | None
+    result: dict[str, Any]
+    records: tuple[RequestRecord, ...]
+
+    @property
+    def valid(self) -> bool:
+        return bool(self.result["conclusion"]["valid"])
+
+
+def _check(cfg: MeasureConfig, workload: Workload) -> tuple[int | None, int | None]:
+    """(closed-loop concurrency, timed max concurrency) after validating the config.
+
+    Everything the result will carry is checked here, before the first request, with the rule the
+    result is held to: a value that would stop the result from being written must not cost a run.
+    """
+    if cfg.api not in ("completions", "chat"):
+        raise InvalidInput(f"--api {cfg.api!r}: choose completions or chat")
+    for flag, url in (("--endpoint", cfg.endpoint), ("--metrics-url", cfg.metrics_url or cfg.endpoint)):
+        if not url.startswith(("http://", "https://")):
+            raise InvalidInput(f"{flag} {url!r}: need a base URL such as http://127.0.0.1:8000")
+    if not (is_finite_number(cfg.timeout_s) and cfg.timeout_s > 0):
+        raise InvalidInput(f"--timeout {cfg.timeout_s}: must be a finite number of seconds > 0")
+    for flag, count in (("--max-concurrency", cfg.max_concurrency), ("--client-workers", cfg.client_workers)):
+        if count is not None and count < 1:
+            raise InvalidInput(f"{flag} {count}: must be >= 1")
+    if not (is_finite_number(cfg.gauge_interval_s) and cfg.gauge_interval_s > 0):
+        raise InvalidInput("the gauge poll interval must be a finite number of seconds > 0")
+    if cfg.batch_barrier and workload.arrival["process"] != "closed":
+        raise InvalidInput(f"static batches (batch barrier) need a closed-loop workload, not {workload.arrival['process']!r}")
+    unknown_slo = sorted(set(cfg.slo) - set(SLO_KEYS))
+    if unknown_slo:
+        raise InvalidInput(f"unknown SLO keys {unknown_slo}", hint=f"use {', '.join(SLO_KEYS)}")
+    for key, bound in cfg.slo.items():
+        if not (is_finite_number(bound) and bound > 0):
+            raise InvalidInput(f"--slo {key}={bound}: an SLO is a finite number of milliseconds > 0")
+    for name, limit in cfg.validity.to_dict().items():
+        if not is_finite_number(limit):
+            raise InvalidInput(f"validity limit {name} {limit}: must be a finite number")
+    fields = {"--semantic-id": ("$defs/identity/properties/semantic_id", cfg.semantic_id),
+              "--run-label": ("$defs/identity/properties/run_label", cfg.run_label),
+              "--profile-id": ("$defs/environment/properties/profile_id", cfg.profile_id),
+              "--backend-name": ("$defs/environment/properties/backend/properties/name", cfg.backend_name),
+              "--backend-version": ("$defs/environment/properties/backend/properties/version", cfg.backend_version),
+              "runtime": ("$defs/environment/properties/runtime", cfg.runtime)}
+    if cfg.run_id is not None:
+        fields["--run-id"] = ("$defs/identity/properties/run_id", cfg.run_id)
+    for flag, (rule, value) in fields.items():
+        if problem := value_problem(RESULT_SCHEMA, rule, value):
+            raise InvalidInput(f"{flag}: {problem}")
+    if problem := find_problem(recorded_settings(cfg)):
+        raise InvalidInput(f"cannot record the run's settings: {problem[1]} at {problem[0]}")
+    if cfg.api == "completions" and any(r.prompt is None for r in workload.requests):
+        raise InvalidInput(f"workload {workload.kind!r} holds chat messages; run it with --api chat")
+    if workload.arrival["process"] == "closed":
+        return cfg.max_concurrency or workload.arrival["concurrency"], None
+    return None, cfg.max_concurrency
+
+
+CALLBACKS = ("memory_probe", "server_alive", "failure_refiner", "reporter")
+
+
+def recorded_settings(cfg: MeasureConfig) -> dict[str, Any]:
+    """The settings a result records as requested: every field but the callbacks and the extra details."""
+    plain = dataclasses.replace(cfg, **dict.fromkeys(CALLBACKS))
+    return {k: v for k, v in dataclasses.asdict(plain).items() if k not in (*CALLBACKS, "extra_details")}
+
+
+def run_facts(cfg: MeasureConfig) -> RunFacts:
+    """What the result states about the run: the few values of the config that result building needs."""
+    return RunFacts(
+        semantic_id=cfg.semantic_id, run_label=cfg.run_label, run_id=cfg.run_id or new_run_id(),
+        served_model=cfg.model, model_ref=cfg.model_ref, tokenizer_ref=cfg.tokenizer_ref, profile_id=cfg.profile_id,
+        backend_name=cfg.backend_name, backend_version=cfg.backend_version, backend_command=cfg.backend_command,
+        runtime=cfg.runtime, image=cfg.image, api=cfg.api, ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens,
+        slo=dict(cfg.slo), validity=cfg.validity, token_budget=cfg.token_budget, memory_source=cfg.memory_source,
+        memory_probed=cfg.memory_probe is not None, requested=recorded_settings(cfg),
+        extra_details=dict(cfg.extra_details), batch_barrier=cfg.batch_barrier)
+
+
+def endpoint_answers(endpoint: str, timeout_s: float = 3.0) -> bool:
+    """True when the server answers HTTP at all (any status) on a health path."""
+    for path in HEALTH_PATHS:
+        try:
+            with urllib.request.urlopen(endpoint.rstrip("/") + path, timeout=timeout_s):  # noqa: S310
+                return True
+        except urllib.error.HTTPError:
+            return True
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+    return False
+
+
+def scrape_all(urls: list[str]) -> Scrape:
+    """One scrape, or several replicas' texts concatenated: the parse sums every series over them."""
+    if len(urls) == 1:
+        return scrape(urls[0])
+    got = [scrape(u) for u in urls]
+    errors = [g.error for g in got if g.error]
+    if errors:
+        return Scrape(None, None, "; ".join(errors))
+    text = "".join(f"# infkit: replica {u}\n{g.text}" for u, g in zip(urls, got, strict=True))
+    return Scrape(text, parse(text, time.monotonic()))
+
+
+def _save_scrape(out_dir: Path, name: str, got) -> Path | None:
+    return atomic_write_text(out_dir / name, got.text) if got.text is not None else None
+
+
+def _fill_not_sent(requests_path: Path, workload: Workload) -> list[RequestRecord]:
+    records = {r.index: r for r in read_records(requests_path)}
+    missing = [r for r in workload.requests if r.index not in records]
+    if missing:
+        with RecordWriter(requests_path) as writer:
+            for req in missing:
+                rec = RequestRecord(index=req.index, status="not_sent", input_tokens=req.input_tokens,
+                                    output_tokens_requested=req.output_tokens, error="the run ended before it was sent")
+                writer.write(rec)
+                records[req.index] = rec
+    return [records[i] for i in sorted(records)]
+
+
+def _failure(cfg: MeasureConfig, run: ClientRun, records: list[RequestRecord]) -> Failure | None:
+    if run.interrupted:
+        done = sum(r.completed for r in records)
+        return Failure(stage="run", kind="aborted", message=f"interrupted: {done} of {len(records)} requests completed")
+    broken = [r for r in records if r.status in ("error", "disconnected", "timeout", "not_sent")]
+    exited = cfg.server_alive is not None and not cfg.server_alive()
+    if exited or (broken and not endpoint_answers(cfg.endpoint)):
+        first = next((r.error for r in broken if r.error), "no answer")
+        message = ("the server process exited during the run" if exited else
+                   "the endpoint answered before the run and stopped during it")
+        failure = Failure(stage="run", kind="server_crash",
+                          message=f"{message}; {len(broken)} requests ended early (first: {first})")
+        return cfg.failure_refiner(failure) if cfg.failure_refiner else failure
+    return None
+
+
+def measure(cfg: MeasureConfig) -> MeasureOutcome:
+    """Replay the workload, write the run's files and return them with the result document."""
+    workload = load_workload(cfg.workload_path)
+    closed, cap = _check(cfg, workload)
+    references = load_references(cfg.reference_path) if cfg.reference_path else None
+    out_dir = check_output_dir(cfg.out_dir, "--out")
+    if not endpoint_answers(cfg.endpoint):
+        raise InvalidInput(f"{cfg.endpoint} does not answer on {' or '.join(HEALTH_PATHS)}",
+                           hint="start the server or check --endpoint")
+    try:  # only now: a refused run leaves no directory behind
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidInput(f"--out {out_dir}: cannot create the run directory: {exc.strerror or exc}") from None
+    requests_path = out_dir / REQUESTS_FILE
+    RecordWriter(requests_path, truncate=True).close()
+    metrics_urls = [u.rstrip("/") + "/metrics" for u in cfg.endpoints] or [cfg.metrics_url or
+                                                                          cfg.endpoint.rstrip("/") + "/metrics"]
+    metrics_url = metrics_urls[0]
+    client = ClientConfig(endpoint=cfg.endpoint, model=cfg.model, api=cfg.api, timeout_s=cfg.timeout_s,
+                          ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens, keep_text=cfg.keep_text)
+    workers = cfg.client_workers or auto_workers(closed or cap or len(workload.requests))
+    shares = plan_shares(workload.requests, client, str(requests_path), workers=workers,
+                         closed_concurrency=closed, max_concurrency=cap, batch_barrier=cfg.batch_barrier,
+                         endpoints=cfg.endpoints)
+
+    before = scrape_all(metrics_urls)
+    before_path = _save_scrape(out_dir, METRICS_BEFORE, before)
+    poller = GaugePoller(metrics_url, POLLED_GAUGES, cfg.gauge_interval_s).start() if before.snapshot else None
+    sampler = PeakSampler(cfg.memory_probe).start() if cfg.memory_probe else None
+    following = cfg.reporter.task(cfg.run_label, len(workload.requests), requests_path) if cfg.reporter \
+        else contextlib.nullcontext()
+    try:
+        with following:
+            run = run_client(shares)
+    finally:
+        if poller:
+            poller.stop()
+        peak_bytes = sampler.stop() if sampler else None
+    after = scrape_all(metrics_urls)
+    after_path = _save_scrape(out_dir, METRICS_AFTER, after)
+    records = _fill_not_sent(requests_path, workload)
+
+    ends = [r.end_s for r in records if r.end_s is not None]
+    rows = occupancy_rows(poller.series, run.t0, max(ends, default=None)) if poller else []
+    if rows:
+        atomic_write_text(out_dir / GAUGES_FILE, "".join(json.dumps(r) + "\n" for r in rows))
+    server = summarize(before.snapshot, after.snapshot, poller.readings if poller else None, rows)
+    server["url"] = metrics_url
+    if len(metrics_urls) > 1:  # counters summed over the replicas; polled gauge peaks are the first replica's
+        server["urls"] = metrics_urls
+    if before.error or after.error:
+        server["scrape_errors"] = [e for e in (before.error, after.error) if e]
+    inputs = ResultInputs(
+        workload=workload, records=records, run=run, server_metrics=server, closed_concurrency=closed,
+        max_concurrency=cap, peak_memory_bytes=peak_bytes, failure=_failure(cfg, run, records),
+        references=references,
+    )
+    doc = build_serving_result(run_facts(cfg), inputs)
+    result_path = write_result(out_dir / RESULT_FILE, doc)
+    atomic_write_text(out_dir / SUMMARY_FILE, render_summary(doc))
+    outcome = MeasureOutcome(result_path=result_path, requests_path=requests_path, metrics_before_path=before_path,
+                             metrics_after_path=after_path, result=doc, records=tuple(records))
+    if run.interrupted:
+        raise KeyboardInterrupt
+    return outcome

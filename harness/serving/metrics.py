@@ -1,0 +1,103 @@
+"""Records → the result's performance group. Pure: no clock, no I/O, no printing.
+
+Definitions (docs/measurement.md), over requests that completed (status ``stop`` or ``length``):
+
+- TTFT = first content chunk − sent.
+- E2E = last content chunk (or stream end) − sent.
+- TPOT (per request) = (E2E − TTFT) / (output_tokens − 1), only when output_tokens > 1.
+- ITL = gaps between successive content chunks, pooled over requests.
+- output_tokens = the server's ``usage.completion_tokens``; the count of content chunks
+  when the server sent no usage.
+- Client queue wait = sent − scheduled, over every request that was sent.
+- Duration = first send → last end over all requests; rates divide by it.
+- Goodput = completed requests meeting every stated SLO (``ttft_ms``, ``tpot_ms``,
+  ``e2e_ms``, ``itl_ms`` as each request's worst gap) per second.
+
+Distributions are ``harness.contract.distribution.distribution_ms`` (linear-interpolated
+percentiles, recorded as ``percentile_method: "linear"``), rounded to ``DECIMALS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from harness.client.records import RequestRecord
+from harness.contract.distribution import PERCENTILE_METHOD, distribution_ms
+
+__all__ = ["DECIMALS", "PERCENTILE_METHOD", "SLO_KEYS", "meets_slo", "output_tokens", "per_request", "performance"]
+
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms")
+DECIMALS = 4
+
+
+def distribution(values_ms: Sequence[float]) -> dict[str, Any] | None:
+    """A ``distribution_ms`` object at this module's rounding, or None for no values."""
+    return distribution_ms(values_ms, DECIMALS)
+
+
+def output_tokens(rec: RequestRecord) -> int:
+    return rec.completion_tokens if rec.completion_tokens is not None else len(rec.chunk_s)
+
+
+def per_request(rec: RequestRecord) -> dict[str, float | None]:
+    """TTFT, E2E, TPOT and worst ITL (ms) of one sent and ended request, as defined above."""
+    ttft = (rec.first_token_s - rec.sent_s) * 1e3 if rec.first_token_s is not None else None
+    e2e = (rec.end_s - rec.sent_s) * 1e3
+    n_out = output_tokens(rec)
+    tpot = (e2e - ttft) / (n_out - 1) if ttft is not None and n_out > 1 else None
+    gaps = np.diff(rec.chunk_s) * 1e3 if len(rec.chunk_s) > 1 else np.empty(0)
+    return {"ttft_ms": ttft, "e2e_ms": e2e, "tpot_ms": tpot, "itl_ms": float(gaps.max()) if gaps.size else None}
+
+
+def meets_slo(values: Mapping[str, float | None], slo: Mapping[str, float]) -> bool:
+    """A request meets the SLO when every stated bound holds; a value that does not apply passes."""
+    return all(values.get(k) is None or values[k] <= bound for k, bound in slo.items())
+
+
+def performance(records: Sequence[RequestRecord], slo: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The performance group's client-side fields (server queue wait and memory are added by the caller)."""
+    slo = dict(slo or {})
+    unknown = sorted(set(slo) - set(SLO_KEYS))
+    if unknown:
+        raise ValueError(f"unknown SLO keys {unknown}; use {', '.join(SLO_KEYS)}")
+    done = [r for r in records if r.completed and r.sent_s is not None and r.end_s is not None]
+    per = [per_request(r) for r in done]
+    itl = [g for r in done for g in (np.diff(r.chunk_s) * 1e3).tolist()]
+    sent = [r for r in records if r.sent_s is not None]
+    waits = [(r.sent_s - r.scheduled_s) * 1e3 for r in sent if r.scheduled_s is not None]
+    group: dict[str, Any] = {
+        "percentile_method": PERCENTILE_METHOD,
+        "ttft_ms": distribution([p["ttft_ms"] for p in per if p["ttft_ms"] is not None]),
+        "tpot_ms": distribution([p["tpot_ms"] for p in per if p["tpot_ms"] is not None]),
+        "itl_ms": distribution(itl),
+        "e2e_ms": distribution([p["e2e_ms"] for p in per]),
+        "queue_wait_client_ms": distribution([max(0.0, w) for w in waits]),
+        "throughput": None,
+        "null_reasons": {},
+    }
+    ends = [r.end_s for r in records if r.end_s is not None]
+    if sent and ends and max(ends) > min(r.sent_s for r in sent):
+        duration_s = max(ends) - min(r.sent_s for r in sent)
+        out_total = sum(output_tokens(r) for r in done)
+        in_total = sum(r.prompt_tokens if r.prompt_tokens is not None else (r.input_tokens or 0) for r in done)
+        group["throughput"] = {
+            "request_rate_rps": round(len(done) / duration_s, DECIMALS),
+            "output_tokens_per_s": round(out_total / duration_s, DECIMALS),
+            "total_tokens_per_s": round((in_total + out_total) / duration_s, DECIMALS),
+            "duration_s": round(duration_s, 6),
+            "goodput_rps": round(sum(meets_slo(p, slo) for p in per) / duration_s, DECIMALS) if slo else None,
+            "slo": slo or None,
+        }
+    reasons = {
+        "ttft_ms": "no request completed with generated text",
+        "tpot_ms": "no completed request produced more than one output token",
+        "itl_ms": "no completed request streamed more than one content chunk",
+        "e2e_ms": "no request completed",
+        "queue_wait_client_ms": "no request was sent",
+        "throughput": "no request was sent and ended",
+    }
+    group["null_reasons"] = {k: why for k, why in reasons.items() if group[k] is None}
+    return group

@@ -1,0 +1,93 @@
+"""bench-68 through the one runner against stand-in engines (fast): the reading, the table, the decision, audit.
+
+The stand-in variant with a ``--speculative-config`` streams faster and exports spec-decode counters;
+one asking for EAGLE refuses to start the way an engine does. Everything else (phases with the
+baseline kept up, claims, greedy agreement, the result, signing, audit) runs for real.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.backends.base import BackendConfig
+from harness.contract.schemas import validate_file
+from harness.bench import placement as placement_mod
+from harness.bench import runner as runner_mod
+from harness.bench.benches.bench68 import SPEC, Config
+from harness.manifest.audit import AuditConfig, audit_paths
+from harness.models import PreparedModel
+from harness.progress import Reporter
+from harness.runtime.base import ServerSpec
+from tests.bench.test_bench_runner import FakeBackend
+from tests.bench.benches.test_speculative import SMOLLM2
+from tests.tiny_tokenizer import session_tokenizer
+
+
+class SpeculativeStandIn(FakeBackend):
+    def server_spec(self, cfg: BackendConfig) -> ServerSpec:
+        spec = super().server_spec(cfg)
+        args = list(spec.argv)
+        if "--speculative-config" in args:
+            method = json.loads(args[args.index("--speculative-config") + 1])["method"]
+            args += ["--refuse", f"speculative method {method!r} is not supported on this platform"] \
+                if method == "eagle" else ["--gap-ms", "1"]
+        else:
+            args += ["--gap-ms", "6"]
+        return ServerSpec(argv=tuple(args), port=spec.port, env=spec.env)
+
+
+@pytest.fixture
+def bench_env(tmp_path_factory, monkeypatch, tmp_path):
+    model_dir = tmp_path / "model"
+    shutil.copytree(session_tokenizer(tmp_path_factory), model_dir)
+    (model_dir / "config.json").write_text(json.dumps(SMOLLM2))
+    model = PreparedModel(key="tiny", name="tiny-bpe", path=model_dir, gguf_sha256="sha256:" + "0" * 64,
+                          checkpoint_sha256="sha256:" + "1" * 64, tokenizer_sha256="sha256:" + "2" * 64)
+    monkeypatch.setattr(runner_mod, "ensure_model", lambda name, progress=None: model)
+    backend = SpeculativeStandIn()
+    monkeypatch.setattr(runner_mod, "get_backend", lambda name: backend)
+    monkeypatch.setattr(placement_mod, "get_backend", lambda name: backend)
+    monkeypatch.delenv("INFKIT_SIGNING_KEY", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # a private default key, made on first use
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "heads" / "eagle").mkdir(parents=True)
+    return tmp_path
+
+
+def test_bench68_reads_acceptance_identity_and_decides_per_workload(bench_env):
+    cfg = Config(backend="fake", runtime="local", ngram_tokens=(4,), draft_layers=0, self_draft=False,
+                 eagle_model=str(bench_env / "heads" / "eagle"), requests=3, input_tokens=200, output_tokens=12,
+                 warmup_requests=1, resamples=300, mc_passes=200)
+    out = io.StringIO()
+    outcome = runner_mod.run_bench(SPEC, cfg, root=bench_env, reporter=Reporter(out, every_s=60))
+    run_dir = outcome.run_dir
+    assert validate_file(run_dir / "comparison.json") == []
+    result = outcome.result
+    assert result["conclusion"]["decision"] == "adopt" and result["conclusion"]["evidence_level"] == "paired"
+    assert result["correctness"]["quality"]["passed"] is True and result["correctness"]["quality"]["value"] == 1.0
+    assert "speculative method 'eagle' is not supported" in result["details"]["capability_missing"]["eagle"]
+    rows = {(r["workload"], r["arm"]): r for r in result["details"]["speculative"]}
+    assert rows[("copy", "eagle")]["decision"] == "capability_missing"
+    copy = rows[("copy", "ngram-k4")]
+    assert copy["decision"] == "adopt" and copy["e2e_effect"]["effect"]["ci_high"] < 1
+    # the stand-in counts drafts = gen/4, drafted = gen, accepted = gen/2 over its lifetime; the deltas
+    # of one arm run are those of its 3 requests x 12 tokens
+    assert copy["acceptance"]["draft_tokens"] == 3 * 3 * 12 and copy["acceptance"]["acceptance_rate"] == 0.5
+    assert copy["greedy_agreement"]["compared"] == 9 and copy["prediction"]["cost_ratio"] == 0.0
+    assert copy["served_speedup"]["value"] > 1
+    labels = [a["label"] for a in result["details"]["arm_runs"]]
+    assert labels[:2] == ["copy/ngram-k4", "copy/off@ngram-k4"] and not any("eagle" in x for x in labels)
+    summary = (run_dir / "summary.txt").read_text()
+    assert "helps (E2E p50 interval below 1): copy/ngram-k4" in summary and "predicted vs served" in summary
+    assert "proposal.json: none cited" in summary
+    assert "not run here (capability_missing): eagle" in summary
+    starts = [line for line in out.getvalue().splitlines() if line.startswith("server off: starting")]
+    assert len(starts) == 1  # the baseline stayed up through both phases
+    (report,) = audit_paths([outcome.finished.manifest], AuditConfig(root=bench_env))
+    assert report.valid, report
+    assert Path(result["details"]["arms"][1]["speculative_config"]["model"]) == bench_env / "heads" / "eagle"

@@ -1,0 +1,137 @@
+"""bench-68's spec without a server: the plan as data, the GPU arms' launch commands, bad input, the cited proposal."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from harness.backends.base import BackendConfig
+from harness.backends.vllm import VllmBackend
+from harness.errors import InvalidInput
+from harness.bench.benches.bench68 import SPEC, Config
+from harness.bench.benches.bench68.arms import cited_proposal
+from harness.manifest.sign import default_manifest_path
+from harness.models.prepare import PreparedModel
+from harness.rundir.directory import RunDirectory
+from harness.runtime.docker import mounts_for
+from tests.bench_runs import assert_bench_refuses
+from tests.bench.benches.test_speculative import SMOLLM2
+
+
+@pytest.fixture
+def model(tmp_path, monkeypatch) -> PreparedModel:
+    monkeypatch.chdir(tmp_path)  # the default proposal citation looks under ./manifests
+    path = tmp_path / "models" / "target"
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(SMOLLM2))
+    return PreparedModel(key="t", name="T", path=path, gguf_sha256="sha256:" + "0" * 64,
+                         checkpoint_sha256="sha256:" + "1" * 64, tokenizer_sha256="sha256:" + "2" * 64)
+
+
+def speculative_config(variant) -> dict:
+    args = variant.settings["extra_args"]
+    return json.loads(args[args.index("--speculative-config") + 1])
+
+
+def test_plan_pairs_every_variant_with_a_baseline_kept_up(model):
+    plan = SPEC.plan(Config(draft_layers=0), model)
+    plan.check()
+    assert [s.name for s in plan.servers] == ["off", "ngram-k2", "ngram-k4", "self-draft"]
+    assert all(s.optional for s in plan.servers[1:]) and not plan.servers[0].optional
+    assert speculative_config(plan.server("ngram-k4")) == {"method": "ngram", "num_speculative_tokens": 4,
+                                                          "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    assert speculative_config(plan.server("self-draft")) == {"method": "draft_model", "model": str(model.path),
+                                                            "num_speculative_tokens": 3}
+    assert all(s.settings["kv_cache_space_gib"] == 1 for s in plan.servers)
+    assert [(p.servers, p.keep) for p in plan.phases] == [(("off", v), ("off",)) for v in
+                                                          ("ngram-k2", "ngram-k4", "self-draft")]
+    assert [p.planned_steps for p in plan.phases] == [12, 12, 12]
+    assert [w.kind for w in plan.workloads] == ["copy", "random", "random"] and not plan.workloads[2].measured
+    assert len(plan.claims) == 3 * 2 * 2  # variants x workloads x (E2E, TPOT)
+    assert plan.claims[0].baseline == "copy/off@ngram-k2" and plan.claims[0].treatment == "copy/ngram-k2"
+    assert plan.read is not None
+
+
+def test_gpu_arms_launch_commands_name_their_heads_and_mount_them(model, tmp_path):
+    eagle, eagle3 = tmp_path / "heads" / "eagle", tmp_path / "heads" / "eagle3"
+    eagle.mkdir(parents=True)
+    eagle3.mkdir(parents=True)
+    cfg = Config(ngram_tokens=(), draft_layers=0, self_draft=False, eagle_model=str(eagle),
+                 eagle3_model=str(eagle3), mtp=True, draft_tokens=2, backend="vllm")
+    plan = SPEC.plan(cfg, model)
+    assert [s.name for s in plan.servers] == ["off", "eagle", "eagle3", "mtp"]
+    base = BackendConfig(model_dir=str(model.path), served_model_name="m", port=8000)
+    expected = {"eagle": {"method": "eagle", "model": str(eagle), "num_speculative_tokens": 2},
+                "eagle3": {"method": "eagle3", "model": str(eagle3), "num_speculative_tokens": 2},
+                "mtp": {"method": "mtp", "num_speculative_tokens": 2}}
+    for name, want in expected.items():
+        argv = VllmBackend().server_spec(replace(base, **plan.server(name).settings)).argv
+        assert argv[:3] == ("python3", "-m", "vllm.entrypoints.openai.api_server")
+        assert json.loads(argv[argv.index("--speculative-config") + 1]) == want
+        assert "--gpu-memory-utilization" in argv
+        volumes = mounts_for(argv, tmp_path / "run", tmp_path / "repo")
+        if "model" in want:  # the head directory is mounted read-only into the container
+            assert volumes[want["model"]] == {"bind": want["model"], "mode": "ro"}
+
+
+def test_no_speculative_arm_is_an_input_error(model):
+    with pytest.raises(InvalidInput, match="no speculative arm to run"):
+        SPEC.plan(Config(ngram_tokens=(), draft_layers=0, self_draft=False), model)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--prompt-lookup-min", "5"], "--prompt-lookup-min must not exceed --prompt-lookup-max"),
+    (["--ngram-tokens", "0"], "--ngram-tokens must be at least 1, got 0"),
+    (["--draft-tokens", "17"], "--draft-tokens must be at most 16"),
+    (["--input-tokens", "80", "--output-tokens", "64"], "must exceed --output-tokens by 32"),
+    (["--eagle-model", "/no/such/head"], "--eagle-model /no/such/head: no such directory"),
+    (["--proposal-manifest", "missing.intoto.json"], "cited manifest missing.intoto.json: no such file"),
+])
+def test_cli_bad_input_is_one_line_and_leaves_nothing(tmp_path, args, expected):
+    assert_bench_refuses(tmp_path, "68", args, expected)
+
+
+PROPOSAL = {
+    "schema": "infkit/proposal/v1", "semantic_id": "INF-PROPOSAL", "run_id": "r", "device": "cpu", "torch": "2.13.0",
+    "model": {"name": "m", "version": "sha256:1"}, "tokenizer": {"name": "m", "version": "sha256:2"},
+    "draft": {"kind": "truncated_target", "layers": 10},
+    "decoding": {"greedy": True, "max_new_tokens": 64, "dtype": "float32"}, "baseline_arm": "target",
+    "arms": [{"arm": arm, "settings": {}, "calls": 4, "latency_ms": {"n": 4, "mean": 1.0, "p50": 1.0, "p95": 1.0,
+                                                                         "p99": 1.0},
+              "new_tokens": 64, "target_forward_passes": passes, "tokens_per_target_pass": 64 / passes,
+              "accepted_tokens_per_pass": 64 / passes - 1, "identical_to_target": True, "speedup_vs_target": s,
+              "net_benefit_ms": 0.0} for arm, passes, s in (("target", 64, 1.0), ("prompt_lookup", 32, 1.4),
+                                                            ("constant", 40, 0.8))]}
+
+
+FINGERPRINT = json.loads((Path(__file__).parents[2] / "examples" / "valid" / "fingerprint-no-gpu.json").read_text())
+
+
+def signed_run(root: Path, files: dict[str, object]) -> Path:
+    rd = RunDirectory.create(root / "runs" / "cuda" / "proposal", semantic_id="INF-PROPOSAL", run_label="t",
+                             requested={}, root=root, fingerprint=FINGERPRINT)
+    for name, doc in files.items():
+        rd.write_json(name, doc)
+    return rd.finish(summary="t", result=None, evidence_level="single", decision="inconclusive").manifest
+
+
+def test_the_newest_proposal_run_is_cited_after_its_audit(model, tmp_path, monkeypatch):
+    monkeypatch.delenv("INFKIT_SIGNING_KEY", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # a private default key, made on first use
+    assert cited_proposal(None, tmp_path)[0] is None
+    assert "none cited" in cited_proposal(None, tmp_path)[1]
+    with_doc = signed_run(tmp_path, {"proposal.json": {**PROPOSAL, "run_id": "a"}})
+    signed_run(tmp_path, {"other.json": {}})  # a newer INF-PROPOSAL run without proposal.json (mech specdec)
+    citation, why = cited_proposal(None, tmp_path)
+    assert citation.manifest == with_doc and why == f"cited {with_doc}"
+    assert citation.sha256.startswith("sha256:") and citation.run_dir == with_doc.parent.parent.parent / \
+        "runs" / "cuda" / "proposal" / citation.run["run_id"]
+    assert cited_proposal("none", tmp_path) == (None, "not cited (--proposal-manifest none)")
+    doc = citation.file("proposal.json")
+    doc.write_text(json.dumps({**json.loads(doc.read_text()), "device": "cuda"}))
+    with pytest.raises(InvalidInput, match="does not audit VALID"):  # an edited proposal never feeds a prediction
+        cited_proposal(str(with_doc), tmp_path)
+    assert default_manifest_path(tmp_path, "INF-PROPOSAL", citation.run["run_id"]) == with_doc

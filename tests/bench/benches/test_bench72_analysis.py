@@ -1,0 +1,243 @@
+"""bench-72's pieces with hand-computed values: candidates, the KV pool mapping and the GPU launch
+commands (no GPU needed), SLOs, probe verdicts, the decision record, and bad flags."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from harness.backends import BackendConfig, get_backend
+from harness.client.records import RequestRecord
+from harness.contract import Effect
+from harness.errors import InvalidInput
+from harness.bench.analysis import ClaimResult
+from harness.bench.arms import ArmRun
+from harness.bench.benches import bench72
+from harness.bench.benches.bench72.candidates import (
+    GIB,
+    KVPoolMapping,
+    cpu_candidates,
+    effective_settings,
+    gpu_candidates,
+    parameter_count,
+)
+from harness.bench.benches.bench72.capacity import (
+    SLO,
+    Campaign,
+    LightLoad,
+    Searched,
+    cited_light_load,
+    scaled_slo,
+    verdict,
+)
+from harness.bench.benches.bench72.decision import decide
+from harness.bench.metrics import TTFT_P99
+from harness.bench.placement import Placement
+from harness.bench.lib.search import Capacity, Probe
+from harness.bench.spec import Claim
+from harness.models import PreparedModel
+from tests.bench_runs import assert_bench_refuses
+
+SMOLLM2_PARAMS = 134_515_008  # SmolLM2-135M's checkpoint, counted from its safetensors header
+
+
+def test_the_cpu_grid_is_one_factor_at_a_time_around_the_base_or_the_full_product():
+    names = [c.name for c in cpu_candidates(("bfloat16", "float32"), (16, 4), (2, 1), full=False)]
+    assert names == ["bf16-s16-kv2", "fp32-s16-kv2", "bf16-s4-kv2", "bf16-s16-kv1"]
+    assert cpu_candidates(("bfloat16",), (16, 4), (2,), full=False)[1].settings == \
+        {"dtype": "bfloat16", "max_num_seqs": 4, "kv_cache_space_gib": 2}
+    assert len(cpu_candidates(("bfloat16", "float32"), (16, 4), (2, 1), full=True)) == 8
+    assert len(cpu_candidates(("bfloat16", "bfloat16"), (16,), (2,), full=False)) == 1  # repeats fold
+
+
+def test_the_kv_pool_mapping_gives_both_engines_the_same_pool():
+    # An 80 GiB device, SmolLM2 in bf16 (0.2506 GiB), an 8 GiB pool, 2 GiB vLLM activations, 1 GiB in use.
+    weights = SMOLLM2_PARAMS * 2
+    m = KVPoolMapping(8 * GIB, 80 * GIB, weights, 2 * GIB, 1 * GIB)
+    assert m.vllm_utilization() == 0.128  # (8 + 0.2506 + 2) / 80 = 0.12813, rounded down
+    assert m.sglang_fraction() == 0.104  # (8 + 0.2506) / 79 = 0.10444, rounded down
+    # What each engine then allocates by its own rule (candidates.py docstring): the same pool, to 0.1 GiB.
+    vllm_pool = m.vllm_utilization() * 80 * GIB - weights - 2 * GIB
+    sglang_pool = m.sglang_fraction() * 79 * GIB - weights
+    assert abs(vllm_pool - 8 * GIB) < 0.1 * GIB and abs(sglang_pool - 8 * GIB) < 0.1 * GIB
+    with pytest.raises(InvalidInput, match="does not fit this device"):
+        KVPoolMapping(79 * GIB, 80 * GIB, weights, 2 * GIB, 1 * GIB).vllm_utilization()
+
+
+def fake_checkpoint(root: Path, params: int) -> Path:
+    header = json.dumps({"__metadata__": {"format": "pt"},
+                         "w": {"dtype": "BF16", "shape": [params // 64, 64], "data_offsets": [0, params * 2]}}).encode()
+    (root / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    return root
+
+
+def test_parameter_count_reads_only_the_safetensors_header(tmp_path):
+    assert parameter_count(fake_checkpoint(tmp_path, 64 * 1000)) == 64_000
+    with pytest.raises(InvalidInput, match="no \\*.safetensors"):
+        parameter_count(tmp_path / "missing")
+
+
+def test_gpu_candidates_launch_with_mapped_memory_settings_and_the_other_knobs():
+    cands, mappings = gpu_candidates(("vllm", "sglang"), (256, 64), ("fp8",), dtype="bfloat16", full=False,
+                                     params=SMOLLM2_PARAMS, kv_pool_gib=8.0, device_bytes=80 * GIB,
+                                     activation_gib=2.0, in_use_gib=1.0)
+    assert [c.name for c in cands] == ["vllm-s256", "sglang-s256", "vllm-s64", "vllm-s256-fp8"]
+    assert [c.optional for c in cands] == [False, True, False, True]
+    base = BackendConfig(model_dir="/models/smollm2", served_model_name="smollm2-135m", port=8000, in_container=True)
+    argv = {c.name: list(get_backend(c.backend).server_spec(replace(base, **c.settings)).argv) for c in cands}
+
+    def value(name: str, flag: str) -> str:
+        return argv[name][argv[name].index(flag) + 1]
+    assert value("vllm-s256", "--gpu-memory-utilization") == "0.128" and value("vllm-s256", "--max-num-seqs") == "256"
+    assert value("sglang-s256", "--mem-fraction-static") == "0.104"
+    assert value("sglang-s256", "--max-running-requests") == "256" and value("sglang-s256", "--dtype") == "bfloat16"
+    assert "--gpu-memory-utilization" not in argv["sglang-s256"]
+    assert value("vllm-s256-fp8", "--quantization") == "fp8"
+    # fp8 weights take half the room, so the same pool needs a smaller share
+    assert float(value("vllm-s256-fp8", "--gpu-memory-utilization")) < 0.128
+    assert mappings["sglang-s256"]["setting"] == "--mem-fraction-static" and mappings["sglang-s256"]["kv_pool_gib"] == 8
+
+
+def test_the_gpu_plan_maps_memory_and_runs_one_engine_at_a_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench72, "resolve_placement", lambda gpu, backend, runtime: Placement("vllm", "docker"))
+    monkeypatch.setattr(bench72, "gpu_info", lambda: ({}, [{"memory_total_bytes": 80 * GIB}], None))
+    monkeypatch.chdir(tmp_path)
+    model = PreparedModel(key="m", name="m", path=fake_checkpoint(tmp_path, SMOLLM2_PARAMS // 64 * 64),
+                          gguf_sha256="x", checkpoint_sha256="y", tokenizer_sha256="z")
+    plan = bench72.plan(bench72.Config(gpu="0", max_num_seqs_values=(256,), quantizations=(), repeats=3), model)
+    assert [(s.name, s.backend) for s in plan.servers] == [("vllm-s256", "vllm"), ("sglang-s256", "sglang")]
+    assert [s.settings["gpu_memory_utilization"] for s in plan.servers] == [0.128, 0.104]
+    (phase,) = plan.phases
+    assert list(phase.still_needed(None)) == [] and "across restarts" in plan.order  # an engine alone on its device
+    monkeypatch.setattr(bench72, "resolve_placement", lambda gpu, backend, runtime: Placement("vllm-cpu", "local"))
+    cpu = bench72.plan(bench72.Config(), model)  # the CPU default: the best so far stays up
+    assert len(cpu.servers) == 4 and "on live servers" in cpu.order and cpu.phases[0].keep is not None
+
+
+def test_effective_settings_are_read_from_each_engines_log():
+    vllm_cpu = ("INFO [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: model='/m', dtype=torch.bfloat16, "
+                "max_seq_len=4096\nINFO [kv_cache_utils.py:2327] CPU KV cache size: 93,184 tokens, Maximum concurrency")
+    assert effective_settings(vllm_cpu) == {"kv_cache_tokens": 93184, "dtype": "bfloat16"}
+    assert effective_settings("GPU KV cache size: 1,234,560 tokens")["kv_cache_tokens"] == 1234560
+    sglang = "max_total_num_tokens=412345, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=256"
+    assert effective_settings(sglang)["kv_cache_tokens"] == 412345
+    assert effective_settings("") == {"kv_cache_tokens": None, "dtype": None}
+
+
+class Knobs:
+    slo_ttft_p99_ms = None
+    slo_tpot_p99_ms = None
+    slo_ttft_factor = 3.0
+    slo_tpot_factor = 2.0
+    slo_error_rate = 0.01
+
+
+def test_a_probe_is_lengthened_so_its_arrivals_span_probe_seconds():
+    cfg = bench72.Config(requests=12, probe_seconds=10.0)
+    campaign = Campaign(cfg, ("a",), None)
+    assert campaign.rate_workload(0.5).common.requests == 12  # 12 requests already span 24 s
+    assert campaign.rate_workload(6.32).common.requests == 64  # ceil(6.32 x 10)
+    assert Campaign(replace(cfg, probe_seconds=0.0), ("a",), None).rate_workload(6.32).common.requests == 12
+
+
+def test_slos_scale_light_load_figures_and_explicit_limits_win():
+    light = LightLoad(ttft_p99_ms=120.0, tpot_p99_ms=20.0, rate_rps=2.0, source="bench-66 light load, m.json")
+    slo = scaled_slo(Knobs(), light)
+    assert (slo.ttft_p99_ms, slo.tpot_p99_ms, slo.error_rate) == (360.0, 40.0, 0.01)
+    assert slo.basis == "P99 TTFT 3 x 120.0 ms; P99 TPOT 2 x 20.0 ms (bench-66 light load, m.json)"
+    knobs = Knobs()
+    knobs.slo_ttft_p99_ms = 500.0
+    assert scaled_slo(knobs, light).ttft_p99_ms == 500.0 and "as set (--slo-ttft-p99-ms)" in scaled_slo(knobs, light).basis
+    assert scaled_slo(Knobs(), None) is None
+    sweep = {"details": {"baseline": {"light_load": {"offered_rps": 0.8, "latency_ms": {"ttft_ms.p99": 90.0,
+                                                                                         "tpot_ms.p99": 15.0}},
+                                      "saturation": {"offered_rps": 3.2}}}}
+    assert cited_light_load(sweep, "src") == LightLoad(90.0, 15.0, 3.2, "src")
+    assert cited_light_load({"details": {}}, "src") is None
+
+
+def arm_run(ttfts_ms, *, tokens=5, gap_ms=10.0, failed=0, client=()):
+    records = []
+    for i, ttft in enumerate(ttfts_ms):
+        first = 1.0 + ttft / 1e3
+        chunks = tuple(first + k * gap_ms / 1e3 for k in range(tokens))
+        records.append(RequestRecord(index=i, status="length", scheduled_s=1.0, sent_s=1.0, first_token_s=first,
+                                     end_s=chunks[-1], chunk_s=chunks, output_tokens_requested=tokens,
+                                     completion_tokens=tokens))
+    records += [RequestRecord(index=len(records) + k, status="error", error="500") for k in range(failed)]
+    result = {"conclusion": {"invalid_reasons": [], "valid": True, "failure": None},
+              "details": {"client": {"schedule_reasons": list(client)}, "server_metrics": {}},
+              "performance": {"throughput": {"request_rate_rps": 2.0}}}
+    return ArmRun(label="x", repeat=1, result_path=Path("r.json"), result=result, records=tuple(records))
+
+
+def test_a_probe_verdict_names_every_broken_limit():
+    slo = SLO(ttft_p99_ms=150.0, tpot_p99_ms=12.0, error_rate=0.05, basis="")
+    ok = verdict(arm_run([100.0] * 19 + [140.0]), slo, 2.0)
+    assert ok.passed and ok.violated == () and ok.detail["tpot_p99_ms"] == pytest.approx(10.0)
+    assert verdict(arm_run([100.0] * 19 + [200.0]), slo, 2.0).violated == ("TTFT P99",)
+    assert verdict(arm_run([100.0] * 20, gap_ms=15.0), slo, 2.0).violated == ("TPOT P99",)
+    assert verdict(arm_run([100.0] * 18, failed=2), slo, 2.0).violated == ("error rate",)  # 2 of 20 > 5 %
+    late = verdict(arm_run([100.0] * 20, client=("client send lag P99 40 ms > 20 ms",)), slo, 2.0)
+    assert not late.passed and late.violated == ("client schedule",)  # a client that fell behind cannot pass
+
+
+def searched(name, lower, upper, binding=("TTFT P99",), confirmed=True):
+    cap = Capacity(capacity_rps=lower, upper_rps=upper, status="bracketed", probes=8, confirmed=confirmed, rates={})
+    return Searched(name, (Probe(lower or 1.0, True),), cap, binding, upper)
+
+
+def duel(ci_high, n=3):
+    eff = Effect(metric="ttft_ms.p99", estimator="ratio", value=0.8, ci_low=0.7, ci_high=ci_high, confidence=0.95,
+                 no_effect=1.0, better="lower", method="m", n_pairs=n, arm_a="duel b", arm_b="duel a")
+    decision = "adopt" if ci_high < 1 and n >= 3 else "inconclusive"
+    return ClaimResult(Claim(TTFT_P99, "duel b", "duel a", name="duel"), eff, decision,
+                       "paired" if n >= 3 else "single", "r", (0.8,) * n)
+
+
+@pytest.mark.parametrize("a, b, d, decision, evidence, words", [
+    ((4.0, 5.0), (2.0, 3.0), duel(0.9), "adopt", "paired", "deploy a"),
+    ((4.0, 5.0), (3.0, 4.5), duel(0.9), "inconclusive", "paired", "the capacity intervals overlap"),
+    ((4.0, 5.0), (2.0, 3.0), duel(1.1), "inconclusive", "paired", "the paired duel does not confirm"),
+    ((4.0, 5.0), (2.0, 3.0), duel(0.9, n=2), "inconclusive", "repeated", "the paired duel does not confirm"),
+    ((4.0, 5.0), (2.0, 3.0), None, "inconclusive", "repeated", "the paired duel did not run"),
+])
+def test_the_decision_adopts_only_with_separate_intervals_and_a_confirming_duel(a, b, d, decision, evidence, words):
+    out = decide([searched("a", *a), searched("b", *b)], d, 4.0, repeats=3, costs={"a": 1.5, "b": 1.2})
+    assert (out.decision, out.evidence_level) == (decision, evidence) and words in out.summary
+    record = out.record
+    assert record["deploy"] == "a" and record["runner_up"] == "b" and record["margin_rps"] == a[0] - b[0]
+    assert record["cheaper"] == "b" and record["binding_constraint"] == ["TTFT P99"]
+    if decision == "inconclusive":
+        assert out.next_step.startswith("b is the cheaper") or "rerun" in out.next_step
+
+
+def test_a_lone_or_failing_field_is_inconclusive():
+    lone = decide([searched("a", 4.0, 5.0)], None, None, repeats=3, costs={})
+    assert lone.decision == "inconclusive" and lone.evidence_level == "repeated" and "only candidate" in lone.summary
+    none = decide([searched("a", None, 0.5)], None, None, repeats=3, costs={})
+    assert none.decision == "inconclusive" and "no candidate met every SLO" in none.summary
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--rel-tol", "0"], "--rel-tol must be at least 0.01, got 0.0"),
+    (["--dtypes", "bfloat16,int4"], "--dtypes: 'int4' is not one of"),
+    (["--min-rps", "5", "--max-rps", "1"], "--min-rps must be below --max-rps"),
+    (["--slo-error-rate", "2"], "--slo-error-rate must be at most 1"),
+    (["--baseline", "missing.intoto.json"], "cited manifest missing.intoto.json: no such file"),
+    (["--servers-up", "three"], "--servers-up: 'three' is not one of"),
+])
+def test_bad_flags_are_one_line_before_any_work(tmp_path, args, expected):
+    assert_bench_refuses(tmp_path, "72", args, expected)
+
+
+def test_make_bench_72_runs_the_bench_with_make_variables():
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run(["make", "-n", "-C", str(root), "bench-72", "SLO_TTFT_P99_MS=800"], capture_output=True,
+                         text=True, timeout=60).stdout
+    assert "infkit bench 72 --scale 1" in out and "--make-vars 'SLO_TTFT_P99_MS=800'" in out, out

@@ -1,0 +1,130 @@
+"""bench-81 end to end against stand-in engines (fast): probe, offered load, a client-spread replica group,
+the scaling reading, a signed run that audits VALID; and its flags and GPU command lines as data."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.backends.vllm import VllmBackend
+from harness.knobs import check_config
+from harness.contract.schemas import validate_file
+from harness.errors import InvalidInput
+from harness.bench.benches.bench81 import parallel as dist
+from harness.bench import runner as runner_mod
+from harness.bench.benches.bench81 import SPEC, Config
+from harness.manifest.audit import AuditConfig, audit_paths
+from harness.progress import Reporter
+from tests.bench.test_bench_runner import FakeBackend, bench_env  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_bench81_measures_a_replica_group_against_the_baseline_and_signs_it(bench_env):  # noqa: F811
+    cfg = Config(backend="fake", runtime="local", layouts=("dp2-replicas",), requests=8, repeats=3,
+                 warmup_requests=1, resamples=300, probe_concurrency=4)
+    outcome = runner_mod.run_bench(SPEC, cfg, root=bench_env, reporter=Reporter(io.StringIO(), every_s=60))
+    run_dir, result = outcome.run_dir, outcome.result
+    assert not outcome.failed and validate_file(run_dir / "sweep.json") == []
+    details = result["details"]
+    assert details["offered_rps"] == pytest.approx(2.0 * details["baseline_capacity_rps"], rel=1e-3)
+    rows = {r["layout"]: r for r in details["layouts"]}
+    assert set(rows) == {"single", "dp2-replicas"} and rows["dp2-replicas"]["devices"] == 2
+    eff = rows["dp2-replicas"]["efficiency"]
+    assert eff["ci_low"] <= eff["value"] <= eff["ci_high"] and rows["dp2-replicas"]["repeats"] == 3
+    # every replica served: the arm's server metrics sum both replicas' counters
+    arm = json.loads((run_dir / "arms" / "dp2-replicas" / "r1" / "result.json").read_text())
+    assert len(arm["details"]["server_metrics"]["urls"]) == 2
+    assert len(arm["details"]["server_group"]["endpoints"]) == 2
+    servers = {s["name"]: s for s in json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]}
+    members = servers["dp2-replicas"]["group"]["members"]
+    assert [m["role"] for m in members] == ["replica", "replica"] and all(m["exit_status"] is not None for m in members)
+    assert "efficiency" in outcome.finished.summary and "offered load: Poisson" in outcome.finished.summary
+    (report,) = audit_paths([outcome.finished.manifest], AuditConfig(root=bench_env))
+    assert report.valid, report
+
+
+@pytest.mark.parametrize("values, message", [
+    (dict(layouts=("pp3",)), "--layouts"),
+    (dict(node_rank=1), "NODE_RANK=1 is a follower"),
+    (dict(nnodes=0), "--nnodes must be at least 1"),
+    (dict(baseline=False), "--no-baseline needs --rate-rps or --cite-66"),
+    (dict(layouts=("pp2", "pp2")), "names a layout twice"),
+    (dict(load_factor=0), "--load-factor must be at least 0.1"),
+])
+def test_bad_bench81_values_are_one_line_errors(values, message):
+    cfg = Config(**values)
+    with pytest.raises(InvalidInput, match=message):
+        check_config(cfg)
+        cfg.check()
+
+
+def test_gpu_forms_make_the_engines_own_multi_node_command_lines():
+    cfg = Config(layouts=("ray-executor",), nnodes=2, master_addr="10.0.0.1", master_port=29511,
+                 ray_address="10.0.0.1:6379")
+    variants = {v.name: v for v in dist.variants(cfg, cpu=False)}
+    assert list(variants) == ["single", "ray-executor", "nodes-head"]
+    backend = VllmBackend()
+    base = dict(model_dir="/m", served_model_name="m", port=8000)
+    from harness.backends.base import BackendConfig
+
+    ray = backend.server_spec(BackendConfig(**base, **variants["ray-executor"].settings))
+    assert "--distributed-executor-backend" in ray.argv and ray.env["RAY_ADDRESS"] == "10.0.0.1:6379"
+    assert ray.argv[ray.argv.index("--pipeline-parallel-size") + 1] == "2" and ray.gpus == (0, 1)
+    head = backend.server_spec(BackendConfig(**base, **variants["nodes-head"].settings))
+    at = head.argv.index("--nnodes")
+    assert head.argv[at:at + 8] == ("--nnodes", "2", "--node-rank", "0", "--master-addr", "10.0.0.1",
+                                    "--master-port", "29511")
+    assert "PYTHONPATH" not in ray.env  # the GPU image ships its own Ray
+
+
+@pytest.mark.parametrize("script, env, expected", [
+    ("ray-node.sh head", {"NODE_IP": "10.0.0.1", "IFNAME": "ib0"},
+     ["start --block --node-ip-address 10.0.0.1 --head --port 6379", "-e NCCL_SOCKET_IFNAME=ib0",
+      "-e GLOO_SOCKET_IFNAME=ib0", "-e VLLM_HOST_IP=10.0.0.1", "--network host"]),
+    ("ray-node.sh worker", {"NODE_IP": "10.0.0.2", "HEAD_ADDR": "10.0.0.1"}, ["--address 10.0.0.1:6379"]),
+    ("vllm-node.sh", {"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MODEL_DIR": "/m"},
+     ["serve /m", "--pipeline-parallel-size 2", "--nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500",
+      "--headless", "-v /m:/m:ro"]),
+])
+def test_node_scripts_print_the_commands_they_run(script, env, expected):
+    name, *args = script.split()
+    proc = subprocess.run(["sh", str(REPO / "docker" / "comm-parallel" / name), *args], capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", "DRY_RUN": "1", **env}, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    for part in expected:
+        assert part in proc.stdout, (part, proc.stdout)
+
+
+def test_node_scripts_refuse_bad_settings_in_one_line():
+    proc = subprocess.run(["sh", str(REPO / "docker" / "comm-parallel" / "vllm-node.sh")], capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", "DRY_RUN": "1", "NNODES": "2", "NODE_RANK": "0",
+                                          "MASTER_ADDR": "h", "MODEL_DIR": "/m"}, timeout=30)
+    assert proc.returncode == 2 and "node 0 is the bench: make bench-81 NNODES=2" in proc.stderr
+
+
+def test_make_variables_name_the_multi_node_forms():
+    from harness.knobs import make_vars
+
+    got = make_vars(Config, "RAY_ADDRESS=10.0.0.1:6379 NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 LAYOUTS=ray-executor")
+    assert got == {"ray_address": "10.0.0.1:6379", "nnodes": 2, "node_rank": 0, "master_addr": "10.0.0.1",
+                   "layouts": ("ray-executor",)}
+
+
+def test_a_refusal_is_recorded_with_the_engines_root_cause_not_its_wrapper():
+    log = ("(EngineCore pid=1) ERROR [core.py:1510] EngineCore failed to start.\n"
+           "(EngineCore pid=1) ERROR [core.py:1510] ValueError: current platform cpu does not support ray.\n"
+           "ValueError: current platform cpu does not support ray.\n"
+           "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n")
+    assert runner_mod.engine_reason(log) == "ValueError: current platform cpu does not support ray."
+    assert runner_mod.engine_reason("ERROR engine start failed: a message of another shape") == ""
+
+
+def test_make_bench_81_runs_the_bench_with_its_make_variables():
+    proc = subprocess.run(["make", "-C", str(REPO), "-n", "bench-81", "RAY_ADDRESS=10.0.0.1:6379", "NNODES=2"],
+                          capture_output=True, text=True, timeout=60)
+    assert "infkit bench 81" in proc.stdout and "RAY_ADDRESS=10.0.0.1:6379" in proc.stdout, proc.stdout + proc.stderr

@@ -1,0 +1,66 @@
+"""Scaling efficiency against hand-computed values, and bench-81's layouts, flags and command lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.backends.layouts import node_args
+from harness.bench.arms import ArmRun
+from harness.bench.benches.bench81.scaling import layout_scaling, ratio_of_means, scaling_table
+
+
+def run(label: str, repeat: int, tok_s: float, status: str = "length") -> ArmRun:
+    result = {"performance": {"throughput": {"output_tokens_per_s": tok_s}},
+              "conclusion": {"valid": True, "invalid_reasons": []}}
+    from harness.client import RequestRecord
+
+    rec = RequestRecord(index=0, status=status, input_tokens=8, output_tokens_requested=4, completion_tokens=4,
+                        sent_s=0.0, first_token_s=0.1, end_s=0.4, chunk_s=(0.1, 0.2, 0.3, 0.4))
+    return ArmRun(label=label, repeat=repeat, result_path=Path("x"), result=result, records=(rec,))
+
+
+def test_ratio_of_means_is_hand_computable():
+    r = ratio_of_means([30.0, 30.0], [10.0, 20.0], resamples=2000, seed=1)
+    assert r.value == pytest.approx(2.0)  # 30 / 15
+    # resampled baseline means lie in {10, 15, 20}: ratios 3, 2, 1.5
+    assert r.ci_low == pytest.approx(1.5) and r.ci_high == pytest.approx(3.0)
+    half = ratio_of_means([30.0, 30.0], [10.0, 20.0], scale=0.5, resamples=2000, seed=1)
+    assert (half.value, half.ci_low, half.ci_high) == pytest.approx((1.0, 0.75, 1.5))
+    assert ratio_of_means([], [1.0]) is None and ratio_of_means([1.0], []) is None
+
+
+def test_a_layout_twice_as_fast_on_two_devices_is_perfectly_efficient():
+    runs = [run("single", r, 10.0) for r in (1, 2, 3)] + [run("pp2", r, 20.0) for r in (1, 2, 3)]
+    row = layout_scaling(runs, "pp2", 2, "single", resamples=500)
+    assert row.throughput_tok_s == 20.0 and row.per_device_tok_s == 10.0 and row.repeats == 3
+    assert (row.speedup.value, row.speedup.ci_low, row.speedup.ci_high) == (2.0, 2.0, 2.0)
+    assert (row.efficiency.value, row.efficiency.ci_low, row.efficiency.ci_high) == (1.0, 1.0, 1.0)
+    assert row.latency_ms["ttft_ms.p50"] == pytest.approx(100.0) and row.valid
+    base = layout_scaling(runs, "single", 1, "single")
+    assert base.speedup is None and base.efficiency is None
+    table = scaling_table([base, row])
+    assert table[0][4] == "1 (baseline)" and table[1][5] == "1.00 [1.00, 1.00]"
+
+
+def test_no_baseline_means_no_efficiency_not_a_made_up_one():
+    row = layout_scaling([run("dp2", 1, 12.0)], "dp2", 2, "single")
+    assert row.throughput_tok_s == 12.0 and row.speedup is None and row.efficiency is None
+    assert scaling_table([row])[0][4:6] == ["-", "-"]
+
+
+def test_node_args_are_vllm_multi_node_flags():
+    assert node_args(2, 1, "10.0.0.1", 29500) == ("--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1",
+                                                 "--master-port", "29500")
+    from harness.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="--node-rank must be in"):
+        node_args(2, 2, "x")
+
+
+def test_a_repeat_that_completed_nothing_is_counted_not_averaged_as_zero():
+    runs = [run("single", 1, 10.0), run("tp2", 1, 14.0), run("tp2", 2, 0.0, status="timeout")]
+    row = layout_scaling(runs, "tp2", 2, "single", resamples=200)
+    assert row.throughput_tok_s == 14.0 and row.empty_repeats == 1 and row.repeats == 1 and not row.valid
+    assert "(1 empty)" in scaling_table([row])[0][2]

