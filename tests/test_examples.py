@@ -18,6 +18,7 @@ INVALID = sorted((EXAMPLES / "invalid").iterdir())
 # case file -> text the error must contain (the rule it breaks)
 EXPECTED_RULE = {
     "adopt-ci-includes-no-effect.json": "adopt-needs-ci-excluding-no-effect",
+    "adopt-inside-margin.json": "adopt-needs-ci-beyond-margin",
     "adopt-without-paired-evidence.json": "adopt/reject need paired evidence",
     "failure-with-adopt.json": "a failure means the decision is blocked or inconclusive",
     "fingerprint-no-gpu-no-reason.json": "no GPU listed => the reason is stated",

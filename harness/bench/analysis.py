@@ -1,11 +1,15 @@
 """From arm runs to what a bench concludes: paired effects of claims, controls, and the one top-level result.
 
-A claim's effect is the paired ratio treatment/baseline of its metric over the
-repeats where both arms completed (``stats``: two-level bootstrap for per-request
-metrics, repeats only for per-run ones), read by ``stats.decide``. A control must
-show no effect: when its interval lies on the claim's better side, an ``adopt``
-becomes ``inconclusive`` (the arms differ by more than the treatment). A failed arm
-run blocks the decision; completed pairs are still reported.
+A claim's effect is the ratio treatment/baseline of its metric per repeat, over the
+repeats where both arms completed and were valid (``stats``: Student t on the per-repeat
+log ratios; a request-level joint bootstrap beside it), read by ``stats.decide`` against
+the claim's margin. A bench has one primary claim (the first, unless one says
+``primary``); the others are secondary, Holm-corrected, and never the headline. A control
+is an equivalence test (TOST): it lets a decision stand only when its interval lies
+inside its margin — the stated one, or ``CONTROL_SHARE`` of the primary effect when that
+is larger, so a shift that cannot explain a material share of the effect does not veto
+it. An invalid arm run is left out of every effect it would distort (and listed); a
+failed one blocks the decision, completed pairs are still reported.
 
 The top-level result is built once, complete, and validated once.
 """
@@ -18,6 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.bench.arms import ArmRun, completed_runs
+from harness.bench.claims import (
+    VALIDITY_CONSEQUENCE,
+    ClaimResult,
+    claim_effect,
+    control_entry,
+    design_of,
+    excluded_runs,
+    primary_index,
+    secondary_entries,
+)
+from harness.bench.metrics import Metric
+from harness.bench.spec import History, Plan
 from harness.contract import (
     Conclusion,
     Correctness,
@@ -27,15 +44,8 @@ from harness.contract import (
     build_result,
 )
 from harness.contract.result import utc_now
-from harness.bench.arms import ArmRun, completed_runs
-from harness.bench.metrics import Metric
-from harness.bench.spec import Claim, History, Plan
-from harness.bench.stats import (
-    NO_EFFECT_RATIO,
-    decide,
-    paired_ratio_effect,
-    repeat_ratio_effect,
-)
+
+__all__ = ["ClaimResult", "Reading", "claim_effect", "read_claims", "top_result"]
 
 
 @dataclass
@@ -58,59 +68,16 @@ class Reading:
     next_step: str | None = None  # a read rule's own next step (else the spec's, by decision)
 
 
-@dataclass(frozen=True)
-class ClaimResult:
-    claim: Claim
-    effect: Effect
-    decision: str
-    evidence_level: str
-    reason: str
-    per_repeat: tuple[float, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.claim.name, "metric": self.claim.metric.name, "baseline": self.claim.baseline,
-                "treatment": self.claim.treatment, "effect": self.effect.to_dict(), "decision": self.decision,
-                "evidence_level": self.evidence_level, "reason": self.reason, "per_repeat_ratio": list(self.per_repeat)}
-
-
-def paired_runs(runs: Sequence[ArmRun], a: str, b: str) -> list[tuple[ArmRun, ArmRun]]:
-    """(baseline run, treatment run) per repeat where both arms completed without failure."""
-    by_key = {(r.label, r.repeat): r for r in runs if not r.failure and r.records}
-    repeats = sorted({r.repeat for r in runs})
-    return [(by_key[(a, k)], by_key[(b, k)]) for k in repeats if (a, k) in by_key and (b, k) in by_key]
-
-
-def claim_effect(runs: Sequence[ArmRun], claim: Claim, *, seed: int, resamples: int) -> ClaimResult | None:
-    """The claim's paired effect and verdict, or None without a completed pair."""
-    metric = claim.metric
-    pairs = paired_runs(runs, claim.baseline, claim.treatment)
-    if metric.per_request:
-        sample_pairs = [(metric.samples(a.records), metric.samples(b.records)) for a, b in pairs]
-        sample_pairs = [(x, y) for x, y in sample_pairs if x and y]
-        if not sample_pairs:
-            return None
-        eff = paired_ratio_effect(sample_pairs, resamples=resamples, seed=seed, statistic=metric.statistic)
-    else:
-        values = [(metric.of_run(a), metric.of_run(b)) for a, b in pairs]
-        values = [(x, y) for x, y in values if x and y]
-        if not values:
-            return None
-        eff = repeat_ratio_effect(values, resamples=resamples, seed=seed, name=metric.name)
-    verdict = decide(eff, better=metric.better)
-    effect = Effect(metric=metric.name, estimator=f"ratio B/A of {eff.statistic} per repeat, geometric mean",
-                    value=eff.value, ci_low=eff.ci_low, ci_high=eff.ci_high, confidence=eff.confidence,
-                    no_effect=NO_EFFECT_RATIO, better=metric.better, method=eff.method, n_pairs=eff.n_pairs,
-                    arm_a=claim.baseline, arm_b=claim.treatment)
-    return ClaimResult(claim, effect, verdict.decision, verdict.evidence_level, verdict.reason, eff.per_repeat)
-
-
 def on_better_side(effect: Effect) -> bool:
     return effect.ci_high < effect.no_effect if effect.better == "lower" else effect.ci_low > effect.no_effect
 
 
 def effect_text(effect: Effect, metric_title: str = "") -> str:
+    n = f"{effect.n_pairs} repeats" + (f" x >= {effect.n_requests} requests" if effect.n_requests else "")
+    margin = f", margin {effect.margin:.1%}" if effect.margin is not None else ""
     return (f"{effect.arm_b} / {effect.arm_a} {metric_title or effect.metric} = {effect.value:.3f} "
-            f"({effect.confidence:.0%} CI [{effect.ci_low:.3f}, {effect.ci_high:.3f}], {effect.n_pairs} pairs)")
+            f"({effect.confidence:.0%} CI [{effect.ci_low:.3f}, {effect.ci_high:.3f}], {n}, unit "
+            f"{effect.unit or 'repeat'}{margin})")
 
 
 def first_failure(runs: Sequence[ArmRun]) -> ArmRun | None:
@@ -132,36 +99,57 @@ def blocked_reading(history: History, failure: Failure | None, repeats: int) -> 
                    repeats=repeats, summary=f"blocked: {reason}; completed pairs are kept but no claim is made")
 
 
+def headline_entries(history: History, plan: Plan, results: Sequence[ClaimResult | None],
+                     primary: int) -> list[dict[str, Any]]:
+    """The primary effect first, then the secondaries, then each compared arm's figure, with n and duration."""
+    order = [primary, *(i for i in range(len(results)) if i != primary)]
+    out = [{"name": f"effect on {r.effect.metric}", "value": r.effect.value, "unit": "ratio",
+            "ci_low": r.effect.ci_low, "ci_high": r.effect.ci_high, "arm": f"{r.effect.arm_b} vs {r.effect.arm_a}",
+            "role": "primary" if i == primary else "secondary", "interval_unit": r.effect.unit,
+            "n_repeats": r.effect.n_pairs, "n_requests": r.effect.n_requests, "method": r.effect.method,
+            "margin": r.margin, "validity": VALIDITY_CONSEQUENCE, "excluded": list(r.excluded)}
+           for i in order if (r := results[i]) is not None]
+    if plan.claims:
+        metric = plan.claims[primary].metric
+        for label in dict.fromkeys(x for c in plan.claims for x in (c.baseline, c.treatment)):
+            done = [r for r in completed_runs(history.runs, label) if r.valid]
+            if done:
+                n = sum(len(metric.samples(r.records)) for r in done) if metric.samples else None
+                duration = sum(((r.result.get("performance") or {}).get("throughput") or {}).get("duration_s") or 0.0
+                               for r in done)
+                out.append({"name": metric.title, "value": metric.value(done), "unit": metric.unit, "arm": label,
+                            "n_repeats": len(done), "n_requests": n, "duration_s": round(duration, 3),
+                            "validity": VALIDITY_CONSEQUENCE})
+    return out
+
+
 def read_claims(history: History, plan: Plan, *, seed: int, resamples: int, repeats: int,
-                failure: Failure | None = None) -> Reading:
-    """The first claim is the headline; the others and every control go into ``details``."""
-    results = [claim_effect(history.runs, c, seed=seed + i, resamples=resamples) for i, c in enumerate(plan.claims)]
-    controls = [claim_effect(history.runs, c, seed=seed + 100 + i, resamples=resamples)
-                for i, c in enumerate(plan.controls)]
-    details: dict[str, Any] = {
-        "claims": [r.to_dict() for r in results if r],
-        "controls": [{**r.to_dict(), "shows_effect": on_better_side(r.effect),
-                      "reading": ("moves like the treatment (unexpected)" if on_better_side(r.effect)
-                                  else "no gain (as expected)")} for r in controls if r],
-    }
+                failure: Failure | None = None, margin: float | None = None) -> Reading:
+    """The primary claim is the headline; secondaries (Holm-corrected) and every control go into ``details``."""
+    if margin is None:
+        margin = getattr(history.cfg, "margin", None)
+    results = [claim_effect(history.runs, c, seed=seed + i, resamples=resamples, design=design_of(plan, c),
+                            margin=margin) for i, c in enumerate(plan.claims)]
+    p_i = primary_index(plan)
+    primary = results[p_i] if results else None
+    controls = [claim_effect(history.runs, c, seed=seed + 100 + i, resamples=resamples, design=design_of(plan, c),
+                             margin=margin) for i, c in enumerate(plan.controls)]
+    control_rows = {id(r): control_entry(r, primary) for r in controls if r}
+    details: dict[str, Any] = {"claims": secondary_entries(results, p_i), "controls": list(control_rows.values())}
+    entries = iter(details["claims"])
     lines = []
     for claim, res in zip(plan.claims, results, strict=True):
-        lines.append(f"{claim.name}: " + (effect_text(res.effect, claim.metric.title) + f" -> {res.decision}"
-                                           if res else "no completed pair"))
+        if res is None:
+            lines.append(f"{claim.name}: no completed valid pair")
+            continue
+        entry = next(entries)
+        lines.append(f"{entry['role']} {claim.name}: " + effect_text(res.effect, claim.metric.title) +
+                     f" -> {entry['decision']}" + (f" (Holm p {entry['p_holm']:.3g})" if "p_holm" in entry else ""))
     for claim, res in zip(plan.controls, controls, strict=True):
         lines.append(f"control {claim.name}: " + (effect_text(res.effect, claim.metric.title) + " -> " +
-                                                   details["controls"][controls.index(res)]["reading"]
-                                                   if res else "not run or no completed pair"))
-    headline = [{"name": f"effect on {r.effect.metric}", "value": r.effect.value, "unit": "ratio",
-                 "ci_low": r.effect.ci_low, "ci_high": r.effect.ci_high, "arm": f"{r.effect.arm_b} vs {r.effect.arm_a}"}
-                for r in results if r]
-    if plan.claims:  # each compared arm's figure on the headline metric
-        metric = plan.claims[0].metric
-        for label in dict.fromkeys(x for c in plan.claims for x in (c.baseline, c.treatment)):
-            done = completed_runs(history.runs, label)
-            if done:
-                headline.append({"name": metric.title, "value": metric.value(done), "unit": metric.unit, "arm": label})
-    primary = results[0] if results else None
+                                                   control_rows[id(res)]["reading"]
+                                                   if res else "not run or no completed valid pair"))
+    headline = headline_entries(history, plan, results, p_i)
     blocked = blocked_reading(history, failure, repeats)
     if blocked is not None:
         blocked.effect = primary.effect if primary else None
@@ -169,16 +157,21 @@ def read_claims(history: History, plan: Plan, *, seed: int, resamples: int, repe
         return blocked
     if primary is None:
         return Reading(evidence_level="precheck", decision="blocked", details=details, lines=lines,
-                       failure=Failure(stage="report", kind="error", message="no completed A/B pair"),
-                       invalid_reasons=["no completed A/B pair"], summary="no completed A/B pair")
+                       failure=Failure(stage="report", kind="error", message="no completed valid A/B pair"),
+                       invalid_reasons=["no completed valid A/B pair", *excluded_runs(
+                           history.runs, [x for c in plan.claims for x in (c.baseline, c.treatment)])],
+                       summary="no completed valid A/B pair")
     decision, summary = primary.decision, (f"{primary.claim.treatment} {primary.claim.metric.title} is "
                                            f"{primary.effect.value:.3f}x {primary.claim.baseline} "
                                            f"({primary.reason}): {primary.decision}")
     moved = [c for c in details["controls"] if c["shows_effect"]]
-    if moved and decision == "adopt":
+    if moved and decision in ("adopt", "reject"):
         decision = "inconclusive"
-        summary += f"; vetoed: the control {moved[0]['name']} shows a gain too"
+        summary += (f"; capped: the control {moved[0]['name']} is {moved[0]['equivalence']} "
+                    f"(margin {moved[0]['equivalence_margin']:.1%}), so it could explain a material share of the effect")
         details["vetoed_by"] = moved[0]["name"]
+    elif details["controls"]:
+        summary += "; controls " + ", ".join(f"{c['name']} {c['equivalence']}" for c in details["controls"])
     return Reading(evidence_level=primary.evidence_level, decision=decision, summary=summary, effect=primary.effect,
                    repeats=repeats, details=details, lines=lines, headline=headline)
 

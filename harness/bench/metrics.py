@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from harness.bench.stats import DEFAULT_MARGIN
 from harness.client.records import RequestRecord
-from harness.serving.metrics import per_request
 from harness.contract.distribution import PERCENTILE_METHOD
+from harness.serving.metrics import per_request
 
 if TYPE_CHECKING:
     from harness.bench.arms import ArmRun
@@ -28,8 +29,9 @@ Statistic = Callable[[np.ndarray], float]
 
 
 def percentile(q: float) -> Statistic:
-    def stat(values: np.ndarray) -> float:
-        return float(np.percentile(values, q, method=PERCENTILE_METHOD))
+    def stat(values: np.ndarray, axis: int | None = None) -> Any:
+        out = np.percentile(values, q, method=PERCENTILE_METHOD, axis=axis)
+        return float(out) if axis is None else out
     stat.__name__ = f"p{q:g}"
     return stat
 
@@ -46,10 +48,25 @@ class Metric:
     statistic: Statistic | None = None
     of_run: Callable[[ArmRun], float | None] | None = None
     unit: str = "ms"
+    margin: float = DEFAULT_MARGIN  # smallest relative change worth acting on (a claim or --margin overrides it)
+    indexed: Callable[[Sequence[RequestRecord]], dict[int, tuple[float, ...]]] | None = None
 
     @property
     def per_request(self) -> bool:
         return self.samples is not None
+
+    def by_request(self, records: Sequence[RequestRecord]) -> dict[int, tuple[float, ...]]:
+        """Values by request index, for resampling requests jointly across arms (same index, same prompt)."""
+        if self.indexed is not None:
+            return self.indexed(records)
+        if self.samples is None:
+            raise ValueError(f"{self.name} is a per-run metric: it has no requests")
+        out: dict[int, tuple[float, ...]] = {}
+        for rec in records:
+            values = self.samples([rec])
+            if values:
+                out[rec.index] = tuple(values)
+        return out
 
     def value(self, runs: Sequence[ArmRun]) -> float | None:
         """The arm's figure over ``runs`` (its repeats): pooled requests, or the median of per-run figures."""
@@ -128,6 +145,12 @@ def priority_class(metric: Metric, name: str, priority: int) -> Metric:
     return where(metric, name, lambda r: r.extra.get("priority") == priority)
 
 
+def _ttft_from_scheduled(records: Sequence[RequestRecord]) -> list[float]:
+    """First token − scheduled send (MLPerf LoadGen's latency): the client's own lateness counts against it."""
+    return [(r.first_token_s - r.scheduled_s) * 1e3 for r in records
+            if r.completed and r.first_token_s is not None and r.scheduled_s is not None]
+
+
 TTFT, TPOT, E2E = _per_request("ttft_ms"), _per_request("tpot_ms"), _per_request("e2e_ms")
 TTFT_P50 = _latency("ttft_ms", "TTFT", 50, TTFT)
 TTFT_P95 = _latency("ttft_ms", "TTFT", 95, TTFT)
@@ -139,6 +162,8 @@ E2E_P50 = _latency("e2e_ms", "E2E", 50, E2E)
 E2E_P99 = _latency("e2e_ms", "E2E", 99, E2E)
 QUEUE_WAIT_P50 = _latency("queue_wait_client_ms", "client queue", 50, _client_wait, ".1f")
 QUEUE_WAIT_P99 = _latency("queue_wait_client_ms", "client queue", 99, _client_wait, ".1f")
+TTFT_SCHEDULED_P50 = _latency("ttft_from_scheduled_ms", "TTFT+wait", 50, _ttft_from_scheduled)
+TTFT_SCHEDULED_P99 = _latency("ttft_from_scheduled_ms", "TTFT+wait", 99, _ttft_from_scheduled)
 E2E_SCHEDULED_P50 = _latency("e2e_from_scheduled_ms", "E2E+wait", 50, _e2e_from_scheduled)
 E2E_SCHEDULED_P99 = _latency("e2e_from_scheduled_ms", "E2E+wait", 99, _e2e_from_scheduled)
 OUTPUT_TOKENS_PER_S = Metric("output_tokens_per_s", "out tok/s", "higher", ".1f",
@@ -171,7 +196,7 @@ WAITING_PEAK = Metric("waiting.peak", "waiting peak", "lower", ".0f", of_run=ser
                       unit="requests")
 
 METRICS = {m.name: m for m in (TTFT_P50, TTFT_P95, TTFT_P99, TPOT_P50, TPOT_P99, ITL_P50, E2E_P50, E2E_P99,
-                                QUEUE_WAIT_P50, QUEUE_WAIT_P99, E2E_SCHEDULED_P50, E2E_SCHEDULED_P99,
+                                QUEUE_WAIT_P50, QUEUE_WAIT_P99, TTFT_SCHEDULED_P50, TTFT_SCHEDULED_P99, E2E_SCHEDULED_P50, E2E_SCHEDULED_P99,
                                 OUTPUT_TOKENS_PER_S, REQUEST_RATE, GOODPUT, PEAK_MEMORY_GIB, PREFIX_HIT_RATE,
                                 SERVER_QUEUE_MEAN, PREEMPTIONS, RUNNING_MEAN, WAITING_MEAN, RUNNING_PEAK, WAITING_PEAK,
                                 ACCEPTANCE_RATE, MEAN_ACCEPTANCE_LENGTH)}

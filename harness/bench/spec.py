@@ -21,7 +21,7 @@ One runner (``harness.bench.runner``) executes every spec.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -39,6 +39,7 @@ from harness.bench.metrics import (
     TTFT_P95,
     Metric,
 )
+from harness.client.records import RequestRecord
 from harness.workload import Common
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ class BenchConfig:
     """Knobs every serving bench has; a spec's config adds its own fields after these."""
 
     scale: int = knob(1, "multiply the number of measured requests per arm", min=1)
-    repeats: int = knob(3, "repeats of every arm, interleaved (< 3 lowers the evidence level)", min=1)
+    repeats: int = knob(3, "repeats of every arm, interleaved (< 5 lowers the evidence level to single)", min=1)
     warmup_requests: int = knob(2, "unmeasured requests after each server start", min=0)
     seed: int = knob(0, "seed of every random dimension of the workloads", min=0)
     model: str = knob("smollm2-135m", "served model (a prepared model name)")
@@ -66,7 +67,9 @@ class BenchConfig:
     max_model_len: int = knob(4096, "the server's context length in tokens", min=64)
     start_timeout_s: float = knob(900.0, "seconds a server may take to become healthy", min=1)
     request_timeout_s: float = knob(120.0, "per-request timeout in seconds", min=0.001)
-    resamples: int = knob(10_000, "bootstrap resamples of every confidence interval", min=100)
+    resamples: int = knob(10_000, "resamples of every request-level bootstrap interval", min=100)
+    margin: float | None = knob(None, "smallest relative effect worth acting on, for every claim "
+                                      "(default: each claim's or metric's, 5 %)", min=0)
     out_root: Path | None = knob(None, "root of the run directories (default: runs/NN)")
     sign: bool = knob(True, "sign the run directory into manifests/")
 
@@ -136,6 +139,10 @@ class Claim:
     baseline: str
     treatment: str
     name: str = "effect"
+    margin: float | None = None  # smallest relative effect worth acting on; None: the metric's (or --margin)
+    primary: bool = False  # the bench's one primary claim (default: the first); the others are Holm-corrected
+    strata: Callable[[RequestRecord], Hashable] | None = None  # design cell of a request (hit/miss, class)
+    block: int = 1  # request resampling in moving blocks of this many (loaded open-loop runs)
 
 
 Step = tuple[int, Arm]  # (repeat, arm)

@@ -165,7 +165,12 @@ class Effect(_Group):
     n_pairs: int
     arm_a: str | None = None
     arm_b: str | None = None
-    _optional = ("arm_a", "arm_b")
+    margin: float | None = None  # smallest relative effect worth acting on: band [1/(1+m), 1+m] around no_effect
+    unit: str | None = None  # what one interval observation is: "repeat" or "request"
+    n_requests: int | None = None  # fewest requests of an arm in any repeat
+    p_value: float | None = None  # exact one-sided sign-flip p against no effect
+    finding: str | None = None  # material gain / material loss / no material effect / undetermined
+    _optional = ("arm_a", "arm_b", "margin", "unit", "n_requests", "p_value", "finding")
 
 
 @dataclass

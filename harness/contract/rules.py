@@ -59,7 +59,25 @@ def _effect_rules(conclusion: dict[str, Any]) -> list[Problem]:
                 f"reject needs the interval [{lo:.4g}, {hi:.4g}] to exclude no-effect ({zero}) on the worse side",
             )
         )
+    if not any(p.rule.endswith("excluding-no-effect") for p in problems):
+        problems += _margin_rules(effect, decision)
     return problems
+
+
+def _margin_rules(effect: dict[str, Any], decision: str) -> list[Problem]:
+    """With a stated margin m, adopt/reject need the interval beyond the band [no_effect/(1+m), no_effect*(1+m)]."""
+    margin = effect.get("margin")
+    if margin is None or decision not in ("adopt", "reject"):
+        return []
+    zero, lo, hi = effect["no_effect"], effect["ci_low"], effect["ci_high"]
+    low, high = zero / (1 + margin), zero * (1 + margin)
+    lower = effect["better"] == "lower"
+    beyond = (hi < low if lower else lo > high) if decision == "adopt" else (lo > high if lower else hi < low)
+    if beyond:
+        return []
+    return [Problem("/conclusion/decision", f"{decision}-needs-ci-beyond-margin",
+                    f"{decision} needs the interval [{lo:.4g}, {hi:.4g}] beyond the margin band "
+                    f"[{low:.4g}, {high:.4g}] (margin {margin:g})")]
 
 
 def _termination_rules(doc: dict[str, Any]) -> list[Problem]:

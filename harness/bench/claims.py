@@ -1,0 +1,189 @@
+"""A claim read against its margin: the paired effect, its evidence level, controls as equivalence tests, Holm.
+
+``claim_effect`` pairs the repeats where both arms completed and were valid (an invalid
+arm run is left out of every effect it would distort, and listed), computes the paired
+effect (``stats``) and applies ``stats.decide`` with the claim's margin and the design's
+evidence level. ``control_entry`` reads a control as a TOST; ``secondary_entries``
+Holm-corrects the secondary claims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.bench.arms import ArmRun
+from harness.bench.metrics import Metric
+from harness.bench.spec import Claim, Plan
+from harness.bench.stats import (
+    CONTROL_SHARE,
+    DEFAULT_CONFIDENCE,
+    NO_EFFECT_RATIO,
+    Design,
+    PairedEffect,
+    RepeatSamples,
+    band,
+    control_margin,
+    decide,
+    equivalent,
+    finding,
+    holm,
+    min_requests,
+    p_beyond,
+    paired_ratio_effect,
+    repeat_ratio_effect,
+)
+from harness.contract import Effect
+
+VALIDITY_CONSEQUENCE = "invalid arm runs are left out of every effect and figure (listed under validity.excluded)"
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    claim: Claim
+    effect: Effect
+    decision: str
+    evidence_level: str
+    reason: str
+    per_repeat: tuple[float, ...]
+    design: str = "interleaved"
+    margin: float = 0.0
+    finding: str = "undetermined"
+    stats: PairedEffect | None = None
+    excluded: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        eff = self.stats
+        return {"name": self.claim.name, "metric": self.claim.metric.name, "baseline": self.claim.baseline,
+                "treatment": self.claim.treatment, "effect": self.effect.to_dict(), "decision": self.decision,
+                "evidence_level": self.evidence_level, "reason": self.reason, "per_repeat_ratio": list(self.per_repeat),
+                "design": self.design, "margin": self.margin, "margin_band": list(band(self.margin)),
+                "finding": self.finding, "unit": eff.unit if eff else None, "n_repeats": self.effect.n_pairs,
+                "n_requests": eff.n_requests if eff else None, "method": self.effect.method,
+                "p_sign_flip": eff.p_sign if eff else None,
+                "request_level_ci": list(eff.request_ci) if eff and eff.request_ci else None,
+                "validity": {"consequence": VALIDITY_CONSEQUENCE, "excluded": list(self.excluded)}}
+
+
+def paired_runs(runs: Sequence[ArmRun], a: str, b: str) -> list[tuple[ArmRun, ArmRun]]:
+    """(baseline run, treatment run) per repeat where both arms completed, without failure, and valid."""
+    by_key = {(r.label, r.repeat): r for r in runs if not r.failure and r.records and r.valid}
+    repeats = sorted({r.repeat for r in runs})
+    return [(by_key[(a, k)], by_key[(b, k)]) for k in repeats if (a, k) in by_key and (b, k) in by_key]
+
+
+def excluded_runs(runs: Sequence[ArmRun], labels: Sequence[str]) -> list[str]:
+    """The arm runs of ``labels`` left out as invalid, with their reasons."""
+    out = []
+    for r in runs:
+        if r.label in labels and not r.failure and r.records and not r.valid:
+            why = "; ".join(r.result["conclusion"].get("invalid_reasons") or []) or "invalid"
+            out.append(f"{r.label} repeat {r.repeat}: {why}")
+    return out
+
+
+def design_of(plan: Plan | None, claim: Claim) -> Design:
+    """How the claim's arms met servers: on one start, on alternating restarts, or across single starts."""
+    if plan is None:
+        return "interleaved"
+    arms = {a.label: a for a in plan.arms}
+    a, b = arms[claim.baseline].server, arms[claim.treatment].server
+    if any(a in p.servers and b in p.servers for p in plan.phases):
+        return "interleaved"
+    touching = [p for p in plan.phases if a in p.servers or b in p.servers]
+    if touching and all(not callable(p.steps) and len({r for r, _ in p.steps}) == 1 for p in touching):
+        return "alternating"
+    return "cross-start"
+
+
+def margin_of(claim: Claim, override: float | None = None) -> float:
+    return override if override is not None else claim.margin if claim.margin is not None else claim.metric.margin
+
+
+def _samples(metric: Metric, claim: Claim, pairs: Sequence[tuple[ArmRun, ArmRun]]) -> list[RepeatSamples]:
+    out = []
+    for a, b in pairs:
+        xa, xb = metric.by_request(a.records), metric.by_request(b.records)
+        strata = {r.index: claim.strata(r) for r in a.records} if claim.strata else {}
+        if xa and xb:
+            out.append(RepeatSamples(xa, xb, strata))
+    return out
+
+
+def claim_effect(runs: Sequence[ArmRun], claim: Claim, *, seed: int, resamples: int,
+                 design: Design = "interleaved", margin: float | None = None) -> ClaimResult | None:
+    """The claim's paired effect and verdict, or None without a completed valid pair."""
+    metric = claim.metric
+    pairs = paired_runs(runs, claim.baseline, claim.treatment)
+    refuse = ""
+    if metric.per_request:
+        reps = _samples(metric, claim, pairs)
+        if not reps:
+            return None
+        eff = paired_ratio_effect(reps, resamples=resamples, seed=seed, statistic=metric.statistic, block=claim.block)
+        need = min_requests(eff.statistic)
+        if (eff.n_requests or 0) < need:
+            refuse = (f"{eff.statistic} of {eff.n_requests} requests is the max of {eff.n_requests}, not a "
+                      f"{eff.statistic} (needs >= {need} per arm and repeat)")
+    else:
+        values = [(metric.of_run(a), metric.of_run(b)) for a, b in pairs]
+        values = [(x, y) for x, y in values if x and y]
+        if not values:
+            return None
+        eff = repeat_ratio_effect(values, resamples=resamples, seed=seed, name=metric.name)
+    m = margin_of(claim, margin)
+    verdict = decide(eff, better=metric.better, margin=m, design=design, refuse=refuse)
+    effect = Effect(metric=metric.name, estimator=f"ratio B/A of {eff.statistic} per repeat, geometric mean",
+                    value=eff.value, ci_low=eff.ci_low, ci_high=eff.ci_high, confidence=eff.confidence,
+                    no_effect=NO_EFFECT_RATIO, better=metric.better, method=eff.method, n_pairs=eff.n_pairs,
+                    arm_a=claim.baseline, arm_b=claim.treatment, margin=m, unit=eff.unit,
+                    n_requests=eff.n_requests, p_value=eff.p_sign, finding=verdict.finding)
+    return ClaimResult(claim, effect, verdict.decision, verdict.evidence_level, verdict.reason, eff.per_repeat,
+                       design, m, verdict.finding, eff, tuple(excluded_runs(runs, (claim.baseline, claim.treatment))))
+
+
+def primary_index(plan: Plan) -> int:
+    """The bench's one primary claim: the one marked ``primary``, else the first."""
+    return next((i for i, c in enumerate(plan.claims) if c.primary), 0)
+
+
+def control_entry(res: ClaimResult, primary: ClaimResult | None) -> dict[str, Any]:
+    """A control read as an equivalence test against its margin (or a share of the primary effect)."""
+    m = control_margin(primary.effect.value if primary else None, res.margin)
+    stats = res.stats
+    if stats is None or stats.unit != "repeat":
+        status, why = "not judged", "equivalence needs at least 2 repeats (a repeat-level interval)"
+    elif equivalent(stats, m):
+        status, why = "equivalent", f"interval inside the equivalence band [{band(m)[0]:.3f}, {band(m)[1]:.3f}]"
+    elif finding(stats, better=res.claim.metric.better, margin=m) in ("material gain", "material loss"):
+        status, why = "moved", f"interval beyond the equivalence band [{band(m)[0]:.3f}, {band(m)[1]:.3f}]"
+    else:
+        status, why = "not shown equivalent", f"interval overlaps the band [{band(m)[0]:.3f}, {band(m)[1]:.3f}]"
+    return {**res.to_dict(), "equivalence_margin": m, "equivalence": status, "shows_effect": status != "equivalent",
+            "reading": f"{status}: {why} (TOST at {res.effect.confidence:.0%}; margin = max(stated "
+                       f"{res.margin:.1%}, {CONTROL_SHARE:.0%} of the primary log effect))"}
+
+
+def secondary_entries(results: Sequence[ClaimResult | None], primary: int) -> list[dict[str, Any]]:
+    """Every claim with its Holm-adjusted p over the secondary family; a secondary decides only below alpha/2."""
+    alpha = (1 - DEFAULT_CONFIDENCE) / 2
+    family = [i for i, r in enumerate(results) if r is not None and i != primary]
+    raw = {}
+    for i in family:
+        r = results[i]
+        side = "higher" if (r.claim.metric.better == "lower") == (r.decision == "reject") else "lower"
+        raw[i] = p_beyond(r.stats, better=side, margin=r.margin) if r.stats else 1.0  # type: ignore[arg-type]
+    adjusted = dict(zip(family, holm([raw[i] for i in family]), strict=True))
+    out = []
+    for i, r in enumerate(results):
+        if r is None:
+            continue
+        entry = {**r.to_dict(), "role": "primary" if i == primary else "secondary"}
+        if i != primary:
+            entry.update(p_beyond_margin=raw[i], p_holm=adjusted[i], family_size=len(family))
+            if r.decision in ("adopt", "reject") and adjusted[i] >= alpha:
+                entry.update(decision="inconclusive", reason=f"{r.reason}; Holm-adjusted p {adjusted[i]:.3g} over "
+                                                             f"{len(family)} secondary claims >= {alpha:g}")
+        out.append(entry)
+    return out
