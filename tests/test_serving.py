@@ -105,7 +105,7 @@ def test_errors_without_crash_are_invalid_but_not_a_failure(workloads, tmp_path)
 
 def test_client_bottleneck_makes_the_run_invalid(workloads, tmp_path):
     with FakeOpenAIServer(FakeConfig(ttft_s=0.005, gap_s=0.001)) as srv:
-        doc = measure(_cfg(srv, workloads["shared"], tmp_path, validity=ValidityLimits(loop_lag_p99_ms=-1.0))).result
+        doc = measure(_cfg(srv, workloads["shared"], tmp_path, validity=ValidityLimits(loop_lag_p99_ms=-1.0, lag_fraction=0.0, min_lag_samples=0))).result
     assert doc["conclusion"]["valid"] is False
     assert any("event-loop lag" in r for r in doc["conclusion"]["invalid_reasons"])
 

@@ -46,9 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--client-workers", type=int, help="client processes (default: one per 1024 streams)")
     p.add_argument("--reference", help="reference outputs (a previous requests.jsonl) for greedy agreement")
     p.add_argument("--max-send-lag-ms", type=float, default=ValidityLimits.send_lag_p99_ms,
-                   help="validity: client send-lag P99 limit")
+                   help="validity: client send-lag P99 floor (the limit is 5 %% of TTFT P50 and the mean gap)")
     p.add_argument("--max-loop-lag-ms", type=float, default=ValidityLimits.loop_lag_p99_ms,
-                   help="validity: client event-loop lag P99 limit")
+                   help="validity: client event-loop lag P99 floor (relative limit as for send lag)")
     p.set_defaults(func=run)
 
 

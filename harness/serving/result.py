@@ -105,8 +105,9 @@ def _workload_info(w: Workload, inputs: ResultInputs, facts: RunFacts) -> Worklo
 def _health(run: ClientRun) -> ClientHealth:
     lags = [s.loop_lag_p99_ms for s in run.stats if s.loop_lag_p99_ms is not None]
     maxes = [s.loop_lag_max_ms for s in run.stats if s.loop_lag_max_ms is not None]
+    samples = [s.lag_samples for s in run.stats]
     return ClientHealth(loop_lag_p99_ms=max(lags) if lags else None, loop_lag_max_ms=max(maxes) if maxes else None,
-                        workers=run.workers, interrupted=run.interrupted)
+                        workers=run.workers, interrupted=run.interrupted, lag_samples=min(samples) if samples else None)
 
 
 def _performance(facts: RunFacts, inputs: ResultInputs) -> Performance:

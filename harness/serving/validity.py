@@ -1,17 +1,20 @@
 """Run validity and the correctness group: pure functions of the records and the client's stats.
 
 A run is INVALID, with one reason per failed constraint (as MLPerf LoadGen reports),
-when the client could not keep its schedule — send lag, event-loop lag, achieved
-versus scheduled send rate — or when requests did not complete, or when the server
-generated fewer tokens than an ``ignore_eos`` run asked for. An invalid run's
-latencies describe the client, not the server.
+when the client could not keep its schedule — send lag or event-loop lag above
+``lag_fraction`` (5 %) of what they could distort (TTFT P50, and the mean arrival gap of
+a timed schedule), judged only over ``min_lag_samples`` (50) sends or probes, since a
+P99 of fewer is their maximum; achieved versus scheduled send rate — or when requests
+did not complete, or when the server generated fewer tokens than an ``ignore_eos`` run
+asked for. An invalid run's latencies describe the client, not the server: every bench
+leaves it out of the figures it would distort (``harness.bench.claims``).
 """
 
 from __future__ import annotations
 
 import collections
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +29,13 @@ from harness.serving.metrics import PERCENTILE_METHOD
 
 @dataclass(frozen=True)
 class ValidityLimits:
-    send_lag_p99_ms: float = 20.0  # sent minus the moment it could first have been sent
-    loop_lag_p99_ms: float = 20.0  # event-loop wake-up lateness in any client process
+    """The one client-lag policy: relative to what the lag could distort, judged only over enough samples."""
+
+    send_lag_p99_ms: float = 1.0  # floor: a send-lag P99 below it never invalidates (timer granularity)
+    loop_lag_p99_ms: float = 20.0  # floor for the event-loop wake-up lateness P99 (a shared host wakes late)
     min_rate_fraction: float = 0.95  # timed schedules: scheduled span / achieved span
+    lag_fraction: float = 0.05  # a lag P99 above this share of TTFT P50 (and of the mean arrival gap) distorts
+    min_lag_samples: int = 50  # fewer sends (loop probes) than this: a P99 is a maximum, so not judged
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -42,22 +49,35 @@ class ClientHealth:
     loop_lag_max_ms: float | None
     workers: int
     interrupted: bool = False
+    lag_samples: int | None = None  # loop probes of the client process with the fewest
 
 
 def schedule_stats(records: Sequence[RequestRecord], *, timed: bool) -> dict[str, Any]:
-    """Send-lag percentiles and, for timed schedules, the achieved fraction of the scheduled rate."""
+    """Send-lag percentiles, the lag reference (TTFT P50, mean arrival gap) and the achieved rate fraction."""
     lags = np.asarray([r.send_lag_s for r in records if r.send_lag_s is not None]) * 1e3
-    out: dict[str, Any] = {"send_lag_p50_ms": None, "send_lag_p99_ms": None, "rate_fraction": None}
+    out: dict[str, Any] = {"send_lag_p50_ms": None, "send_lag_p99_ms": None, "sends": int(lags.size),
+                           "rate_fraction": None, "ttft_p50_ms": None, "mean_arrival_gap_ms": None}
     if lags.size:
         p50, p99 = np.percentile(lags, [50, 99], method=PERCENTILE_METHOD)
         out.update(send_lag_p50_ms=round(float(p50), 4), send_lag_p99_ms=round(float(p99), 4))
+    ttft = [(r.first_token_s - r.sent_s) * 1e3 for r in records
+            if r.completed and r.first_token_s is not None and r.sent_s is not None]
+    if ttft:
+        out["ttft_p50_ms"] = round(float(np.median(ttft)), 4)
     free = [r for r in records if r.sent_s is not None and r.scheduled_s is not None and r.slot_s is None]
     if timed and len(free) > 1:
         scheduled_span = max(r.scheduled_s for r in free) - min(r.scheduled_s for r in free)
         achieved_span = max(r.sent_s for r in free) - min(r.sent_s for r in free)
+        out["mean_arrival_gap_ms"] = round(scheduled_span / (len(free) - 1) * 1e3, 4)
         if scheduled_span > 0 and achieved_span > 0:
             out["rate_fraction"] = round(min(1.0, scheduled_span / achieved_span), 4)
     return out
+
+
+def lag_limit_ms(stats: Mapping[str, Any], limits: ValidityLimits, floor_ms: float) -> float | None:
+    """``lag_fraction`` of the smaller of TTFT P50 and the mean arrival gap, never below ``floor_ms``."""
+    refs = [v for v in (stats.get("ttft_p50_ms"), stats.get("mean_arrival_gap_ms")) if v]
+    return max(floor_ms, limits.lag_fraction * min(refs)) if refs else None
 
 
 def schedule_reasons(records: Sequence[RequestRecord], health: ClientHealth, limits: ValidityLimits, *,
@@ -65,12 +85,17 @@ def schedule_reasons(records: Sequence[RequestRecord], health: ClientHealth, lim
     """The reasons the client could not keep its schedule (empty when it kept it): a run's client-side invalidity."""
     reasons = []
     stats = schedule_stats(records, timed=timed)
-    if stats["send_lag_p99_ms"] is not None and stats["send_lag_p99_ms"] > limits.send_lag_p99_ms:
-        reasons.append(f"client send lag P99 {stats['send_lag_p99_ms']:.1f} ms > {limits.send_lag_p99_ms:g} ms: "
+    send_limit = lag_limit_ms(stats, limits, limits.send_lag_p99_ms)
+    if stats["sends"] >= limits.min_lag_samples and send_limit is not None and stats["send_lag_p99_ms"] > send_limit:
+        reasons.append(f"client send lag P99 {stats['send_lag_p99_ms']:.1f} ms over {stats['sends']} sends > "
+                       f"{send_limit:.1f} ms ({limits.lag_fraction:.0%} of TTFT P50 / mean arrival gap): "
                        "the client could not keep its schedule")
-    if health.loop_lag_p99_ms is not None and health.loop_lag_p99_ms > limits.loop_lag_p99_ms:
-        reasons.append(f"client event-loop lag P99 {health.loop_lag_p99_ms:.1f} ms > {limits.loop_lag_p99_ms:g} ms "
-                       f"with {health.workers} client process(es): the client is a bottleneck")
+    loop_limit = lag_limit_ms(stats, limits, limits.loop_lag_p99_ms)
+    judged = health.lag_samples is None or health.lag_samples >= limits.min_lag_samples
+    if health.loop_lag_p99_ms is not None and loop_limit is not None and judged and health.loop_lag_p99_ms > loop_limit:
+        reasons.append(f"client event-loop lag P99 {health.loop_lag_p99_ms:.1f} ms > {loop_limit:.1f} ms "
+                       f"({limits.lag_fraction:.0%} of TTFT P50 / mean arrival gap) with {health.workers} client "
+                       "process(es): the client is a bottleneck")
     if stats["rate_fraction"] is not None and stats["rate_fraction"] < limits.min_rate_fraction:
         reasons.append(f"achieved send rate {stats['rate_fraction']:.1%} of the scheduled rate "
                        f"< {limits.min_rate_fraction:.0%}")

@@ -109,13 +109,13 @@ def bench_env(tokenizer_dir, monkeypatch, tmp_path):
 
 
 def run(root: Path, **overrides):
-    cfg = Config(backend="fake", runtime="local", repeats=3, warmup_requests=1, resamples=300, **overrides)
+    cfg = Config(backend="fake", runtime="local", **{"repeats": 3, **overrides}, warmup_requests=1, resamples=300)
     out = io.StringIO()
     return runner_mod.run_bench(SPEC, cfg, root=root, reporter=Reporter(out, every_s=60)), out.getvalue()
 
 
 def test_a_spec_runs_end_to_end_with_claims_signed_and_valid(bench_env):
-    outcome, log = run(bench_env, slow_ttft_ms=80.0)
+    outcome, log = run(bench_env, slow_ttft_ms=80.0, repeats=5)  # 5 repeats: the fewest that may adopt
     run_dir = outcome.run_dir
     result = json.loads((run_dir / "comparison.json").read_text())
     assert validate_file(run_dir / "comparison.json") == [] and validate_file(run_dir / "run.json") == []
@@ -123,10 +123,12 @@ def test_a_spec_runs_end_to_end_with_claims_signed_and_valid(bench_env):
     assert concl["evidence_level"] == "paired" and concl["decision"] == "adopt", concl
     assert concl["effect"]["arm_b"] == "fast" and concl["effect"]["ci_high"] < 1.0
     claims = {c["name"]: c for c in result["details"]["claims"]}
-    assert claims["tok/s"]["effect"]["better"] == "higher" and "repeats only" in claims["tok/s"]["effect"]["method"]
+    assert claims["tok/s"]["effect"]["better"] == "higher" and "Student t" in claims["tok/s"]["effect"]["method"]
+    assert claims["effect"]["role"] == "primary" and claims["tok/s"]["role"] == "secondary" and "p_holm" in claims["tok/s"]
+    assert concl["effect"]["margin"] == 0.05 and concl["effect"]["unit"] == "repeat"
     # concurrent order: all three variants up at once, arms interleaved across them
     labels = [(a["label"], a["repeat"]) for a in result["details"]["arm_runs"]]
-    assert labels[:3] == [("slow", 1), ("fast", 1), ("exotic", 1)] and len(labels) == 9
+    assert labels[:3] == [("slow", 1), ("fast", 1), ("exotic", 1)] and len(labels) == 15
     record = json.loads((run_dir / "run.json").read_text())
     assert record["outputs"] == {"result": "comparison.json", "summary": "summary.txt", "figures": ["ttft_cdf.png"]}
     assert record["status"] == "completed" and record["workload_ids"] == [result["identity"]["workload_id"]]
@@ -137,7 +139,7 @@ def test_a_spec_runs_end_to_end_with_claims_signed_and_valid(bench_env):
     assert fast["workload"]["token_budget"] == {"max_num_batched_tokens": None, "max_num_seqs": 4}
     servers = json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]
     assert {s["name"] for s in servers} == {"slow", "fast", "exotic"} and all(s["exit_status"] is not None for s in servers)
-    assert "[9/9] exotic repeat 3" in log and "9/9" not in outcome.finished.summary.splitlines()[0]
+    assert "[15/15] exotic repeat 5" in log and "15/15" not in outcome.finished.summary.splitlines()[0]
 
 
 def test_an_optional_variant_the_engine_refuses_is_capability_missing_with_its_message(bench_env):
