@@ -31,7 +31,10 @@ from typing import Literal
 
 import numpy as np
 
+from harness.contract.distribution import binomial_upper
 from harness.errors import InvalidInput
+
+__all__ = ["binomial_upper"]  # re-exported: SLO compliance bounds live with the distributions
 
 MIN_PAIRED_REPEATS = 5
 DEFAULT_RESAMPLES = 10_000
@@ -146,24 +149,6 @@ def t_quantile(p: float, df: int) -> float:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if t_cdf(mid, df) < p else (lo, mid)
     return (lo + hi) / 2
-
-
-def binomial_upper(k: int, n: int, confidence: float = DEFAULT_CONFIDENCE) -> float:
-    """One-sided Clopper–Pearson upper bound on a rate after ``k`` events in ``n`` trials."""
-    if n <= 0 or not 0 <= k <= n:
-        raise ValueError("need 0 <= k <= n and n > 0")
-    if k == n:
-        return 1.0
-    alpha = 1 - confidence
-
-    def cdf(p: float) -> float:  # P(X <= k | p)
-        return sum(math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
-                            + (i * math.log(p) if i else 0.0) + (n - i) * math.log1p(-p)) for i in range(k + 1))
-    lo, hi = k / n, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) > alpha else (lo, mid)
-    return hi
 
 
 def sign_flip_p(logs: Sequence[float], *, seed: int = 0) -> float:

@@ -7,6 +7,7 @@ numpy's default), recorded in results as ``percentile_method: "linear"``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,3 +35,31 @@ def token_summary(values: Sequence[int]) -> dict[str, Any]:
     total = int(sum(values))
     return {"min": int(min(values)), "max": int(max(values)), "mean": round(total / len(values), DECIMALS),
             "total": total}
+
+
+def binomial_upper(k: int, n: int, confidence: float = 0.95) -> float:
+    """One-sided Clopper–Pearson upper bound on a rate after ``k`` events in ``n`` trials (bisection on the CDF)."""
+    if n <= 0 or not 0 <= k <= n:
+        raise ValueError("need 0 <= k <= n and n > 0")
+    if k == n:
+        return 1.0
+    alpha = 1 - confidence
+
+    def cdf(p: float) -> float:  # P(X <= k | p)
+        return sum(math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+                            + (i * math.log(p) if i else 0.0) + (n - i) * math.log1p(-p)) for i in range(k + 1))
+    lo, hi = k / n, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) > alpha else (lo, mid)
+    return hi
+
+
+def slo_compliance(met: Sequence[bool], confidence: float = 0.95, min_requests: int = 100) -> dict[str, object]:
+    """SLO compliance as an exceedance count with its binomial upper bound (MLPerf LoadGen's early-stopping idea);
+    below ``min_requests`` a P99-style verdict is not given."""
+    n, exceeded = len(met), sum(1 for ok in met if not ok)
+    return {"requests": n, "exceeded": exceeded, "exceedance": round(exceeded / n, DECIMALS) if n else None,
+            "exceedance_upper": round(binomial_upper(exceeded, n, confidence), DECIMALS) if n else None,
+            "confidence": confidence, "verdict_allowed": n >= min_requests,
+            "basis": "latency from the scheduled send"}

@@ -116,14 +116,16 @@ class Performance(_Group):
     peak_memory_source: str | None = None
     percentile_method: str = "linear"
     null_reasons: dict[str, str] = field(default_factory=dict)
-    _optional = ("peak_memory_source",)
+    ttft_from_scheduled_ms: dict[str, float] | None = None  # LoadGen's latency: from the scheduled send
+    e2e_from_scheduled_ms: dict[str, float] | None = None
+    _optional = ("peak_memory_source", "ttft_from_scheduled_ms", "e2e_from_scheduled_ms")
 
     @classmethod
     def not_applicable(cls, reason: str, **measured: Any) -> Performance:
         """A performance group for results without serving latency: every unmeasured field null with ``reason``."""
         perf = cls(**measured)
         for f in dataclasses.fields(cls):
-            if f.name in ("percentile_method", "null_reasons", "peak_memory_source"):
+            if f.name in ("percentile_method", "null_reasons", *cls._optional):
                 continue
             if getattr(perf, f.name) is None:
                 perf.null_reasons[f.name] = reason

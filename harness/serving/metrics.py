@@ -10,8 +10,11 @@ Definitions (docs/measurement.md), over requests that completed (status ``stop``
   when the server sent no usage.
 - Client queue wait = sent − scheduled, over every request that was sent.
 - Duration = first send → last end over all requests; rates divide by it.
+- TTFT and E2E from the scheduled send (MLPerf LoadGen's definition) = the same ends −
+  scheduled; the client's own lateness counts against them. SLOs are judged on these.
 - Goodput = completed requests meeting every stated SLO (``ttft_ms``, ``tpot_ms``,
-  ``e2e_ms``, ``itl_ms`` as each request's worst gap) per second.
+  ``e2e_ms``, ``itl_ms`` as each request's worst gap; TTFT and E2E from the scheduled
+  send) per second; ``slo_compliance`` counts the exceedances with a binomial upper bound.
 
 Distributions are ``harness.contract.distribution.distribution_ms`` (linear-interpolated
 percentiles, recorded as ``percentile_method: "linear"``), rounded to ``DECIMALS``.
@@ -25,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from harness.client.records import RequestRecord
-from harness.contract.distribution import PERCENTILE_METHOD, distribution_ms
+from harness.contract.distribution import PERCENTILE_METHOD, distribution_ms, slo_compliance
 
-__all__ = ["DECIMALS", "PERCENTILE_METHOD", "SLO_KEYS", "meets_slo", "output_tokens", "per_request", "performance"]
+__all__ = ["DECIMALS", "PERCENTILE_METHOD", "SLO_KEYS", "from_scheduled", "meets_slo", "output_tokens", "per_request", "performance"]
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms")
 DECIMALS = 4
@@ -52,6 +55,14 @@ def per_request(rec: RequestRecord) -> dict[str, float | None]:
     return {"ttft_ms": ttft, "e2e_ms": e2e, "tpot_ms": tpot, "itl_ms": float(gaps.max()) if gaps.size else None}
 
 
+def from_scheduled(rec: RequestRecord, values: Mapping[str, float | None]) -> dict[str, float | None]:
+    """``values`` with TTFT and E2E counted from the scheduled send (unchanged without a schedule)."""
+    if rec.scheduled_s is None or rec.sent_s is None:
+        return dict(values)
+    wait = max(0.0, rec.sent_s - rec.scheduled_s) * 1e3
+    return {**values, **{k: values[k] + wait for k in ("ttft_ms", "e2e_ms") if values.get(k) is not None}}
+
+
 def meets_slo(values: Mapping[str, float | None], slo: Mapping[str, float]) -> bool:
     """A request meets the SLO when every stated bound holds; a value that does not apply passes."""
     return all(values.get(k) is None or values[k] <= bound for k, bound in slo.items())
@@ -65,6 +76,7 @@ def performance(records: Sequence[RequestRecord], slo: Mapping[str, float] | Non
         raise ValueError(f"unknown SLO keys {unknown}; use {', '.join(SLO_KEYS)}")
     done = [r for r in records if r.completed and r.sent_s is not None and r.end_s is not None]
     per = [per_request(r) for r in done]
+    scheduled = [from_scheduled(r, p) for r, p in zip(done, per, strict=True)]
     itl = [g for r in done for g in (np.diff(r.chunk_s) * 1e3).tolist()]
     sent = [r for r in records if r.sent_s is not None]
     waits = [(r.sent_s - r.scheduled_s) * 1e3 for r in sent if r.scheduled_s is not None]
@@ -75,6 +87,8 @@ def performance(records: Sequence[RequestRecord], slo: Mapping[str, float] | Non
         "itl_ms": distribution(itl),
         "e2e_ms": distribution([p["e2e_ms"] for p in per]),
         "queue_wait_client_ms": distribution([max(0.0, w) for w in waits]),
+        "ttft_from_scheduled_ms": distribution([p["ttft_ms"] for p in scheduled if p["ttft_ms"] is not None]),
+        "e2e_from_scheduled_ms": distribution([p["e2e_ms"] for p in scheduled]),
         "throughput": None,
         "null_reasons": {},
     }
@@ -88,15 +102,19 @@ def performance(records: Sequence[RequestRecord], slo: Mapping[str, float] | Non
             "output_tokens_per_s": round(out_total / duration_s, DECIMALS),
             "total_tokens_per_s": round((in_total + out_total) / duration_s, DECIMALS),
             "duration_s": round(duration_s, 6),
-            "goodput_rps": round(sum(meets_slo(p, slo) for p in per) / duration_s, DECIMALS) if slo else None,
+            "goodput_rps": round(sum(meets_slo(p, slo) for p in scheduled) / duration_s, DECIMALS) if slo else None,
             "slo": slo or None,
         }
+        if slo and scheduled:
+            group["throughput"]["slo_compliance"] = slo_compliance([meets_slo(p, slo) for p in scheduled])
     reasons = {
         "ttft_ms": "no request completed with generated text",
         "tpot_ms": "no completed request produced more than one output token",
         "itl_ms": "no completed request streamed more than one content chunk",
         "e2e_ms": "no request completed",
         "queue_wait_client_ms": "no request was sent",
+        "ttft_from_scheduled_ms": "no request completed with generated text",
+        "e2e_from_scheduled_ms": "no request completed",
         "throughput": "no request was sent and ended",
     }
     group["null_reasons"] = {k: why for k, why in reasons.items() if group[k] is None}
