@@ -168,7 +168,8 @@ def read_claims(history: History, plan: Plan, *, seed: int, resamples: int, repe
     if moved and decision in ("adopt", "reject"):
         decision = "inconclusive"
         summary += (f"; capped: the control {moved[0]['name']} is {moved[0]['equivalence']} "
-                    f"(margin {moved[0]['equivalence_margin']:.1%}), so it could explain a material share of the effect")
+                    f"(margin {moved[0]['equivalence_margin']:.1%}), so it could explain a material share "
+                    "of the effect")
         details["vetoed_by"] = moved[0]["name"]
     elif details["controls"]:
         summary += "; controls " + ", ".join(f"{c['name']} {c['equivalence']}" for c in details["controls"])

@@ -31,10 +31,8 @@ from typing import Literal
 
 import numpy as np
 
-from harness.contract.distribution import binomial_upper
+from harness.contract.distribution import binomial_upper  # noqa: F401  (re-exported: SLO bounds live there)
 from harness.errors import InvalidInput
-
-__all__ = ["binomial_upper"]  # re-exported: SLO compliance bounds live with the distributions
 
 MIN_PAIRED_REPEATS = 5
 DEFAULT_RESAMPLES = 10_000

@@ -30,7 +30,8 @@ import numpy as np
 from harness.client.records import RequestRecord
 from harness.contract.distribution import PERCENTILE_METHOD, distribution_ms, slo_compliance
 
-__all__ = ["DECIMALS", "PERCENTILE_METHOD", "SLO_KEYS", "from_scheduled", "meets_slo", "output_tokens", "per_request", "performance"]
+__all__ = ["DECIMALS", "PERCENTILE_METHOD", "SLO_KEYS", "from_scheduled", "meets_slo", "output_tokens", "per_request",
+           "performance"]
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms")
 DECIMALS = 4

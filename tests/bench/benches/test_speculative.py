@@ -13,6 +13,7 @@ from harness.bench.analysis import ClaimResult
 from harness.bench.arms import ArmRun
 from harness.bench.metrics import ACCEPTANCE_RATE, E2E_P50, MEAN_ACCEPTANCE_LENGTH
 from harness.bench.spec import Arm, Claim, History
+from harness.bench.stats import PairedEffect, repeat_ratio_effect
 from harness.bench.benches.bench68.acceptance import (
     Agreement,
     agreement,
@@ -121,10 +122,12 @@ def test_paired_steps_alternate_and_stop_once_the_variant_is_refused():
     assert list(gen) == []  # no baseline arm is spent on a variant that never started
 
 
-def claim(value: float, lo: float, hi: float, decision: str, b: str = "copy/v") -> ClaimResult:
+def claim(value: float, lo: float, hi: float, decision: str, b: str = "copy/v",
+          stats: PairedEffect | None = None) -> ClaimResult:
     effect = Effect(metric="e2e_ms.p50", estimator="ratio", value=value, ci_low=lo, ci_high=hi, confidence=0.95,
-                    no_effect=1.0, better="lower", method="bootstrap", n_pairs=3, arm_a="copy/off@v", arm_b=b)
-    return ClaimResult(Claim(E2E_P50, "copy/off@v", b), effect, decision, "paired", "reason", (value,) * 3)
+                    no_effect=1.0, better="lower", method="t", n_pairs=5, arm_a="copy/off@v", arm_b=b)
+    return ClaimResult(Claim(E2E_P50, "copy/off@v", b), effect, decision, "paired", "reason", (value,) * 5,
+                       margin=0.05, stats=stats)
 
 
 def row(workload: str, arm: str, e2e: ClaimResult | None, texts_ok: bool = True, refused: str | None = None,
@@ -136,13 +139,25 @@ def row(workload: str, arm: str, e2e: ClaimResult | None, texts_ok: bool = True,
                baseline_agreement=Agreement(4, 4, None), requested_tokens=3)
 
 
-def test_top_decision_adopts_the_best_adopted_variant_and_names_where_it_hurts():
-    rows = [row("copy", "ngram-k2", claim(0.8, 0.7, 0.9, "adopt")), row("copy", "ngram-k4", claim(0.6, 0.5, 0.7, "adopt")),
+def test_the_primary_row_decides_and_is_the_headline_and_secondaries_are_holm_corrected():
+    strong = repeat_ratio_effect([(100.0, 60.0 + r) for r in range(5)])  # p far below 0.025 / 3
+    weak = repeat_ratio_effect([(100.0, v) for v in (80.0, 93.0, 86.0, 91.0, 89.0)])  # p 0.017: adopt alone, not after Holm
+    rows = [row("copy", "ngram-k2", claim(0.8, 0.7, 0.9, "adopt")),
+            row("copy", "ngram-k4", claim(0.6, 0.5, 0.7, "adopt", stats=strong)),
+            row("random", "ngram-k2", claim(0.87, 0.8, 0.94, "adopt", stats=weak)),
             row("random", "ngram-k4", claim(1.3, 1.2, 1.4, "reject")),
             row("copy", "eagle", None, refused="method eagle needs CUDA")]
     top = decide_top(rows)
-    assert top.decision == "adopt" and top.effect.value == 0.6 and top.evidence_level == "paired"
-    assert "helps (E2E p50 interval below 1): copy/ngram-k2 (x0.80), copy/ngram-k4 (x0.60)" in top.lines
+    # the headline is the primary row (first on copy), not the best one
+    assert top.decision == "adopt" and top.effect.value == 0.8 and top.evidence_level == "paired"
+    assert top.headline[0]["role"] == "primary" and top.headline[0]["name"] == "copy/ngram-k2"
+    roles = {r.label: (r.role, r.decision) for r in top.rows}
+    assert roles["copy/ngram-k4"] == ("secondary", "adopt")
+    assert roles["random/ngram-k2"] == ("secondary", "inconclusive (Holm)")
+    assert roles["random/ngram-k4"] == ("secondary", "inconclusive (Holm)")  # no spread to test: p = 1
+    assert any("also help after Holm" in line and "copy/ngram-k4" in line for line in top.lines)
+    assert ("helps (E2E p50 interval below 1): copy/ngram-k2 (x0.80), copy/ngram-k4 (x0.60), random/ngram-k2 (x0.87)"
+            in top.lines)
     assert "hurts (E2E p50 interval above 1): random/ngram-k4 (x1.30)" in top.lines
     assert "not run here (capability_missing): eagle" in top.lines
     assert top.quality["passed"] and top.quality["value"] == 1.0 and not top.mismatched
@@ -167,7 +182,8 @@ def test_a_greedy_mismatch_is_never_adopted_and_fails_quality():
     top = decide_top(rows)
     assert top.mismatched == ["copy/self-draft"] and top.quality["passed"] is False
     assert top.quality["value"] == pytest.approx(7 / 8)
-    assert top.decision == "adopt" and top.effect.arm_b == "copy/v" and math.isclose(top.effect.value, 0.9)
+    # the primary row (first on copy) has differing outputs: never adopted, whatever the other rows show
+    assert top.decision == "reject" and math.isclose(top.effect.value, 0.6)
     # a gain whose outputs differ still shows where it helps, marked, and is never the adopted headline
     assert "helps (E2E p50 interval below 1): copy/self-draft (x0.60, outputs differ), copy/ngram-k2 (x0.90)" \
         in top.lines

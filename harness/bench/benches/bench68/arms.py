@@ -175,6 +175,7 @@ def read_speculative(cfg: Any, arms: Sequence[SpecArm],
                                 baseline_agreement=agreement(runs, base, ref), requested_tokens=sa.gamma))
         top = decide_top(rows)
         prop_lines, prop_details = proposal_lines(*proposal, arms, cfg)
+        rows = list(top.rows) or rows  # with the primary row named and the secondaries' Holm-adjusted p
         lines = ["", *row_lines(rows), "", *prop_lines, "", *top.lines]
         details = {"speculative": [r.to_dict() for r in rows], "claims": claims, "decision_rule": top.rule,
                    "arms": [{"name": a.name, "speculative_config": a.config, "kind": a.kind, "gamma": a.gamma,

@@ -7,20 +7,23 @@ decision rule is stated in ``RULE`` and recorded with every result.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tabulate import tabulate
 
 from harness.contract import Effect
 from harness.bench.analysis import ClaimResult
+from harness.bench.stats import holm, p_beyond
 from harness.bench.benches.bench68.acceptance import Acceptance, Agreement, Prediction
 
 RULE = ("per workload x speculative variant, the paired E2E p50 ratio (variant / baseline measured alongside) "
-        "decides: adopt only when its 95% interval lies below 1 with >= 3 paired repeats and the variant's greedy "
-        "outputs equal the baseline's; top level: adopt when some variant is adopted on some workload (headline: "
-        "the adopted one with the largest E2E gain), reject when every variant is rejected on every workload, "
-        "else inconclusive (headline: the largest E2E gain on the copy workload); a greedy mismatch blocks it")
+        "is read against its margin: adopt only when its 95% interval lies beyond the margin band with >= 5 paired "
+        "repeats and the variant's greedy outputs equal the baseline's; the primary row (the first variant on the "
+        "copy workload) decides the top level and is the headline; every other row is secondary, Holm-corrected "
+        "over the family (adopt/reject only with an adjusted p < 0.025) and never the headline; a greedy "
+        "mismatch blocks it")
+ALPHA = 0.025  # one-sided, the side of a 95 % two-sided interval
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class Row:
     agreement: Agreement
     baseline_agreement: Agreement
     requested_tokens: int | None = None  # num_speculative_tokens asked for
+    role: str = "secondary"  # the primary row decides the bench; the others are Holm-corrected
+    holm_p: float | None = None  # a secondary row's Holm-adjusted p over the family
 
     @property
     def effective_tokens(self) -> int | None:
@@ -59,7 +64,11 @@ class Row:
             return "no completed pair"
         if self.acceptance is None:
             return "not applied (no spec-decode counters)"
-        return "reject (outputs differ)" if self.mismatched else self.e2e.decision
+        if self.mismatched:
+            return "reject (outputs differ)"
+        if self.holm_p is not None and self.e2e.decision in ("adopt", "reject") and self.holm_p >= ALPHA:
+            return "inconclusive (Holm)"
+        return self.e2e.decision
 
     @property
     def served_speedup(self) -> tuple[float, float, float] | None:
@@ -76,7 +85,8 @@ class Row:
 
     def to_dict(self) -> dict[str, Any]:
         served = self.served_speedup
-        return {"workload": self.workload, "arm": self.arm, "decision": self.decision,
+        return {"workload": self.workload, "arm": self.arm, "decision": self.decision, "role": self.role,
+                "p_holm": self.holm_p,
                 "capability_missing": self.refused,
                 "e2e_effect": self.e2e.to_dict() if self.e2e else None,
                 "tpot_effect": self.tpot.to_dict() if self.tpot else None,
@@ -147,10 +157,31 @@ class Top:
     quality: dict[str, Any] | None
     mismatched: list[str]
     rule: str = RULE
+    rows: tuple[Row, ...] = ()  # the rows with their roles and Holm-adjusted p
+
+
+def with_roles(rows: Sequence[Row]) -> list[Row]:
+    """The primary row (first on copy, else first run) and Holm-adjusted p for the secondaries."""
+    ran = [i for i, r in enumerate(rows) if r.refused is None and r.e2e is not None]
+    if not ran:
+        return list(rows)
+    primary = next((i for i in ran if rows[i].workload == "copy"), ran[0])
+    family = [i for i in ran if i != primary]
+
+    def p_of(r: Row) -> float:
+        e = r.e2e
+        if e is None or e.stats is None:
+            return 1.0
+        side = "higher" if e.decision == "reject" else "lower"
+        return p_beyond(e.stats, better=side, margin=e.margin)
+    adjusted = dict(zip(family, holm([p_of(rows[i]) for i in family]), strict=True))
+    return [replace(r, role="primary" if i == primary else "secondary", holm_p=adjusted.get(i))
+            for i, r in enumerate(rows)]
 
 
 def decide_top(rows: Sequence[Row]) -> Top:
     """The top-level decision from the rows, by ``RULE``."""
+    rows = with_roles(rows)
     ran = [r for r in rows if r.refused is None and r.e2e is not None]
     # where it helps or hurts is the E2E interval's side (any repeat count); adoption is the row's decision
     sides = {"helps": lambda e: e.ci_high < 1, "hurts": lambda e: e.ci_low > 1,
@@ -183,23 +214,23 @@ def decide_top(rows: Sequence[Row]) -> Top:
         lines.append(f"greedy identity: {same}/{total} speculative outputs equal the baseline's"
                      + (f"; differs for {', '.join(mismatched)}" if mismatched else ""))
     lines.append(f"decision rule: {RULE}")
+    ordered = sorted(ran, key=lambda r: r.role != "primary")
     headline = [{"name": r.label, "metric": r.e2e.effect.metric, "value": r.e2e.effect.value, "unit": "ratio",
-                 "ci_low": r.e2e.effect.ci_low, "ci_high": r.e2e.effect.ci_high, "arm": r.e2e.effect.arm_b}
-                for r in ran]
+                 "ci_low": r.e2e.effect.ci_low, "ci_high": r.e2e.effect.ci_high, "arm": r.e2e.effect.arm_b,
+                 "role": r.role, "p_holm": r.holm_p, "interval_unit": r.e2e.effect.unit,
+                 "n_repeats": r.e2e.effect.n_pairs, "n_requests": r.e2e.effect.n_requests,
+                 "method": r.e2e.effect.method, "margin": r.e2e.margin, "excluded": list(r.e2e.excluded)}
+                for r in ordered]
     if not ran:
         return Top("blocked", "precheck", "no speculative variant completed a paired run", None, headline, lines,
-                   quality, mismatched)
-
-    def best(candidates: Sequence[Row]) -> Row:
-        return min(candidates, key=lambda r: r.e2e.effect.value)
-    adopted = [r for r in ran if r.decision == "adopt"]
-    if adopted:
-        head, decision = best(adopted), "adopt"
-    elif all(r.decision.startswith("reject") for r in ran):
-        head, decision = best(ran), "reject"
-    else:
-        head, decision = best([r for r in ran if r.workload == "copy"] or ran), "inconclusive"
+                   quality, mismatched, rows=tuple(rows))
+    head = ordered[0]
+    decision = "adopt" if head.decision == "adopt" else "reject" if head.decision.startswith("reject") else \
+        "inconclusive"
+    also = [f"{r.label} (Holm p {r.holm_p:.3g})" for r in ordered[1:] if r.decision == "adopt"]
+    if also:
+        lines.append("secondary rows that also help after Holm's correction: " + ", ".join(also))
     e = head.e2e.effect
-    summary = (f"{decision}: headline {head.label} E2E p50 x{e.value:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}] vs the "
+    summary = (f"{decision}: primary {head.label} E2E p50 x{e.value:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}] vs the "
                f"baseline ({head.e2e.reason})" + "; " + "; ".join(lines[:3]))
-    return Top(decision, head.e2e.evidence_level, summary, e, headline, lines, quality, mismatched)
+    return Top(decision, head.e2e.evidence_level, summary, e, headline, lines, quality, mismatched, rows=tuple(rows))
