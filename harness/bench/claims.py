@@ -63,6 +63,7 @@ class ClaimResult:
                 "n_requests": eff.n_requests if eff else None, "method": self.effect.method,
                 "p_sign_flip": eff.p_sign if eff else None,
                 "request_level_ci": list(eff.request_ci) if eff and eff.request_ci else None,
+                "request_design": eff.request_design if eff and eff.request_ci else None,
                 "validity": {"consequence": VALIDITY_CONSEQUENCE, "excluded": list(self.excluded)}}
 
 

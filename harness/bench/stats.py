@@ -23,6 +23,7 @@ repeats are ``single``; both cap the decision at inconclusive, with the reason.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -134,6 +135,7 @@ def t_cdf(x: float, df: int) -> float:
     return 0.5 + math.copysign(min(float(area), 0.5), x)
 
 
+@functools.lru_cache(maxsize=256)
 def t_quantile(p: float, df: int) -> float:
     """The p-quantile of Student's t by bisection on ``t_cdf``."""
     if not 0 < p < 1:
@@ -249,14 +251,16 @@ def paired_ratio_effect(
         if sa <= 0 or sb <= 0:
             raise InvalidInput(f"repeat {i + 1}: the statistic must be positive in both arms for a ratio")
         logs.append(math.log(sb / sa))
-    rng = np.random.default_rng(seed)
-    draws = np.mean([_repeat_log_draws(r, statistic, rng, resamples, block) for r in reps], axis=0)
-    alpha = (1 - confidence) / 2
-    req_lo, req_hi = (float(math.exp(q)) for q in np.quantile(draws, [alpha, 1 - alpha]))
     design = ("joint" if all(r.joint for r in reps) else "unpaired") + (
         ", stratified" if any(r.strata for r in reps) else "") + (f", blocks of {block}" if block > 1 else "")
     eff = _effect(np.asarray(logs), confidence, statistic=getattr(statistic, "__name__", "statistic"),
                   n_requests=min(r.n_requests for r in reps), resamples=resamples, seed=seed, request_design=design)
+    if resamples <= 0 and len(reps) > 1:  # the repeat-level interval alone (simulations)
+        return eff
+    rng = np.random.default_rng(seed)
+    draws = np.mean([_repeat_log_draws(r, statistic, rng, max(resamples, 1), block) for r in reps], axis=0)
+    alpha = (1 - confidence) / 2
+    req_lo, req_hi = (float(math.exp(q)) for q in np.quantile(draws, [alpha, 1 - alpha]))
     request_ci = (min(req_lo, eff.value), max(req_hi, eff.value))
     if len(reps) == 1:  # no repeat-level spread to use: the request level is all there is
         return _replace(eff, ci_low=request_ci[0], ci_high=request_ci[1], unit="request", request_ci=request_ci)

@@ -1,0 +1,102 @@
+"""bench-69's plan read by the framework on recorded runs: the control as an equivalence test, validity, margins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from harness.bench.analysis import read_claims
+from harness.bench.arms import ArmRun
+from harness.bench.benches import bench69
+from harness.bench.spec import History
+from harness.client.records import RequestRecord
+
+UNIQUE, SHARED, CONTROL = bench69.UNIQUE, bench69.SHARED, bench69.CONTROL
+
+
+def records(ttft_ms: dict[int, float]) -> tuple[RequestRecord, ...]:
+    out, t = [], 0.0
+    for i, ttft in ttft_ms.items():
+        first = t + ttft / 1e3
+        out.append(RequestRecord(index=i, status="length", scheduled_s=t, sent_s=t, first_token_s=first,
+                                 end_s=first + 0.3, chunk_s=(first,), completion_tokens=16, output_tokens_requested=16))
+        t = first + 0.3
+    return tuple(out)
+
+
+def arm_run(label: str, repeat: int, ttft_ms: dict[int, float], valid: bool = True) -> ArmRun:
+    result = {"conclusion": {"failure": None, "valid": valid,
+                             "invalid_reasons": [] if valid else ["client send lag P99 40 ms over 60 sends > 2 ms"]},
+              "performance": {"throughput": {"duration_s": 3.0}}, "details": {"server_metrics": {}}}
+    return ArmRun(label=label, repeat=repeat, result_path=Path(f"{label}/r{repeat}.json"), result=result,
+                  records=records(ttft_ms))
+
+
+def bench69_runs(control_factor: float, *, repeats: int = 5, invalid: tuple[str, int] | None = None,
+                 seed: int = 0) -> list[ArmRun]:
+    """A recorded bench-69 at its defaults (G = 2, P = 4): A cold, B hits on all but each group's first request,
+    C = A x ``control_factor`` on its own server start."""
+    rng = np.random.default_rng(seed)
+    runs = []
+    for r in range(1, repeats + 1):
+        cold = {i: 1000.0 * (1 + 0.01 * rng.standard_normal()) for i in range(8)}
+        hits = {i: cold[i] if i < 2 else 40.0 * (1 + 0.01 * rng.standard_normal()) for i in range(8)}
+        ctrl = {i: control_factor * 1000.0 * (1 + 0.003 * rng.standard_normal()) for i in range(8)}
+        for label, ttft in ((UNIQUE, cold), (SHARED, hits), (CONTROL, ctrl)):
+            runs.append(arm_run(label, r, ttft, valid=(label, r) != invalid))
+    return runs
+
+
+def read(runs: list[ArmRun], repeats: int = 5):
+    cfg = bench69.Config(repeats=repeats)
+    plan = bench69.plan(cfg, None)
+    return read_claims(History(cfg=cfg, model=None, runs=runs), plan, seed=0, resamples=500, repeats=repeats)
+
+
+def test_a_control_that_drifted_0_7_percent_is_equivalent_and_the_96_percent_gain_is_adopted():
+    reading = read(bench69_runs(0.993))
+    assert (reading.decision, reading.evidence_level) == ("adopt", "paired"), reading.summary
+    assert 0.03 < reading.effect.value < 0.05 and reading.effect.margin == 0.05 and reading.effect.unit == "repeat"
+    (control,) = reading.details["controls"]
+    assert control["equivalence"] == "equivalent" and not control["shows_effect"]
+    assert 0.985 < control["effect"]["value"] < 1.0 and control["effect"]["ci_high"] < 1.0  # it did move a little
+    assert control["design"] == "cross-start" and control["evidence_level"] == "repeated"
+    assert "vetoed_by" not in reading.details and "cache-off equivalent" in reading.summary
+    (claim,) = reading.details["claims"]
+    assert claim["role"] == "primary" and claim["n_repeats"] == 5 and claim["n_requests"] == 8
+    # requests resampled jointly and within the hit/miss cells: the request-level upper limit stays near the estimate
+    assert claim["request_design"] == "joint, stratified" and claim["request_level_ci"][1] < 1.5 * claim["effect"]["value"]
+    assert any("margin 5.0%" in line for line in reading.lines)
+
+
+def test_a_control_that_moved_as_much_as_the_treatment_makes_it_inconclusive():
+    reading = read(bench69_runs(0.04))
+    assert reading.decision == "inconclusive", reading.summary
+    (control,) = reading.details["controls"]
+    assert control["equivalence"] == "moved" and reading.details["vetoed_by"] == "cache-off"
+    assert "could explain a material share" in reading.summary
+
+
+def test_three_repeats_are_single_evidence_and_at_most_inconclusive():
+    reading = read(bench69_runs(0.993, repeats=3), repeats=3)
+    assert (reading.decision, reading.evidence_level) == ("inconclusive", "single")
+    assert "only 3 repeat" in reading.summary
+
+
+def test_an_invalid_run_is_left_out_of_the_effect_and_listed():
+    reading = read(bench69_runs(0.993, invalid=(SHARED, 2)))
+    (claim,) = reading.details["claims"]
+    assert claim["n_repeats"] == 4 and reading.evidence_level == "single"
+    assert claim["validity"]["excluded"] == [f"{SHARED} repeat 2: client send lag P99 40 ms over 60 sends > 2 ms"]
+    primary = next(h for h in reading.headline if h.get("role") == "primary")
+    assert primary["n_repeats"] == 4 and primary["excluded"] and "left out" in primary["validity"]
+    arm = next(h for h in reading.headline if h.get("arm") == SHARED)
+    assert arm["n_repeats"] == 4 and arm["n_requests"] == 32 and arm["duration_s"] == 12.0
+
+
+def test_the_bench69_defaults_can_decide():
+    cfg = bench69.Config()
+    assert cfg.repeats == 5 and cfg.prefix_tokens == 512
+    plan = bench69.plan(cfg, None)
+    assert plan.claims[0].primary and plan.claims[0].strata is not None
