@@ -64,3 +64,12 @@ def test_a_repeat_that_completed_nothing_is_counted_not_averaged_as_zero():
     row = layout_scaling(runs, "tp2", 2, "single", resamples=200)
     assert row.throughput_tok_s == 14.0 and row.empty_repeats == 1 and row.repeats == 1 and not row.valid
     assert "(1 empty)" in scaling_table([row])[0][2]
+
+
+def test_an_invalid_repeat_is_left_out_of_the_row_and_counted():
+    bad = run("pp2", 3, 99.0)
+    bad.result["conclusion"].update(valid=False, invalid_reasons=["client send lag"])
+    runs = [run("single", r, 10.0) for r in (1, 2, 3)] + [run("pp2", r, 20.0) for r in (1, 2)] + [bad]
+    row = layout_scaling(runs, "pp2", 2, "single", resamples=200)
+    assert row.throughput_tok_s == 20.0 and row.repeats == 2 and row.invalid_repeats == 1 and row.valid
+    assert "(1 invalid, left out)" in scaling_table([row])[0][2]

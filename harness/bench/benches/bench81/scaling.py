@@ -73,15 +73,17 @@ class LayoutScaling:
     latency_ms: dict[str, float | None] = field(default_factory=dict)
     empty_repeats: int = 0  # repeats in which no request completed (e.g. all timed out): not in the mean
     valid: bool = True
+    invalid_repeats: int = 0  # repeats left out as invalid (the client could not keep its schedule, ...)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def measured(runs: Sequence[ArmRun], label: str) -> list[ArmRun]:
-    """The repeats of ``label`` that ran and completed at least one request (a repeat whose every
-    request timed out measured no throughput: it is counted in ``empty_repeats``, not averaged as 0)."""
-    return [r for r in runs if r.label == label and not r.failure and r.completed > 0]
+    """The valid repeats of ``label`` that ran and completed at least one request (a repeat whose every
+    request timed out measured no throughput: it is counted in ``empty_repeats``, not averaged as 0; an
+    invalid one is left out of every figure, as in every bench, and counted in ``invalid_repeats``)."""
+    return [r for r in runs if r.label == label and not r.failure and r.completed > 0 and r.valid]
 
 
 def throughputs(runs: Sequence[ArmRun], label: str) -> list[float]:
@@ -94,6 +96,7 @@ def layout_scaling(runs: Sequence[ArmRun], label: str, devices: int, baseline: s
     mine, base = throughputs(runs, label), throughputs(runs, baseline)
     done = measured(runs, label)
     empty = sum(1 for r in runs if r.label == label and not r.failure and r.records and not r.completed)
+    invalid = sum(1 for r in runs if r.label == label and not r.failure and r.completed > 0 and not r.valid)
     speedup = ratio_of_means(mine, base, resamples=resamples, seed=seed) if label != baseline else None
     efficiency = (ratio_of_means(mine, base, scale=1.0 / devices, resamples=resamples, seed=seed)
                   if label != baseline else None)
@@ -103,7 +106,7 @@ def layout_scaling(runs: Sequence[ArmRun], label: str, devices: int, baseline: s
         throughput_range=(min(mine), max(mine)) if mine else None,
         per_device_tok_s=mean / devices if mean is not None else None, speedup=speedup, efficiency=efficiency,
         latency_ms={m.name: m.value(done) for m in LATENCIES}, empty_repeats=empty,
-        valid=bool(done) and not empty and all(r.valid for r in done))
+        valid=bool(done) and not empty, invalid_repeats=invalid)
 
 
 def scaling_table(rows: Sequence[LayoutScaling]) -> list[list[str]]:
@@ -116,6 +119,7 @@ def scaling_table(rows: Sequence[LayoutScaling]) -> list[list[str]]:
         spread = (f" [{row.throughput_range[0]:.1f}, {row.throughput_range[1]:.1f}]"
                   if row.throughput_range else "")
         empty = f" ({row.empty_repeats} empty)" if row.empty_repeats else ""
+        empty += f" ({row.invalid_repeats} invalid, left out)" if row.invalid_repeats else ""
         out.append([row.layout, f"{row.devices}", f"{num(row.throughput_tok_s)}{spread}{empty}", num(row.per_device_tok_s),
                     row.speedup.text() if row.speedup else "1 (baseline)" if row.layout == row.baseline else "-",
                     row.efficiency.text() if row.efficiency else "1 (baseline)" if row.layout == row.baseline else "-",
