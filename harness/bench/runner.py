@@ -44,7 +44,7 @@ from harness.client import read_records
 from harness.contract import Failure
 from harness.contract.jsonio import read_json
 from harness.errors import InvalidInput
-from harness.knobs import check_config, config_dict
+from harness.knobs import config_dict
 from harness.models import PreparedModel, ensure_model
 from harness.progress import Reporter
 from harness.rundir.directory import Finished, RunDirectory, check_run_target
@@ -296,8 +296,6 @@ def run_bench(spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), repo
               ) -> BenchOutcome:
     """Run the whole bench; the outcome says where everything is."""
     reporter = reporter or Reporter(name=f"bench-{spec.name}")
-    check_config(cfg)
-    cfg.check()
     check_run_target(root / spec.out_root(cfg), None, sign=cfg.sign, root=root, flag="--out-root")
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
     if placement.notice:

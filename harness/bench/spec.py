@@ -44,7 +44,7 @@ from harness.bench.metrics import (
 )
 from harness.bench.records import ArmRun, Reading, Workload
 from harness.errors import InvalidInput
-from harness.knobs import knob
+from harness.knobs import KnobConfig, knob
 from harness.workload import Arrival, Common
 
 if TYPE_CHECKING:
@@ -55,8 +55,8 @@ DEFAULT_COLUMNS = (TTFT_P50, TTFT_P95, TPOT_P50, E2E_P50, OUTPUT_TOKENS_PER_S, P
 
 
 @dataclass(frozen=True)
-class BenchConfig:
-    """Knobs every serving bench has; a spec's config adds its own fields after these."""
+class BenchConfig(KnobConfig):
+    """Knobs every serving bench has; a spec's config adds its own fields after these (checked when made)."""
 
     scale: int = knob(1, "multiply the number of measured requests per arm", min=1)
     repeats: int = knob(3, "repeats of every arm, interleaved (< 3 lowers the evidence level)", min=1)
@@ -73,9 +73,6 @@ class BenchConfig:
     resamples: int = knob(10_000, "bootstrap resamples of every confidence interval", min=100)
     out_root: Path | None = knob(None, "root of the run directories (default: runs/NN)")
     sign: bool = knob(True, "sign the run directory into manifests/")
-
-    def check(self) -> None:
-        """Cross-field checks of a spec's config (field constraints are checked before this)."""
 
 
 @dataclass(frozen=True)
@@ -324,6 +321,11 @@ class BenchSpec:
     plan: Callable[[Any, PreparedModel], Plan]
     next_steps: Mapping[str, str]  # by decision (NEXT_STEP_KEYS); COMMON_NEXT_STEPS fill the rest
     outputs: tuple[str, ...] = ()  # extra files it writes, for the command's closing lines
+
+    @property
+    def help(self) -> str:
+        """The one-line help of ``infkit bench NN``."""
+        return f"{self.semantic_id}: {self.question}"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.next_steps) - set(NEXT_STEP_KEYS))

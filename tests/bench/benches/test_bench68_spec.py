@@ -14,7 +14,7 @@ from harness.bench.benches.bench68 import SPEC, Config
 from harness.bench.benches.bench68.arms import cited_proposal
 from harness.errors import InvalidInput
 from harness.manifest.sign import default_manifest_path
-from harness.models.prepare import PreparedModel
+from harness.models.stamp import PreparedModel
 from harness.rundir.directory import RunDirectory
 from harness.runtime.docker import mounts_for
 from tests.bench.benches.test_speculative import SMOLLM2
