@@ -75,7 +75,8 @@ def legacy_interval(pairs: Sequence[tuple[np.ndarray, np.ndarray]], statistic: C
         logs = 0.0
         for j in rng.integers(0, n, size=n):
             a, b = pairs[j]
-            logs += math.log(statistic(b[rng.integers(0, b.size, b.size)]) / statistic(a[rng.integers(0, a.size, a.size)]))
+            a_s, b_s = a[rng.integers(0, a.size, a.size)], b[rng.integers(0, b.size, b.size)]
+            logs += math.log(statistic(b_s) / statistic(a_s))
         out[k] = logs / n
     lo, hi = np.quantile(out, [0.025, 0.975])
     return math.exp(lo), math.exp(hi)

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.bench.arms import ArmRun, completed_runs
 from harness.bench.claims import (
     VALIDITY_CONSEQUENCE,
     ClaimResult,
@@ -34,6 +33,7 @@ from harness.bench.claims import (
     secondary_entries,
 )
 from harness.bench.metrics import Metric
+from harness.bench.records import ArmRun, Reading, completed_runs
 from harness.bench.spec import History, Plan
 from harness.contract import (
     Conclusion,
@@ -46,26 +46,6 @@ from harness.contract import (
 from harness.contract.result import utc_now
 
 __all__ = ["ClaimResult", "Reading", "claim_effect", "read_claims", "top_result"]
-
-
-@dataclass
-class Reading:
-    """A bench's conclusion and what goes with it into the result, the summary and the figures."""
-
-    evidence_level: str
-    decision: str
-    summary: str
-    effect: Effect | None = None
-    repeats: int | None = None
-    failure: Failure | None = None
-    invalid_reasons: list[str] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
-    lines: list[str] = field(default_factory=list)  # summary.txt, after the arm table
-    figures: dict[str, Callable[[Path], Any]] = field(default_factory=dict)
-    headline: list[dict[str, Any]] = field(default_factory=list)
-    kind: str = "comparison"
-    quality: dict[str, Any] | None = None  # the correctness group's quality (e.g. greedy agreement), when checked
-    next_step: str | None = None  # a read rule's own next step (else the spec's, by decision)
 
 
 def on_better_side(effect: Effect) -> bool:
@@ -152,9 +132,8 @@ def read_claims(history: History, plan: Plan, *, seed: int, resamples: int, repe
     headline = headline_entries(history, plan, results, p_i)
     blocked = blocked_reading(history, failure, repeats)
     if blocked is not None:
-        blocked.effect = primary.effect if primary else None
-        blocked.details, blocked.lines, blocked.headline = details, lines, headline
-        return blocked
+        return replace(blocked, effect=primary.effect if primary else None, details=details, lines=tuple(lines),
+                       headline=tuple(headline))
     if primary is None:
         return Reading(evidence_level="precheck", decision="blocked", details=details, lines=lines,
                        failure=Failure(stage="report", kind="error", message="no completed valid A/B pair"),
@@ -228,7 +207,7 @@ def top_result(history: History, plan: Plan, reading: Reading, *, semantic_id: s
                                 quality=reading.quality,
                                 null_reasons={} if reading.quality else {"quality": "no reference outputs for this workload"}),
         conclusion=conclusion,
-        details={"protocol": protocol, "headline": reading.headline, **reading.details,
+        details={"protocol": protocol, "headline": list(reading.headline), **reading.details,
                  "arm_runs": [arm_run_entry(r) for r in runs], **extra},
     )
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.bench.arms import ArmRun
 from harness.bench.metrics import Metric
+from harness.bench.records import ArmRun
 from harness.bench.spec import Claim, Plan
 from harness.bench.stats import (
     CONTROL_SHARE,

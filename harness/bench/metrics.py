@@ -23,7 +23,7 @@ from harness.contract.distribution import PERCENTILE_METHOD
 from harness.serving.metrics import per_request
 
 if TYPE_CHECKING:
-    from harness.bench.arms import ArmRun
+    from harness.bench.records import ArmRun
 
 Statistic = Callable[[np.ndarray], float]
 
@@ -196,7 +196,8 @@ WAITING_PEAK = Metric("waiting.peak", "waiting peak", "lower", ".0f", of_run=ser
                       unit="requests")
 
 METRICS = {m.name: m for m in (TTFT_P50, TTFT_P95, TTFT_P99, TPOT_P50, TPOT_P99, ITL_P50, E2E_P50, E2E_P99,
-                                QUEUE_WAIT_P50, QUEUE_WAIT_P99, TTFT_SCHEDULED_P50, TTFT_SCHEDULED_P99, E2E_SCHEDULED_P50, E2E_SCHEDULED_P99,
+                                QUEUE_WAIT_P50, QUEUE_WAIT_P99, TTFT_SCHEDULED_P50, TTFT_SCHEDULED_P99,
+                                E2E_SCHEDULED_P50, E2E_SCHEDULED_P99,
                                 OUTPUT_TOKENS_PER_S, REQUEST_RATE, GOODPUT, PEAK_MEMORY_GIB, PREFIX_HIT_RATE,
                                 SERVER_QUEUE_MEAN, PREEMPTIONS, RUNNING_MEAN, WAITING_MEAN, RUNNING_PEAK, WAITING_PEAK,
                                 ACCEPTANCE_RATE, MEAN_ACCEPTANCE_LENGTH)}

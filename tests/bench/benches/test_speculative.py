@@ -7,13 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.client.records import RequestRecord
-from harness.contract import Effect
 from harness.bench.analysis import ClaimResult
-from harness.bench.arms import ArmRun
-from harness.bench.metrics import ACCEPTANCE_RATE, E2E_P50, MEAN_ACCEPTANCE_LENGTH
-from harness.bench.spec import Arm, Claim, History
-from harness.bench.stats import PairedEffect, repeat_ratio_effect
 from harness.bench.benches.bench68.acceptance import (
     Agreement,
     agreement,
@@ -24,6 +18,12 @@ from harness.bench.benches.bench68.acceptance import (
 )
 from harness.bench.benches.bench68.arms import paired_steps
 from harness.bench.benches.bench68.table import Row, decide_top, row_lines
+from harness.bench.metrics import ACCEPTANCE_RATE, E2E_P50, MEAN_ACCEPTANCE_LENGTH
+from harness.bench.records import ArmRun
+from harness.bench.spec import Arm, Claim, History
+from harness.bench.stats import PairedEffect, repeat_ratio_effect
+from harness.client.records import RequestRecord
+from harness.contract import Effect
 from harness.mech.specdec.formulas import expected_tokens
 
 SMOLLM2 = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3,
@@ -141,7 +141,8 @@ def row(workload: str, arm: str, e2e: ClaimResult | None, texts_ok: bool = True,
 
 def test_the_primary_row_decides_and_is_the_headline_and_secondaries_are_holm_corrected():
     strong = repeat_ratio_effect([(100.0, 60.0 + r) for r in range(5)])  # p far below 0.025 / 3
-    weak = repeat_ratio_effect([(100.0, v) for v in (80.0, 93.0, 86.0, 91.0, 89.0)])  # p 0.017: adopt alone, not after Holm
+    # p 0.017: adopt alone, not after Holm
+    weak = repeat_ratio_effect([(100.0, v) for v in (80.0, 93.0, 86.0, 91.0, 89.0)])
     rows = [row("copy", "ngram-k2", claim(0.8, 0.7, 0.9, "adopt")),
             row("copy", "ngram-k4", claim(0.6, 0.5, 0.7, "adopt", stats=strong)),
             row("random", "ngram-k2", claim(0.87, 0.8, 0.94, "adopt", stats=weak)),

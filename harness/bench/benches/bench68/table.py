@@ -12,10 +12,10 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness.contract import Effect
 from harness.bench.analysis import ClaimResult
-from harness.bench.stats import holm, p_beyond
 from harness.bench.benches.bench68.acceptance import Acceptance, Agreement, Prediction
+from harness.bench.stats import holm, p_beyond
+from harness.contract import Effect
 
 RULE = ("per workload x speculative variant, the paired E2E p50 ratio (variant / baseline measured alongside) "
         "is read against its margin: adopt only when its 95% interval lies beyond the margin band with >= 5 paired "
