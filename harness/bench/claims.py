@@ -85,12 +85,14 @@ def excluded_runs(runs: Sequence[ArmRun], labels: Sequence[str]) -> list[str]:
 
 
 def design_of(plan: Plan | None, claim: Claim) -> Design:
-    """How the claim's arms met servers: on one start, on alternating restarts, or across single starts."""
+    """How the claim's arms met servers: interleaved on one start (the same server variant in one phase), on
+    alternating restarts (each phase holds one repeat), or across single starts — two variants kept up side by
+    side are two starts too, so their start-to-start shift is confounded with the effect."""
     if plan is None:
         return "interleaved"
     arms = {a.label: a for a in plan.arms}
     a, b = arms[claim.baseline].server, arms[claim.treatment].server
-    if any(a in p.servers and b in p.servers for p in plan.phases):
+    if a == b and any(a in p.servers for p in plan.phases):
         return "interleaved"
     touching = [p for p in plan.phases if a in p.servers or b in p.servers]
     if touching and all(not callable(p.steps) and len({r for r, _ in p.steps}) == 1 for p in touching):

@@ -101,3 +101,22 @@ def test_the_bench69_defaults_can_decide():
     assert cfg.repeats == 5 and cfg.prefix_tokens == 512
     plan = bench69.plan(cfg, None)
     assert plan.claims[0].primary and plan.claims[0].strata is not None
+
+
+def test_the_design_follows_how_the_arms_met_servers():
+    from harness.bench.claims import design_of
+    from harness.bench.metrics import TTFT_P50
+    from harness.bench.spec import Arm, Claim, Plan, ServerVariant, WorkloadPlan, phases_for
+    from harness.workload import Arrival, Common
+
+    arms = (Arm("a", "w", "s1"), Arm("b", "w", "s2"), Arm("c", "w", "s1"))
+    claim_ab, claim_ac = Claim(TTFT_P50, "a", "b"), Claim(TTFT_P50, "a", "c")
+    work = (WorkloadPlan("w", "random", Common(Arrival("closed", concurrency=1), requests=2)),)
+    servers = (ServerVariant("s1"), ServerVariant("s2"))
+
+    def design(order: str, claim: Claim) -> str:
+        plan = Plan(workloads=work, servers=servers, arms=arms, schedule=phases_for(arms, 5, order))
+        return design_of(plan, claim)
+    assert design("sequential", claim_ab) == "cross-start" and design("sequential", claim_ac) == "interleaved"
+    assert design("alternate", claim_ab) == "alternating" and design("alternate", claim_ac) == "interleaved"
+    assert design("concurrent", claim_ab) == "cross-start"  # two variants side by side are two starts

@@ -182,7 +182,7 @@ def deployment_reading(history: History, campaign: Campaign, *, candidates: Sequ
         runner_up = next((s for s in ranked if s.name == duel["runner_up"]), None)
         claim = claim_effect(history.runs, Claim(duel_metric(runner_up), duel_label(duel["runner_up"]),
                                                  duel_label(duel["leader"]), name="duel"),
-                             seed=cfg.seed, resamples=cfg.resamples)
+                             seed=cfg.seed, resamples=cfg.resamples, design="cross-start")  # two kept-up starts
     costs = {s.name: s.peak("peak_memory_gib") for s in ranked}
     verdict = decide(ranked, claim, duel["rate_rps"] if duel else None, repeats=cfg.repeats, costs=costs) if slo else \
         Decision("inconclusive", "single", "no SLOs: the light-load probe gave no latency figures to scale",
