@@ -43,6 +43,14 @@ def test_lag_is_judged_against_the_mean_arrival_gap_too():
     assert any("send lag" in r for r in schedule_reasons(tight, HEALTHY, ValidityLimits(), timed=True))
 
 
+def test_loop_lag_is_judged_against_the_tail_it_can_move():
+    slow_tail = records(10, ttft_s=0.3, late={})  # TTFT P99 300 ms: a 22 ms P99 wake-up lateness is 7 %
+    lagging = ClientHealth(loop_lag_p99_ms=22.0, loop_lag_max_ms=80.0, workers=1, lag_samples=400)
+    assert any("event-loop" in r for r in schedule_reasons(slow_tail, lagging, ValidityLimits(), timed=False))
+    long_tail = records(10, ttft_s=4.0)  # 5 % of 4 s is 200 ms
+    assert schedule_reasons(long_tail, lagging, ValidityLimits(), timed=False) == []
+
+
 def test_loop_lag_over_few_probes_is_not_judged():
     few = ClientHealth(loop_lag_p99_ms=500.0, loop_lag_max_ms=500.0, workers=1, lag_samples=12)
     many = ClientHealth(loop_lag_p99_ms=500.0, loop_lag_max_ms=500.0, workers=1, lag_samples=120)
