@@ -135,11 +135,12 @@ def read_claims(history: History, plan: Plan, *, seed: int, resamples: int, repe
         return replace(blocked, effect=primary.effect if primary else None, details=details, lines=tuple(lines),
                        headline=tuple(headline))
     if primary is None:
+        excluded = excluded_runs(history.runs, [x for c in plan.claims for x in (c.baseline, c.treatment)])
+        why = ("client-bound here: every pair has an invalid arm run, so no figure is given" if excluded
+               else "no completed valid A/B pair")
         return Reading(evidence_level="precheck", decision="blocked", details=details, lines=lines,
-                       failure=Failure(stage="report", kind="error", message="no completed valid A/B pair"),
-                       invalid_reasons=["no completed valid A/B pair", *excluded_runs(
-                           history.runs, [x for c in plan.claims for x in (c.baseline, c.treatment)])],
-                       summary="no completed valid A/B pair")
+                       failure=Failure(stage="report", kind="client_bottleneck" if excluded else "error", message=why),
+                       invalid_reasons=[why, *excluded], summary=why)
     decision, summary = primary.decision, (f"{primary.claim.treatment} {primary.claim.metric.title} is "
                                            f"{primary.effect.value:.3f}x {primary.claim.baseline} "
                                            f"({primary.reason}): {primary.decision}")

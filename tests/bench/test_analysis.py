@@ -96,6 +96,14 @@ def test_an_invalid_run_is_left_out_of_the_effect_and_listed():
     assert arm["n_repeats"] == 4 and arm["n_requests"] == 32 and arm["duration_s"] == 12.0
 
 
+def test_a_host_whose_every_pair_is_invalid_says_client_bound_instead_of_a_number():
+    runs = [r if r.label != SHARED else arm_run(SHARED, r.repeat, {i: 40.0 for i in range(8)}, valid=False)
+            for r in bench69_runs(0.993)]
+    reading = read(runs)
+    assert reading.decision == "blocked" and reading.effect is None and reading.failure.kind == "client_bottleneck"
+    assert reading.summary.startswith("client-bound here") and len(reading.invalid_reasons) == 6
+
+
 def test_the_bench69_defaults_can_decide():
     cfg = bench69.Config()
     assert cfg.repeats == 5 and cfg.prefix_tokens == 512
