@@ -200,13 +200,14 @@ def top_result(history: History, plan: Plan, reading: Reading, *, semantic_id: s
         repeats=reading.repeats, effect=reading.effect, summary=reading.summary)
     if conclusion.evidence_level == "precheck":
         conclusion.repeats = None
+    no_quality = {} if reading.quality else {"quality": "no reference outputs for this workload"}
     return build_result(
         kind=reading.kind,  # type: ignore[arg-type]
         identity={**ident, "created_utc": utc_now()}, workload=workload, environment=reference["environment"],
         performance=Performance.not_applicable(f"a {reading.kind}; per-arm distributions are in the arm results"),
         correctness=Correctness(output_count=sum(r.completed for r in runs), termination_counts=dict(terminations),
                                 quality=reading.quality,
-                                null_reasons={} if reading.quality else {"quality": "no reference outputs for this workload"}),
+                                null_reasons=no_quality),
         conclusion=conclusion,
         details={"protocol": protocol, "headline": list(reading.headline), **reading.details,
                  "arm_runs": [arm_run_entry(r) for r in runs], **extra},
