@@ -6,7 +6,13 @@ import argparse
 from pathlib import Path
 
 from harness.manifest.audit import AuditConfig, audit_paths
-from harness.manifest.report import EXIT_INVALID, EXIT_UNTRUSTED, exit_status, format_json, format_text
+from harness.manifest.report import (
+    EXIT_INVALID,
+    EXIT_UNTRUSTED,
+    exit_status,
+    format_json,
+    format_text,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
