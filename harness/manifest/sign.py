@@ -52,6 +52,7 @@ def sign_run(
     root: str | os.PathLike | None = None,
     out: str | os.PathLike | None = None,
     key_path: str | os.PathLike | None = None,
+    links: bool = True,
 ) -> Path:
     """Sign every file of ``run_dir`` into an in-toto Statement in a DSSE envelope.
 
@@ -60,7 +61,8 @@ def sign_run(
     ``run.json``; ``fingerprint.json`` is collected and written into the run directory first
     when absent, so it is a subject too. The public key is published under
     ``<root>/manifests/keys/``; the default output is
-    ``<root>/manifests/<semantic_id>/<run_id>.intoto.json``. Returns the manifest path.
+    ``<root>/manifests/<semantic_id>/<run_id>.intoto.json``. Without ``links`` a symlink anywhere
+    in the run directory is refused (runs a container wrote). Returns the manifest path.
     """
     root_real, run_rel = run_dir_name(run_dir, root if root is not None else Path.cwd())
     run_real = Path(root_real) / run_rel
@@ -74,7 +76,7 @@ def sign_run(
         raise InvalidInput(f"--out {out}: under {MANIFESTS_DIR}/ a manifest is stored as "
                            f"{relative_name(expected, root_real)}, the path `audit` binds to the run it signs")
     keys_dir = check_output_dir(Path(root_real) / MANIFESTS_DIR / KEYS_DIR, "manifests/keys")
-    check_run_files(run_real, root_real)
+    check_run_files(run_real, root_real, links=links)
     _check_key_outside(key_path, run_real)
     key = load_signing_key(key_path)
     fp_path = run_real / fingerprint_mod.FINGERPRINT_FILE
@@ -85,7 +87,7 @@ def sign_run(
     target = Path(os.path.realpath(target.parent)) / target.name
     # A manifest written inside the run directory must not list itself.
     exclude = frozenset({relative_name(target, root_real)})
-    subjects = collect_subjects(run_real, root_real, exclude)
+    subjects = collect_subjects(run_real, root_real, exclude, links=links)
     fp_name = relative_name(fp_path, root_real)
     predicate = build_predicate(run, fingerprint, fp_name, fp_path.read_bytes(), run_rel)
     problems = validate_document(predicate)

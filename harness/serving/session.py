@@ -73,6 +73,7 @@ class ServerSession:
                 "startup_s": round(self.startup_s, 1), "log": self.handle.log_path.name,
                 "prefix_caching": self.config.prefix_caching, "exit_status": self.exit_status,
                 "image": self.handle.image, "effective": self.effective, **self.group_record(),
+                "confinement": getattr(self.handle, "confinement", None),  # a container's isolation, exceptions named
                 "effective_source": f"GET {self.backend.effective_path}" if self.backend.effective_path else None,
                 "prefix_cache_resets": {"requested": sum(r.requested for r in self.resets),
                                         "confirmed": sum(r.confirmed is True for r in self.resets),
