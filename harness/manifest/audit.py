@@ -197,8 +197,8 @@ def duplicate_run_dirs(reports: list[ManifestReport], root: Path) -> list[Manife
         names = [reports[i].manifest for i in indices]
         for i in indices:
             others = ", ".join(n for n in names if n != reports[i].manifest)
-            finding = Finding("statement", f"run directory {reports[i].predicate['run_dir']} is also named by {others}: "
-                              "one run has one manifest")
+            run_dir = reports[i].predicate["run_dir"]
+            finding = Finding("statement", f"run directory {run_dir} is also named by {others}: one run has one manifest")
             out[i] = replace(out[i], findings=(*out[i].findings, finding))
     return out
 

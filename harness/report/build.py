@@ -175,8 +175,8 @@ def bound_figures(placed: list[Placed]) -> list[Placed]:
             if len(kept) >= MAX_FIGURES_PER_RUN:
                 notes.append(f"figure {figure.name}: more than {MAX_FIGURES_PER_RUN} figures in one run: left out")
             elif figure.sha256 not in embedded and len(figure.png) > budget:
-                notes.append(f"figure {figure.name}: the page's {MAX_PAGE_IMAGE_BYTES >> 20} MiB of images are used up: "
-                             "left out")
+                notes.append(f"figure {figure.name}: the page's {MAX_PAGE_IMAGE_BYTES >> 20} MiB of images "
+                             "are used up: left out")
             else:
                 if figure.sha256 not in embedded:
                     budget -= len(figure.png)

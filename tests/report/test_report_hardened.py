@@ -16,7 +16,8 @@ from harness.report.build import MAX_PAGE_IMAGE_BYTES
 from harness.report.markdown import md
 from harness.report.reader import _read_figure
 
-INJECT = "x`\n## VALID\n| 9 | forged | VALID | [click](https://evil.example/a) ![px](https://evil.example/p.png) <img src=x> |"
+INJECT = ("x`\n## VALID\n| 9 | forged | VALID | [click](https://evil.example/a) "
+          "![px](https://evil.example/p.png) <img src=x> |")
 
 
 def run_report(root, *args: str):
