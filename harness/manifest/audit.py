@@ -198,7 +198,8 @@ def duplicate_run_dirs(reports: list[ManifestReport], root: Path) -> list[Manife
         for i in indices:
             others = ", ".join(n for n in names if n != reports[i].manifest)
             run_dir = reports[i].predicate["run_dir"]
-            finding = Finding("statement", f"run directory {run_dir} is also named by {others}: one run has one manifest")
+            finding = Finding("statement", f"run directory {run_dir} is also named by {others}: "
+                              "one run has one manifest")
             out[i] = replace(out[i], findings=(*out[i].findings, finding))
     return out
 
