@@ -107,12 +107,14 @@ def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
     return key
 
 
-def init_key(path: str | os.PathLike | None = None, *, force: bool = False, trust: bool = True) -> SigningKey:
+def init_key(path: str | os.PathLike | None = None, *, force: bool = False, trust: bool | None = None) -> SigningKey:
     """Create an Ed25519 private key at ``path`` (default location when None), mode 0600.
 
-    With ``trust`` its key id joins the local trust policy (``trust.local_policy_path``) at
-    creation, so the user's own runs audit VALID while a key found elsewhere does not.
+    With ``trust`` (default: for the default key, the one ``infkit keys init`` makes) its key id
+    joins the local trust policy (``trust.local_policy_path``) at creation, so the user's own
+    runs audit VALID while a key found elsewhere does not.
     """
+    trust = path is None if trust is None else trust
     target = check_output_file(Path(path) if path else default_private_key_path(), "private key")
     if target.exists() and not force:
         raise InvalidInput(
@@ -153,7 +155,7 @@ def load_signing_key(path: str | os.PathLike | None = None, *, create: bool = Tr
                                f"{KEY_PATH_ENV} to use (and create) the default key")
         if not create:
             raise InvalidInput(f"no signing key at {default}", hint="run `infkit keys init` (or `make keys`)")
-        return init_key(default)
+        return init_key(default, trust=True)
     return SigningKey(_private_from_pem(_read_pem(default, "private key", private=True), str(default)), str(default))
 
 
