@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.contract.paths import cache_root
 from harness.errors import InfkitError
 from harness.images.locks import REPO_ROOT, load_lock
 from harness.runtime.base import (
