@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from harness.bench.arms import ArmRun, Workload
     from harness.models import PreparedModel
 
+SERVED_DTYPES = ("bfloat16", "float16", "float32", "auto")
 Order = Literal["sequential", "alternate", "concurrent"]
 DEFAULT_COLUMNS = (TTFT_P50, TTFT_P95, TPOT_P50, E2E_P50, OUTPUT_TOKENS_PER_S, PEAK_MEMORY_GIB)
 
@@ -69,6 +70,9 @@ class BenchConfig:
     resamples: int = knob(10_000, "bootstrap resamples of every confidence interval", min=100)
     out_root: Path | None = knob(None, "root of the run directories (default: runs/NN)")
     sign: bool = knob(True, "sign the run directory into manifests/")
+    dtype: str | None = knob(None, "served dtype (default on vllm-cpu: bfloat16 where the CPU has AMX or AVX-512 "
+                             "BF16, else float32; GPU backends: auto); the choice and its reason go to run.json",
+                             choices=SERVED_DTYPES)
 
     def check(self) -> None:
         """Cross-field checks of a spec's config (field constraints are checked before this)."""

@@ -5,7 +5,7 @@ load levels on one server start: Poisson rates from light load to past saturatio
 (by default fractions of a capacity probe — the same list in a closed loop at
 --probe-concurrency — so the ladder fits the machine; or --rates), plus optional
 closed-loop concurrencies. Every level is repeated (rounds low → high, R times).
-The model is served in its float dtype (bf16 on the CPU default; recorded).
+The model is served in the host-aware dtype (bf16 with native bf16 on the CPU, else fp32; recorded with its reason).
 
 Read: per level, achieved vs offered throughput and TTFT/TPOT/E2E P50/P99; a level
 where the client could not keep its schedule is marked invalid and not read as the
@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from harness.knobs import knob
-from harness.errors import InvalidInput
+from harness.bench.lib.sweep import LoadSweep
 from harness.bench.metrics import (
     E2E_P50,
     E2E_P99,
@@ -38,7 +37,8 @@ from harness.bench.spec import (
     ServerVariant,
     WorkloadPlan,
 )
-from harness.bench.lib.sweep import LoadSweep
+from harness.errors import InvalidInput
+from harness.knobs import knob
 from harness.workload import Arrival, Common
 
 
@@ -55,7 +55,6 @@ class Config(BenchConfig):
                                              "probed capacity", min=0.01)
     concurrencies: tuple[int, ...] = knob((), "closed-loop concurrency levels added to the sweep", min=1)
     probe_concurrency: int = knob(16, "closed-loop concurrency of the capacity probe", min=1)
-    dtype: str = knob("bfloat16", "served dtype (recorded)", choices=("bfloat16", "float16", "float32", "auto"))
     tolerance: float = knob(0.10, "saturation rule: achieved req/s within this fraction of offered", min=0, max=1)
     ttft_factor: float = knob(3.0, "saturation rule: P99 TTFT at most this multiple of the lightest level's", min=1)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 import json
 
-from harness.contract.schemas import validate_file
 from harness.bench.benches.bench66 import SPEC, Config
-from harness.bench.runner import run_bench
 from harness.bench.lib.sweep import LoadPoint, saturation
+from harness.bench.runner import run_bench
+from harness.contract.schemas import validate_file
 from harness.progress import Reporter
 from tests.bench.test_bench_runner import bench_env  # noqa: F401  (fixtures)
 
@@ -39,6 +39,9 @@ def test_a_sweep_runs_levels_in_rounds_and_reads_the_curve(bench_env):  # noqa: 
                      ("closed c=2", 2)]  # no probe: the rates were given
     points = {p["label"]: p for p in doc["details"]["points"]}
     assert points["rate=2/s"]["offered_rps"] == 2.0 and points["closed c=2"]["concurrency"] == 2
-    assert doc["details"]["baseline"]["dtype"] == "bfloat16" and doc["details"]["saturation"]["light_load"]
-    assert json.loads((run_dir / "run.json").read_text())["outputs"]["figures"] == ["latency_throughput.png"]
+    run = json.loads((run_dir / "run.json").read_text())
+    assert doc["details"]["baseline"]["dtype"] == run["effective"]["dtype"] == "auto"  # not a CPU backend: the model's
+    assert run["effective"]["dtype_source"] == "backend" and run["requested"]["dtype"] is None
+    assert doc["details"]["saturation"]["light_load"]
+    assert run["outputs"]["figures"] == ["latency_throughput.png"]
     assert doc["conclusion"]["decision"] == "inconclusive" and doc["kind"] == "sweep"

@@ -25,8 +25,13 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.knobs import knob
-from harness.errors import InvalidInput
+from harness.bench.benches.bench68.arms import (
+    SpecArm,
+    cited_proposal,
+    paired_steps,
+    read_speculative,
+    spec_arms,
+)
 from harness.bench.metrics import (
     ACCEPTANCE_RATE,
     E2E_P50,
@@ -46,13 +51,8 @@ from harness.bench.spec import (
     ServerVariant,
     WorkloadPlan,
 )
-from harness.bench.benches.bench68.arms import (
-    SpecArm,
-    cited_proposal,
-    paired_steps,
-    read_speculative,
-    spec_arms,
-)
+from harness.errors import InvalidInput
+from harness.knobs import knob
 from harness.workload import Arrival, Common
 
 WORKLOADS = ("copy", "random")
@@ -78,8 +78,6 @@ class Config(BenchConfig):
     proposal_manifest: str | None = knob(None, "cuda-proposal manifest to cite (default: the newest INF-PROPOSAL "
                                          "run holding proposal.json under manifests/; 'none': cite nothing)")
     mc_passes: int = knob(20_000, "Monte-Carlo verification passes of the prediction", min=100)
-    dtype: str = knob("auto", "served dtype of every server (auto: the checkpoint's, bfloat16 for SmolLM2)",
-                      choices=("auto", "bfloat16", "float16", "float32"))
 
     def check(self) -> None:
         if self.prompt_lookup_min > self.prompt_lookup_max:

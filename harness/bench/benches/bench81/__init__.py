@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.knobs import knob
-from harness.errors import InvalidInput
 from harness.bench.benches.bench81 import parallel as dist
 from harness.bench.placement import resolve_placement
 from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, WorkloadPlan
+from harness.errors import InvalidInput
+from harness.knobs import knob
 from harness.workload import Arrival, Common
 
 
@@ -43,7 +43,6 @@ class Config(BenchConfig):
                                 "or --cite-66)")
     probe_concurrency: int = knob(8, "closed-loop concurrency of the capacity probe", min=1)
     cite_66: Path | None = knob(None, "a bench-66 manifest whose saturation point sets the load (audited first)")
-    dtype: str = knob("bfloat16", "served dtype", choices=("bfloat16", "float16", "float32", "auto"))
     ray_address: str | None = knob(None, "a running Ray cluster for the ray-executor layout (RAY_ADDRESS)")
     nnodes: int = knob(1, "real nodes for vLLM's multi-node launcher; this machine is the head", min=1)
     node_rank: int = knob(0, "this machine's node rank (the bench runs on node 0)", min=0)
