@@ -156,9 +156,16 @@ def test_slos_scale_light_load_figures_and_explicit_limits_win():
     assert scaled_slo(Knobs(), None) is None
     sweep = {"details": {"baseline": {"light_load": {"offered_rps": 0.8, "latency_ms": {"ttft_ms.p99": 90.0,
                                                                                          "tpot_ms.p99": 15.0}},
-                                      "saturation": {"offered_rps": 3.2}}}}
+                                      "bracket": {"determined": True}, "saturation": {"offered_rps": 3.2}}}}
     assert cited_light_load(sweep, "src") == LightLoad(90.0, 15.0, 3.2, "src")
     assert cited_light_load({"details": {}}, "src") is None
+    undetermined = {"details": {"baseline": {**sweep["details"]["baseline"], "saturation": None,
+                                             "bracket": {"determined": False, "reason": "invalid levels between"}}}}
+    with pytest.raises(InvalidInput, match="bracket is undetermined"):
+        cited_light_load(undetermined, "src")
+    old = {"details": {"baseline": {k: v for k, v in sweep["details"]["baseline"].items() if k != "bracket"}}}
+    with pytest.raises(InvalidInput, match="predates the saturation bracket"):
+        cited_light_load(old, "src")
 
 
 def arm_run(ttfts_ms, *, tokens=5, gap_ms=10.0, failed=0, client=()):

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from harness.bench.arms import ArmRun
+from harness.bench.lib.citations import cited_saturation
+from harness.bench.lib.search import Capacity, Probe, SearchConfig, binding, capacity, next_rate
 from harness.bench.metrics import (
     PEAK_MEMORY_GIB,
     REQUEST_RATE,
@@ -27,7 +29,6 @@ from harness.bench.metrics import (
     TTFT_P99,
     server_metric,
 )
-from harness.bench.lib.search import Capacity, Probe, SearchConfig, binding, capacity, next_rate
 from harness.bench.spec import Arm, History, Step, WorkloadPlan
 from harness.workload import Arrival, Common
 
@@ -89,7 +90,7 @@ def cited_light_load(result: Mapping[str, Any] | None, source: str) -> LightLoad
     latency = light.get("latency_ms") or {}
     if not latency.get(TTFT_P99.name) or not latency.get(TPOT_P99.name):
         return None
-    served = (baseline.get("saturation") or {}).get("offered_rps") or light.get("offered_rps")
+    served = cited_saturation(result, source).get("offered_rps")  # refuses an undetermined bracket
     return LightLoad(latency[TTFT_P99.name], latency[TPOT_P99.name], served, source)
 
 

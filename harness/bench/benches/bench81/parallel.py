@@ -150,12 +150,11 @@ def cited_capacity(cfg) -> Cited | None:
     from pathlib import Path
 
     from harness.errors import InvalidInput
-    from harness.bench.lib.citations import cite
+    from harness.bench.lib.citations import cite, cited_saturation
 
     got = cite(cfg.cite_66, Path.cwd(), semantic_id="INF-FLOAT-BASELINE")
     result = got.result or {}
-    saturation = ((result.get("details") or {}).get("baseline") or {}).get("saturation") or {}
-    capacity = saturation.get("achieved_rps")
+    capacity = cited_saturation(result, f"--cite-66 {cfg.cite_66}").get("offered_rps")
     if not capacity:
         raise InvalidInput(f"--cite-66 {cfg.cite_66}: that run found no saturation point; cite another or leave "
                            "--cite-66 out to probe")
