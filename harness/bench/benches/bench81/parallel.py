@@ -27,8 +27,8 @@ from tabulate import tabulate
 
 from harness.backends.layouts import Layout, node_args
 from harness.bench.analysis import Reading, blocked_reading
-from harness.bench.metrics import REQUEST_RATE
 from harness.bench.benches.bench81.scaling import SCALING_HEADERS, layout_scaling, scaling_table
+from harness.bench.metrics import REQUEST_RATE
 from harness.bench.spec import Arm, History, ServerVariant, Step, WorkloadPlan
 from harness.workload import Arrival, Common
 
@@ -149,8 +149,8 @@ def cited_capacity(cfg) -> Cited | None:
         return None
     from pathlib import Path
 
-    from harness.errors import InvalidInput
     from harness.bench.lib.citations import cite, cited_saturation
+    from harness.errors import InvalidInput
 
     got = cite(cfg.cite_66, Path.cwd(), semantic_id="INF-FLOAT-BASELINE")
     result = got.result or {}
