@@ -33,6 +33,8 @@ from harness.bench.benches.bench72.capacity import (
     verdict,
 )
 from harness.bench.benches.bench72.decision import decide
+from harness.bench.benches.bench72.gate import agreement, changes_numerics, prefix_share
+from harness.bench.lib.capacity_fit import Estimate
 from harness.bench.lib.search import Capacity, Probe
 from harness.bench.metrics import TTFT_P99
 from harness.bench.placement import Placement
@@ -194,9 +196,10 @@ def test_a_probe_verdict_names_every_broken_limit():
     assert not late.passed and late.violated == ("client schedule",)  # a client that fell behind cannot pass
 
 
-def searched(name, lower, upper, binding=("TTFT P99",), confirmed=True):
-    cap = Capacity(capacity_rps=lower, upper_rps=upper, status="bracketed", probes=8, confirmed=confirmed, rates={})
-    return Searched(name, (Probe(lower or 1.0, True),), cap, binding, upper)
+def searched(name, cap, low, high, binding=("TTFT P99",)):
+    pf = Capacity(capacity_rps=low, upper_rps=high, status="bracketed", probes=6, confirmed=True, rates={})
+    est = Estimate(cap, low, high, "crossed" if cap is not None else "below the schedule", "ttft_ms.p99", 500)
+    return Searched(name, (Probe(low or 1.0, True),), pf, binding, high, est)
 
 
 def duel(ci_high, n=3):
@@ -208,31 +211,54 @@ def duel(ci_high, n=3):
 
 
 @pytest.mark.parametrize("a, b, d, decision, evidence, words", [
-    ((4.0, 5.0), (2.0, 3.0), duel(0.9), "adopt", "paired", "deploy a"),
-    ((4.0, 5.0), (3.0, 4.5), duel(0.9), "inconclusive", "paired", "the capacity intervals overlap"),
-    ((4.0, 5.0), (2.0, 3.0), duel(1.1), "inconclusive", "paired", "the paired duel does not confirm"),
-    ((4.0, 5.0), (2.0, 3.0), duel(0.9, n=2), "inconclusive", "repeated", "the paired duel does not confirm"),
-    ((4.0, 5.0), (2.0, 3.0), None, "inconclusive", "repeated", "the paired duel did not run"),
+    ((4.4, 4.0, 5.0), (2.5, 2.0, 3.0), duel(0.9), "adopt", "paired", "deploy a"),
+    ((4.4, 4.0, 5.0), (3.7, 3.0, 4.5), duel(0.9), "inconclusive", "repeated", "tie: the capacity intervals"),
+    ((4.4, 4.0, 5.0), (2.5, 2.0, 3.0), duel(1.1), "inconclusive", "paired", "the paired duel does not confirm"),
+    ((4.4, 4.0, 5.0), (2.5, 2.0, 3.0), duel(0.9, n=2), "inconclusive", "single", "the paired duel does not confirm"),
+    ((4.4, 4.0, 5.0), (2.5, 2.0, 3.0), None, "inconclusive", "single", "the paired duel did not run"),
 ])
-def test_the_decision_adopts_only_with_separate_intervals_and_a_confirming_duel(a, b, d, decision, evidence, words):
+def test_a_leader_alone_is_adopted_on_a_confirming_duel_and_a_tie_is_the_decision(a, b, d, decision, evidence,
+                                                                                   words):
     out = decide([searched("a", *a), searched("b", *b)], d, 4.0, repeats=3, costs={"a": 1.5, "b": 1.2})
     assert (out.decision, out.evidence_level) == (decision, evidence) and words in out.summary
     record = out.record
-    assert record["deploy"] == "a" and record["runner_up"] == "b" and record["margin_rps"] == a[0] - b[0]
-    assert record["cheaper"] == "b" and record["binding_constraint"] == ["TTFT P99"]
-    if decision == "inconclusive":
-        assert out.next_step.startswith("b is the cheaper") or "rerun" in out.next_step
+    tie = "tie" in words
+    assert record["deploy"] == ("b" if tie else "a") and record["binding_constraint"] == ["TTFT P99"]
+    assert record["tied"] == (["a", "b"] if tie else ["a"])
+    if tie:
+        assert "b is the cheaper by peak memory GiB" in record["reason"] and out.next_step.startswith("deploy b")
+
+
+def test_a_candidate_that_fails_the_greedy_gate_is_never_chosen():
+    gates = {"b": {"passed": False, "reason": "mean greedy prefix agreement 40% < 90%"}}
+    out = decide([searched("b", 4.4, 4.0, 5.0), searched("a", 2.5, 2.0, 3.0)], None, None, repeats=3,
+                 costs={"a": 1.5, "b": 1.2}, gates=gates)
+    assert out.record["deploy"] == "a" and "gate failed: b" in out.summary and out.decision == "inconclusive"
+
+
+def test_greedy_agreement_is_the_share_of_the_base_output_matched_before_the_first_difference():
+    def rec(i, text):
+        return RequestRecord(index=i, status="length", output_text=text)
+    base = [rec(0, "abcdefghij"), rec(1, "0123456789"), rec(2, "xx")]
+    same = agreement(base, [rec(0, "abcdefghij"), rec(1, "0123456789")], 0.9)
+    assert same["passed"] and same["exact_share"] == 1.0 and same["requests"] == 2
+    half = agreement(base, [rec(0, "abcdeXXXXX"), rec(1, "0123456789")], 0.9)
+    assert half["mean_prefix_share"] == 0.75 and not half["passed"] and half["exact_share"] == 0.5
+    assert prefix_share("abc", "abcdef") == 1.0 and prefix_share("abc", "") == 0.0
+    assert changes_numerics({"dtype": "float32"}, {"dtype": "bfloat16"})
+    assert not changes_numerics({"dtype": "float32", "max_num_seqs": 4}, {"dtype": "float32", "max_num_seqs": 16})
 
 
 def test_a_lone_or_failing_field_is_inconclusive():
-    lone = decide([searched("a", 4.0, 5.0)], None, None, repeats=3, costs={})
-    assert lone.decision == "inconclusive" and lone.evidence_level == "repeated" and "only candidate" in lone.summary
-    none = decide([searched("a", None, 0.5)], None, None, repeats=3, costs={})
-    assert none.decision == "inconclusive" and "no candidate met every SLO" in none.summary
+    lone = decide([searched("a", 4.4, 4.0, 5.0)], None, None, repeats=3, costs={})
+    assert lone.decision == "inconclusive" and "only candidate" in lone.summary
+    none = decide([searched("a", None, None, None)], None, None, repeats=3, costs={})
+    assert none.decision == "inconclusive" and "no candidate's fitted P99" in none.summary
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["--rel-tol", "0"], "--rel-tol must be at least 0.01, got 0.0"),
+    (["--growth", "1"], "--growth must be at least 1.1, got 1.0"),
+    (["--slo-tier", "gold"], "--slo-tier: 'gold' is not one of"),
     (["--dtypes", "bfloat16,int4"], "--dtypes: 'int4' is not one of"),
     (["--min-rps", "5", "--max-rps", "1"], "--min-rps must be below --max-rps"),
     (["--slo-error-rate", "2"], "--slo-error-rate must be at most 1"),
