@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from harness.backends.base import BackendConfig
-from harness.contract.schemas import validate_file
 from harness.bench import placement as placement_mod
 from harness.bench import runner as runner_mod
 from harness.bench.benches import bench66, bench72
+from harness.contract.schemas import validate_file
 from harness.errors import InvalidInput
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.models import PreparedModel
@@ -78,7 +78,7 @@ def test_two_candidates_get_one_schedule_and_capacities_fitted_between_its_rates
     assert details["slo"]["ttft_p99_ms"] == 150.0 and details["slo"]["basis"].startswith("tier server")
     assert details["slo_tier"] == "server" and "light load" in {a["label"] for a in details["arm_runs"]}
     schedule = details["schedule"]["rates_rps"]
-    assert len(schedule) == 6 and all(b / a == pytest.approx(2.0, rel=0.01) for a, b in zip(schedule, schedule[1:]))
+    assert len(schedule) == 6 and all(b / a == pytest.approx(2.0, rel=0.01) for a, b in zip(schedule, schedule[1:], strict=False))
     probed = {c["name"]: [p["rate_rps"] for p in c["probes"]] for c in details["candidates"]}
     for rates in probed.values():  # the same schedule, low to high, stopping after two broken probes
         assert rates == schedule[:len(rates)]
