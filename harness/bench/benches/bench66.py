@@ -87,7 +87,7 @@ def plan(cfg: Config, model) -> Plan:
                       min_level_requests=cfg.requests * cfg.scale, probe_s=cfg.probe_s, label=f"{cfg.dtype} baseline", facts=(("dtype", cfg.dtype),),
                       title=f"bench-66 INF-FLOAT-BASELINE ({cfg.dtype}): latency vs throughput")
     phase = Phase("sweep", ("baseline",), sweep.steps, planned_steps=sweep.planned_steps)
-    return Plan(workloads=workloads, servers=(ServerVariant("baseline", {"dtype": cfg.dtype}),), arms=(),
+    return Plan(workloads=workloads, servers=(ServerVariant("baseline", {"dtype": cfg.dtype} if cfg.dtype else {}),), arms=(),
                 phases=(phase,), read=sweep.read, warmup="warmup" if cfg.warmup_requests else None,
                 order="one server start; load levels in rounds low to high, repeated",
                 run_label=f"{cfg.dtype} latency-throughput sweep",

@@ -78,6 +78,8 @@ class Config(BenchConfig):
     proposal_manifest: str | None = knob(None, "cuda-proposal manifest to cite (default: the newest INF-PROPOSAL "
                                          "run holding proposal.json under manifests/; 'none': cite nothing)")
     mc_passes: int = knob(20_000, "Monte-Carlo verification passes of the prediction", min=100)
+    control_max_acceptance: float = knob(0.5, "negative control: n-gram acceptance on the random workload must stay "
+                                         "at or below this for it to count as a control", min=0, max=1)
 
     def check(self) -> None:
         if self.prompt_lookup_min > self.prompt_lookup_max:
@@ -102,7 +104,7 @@ def plan(cfg: Config, model) -> Plan:
     if cfg.warmup_requests:  # another seed: nothing measured is served during warm-up
         workloads.append(WorkloadPlan("warmup", "random", replace(common, seed=cfg.seed + 10_000,
                                                                   requests=cfg.warmup_requests), measured=False))
-    common_settings = {"kv_cache_space_gib": cfg.kv_cache_space_gib, "dtype": cfg.dtype}
+    common_settings = {"kv_cache_space_gib": cfg.kv_cache_space_gib, **({"dtype": cfg.dtype} if cfg.dtype else {})}
     base = ServerVariant("off", common_settings)
     servers, bench_arms, phases, claims = [base], [], [], []
     for sa in arms:

@@ -69,7 +69,7 @@ def variants(cfg, cpu: bool) -> tuple[ServerVariant, ...]:
     """The baseline(s) and every layout ``cfg.layouts`` asks for, plus ``nodes-head`` when NNODES > 1."""
     one, two = ({BIND: "0"}, {BIND: "0|1"}) if cpu else ({}, {})
     gpus_one, gpus_two = ({}, {}) if cpu else ({"gpus": (0,)}, {"gpus": (0, 1)})
-    base = {"dtype": cfg.dtype}
+    base = {"dtype": cfg.dtype} if cfg.dtype else {}  # the runner resolves the host-aware default
 
     def engine(*args: str, env=two, gpus=gpus_two) -> dict:
         return {**base, **gpus, "extra_args": args, "extra_env": dict(env)}
