@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Judged:
@@ -24,8 +26,8 @@ class Judged:
 
     @property
     def error(self) -> float:
-        """measured / predicted - 1 (signed)."""
-        return self.measured / self.predicted - 1 if self.predicted else float("nan")
+        """predicted / measured - 1 (signed: > 0 over-predicts)."""
+        return self.predicted / self.measured - 1 if self.measured else float("nan")
 
     @property
     def inside(self) -> bool | None:
@@ -56,4 +58,18 @@ def summary_line(what: str, summary: dict[str, Any]) -> str:
     excluded = f"; left out: {', '.join(f'{k} ({v})' for k, v in summary['excluded'].items())}" \
         if summary["excluded"] else ""
     return (f"{what}: {summary['inside']}/{summary['with_interval']} inside the measured interval; mean signed "
-            f"error {summary['mean_signed_error']:+.1%}, MAPE {summary['mape']:.1%} over {summary['n']}{excluded}")
+            f"error (predicted / measured - 1) {summary['mean_signed_error']:+.1%}, MAPE {summary['mape']:.1%} over "
+            f"{summary['n']}{excluded}")
+
+
+def bootstrap_interval(values: Sequence[float], statistic: Any, *, resamples: int = 2000, seed: int = 0,
+                       confidence: float = 0.95) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of ``statistic`` (a function of a 1-d array) over ``values``; None for < 2."""
+    a = np.asarray(values, dtype=float)
+    if a.size < 2:
+        return None
+    idx = np.random.default_rng(seed).integers(0, a.size, size=(resamples, a.size))
+    boot = np.asarray([statistic(a[row]) for row in idx], dtype=float)
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(boot, [alpha, 1 - alpha])
+    return float(lo), float(hi)
