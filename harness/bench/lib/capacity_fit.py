@@ -3,9 +3,9 @@
 Every candidate is probed on the same schedule of Poisson rates (``probe_schedule``: a geometric ladder around a
 start rate), so candidates get equal evidence whatever their order. For each latency limit, log(P99 / limit) is
 fitted against log rate by isotonic regression (pool-adjacent-violators, weighted by probes per rate: latency
-never falls as load grows), and the capacity is the rate where the fit crosses zero, interpolated between the
-last probed rate under the limit and the first over it with 1 / P99 linear in rate (a queue's latency curve) —
-a rate between grid points, not a grid point. A probe whose client fell behind or whose error rate broke its limit counts as over every limit. The
+never falls as load grows), and the capacity is the rate where the fit crosses zero, interpolated between
+the last probed rate under the limit and the first over it with 1 / P99 linear in rate (a queue's latency
+curve): a rate between grid points, not a grid point. A probe whose client fell behind or whose error rate broke its limit counts as over every limit. The
 capacity under several limits is the lowest crossing.
 
 The interval: the requests of each probe are resampled (they are the probe's sampling units; its P99 is a

@@ -94,8 +94,8 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
     claims = {c["name"] for c in details["claims"]}
     assert "priority vs FCFS: high-class TTFT P50" in claims and "continuous vs static: output tok/s" in claims
     summary = (run_dir / "summary.txt").read_text()
-    for text in ("predicted (simulator", "inside the measured interval; mean signed error", "per priority class", "static-batching signature", "capability_missing: "
-                 "server variant overlap", "P/D disaggregation"):
+    for text in ("predicted (simulator", "inside the measured interval; mean signed error", "per priority class",
+                 "static-batching signature", "capability_missing: server variant overlap", "P/D disaggregation"):
         assert text in summary, text
     assert (run_dir / "occupancy.png").is_file() and (run_dir / "workloads" / "inputs" / "calibration-trace.jsonl").is_file()
     static = [json.loads(line) for line in (run_dir / "arms" / "static" / "r1" / "requests.jsonl").read_text().splitlines()]

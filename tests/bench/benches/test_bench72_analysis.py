@@ -13,7 +13,6 @@ import pytest
 
 from harness.backends import BackendConfig, get_backend
 from harness.bench.analysis import ClaimResult
-from harness.bench.arms import ArmRun
 from harness.bench.benches import bench72
 from harness.bench.benches.bench72.candidates import (
     GIB,
@@ -38,6 +37,7 @@ from harness.bench.lib.capacity_fit import Estimate
 from harness.bench.lib.search import Capacity, Probe
 from harness.bench.metrics import TTFT_P99
 from harness.bench.placement import Placement
+from harness.bench.records import ArmRun
 from harness.bench.spec import Claim
 from harness.client.records import RequestRecord
 from harness.contract import Effect

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from harness.backends.layouts import node_args
-from harness.bench.arms import ArmRun
 from harness.bench.benches.bench81.scaling import (
     core_scale,
     layout_scaling,
@@ -15,6 +14,7 @@ from harness.bench.benches.bench81.scaling import (
     ratio_of_means,
     scaling_table,
 )
+from harness.bench.records import ArmRun
 
 
 def run(label: str, repeat: int, tok_s: float, status: str = "length") -> ArmRun:

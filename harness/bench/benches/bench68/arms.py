@@ -13,19 +13,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from harness.bench.analysis import (
-    Reading,
-    arm_values,
-    blocked_reading,
-    claim_effect,
-    claim_figures,
-)
+from harness.bench.analysis import arm_values, blocked_reading, claim_effect, claim_figures
 from harness.bench.benches.bench68.acceptance import (
     agreement,
     draft_cost_ratio,
@@ -38,6 +32,7 @@ from harness.bench.benches.bench68.table import Row, decide_top, row_lines
 from harness.bench.lib.citations import Citation, cite, latest_manifest
 from harness.bench.lib.prediction import summarise
 from harness.bench.metrics import E2E_P50, TPOT, TPOT_P50, Metric
+from harness.bench.records import Reading
 from harness.bench.spec import Arm, Claim, History, Plan, Step
 from harness.contract import Failure
 from harness.contract.schemas import validate_document
@@ -173,7 +168,7 @@ def read_speculative(cfg: Any, arms: Sequence[SpecArm],
         figures = claim_figures(history, Plan((), (), (), (), claims=cdf), "bench-68 INF-SPECULATIVE-BENCH")
         blocked = blocked_reading(history, None, cfg.repeats)
         if blocked is not None:
-            blocked.details, blocked.lines, blocked.figures, blocked.quality = details, lines, figures, top.quality
+            blocked = replace(blocked, details=details, lines=tuple(lines), figures=figures, quality=top.quality)
             return blocked
         failure = None
         if top.mismatched:
@@ -230,8 +225,9 @@ def negative_control(rows: Sequence[Row], max_acceptance: float) -> dict[str, An
     if not checked:
         text = "negative control (random workload): no n-gram acceptance measured"
     elif high:
-        text = (f"negative control (random workload) fails: n-gram acceptance {', '.join(f'{k} {v:.0%}' for k, v in high.items())}"
-                f" > {max_acceptance:.0%} (greedy outputs loop under ignore_eos): it is not a control here")
+        shown = ", ".join(f"{k} {v:.0%}" for k, v in high.items())
+        text = (f"negative control (random workload) fails: n-gram acceptance {shown} > {max_acceptance:.0%} "
+                "(greedy outputs loop under ignore_eos): it is not a control here")
     else:
         text = f"negative control (random workload): n-gram acceptance <= {max_acceptance:.0%}: holds"
     return {"workload": "random", "max_acceptance": max_acceptance, "acceptance": checked,

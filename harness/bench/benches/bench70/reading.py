@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 from tabulate import tabulate
 
-from harness.bench.analysis import Reading, claim_figures, read_claims
-from harness.bench.arms import ArmRun, arm_dir, completed_runs
+from harness.bench.analysis import claim_figures, read_claims
+from harness.bench.arms import arm_dir
 from harness.bench.benches.bench70.predict import (
     CostModel,
     engine_from,
@@ -46,6 +46,7 @@ from harness.bench.metrics import (
     Metric,
     priority_class,
 )
+from harness.bench.records import ArmRun, Reading, completed_runs
 from harness.bench.spec import History, Plan
 from harness.errors import InvalidInput
 from harness.serving.measure import GAUGES_FILE, REQUESTS_FILE
@@ -73,14 +74,13 @@ class SchedulerReading:
     def __call__(self, history: History) -> Reading:
         cfg = history.cfg
         reading = read_claims(history, self.plan, seed=cfg.seed, resamples=cfg.resamples, repeats=cfg.repeats)
-        reading.figures.update(claim_figures(history, self.plan, self.title))
         cost, why = self.cost_model(history)
         predictions = {label: self.prediction(history, label, mode, cost)
                        for label, mode in self.modes.items() if cost and completed_runs(history.runs, label)}
-        reading.lines += ["", "predicted (simulator, calibrated step costs) vs measured, error = predicted/measured - 1:",
-                          prediction_table(predictions) if predictions else f"no prediction: {why}"]
+        lines = ["", "predicted (simulator, calibrated step costs) vs measured, error = predicted/measured - 1:",
+                 prediction_table(predictions) if predictions else f"no prediction: {why}"]
         judged = judged_predictions(predictions)
-        reading.lines += [summary_line(f"  {name}", summary) for name, summary in judged.items()]
+        lines += [summary_line(f"  {name}", summary) for name, summary in judged.items()]
         details: dict[str, Any] = {"cost_model": cost.to_dict() if cost else None, "predictions": predictions,
                                    "prediction_summary": judged,
                                    "pd_disaggregation": {"served": False, "note": PD_NOTE}}
@@ -88,17 +88,17 @@ class SchedulerReading:
             details["prediction_missing"] = why
         if self.policy_pair and self.classes:
             table, details["priority_classes"] = class_table(history, self.policy_pair, self.classes, predictions)
-            reading.lines += ["", "per priority class (FCFS vs priority policy):", table]
+            lines += ["", "per priority class (FCFS vs priority policy):", table]
         if self.static_pair:
             details["static_signature"] = signature = static_signature(history, *self.static_pair, self.concurrency)
-            reading.lines += ["", signature["text"]]
-        reading.lines += ["", PD_NOTE]
-        reading.details.update(details)
+            lines += ["", signature["text"]]
+        lines += ["", PD_NOTE]
+        figures = dict(claim_figures(history, self.plan, self.title))
         labels = [label for label in self.modes if completed_runs(history.runs, label)]
         if labels:
-            reading.figures["occupancy.png"] = lambda path: occupancy_png(history, labels, predictions, path,
-                                                                          title=f"{self.title}: occupancy over time")
-        return reading
+            figures["occupancy.png"] = lambda path: occupancy_png(history, labels, predictions, path,
+                                                                  title=f"{self.title}: occupancy over time")
+        return reading.with_lines(*lines).with_details(**details).with_figures(figures)
 
     def cost_model(self, history: History) -> tuple[CostModel | None, str]:
         if self.cited is not None:

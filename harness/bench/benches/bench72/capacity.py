@@ -19,7 +19,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from harness.bench.arms import ArmRun
 from harness.bench.benches.bench72.tiers import RELATIVE, TIERS
 from harness.bench.lib.capacity_fit import Estimate, ProbeSample, estimate_capacity, probe_schedule
 from harness.bench.lib.citations import cited_saturation
@@ -32,6 +31,7 @@ from harness.bench.metrics import (
     TTFT_P99,
     server_metric,
 )
+from harness.bench.records import ArmRun
 from harness.bench.spec import Arm, History, Step, WorkloadPlan
 from harness.workload import Arrival, Common
 

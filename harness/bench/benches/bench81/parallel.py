@@ -21,14 +21,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tabulate import tabulate
 
 from harness.backends.layouts import Layout, node_args
-from harness.bench.analysis import Reading, blocked_reading
+from harness.bench.analysis import blocked_reading
 from harness.bench.benches.bench81.scaling import SCALING_HEADERS, layout_scaling, scaling_table
 from harness.bench.metrics import REQUEST_RATE
+from harness.bench.records import Reading
 from harness.bench.spec import Arm, History, Phase, ServerVariant, Step, WorkloadPlan
 from harness.workload import Arrival, Common
 
@@ -258,7 +259,7 @@ def read(cfg, cpu: bool):
         evidence = "repeated" if cfg.starts >= 3 and eff else "single"
         blocked = blocked_reading(history, None, cfg.starts)  # the start is the unit of replication
         if blocked is not None:
-            blocked.details, blocked.lines, blocked.headline, blocked.kind = details, lines, headline, "sweep"
+            blocked = replace(blocked, details=details, lines=tuple(lines), headline=tuple(headline), kind="sweep")
             return blocked
         return Reading(evidence_level=evidence, decision="inconclusive", summary=summary, repeats=cfg.starts,
                        details=details, lines=lines, headline=headline, kind="sweep")
