@@ -28,6 +28,7 @@ from tabulate import tabulate
 from harness.backends.layouts import Layout, node_args
 from harness.bench.analysis import blocked_reading
 from harness.bench.benches.bench81.scaling import SCALING_HEADERS, layout_scaling, scaling_table
+from harness.bench.lib.saturation import steady_throughput
 from harness.bench.metrics import REQUEST_RATE
 from harness.bench.records import Reading
 from harness.bench.spec import Arm, History, Phase, ServerVariant, Step, WorkloadPlan
@@ -181,12 +182,14 @@ def steps(cfg, variant: str, cited: Cited | None, start: int = 1):
             if cited is not None:
                 history.notes["citation"], history.notes["capacity_source"] = cited.record, cited.source
             if capacity is None:
+                # a refilling loop several times the concurrency long, read over its steady window (ramp and
+                # drain left out): one wave of requests prefilled together is a makespan, not a rate
                 probe = Common(arrival=Arrival("closed", concurrency=cfg.probe_concurrency), seed=cfg.seed,
-                               requests=cfg.requests * cfg.scale, input_tokens=cfg.input_tokens,
-                               output_tokens=cfg.output_tokens, input_range=cfg.length_range,
-                               output_range=cfg.length_range)
+                               requests=max(cfg.requests * cfg.scale, 6 * cfg.probe_concurrency),
+                               input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens,
+                               input_range=cfg.length_range, output_range=cfg.length_range)
                 yield 1, Arm(PROBE, WorkloadPlan("probe", "random", probe), variant)
-                capacity = REQUEST_RATE.value([r for r in history.of(PROBE) if not r.failure])
+                capacity = probe_capacity([r for r in history.of(PROBE) if not r.failure], cfg.probe_concurrency)
                 if not capacity:
                     return
             history.notes["baseline_capacity_rps"] = capacity
@@ -196,6 +199,16 @@ def steps(cfg, variant: str, cited: Cited | None, start: int = 1):
             history.notes.setdefault("loadavg_1m", {}).setdefault(variant, []).append(round(os.getloadavg()[0], 2))
             yield repeat, arm
     return gen
+
+
+def probe_capacity(runs: Sequence, concurrency: int) -> float | None:
+    """The probe's steady-state completion rate (``steady_throughput``), else its achieved request rate."""
+    if not runs:
+        return None
+    records = runs[-1].records
+    rate, _ = steady_throughput([r.sent_s for r in records if r.sent_s is not None], [r.end_s for r in records],
+                                concurrency)
+    return rate or REQUEST_RATE.value(runs)
 
 
 def phases(cfg, servers: Sequence[ServerVariant], cited: Cited | None) -> tuple[Phase, ...]:
