@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -28,7 +29,6 @@ from harness.bench.lib.hostprofile import (
 )
 from harness.contract.result import utc_now
 from harness.errors import InvalidInput
-from harness.ids import new_run_id
 from harness.rundir.fingerprint import host_isa
 from harness.runtime.serving_env import cache_root
 from harness.serving.measure import MeasureConfig, endpoint_answers, measure
@@ -130,7 +130,8 @@ def report(profile: HostProfile) -> str:
 def run(args: argparse.Namespace) -> int:
     dtype = (DtypeChoice("as started", f"the server at {args.endpoint} runs the dtype it was started with", "endpoint")
              if args.endpoint else choose_dtype("vllm-cpu", host_isa(), args.dtype))
-    work = cache_root() / "doctor" / new_run_id()
+    work = cache_root() / "doctor"  # the last check's workloads, records and server log (replaced each run)
+    shutil.rmtree(work, ignore_errors=True)
     with _target(args, dtype, work) as target:
         print(f"doctor: measuring {target.endpoint} ({target.served_model})", file=sys.stderr)
         records = _measure(target, work)
