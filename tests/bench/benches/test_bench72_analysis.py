@@ -148,16 +148,17 @@ def test_a_probe_is_lengthened_so_its_arrivals_span_probe_seconds():
 
 
 def test_slos_scale_light_load_figures_and_explicit_limits_win():
-    light = LightLoad(ttft_p99_ms=120.0, tpot_p99_ms=20.0, rate_rps=2.0, source="bench-66 light load, m.json")
+    light = LightLoad(ttft_ms=120.0, tpot_ms=20.0, rate_rps=2.0, source="bench-66 light load, m.json")
     slo = scaled_slo(Knobs(), light)
     assert (slo.ttft_p99_ms, slo.tpot_p99_ms, slo.error_rate) == (360.0, 40.0, 0.01)
-    assert slo.basis == "P99 TTFT 3 x 120.0 ms; P99 TPOT 2 x 20.0 ms (bench-66 light load, m.json)"
+    assert slo.basis == ("P99 TTFT 3 x the light-load median 120.0 ms; P99 TPOT 2 x the light-load median 20.0 ms "
+                         "(bench-66 light load, m.json)")
     knobs = Knobs()
     knobs.slo_ttft_p99_ms = 500.0
     assert scaled_slo(knobs, light).ttft_p99_ms == 500.0 and "as set (--slo-ttft-p99-ms)" in scaled_slo(knobs, light).basis
     assert scaled_slo(Knobs(), None) is None
-    sweep = {"details": {"baseline": {"light_load": {"offered_rps": 0.8, "latency_ms": {"ttft_ms.p99": 90.0,
-                                                                                         "tpot_ms.p99": 15.0}},
+    sweep = {"details": {"baseline": {"light_load": {"offered_rps": 0.8, "latency_ms": {"ttft_ms.p50": 90.0,
+                                                                                         "tpot_ms.p50": 15.0}},
                                       "bracket": {"determined": True}, "saturation": {"offered_rps": 3.2}}}}
     assert cited_light_load(sweep, "src") == LightLoad(90.0, 15.0, 3.2, "src")
     assert cited_light_load({"details": {}}, "src") is None
@@ -274,3 +275,14 @@ def test_make_bench_72_runs_the_bench_with_make_variables():
     out = subprocess.run(["make", "-n", "-C", str(root), "bench-72", "SLO_TTFT_P99_MS=800"], capture_output=True,
                          text=True, timeout=60).stdout
     assert "infkit bench 72 --scale 1" in out and "--make-vars 'SLO_TTFT_P99_MS=800'" in out, out
+
+
+def test_relative_slos_take_a_reference_of_at_least_100_unqueued_requests():
+    from harness.bench.spec import History
+
+    cfg = bench72.Config(light_requests=8)
+    history = History(cfg=cfg, model=None, run_dir=Path("."))
+    for tier, want in (("relative", 100), ("cpu-server", 8)):
+        step = next(iter(Campaign(cfg, ("a",), None, tier).light_steps(history, "a")))
+        plan = step[1].workload
+        assert plan.common.requests == want and plan.common.arrival.concurrency == 1, tier  # one at a time

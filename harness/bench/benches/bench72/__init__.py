@@ -72,8 +72,10 @@ class Config(BenchConfig):
                          "relative: limits scaled from a light-load P99", choices=TIER_CHOICES)
     slo_ttft_p99_ms: float | None = knob(None, "P99 TTFT limit in ms (unset: the tier's)", min=1)
     slo_tpot_p99_ms: float | None = knob(None, "P99 TPOT limit in ms (unset: the tier's)", min=0.1)
-    slo_ttft_factor: float = knob(3.0, "--slo-tier relative: P99 TTFT limit = this x the light-load P99", min=1)
-    slo_tpot_factor: float = knob(2.0, "--slo-tier relative: P99 TPOT limit = this x the light-load P99", min=1)
+    slo_ttft_factor: float = knob(3.0, "--slo-tier relative: P99 TTFT limit = this x the light-load median TTFT "
+                                  "(>= 100 unqueued requests)", min=1)
+    slo_tpot_factor: float = knob(2.0, "--slo-tier relative: P99 TPOT limit = this x the light-load median TPOT",
+                                  min=1)
     slo_error_rate: float = knob(0.01, "largest share of requests that may fail in a passing probe", min=0, max=1)
     start_rps: float | None = knob(None, "centre of the probe schedule (unset: bench-66's saturation point or the "
                                    "light probe's rate)", min=0.001)

@@ -27,7 +27,9 @@ from harness.bench.lib.search import Capacity, Probe, SearchConfig, binding, cap
 from harness.bench.metrics import (
     PEAK_MEMORY_GIB,
     REQUEST_RATE,
+    TPOT_P50,
     TPOT_P99,
+    TTFT_P50,
     TTFT_P99,
     server_metric,
 )
@@ -37,6 +39,7 @@ from harness.workload import Arrival, Common
 
 TTFT, TPOT, ERRORS, CLIENT = "TTFT P99", "TPOT P99", "error rate", "client schedule"
 LIGHT = "light load"
+MIN_REFERENCE = 100  # unqueued requests a relative SLO's median reference needs (DESIGN.md: no P99 below ~100)
 KV_USAGE_PEAK = server_metric("kv_cache_usage_peak")
 RUNNING_PEAK = server_metric("running_peak")
 
@@ -60,26 +63,28 @@ class SLO:
 
 @dataclass(frozen=True)
 class LightLoad:
-    """Light-load figures the SLOs scale from: a cited bench-66 run's, or this bench's own probe."""
+    """Light-load medians relative SLOs scale from (unqueued requests: a cited bench-66 run's lightest level that
+    kept up, or this bench's own one-at-a-time probe), and a rate known to be served."""
 
-    ttft_p99_ms: float | None
-    tpot_p99_ms: float | None
+    ttft_ms: float | None  # median TTFT: a median is stable where a P99 of a few requests is their maximum
+    tpot_ms: float | None  # median TPOT
     rate_rps: float | None  # a rate known to be served (bench-66's saturation point, or the probe's)
     source: str
 
 
 def scaled_slo(cfg: Any, light: LightLoad | None) -> SLO | None:
-    """Explicit limits win; the others are the light-load P99 times the factors; None while one is missing."""
+    """Explicit limits win; the others are the light-load median times the factors; None while one is missing."""
     parts, basis = {}, []
-    for key, factor, name in (("ttft_p99_ms", cfg.slo_ttft_factor, "TTFT"), ("tpot_p99_ms", cfg.slo_tpot_factor, "TPOT")):
+    for key, ref, factor, name in (("ttft_p99_ms", "ttft_ms", cfg.slo_ttft_factor, "TTFT"),
+                                   ("tpot_p99_ms", "tpot_ms", cfg.slo_tpot_factor, "TPOT")):
         given = getattr(cfg, f"slo_{key}")
-        measured = getattr(light, key) if light else None
+        measured = getattr(light, ref) if light else None
         if given is not None:
             parts[key] = given
             basis.append(f"P99 {name} {given:g} ms as set (--slo-{key.replace('_', '-')})")
         elif measured:
             parts[key] = factor * measured
-            basis.append(f"P99 {name} {factor:g} x {measured:.1f} ms")
+            basis.append(f"P99 {name} {factor:g} x the light-load median {measured:.1f} ms")
         else:
             return None
     source = f" ({light.source})" if light and any(getattr(cfg, f"slo_{k}") is None for k in parts) else ""
@@ -94,9 +99,9 @@ def cited_light_load(result: Mapping[str, Any] | None, source: str) -> LightLoad
         return None
     served = cited_saturation(result, source).get("offered_rps")
     latency = (baseline.get("light_load") or {}).get("latency_ms") or {}
-    if not latency.get(TTFT_P99.name) or not latency.get(TPOT_P99.name):
+    if not latency.get(TTFT_P50.name) or not latency.get(TPOT_P50.name):
         return None
-    return LightLoad(latency[TTFT_P99.name], latency[TPOT_P99.name], served, source)
+    return LightLoad(latency[TTFT_P50.name], latency[TPOT_P50.name], served, source)
 
 
 def verdict(run: ArmRun, slo: SLO, rate: float) -> Probe:
@@ -211,14 +216,16 @@ class Campaign:
         """A light-load probe (one request at a time) when no cited run gives the SLOs or a start rate."""
         if self.slo(history) is not None and (self.cfg.start_rps or self.light):
             return
-        light = replace(self.request_list(Arrival("closed", concurrency=1)), requests=self.cfg.light_requests)
+        # relative SLOs need a reference of >= 100 unqueued requests; a start rate alone needs a few
+        count = max(MIN_REFERENCE, self.cfg.light_requests) if self.tier == RELATIVE else self.cfg.light_requests
+        light = replace(self.request_list(Arrival("closed", concurrency=1)), requests=count)
         arm = Arm(LIGHT, WorkloadPlan("light", "random", light), server)
         yield 1, arm
         run = next((r for r in history.of(LIGHT) if not r.failure), None)
         if run is not None:
             caveat = "" if run.valid else f"; the probe was invalid: {'; '.join(run.result['conclusion']['invalid_reasons'])}"
             history.notes["light"] = LightLoad(
-                TTFT_P99.value([run]), TPOT_P99.value([run]), REQUEST_RATE.of_run(run),
+                TTFT_P50.value([run]), TPOT_P50.value([run]), REQUEST_RATE.of_run(run),
                 f"a light-load probe on {server}: {run.completed} requests one at a time; no bench-66 run was "
                 f"cited{caveat}")
 
