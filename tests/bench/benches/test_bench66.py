@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
+
 from harness.bench.benches.bench66 import SPEC, Config
 from harness.bench.runner import run_bench
 from harness.contract.schemas import validate_file
@@ -33,3 +35,21 @@ def test_a_sweep_runs_levels_in_rounds_and_reads_the_curve(bench_env):  # noqa: 
     assert doc["details"]["baseline"]["saturation"] is None  # 4-request levels decide nothing: nothing to cite
     assert run["outputs"]["figures"] == ["latency_throughput.png"]
     assert doc["conclusion"]["decision"] == "inconclusive" and doc["kind"] == "sweep"
+
+
+def test_the_probe_refills_until_its_steady_window_lasts_and_sets_the_ladder(bench_env):  # noqa: F811
+    cfg = Config(backend="fake", runtime="local", repeats=1, requests=4, min_level_s=0.5, probe_s=1.0,
+                 probe_concurrency=2, rate_fractions=(0.5, 1.0), input_tokens=24, output_tokens=6,
+                 warmup_requests=1, resamples=200)
+    outcome = run_bench(SPEC, cfg, root=bench_env, reporter=Reporter(io.StringIO(), every_s=60))
+    doc = json.loads((outcome.run_dir / "sweep.json").read_text())
+    labels = [a["label"] for a in doc["details"]["arm_runs"]]
+    probe = doc["details"]["baseline"]["capacity_probe"]
+    # the first list (8 = 4 x concurrency requests) ends within a second here, so a longer one follows
+    assert labels[0] == "probe" and (labels[1] == "probe (long)") == (probe["label"] == "probe (long)")
+    assert probe["rps"] > 0 and probe["concurrency"] == 2
+    if probe["label"] == "probe (long)":
+        assert probe["requests"] > 8
+    rates = sorted(p["offered_rps"] for p in doc["details"]["points"] if p["offered_rps"] is not None)
+    assert rates == pytest.approx([round(0.5 * probe["rps"], 3), round(1.0 * probe["rps"], 3)])
+    assert len(labels) <= SPEC.plan(cfg, None).schedule.phases[0].planned_steps  # the progress bound holds
