@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.backends import Backend, BackendConfig, get_backend
+from harness.backends.host_dtype import choose_dtype
 from harness.bench.analysis import claim_figures, read_claims, top_result
 from harness.bench.arms import ArmContext, arm_dir, measure_arm, warm_up
 from harness.bench.outputs import arm_table, summary_text
@@ -48,6 +49,7 @@ from harness.knobs import config_dict
 from harness.models import PreparedModel, ensure_model
 from harness.progress import Reporter
 from harness.rundir.directory import Finished, RunDirectory, check_run_target
+from harness.rundir.fingerprint import host_isa
 from harness.rundir.record import native_image
 from harness.runtime.base import ServerStartError, get_runtime
 from harness.runtime.local import free_port
@@ -123,7 +125,7 @@ class Bench:
                               ignore_eos=plan.ignore_eos)
         self.base = BackendConfig(model_dir=str(model.path), served_model_name=cfg.model, port=0, seed=cfg.seed,
                                   kv_cache_space_gib=cfg.kv_cache_space_gib, max_model_len=cfg.max_model_len,
-                                  in_container=placement.runtime == "docker")
+                                  dtype=cfg.dtype or "auto", in_container=placement.runtime == "docker")
 
     def backend_of(self, name: str) -> Backend:
         return get_backend(self.plan.server(name).backend or self.placement.backend)
@@ -300,14 +302,17 @@ def run_bench(spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), repo
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
     if placement.notice:
         reporter(placement.notice)
+    requested = config_dict(cfg)
+    dtype = choose_dtype(placement.backend, host_isa(), cfg.dtype)
+    cfg = replace(cfg, dtype=dtype.dtype)  # every server the bench starts serves this dtype unless a variant says
     started = time.monotonic()
     model = ensure_model(cfg.model, progress=reporter)
     plan = spec.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
     plan.check()
     rd = RunDirectory.create(root / spec.out_root(cfg), semantic_id=spec.semantic_id,
-                             run_label=plan.run_label or spec.title, requested=config_dict(cfg), root=root,
+                             run_label=plan.run_label or spec.title, requested=requested, root=root,
                              sign=cfg.sign, effective={"backend": placement.backend, "runtime": placement.runtime,
-                                                       "notice": placement.notice},
+                                                       "notice": placement.notice, **dtype.record()},
                              model=model.run_entry(), tokenizer=model.tokenizer_ref)
     reporter(f"bench-{spec.name}: run {rd.run_id} -> {rd.path.relative_to(root) if rd.path.is_relative_to(root) else rd.path}")
     bench = Bench(spec, cfg, placement, model, plan, rd, reporter)

@@ -50,6 +50,7 @@ from harness.workload import Arrival, Common
 if TYPE_CHECKING:
     from harness.models import PreparedModel
 
+SERVED_DTYPES = ("bfloat16", "float16", "float32", "auto")
 Order = Literal["sequential", "alternate", "concurrent"]
 DEFAULT_COLUMNS = (TTFT_P50, TTFT_P95, TPOT_P50, E2E_P50, OUTPUT_TOKENS_PER_S, PEAK_MEMORY_GIB)
 
@@ -73,6 +74,9 @@ class BenchConfig(KnobConfig):
     resamples: int = knob(10_000, "bootstrap resamples of every confidence interval", min=100)
     out_root: Path | None = knob(None, "root of the run directories (default: runs/NN)")
     sign: bool = knob(True, "sign the run directory into manifests/")
+    dtype: str | None = knob(None, "served dtype (default on vllm-cpu: bfloat16 where the CPU has AMX or AVX-512 "
+                             "BF16, else float32; GPU backends: auto); the choice and its reason go to run.json",
+                             choices=SERVED_DTYPES)
 
 
 @dataclass(frozen=True)

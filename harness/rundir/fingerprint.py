@@ -67,6 +67,11 @@ def cpu_isa(cpuinfo: str) -> list[str]:
     return []
 
 
+def host_isa() -> list[str]:
+    """This host's CPU_ISA extensions (what a host-aware default reads)."""
+    return cpu_isa(_cpuinfo())
+
+
 def _memory_total_bytes() -> int:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():

@@ -80,8 +80,8 @@ class Config(BenchConfig):
     proposal_manifest: str | None = knob(None, "cuda-proposal manifest to cite (default: the newest INF-PROPOSAL "
                                          "run holding proposal.json under manifests/; 'none': cite nothing)")
     mc_passes: int = knob(20_000, "Monte-Carlo verification passes of the prediction", min=100)
-    dtype: str = knob("auto", "served dtype of every server (auto: the checkpoint's, bfloat16 for SmolLM2)",
-                      choices=("auto", "bfloat16", "float16", "float32"))
+    control_max_acceptance: float = knob(0.5, "negative control: n-gram acceptance on the random workload must stay "
+                                         "at or below this for it to count as a control", min=0, max=1)
 
     def check(self) -> None:
         if self.prompt_lookup_min > self.prompt_lookup_max:
@@ -103,7 +103,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     common = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed, requests=cfg.requests * cfg.scale,
                     input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens)
     workloads = [WorkloadPlan(w, w, common) for w in WORKLOADS]
-    common_settings = {"kv_cache_space_gib": cfg.kv_cache_space_gib, "dtype": cfg.dtype}
+    common_settings = {"kv_cache_space_gib": cfg.kv_cache_space_gib, **({"dtype": cfg.dtype} if cfg.dtype else {})}
     base = ServerVariant("off", common_settings)
     servers, bench_arms, phases, claims = [base], [], [], []
     for sa in arms:
