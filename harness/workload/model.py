@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract.atomic import atomic_write_bytes
+from harness.contract.distribution import token_summary
 from harness.contract.schemas import (
     Problem,
     iter_jsonl,
@@ -27,7 +28,6 @@ from harness.contract.schemas import (
 )
 from harness.errors import InvalidInput
 from harness.ids import canonical_json, sha256_bytes
-from harness.contract.distribution import token_summary
 
 WORKLOAD_SCHEMA = "infkit/workload/v1"
 OFFSET_DECIMALS = 6  # send offsets are rounded to the microsecond before they are written
@@ -49,6 +49,7 @@ class Request:
     conversation: int | None = None
     turn: int | None = None
     priority: int | None = None  # scheduling priority, vLLM's convention: lower is served first
+    hash_ids: tuple[int, ...] | None = None  # a trace's block ids, one per leading block of the prompt
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -65,6 +66,8 @@ class Request:
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
+        if self.hash_ids is not None:
+            out["hash_ids"] = list(self.hash_ids)
         return out
 
     @classmethod
@@ -82,6 +85,7 @@ class Request:
             conversation=obj.get("conversation"),
             turn=obj.get("turn"),
             priority=obj.get("priority"),
+            hash_ids=tuple(obj["hash_ids"]) if obj.get("hash_ids") is not None else None,
         )
 
 
