@@ -68,6 +68,10 @@ class ExactTokenizer:
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
+    def token_ends(self, text: str) -> list[int]:
+        """The character offset in ``text`` where each of its tokens ends."""
+        return [end for _, end in self._tok.encode(text, add_special_tokens=False).offsets]
+
     def ids(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
 

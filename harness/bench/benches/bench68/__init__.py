@@ -31,6 +31,7 @@ from harness.bench.metrics import (
     ACCEPTANCE_RATE,
     E2E_P50,
     ITL_P50,
+    ITL_TOKEN_P50,
     MEAN_ACCEPTANCE_LENGTH,
     OUTPUT_TOKENS_PER_S,
     TPOT_P50,
@@ -123,7 +124,7 @@ def plan(cfg: Config, model) -> Plan:
                 warmup="warmup" if cfg.warmup_requests else None, run_label="speculative decoding vs off",
                 order="the baseline server stays up; each speculative variant is started in turn next to it and "
                       "its arms interleave with a baseline arm on the same workload, order alternating per repeat",
-                columns=(TTFT_P50, TPOT_P50, ITL_P50, E2E_P50, OUTPUT_TOKENS_PER_S, ACCEPTANCE_RATE,
+                columns=(TTFT_P50, TPOT_P50, ITL_P50, ITL_TOKEN_P50, E2E_P50, OUTPUT_TOKENS_PER_S, ACCEPTANCE_RATE,
                          MEAN_ACCEPTANCE_LENGTH),
                 notes=("greedy (temperature 0) with ignore_eos: every request generates exactly --output-tokens",
                        "two servers are up at once (baseline + one variant), each with --kv-cache-space-gib",
