@@ -170,8 +170,16 @@ def _record(req: Request, p: _Progress, status: str, error: str | None, *, sched
         error=_text(error, "the error message", problems),
         output_text=_text("".join(p.text), "the output text", problems) if keep_text else None, worker=worker,
         server_data_error="; ".join(problems) or None,
-        extra={"priority": req.priority} if req.priority is not None else {},
+        extra=_extra(req),
     )
+
+
+def _extra(req: Request) -> dict[str, Any]:
+    """What a record carries of its request beyond the index: priority, and session and turn in a session workload."""
+    out: dict[str, Any] = {"priority": req.priority} if req.priority is not None else {}
+    if req.conversation is not None and req.turn is not None:
+        out.update(session=req.conversation, turn=req.turn)
+    return out
 
 
 class _StreamSink:

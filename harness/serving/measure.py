@@ -292,7 +292,7 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     workers = cfg.client_workers or auto_workers(closed or cap or len(workload.requests))
     shares = plan_shares(workload.requests, client, str(requests_path), workers=workers,
                          closed_concurrency=closed, max_concurrency=cap, batch_barrier=cfg.batch_barrier,
-                         endpoints=cfg.endpoints)
+                         endpoints=cfg.endpoints, sessions=(workload.header.get("sessions") or {}).get("history"))
 
     before = scrape_all(metrics_urls)
     before_path = _save_scrape(out_dir, METRICS_BEFORE, before)

@@ -21,6 +21,7 @@ from harness.contract import (
 )
 from harness.rundir import fingerprint
 from harness.serving.metrics import TokenEnds, output_tokens, performance
+from harness.serving.turns import session_details
 from harness.serving.validity import (
     ClientHealth,
     ValidityLimits,
@@ -177,6 +178,7 @@ def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any
                   # server-reported values that were not sane were recorded as absent; requests.jsonl says why
                   "server_data_rejected": len(rejected),
                   "server_data_first_rejection": rejected[0].server_data_error if rejected else None},
+        **({"sessions": turns} if (turns := session_details(records)) is not None else {}),
         "validity_limits": facts.validity.to_dict(),
         "requested": _jsonable(dict(facts.requested)),
         **_jsonable(dict(facts.extra_details)),

@@ -84,18 +84,21 @@ class Generator:
     help: str = ""
     count: Count | None = None  # None: --requests
     describe: Describe | None = None
+    schedules: bool = False  # the generator gives every request's offset itself (sessions start by the arrival process)
 
 
 GENERATORS: dict[str, Generator] = {}
+INPUT_FILES = ("trace", "conversations")  # options that name a file the generator reads
 MAX_REQUESTS = 1_000_000
 MAX_TOKENS = 10_000_000  # per request: beyond any served context length
 MAX_SEED = 2**64
 
 
 def register_generator(kind: str, *options: Option, paired_with: str | None = None, help: str = "",
-                       count: Count | None = None, describe: Describe | None = None) -> Callable[[Build], Build]:
+                       count: Count | None = None, describe: Describe | None = None,
+                       schedules: bool = False) -> Callable[[Build], Build]:
     def wrap(fn: Build) -> Build:
-        GENERATORS[kind] = Generator(kind, fn, tuple(options), paired_with, help, count, describe)
+        GENERATORS[kind] = Generator(kind, fn, tuple(options), paired_with, help, count, describe, schedules)
         return fn
     return wrap
 
@@ -302,17 +305,19 @@ def make_workload(kind: str, common: Common, options: dict[str, Any], tokenizer_
     gen = GENERATORS[kind]
     tok = ExactTokenizer(tokenizer_dir)
     requests, trace_s = gen.build(common, opts, tok)
-    sched = offsets(common.arrival, len(requests), common.seed_for("arrival"), trace_s)
+    sched = trace_s if gen.schedules else offsets(common.arrival, len(requests), common.seed_for("arrival"), trace_s)
     requests = [Request(**{**r.__dict__, "offset_s": off}) for r, off in zip(requests, sched, strict=False)]
     if common.high_priority_fraction:
         tags = priorities(len(requests), common.high_priority_fraction, common.seed_for("priority"))
         requests = [Request(**{**r.__dict__, "priority": p}) for r, p in zip(requests, tags, strict=True)]
     params = {"version": GENERATOR_VERSION, "seed": common.seed, "input_tokens": common.input_tokens, "output_tokens": common.output_tokens,
               "input_range": common.input_range, "output_range": common.output_range, "requests": common.requests,
-              **{o.name: (Path(opts[o.name]).name if o.name == "trace" and opts[o.name] else opts[o.name])
+              **{o.name: (Path(opts[o.name]).name if o.name in INPUT_FILES and isinstance(opts[o.name], str)
+                          else opts[o.name])
                  for o in gen.options if not (o.omit_default and opts[o.name] == o.default)}}
-    if opts.get("trace"):
-        params["trace_sha256"] = sha256_file(opts["trace"])
+    for name in INPUT_FILES:  # an input file is named by its content, not its path
+        if isinstance(opts.get(name), str):
+            params[f"{name}_sha256"] = sha256_file(opts[name])
     if common.high_priority_fraction:
         params["high_priority_fraction"] = common.high_priority_fraction
     header: dict[str, Any] = {

@@ -50,6 +50,7 @@ class Request:
     turn: int | None = None
     priority: int | None = None  # scheduling priority, vLLM's convention: lower is served first
     hash_ids: tuple[int, ...] | None = None  # a trace's block ids, one per leading block of the prompt
+    think_s: float | None = None  # sessions: seconds after the previous turn ends before this one is sent
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -62,7 +63,7 @@ class Request:
             out["prompt"] = self.prompt
         if self.messages is not None:
             out["messages"] = [dict(m) for m in self.messages]
-        for name in ("group", "prefix_tokens", "conversation", "turn", "priority"):
+        for name in ("group", "prefix_tokens", "conversation", "turn", "priority", "think_s"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -86,6 +87,7 @@ class Request:
             turn=obj.get("turn"),
             priority=obj.get("priority"),
             hash_ids=tuple(obj["hash_ids"]) if obj.get("hash_ids") is not None else None,
+            think_s=obj.get("think_s"),
         )
 
 
