@@ -8,6 +8,7 @@ import pytest
 from fake_openai_server import FakeConfig, FakeOpenAIServer
 
 from harness.cli import main
+from harness.client.sessions import messages_digest
 from harness.errors import InvalidInput
 from harness.serving.measure import MeasureConfig, measure
 from harness.workload import Arrival, Common, load_workload, make_workload, write_workload
@@ -98,6 +99,7 @@ def test_each_turn_resends_the_server_replies_after_its_think_time(tokenizer_dir
                       {"role": "assistant", "content": recs[(0, 0)].output_text},
                       {"role": "user", "content": "to vi ba de"}]
     assert recs[(0, 0)].output_text == " ok" * 6
+    assert recs[(0, 1)].extra["messages_sha256"] == messages_digest(second)  # the record names what was sent
     for s, t in ((0, 1), (0, 2), (1, 1)):
         assert recs[(s, t)].sent_s - recs[(s, t - 1)].end_s >= 0.099  # the think time (asyncio may wake within its clock resolution)
         assert recs[(s, t)].prompt_tokens > recs[(s, t - 1)].prompt_tokens

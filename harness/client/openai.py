@@ -281,14 +281,19 @@ async def _within(coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
 
 
 async def send_request(pool: ConnectionPool, cfg: ClientConfig, req: Request, t0: float, *,
-                       scheduled_s: float | None, slot_s: float | None = None, worker: int = 0) -> RequestRecord:
-    """Send ``req`` and return its record; ``CancelledError`` propagates after the record is built
-    (it is attached to the exception as ``record``)."""
+                       scheduled_s: float | None, slot_s: float | None = None, worker: int = 0,
+                       extra: dict[str, Any] | None = None) -> RequestRecord:
+    """Send ``req`` and return its record (``extra`` added to the record's); ``CancelledError`` propagates after
+    the record is built (it is attached to the exception as ``record``)."""
     p = _Progress()
     body = json.dumps(build_payload(cfg, req)).encode("utf-8")
 
     def done(status: str, error: str | None = None) -> RequestRecord:
-        return _record(req, p, status, error, scheduled_s=scheduled_s, slot_s=slot_s, worker=worker, keep_text=cfg.keep_text)
+        rec = _record(req, p, status, error, scheduled_s=scheduled_s, slot_s=slot_s, worker=worker,
+                      keep_text=cfg.keep_text)
+        if extra:
+            rec.extra.update(extra)
+        return rec
 
     try:
         error = await _within(_stream(pool, cfg, body, t0, p), cfg.timeout_s)

@@ -19,6 +19,7 @@ from typing import Any
 from harness.client.http import ConnectionPool
 from harness.client.openai import ClientConfig, send_request
 from harness.client.records import RecordWriter, RequestRecord
+from harness.ids import sha256_canonical
 from harness.workload.model import Request
 
 HISTORIES = ("real", "fresh")
@@ -31,6 +32,11 @@ def group_sessions(requests: tuple[Request, ...] | list[Request]) -> list[list[R
     for req in requests:
         out.setdefault(req.conversation if req.conversation is not None else -1 - req.index, []).append(req)
     return [sorted(turns, key=lambda r: r.turn or 0) for turns in out.values()]
+
+
+def messages_digest(messages: tuple[dict[str, str], ...] | list[dict[str, str]]) -> str:
+    """sha256 of the messages as sent (canonical JSON): a record names the exact conversation its turn carried."""
+    return sha256_canonical([dict(m) for m in messages])
 
 
 def _fresh(message: dict[str, str], seed: str) -> dict[str, str]:
@@ -64,7 +70,7 @@ async def run_session(turns: list[Request], pool: ConnectionPool, client: Client
         session, turn = req.conversation or 0, req.turn or 0
         messages = (*history_to_send(history, mode, session, turn), *(req.messages or ()))
         rec = await guard(send_request(pool, client, replace(req, messages=tuple(messages)), t0, scheduled_s=ready_s,
-                                       worker=worker), writer)
+                                       worker=worker, extra={"messages_sha256": messages_digest(messages)}), writer)
         if not rec.completed:
             for rest in turns[k + 1:]:
                 writer.write(_stopped(rest, rec, worker))

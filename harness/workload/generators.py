@@ -312,11 +312,11 @@ def make_workload(kind: str, common: Common, options: dict[str, Any], tokenizer_
         requests = [Request(**{**r.__dict__, "priority": p}) for r, p in zip(requests, tags, strict=True)]
     params = {"version": GENERATOR_VERSION, "seed": common.seed, "input_tokens": common.input_tokens, "output_tokens": common.output_tokens,
               "input_range": common.input_range, "output_range": common.output_range, "requests": common.requests,
-              **{o.name: (Path(opts[o.name]).name if o.name in INPUT_FILES and isinstance(opts[o.name], str)
+              **{o.name: (Path(opts[o.name]).name if o.name in INPUT_FILES and isinstance(opts[o.name], (str, Path))
                           else opts[o.name])
                  for o in gen.options if not (o.omit_default and opts[o.name] == o.default)}}
     for name in INPUT_FILES:  # an input file is named by its content, not its path
-        if isinstance(opts.get(name), str):
+        if isinstance(opts.get(name), (str, Path)):
             params[f"{name}_sha256"] = sha256_file(opts[name])
     if common.high_priority_fraction:
         params["high_priority_fraction"] = common.high_priority_fraction

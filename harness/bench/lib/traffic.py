@@ -19,7 +19,7 @@ import numpy as np
 from harness.bench.arms import ArmRun, completed_runs
 from harness.bench.metrics import PREFIX_HIT_RATE, TTFT
 from harness.bench.spec import History
-from harness.workload import Workload
+from harness.workload import Workload, load_workload
 
 KV_BLOCK_TOKENS = 16  # vLLM's default block size, when the server's effective one is not known
 
@@ -52,7 +52,8 @@ def server_block_tokens(history: History, server: str) -> int:
 
 
 def trace_reading(history: History, workload: str, treatment: str, baseline: str, server: str) -> dict[str, Any]:
-    w = history.workloads.get(workload)
+    made = history.workloads.get(workload)
+    w = load_workload(made.path) if made is not None else None
     sharing = (w.header.get("sharing") if w else None) or {}
     ceiling = sharing.get("reuse_ceiling")
     measured = measured_hit_rate(history.runs, treatment)
