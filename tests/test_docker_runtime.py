@@ -27,6 +27,7 @@ from harness.runtime.docker import (
     memory_in_use_bytes,
     mounts_for,
 )
+from harness.runtime.docker_confine import Confinement, HostLog
 from harness.runtime.docker_image import check_gpu_request, image_record, resolve_image
 
 DIGEST = "sha256:" + "cd" * 32
@@ -112,22 +113,20 @@ def test_inside_a_role_image_the_run_records_the_container_image(monkeypatch):
 
 
 
-def test_every_container_knows_its_user_home_and_caches(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path / "cache"))
+def test_every_container_knows_its_user_home_and_caches(tmp_path: Path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    opts = container_options("inf-vllm-cpu", ("python", "-m", "x"), run_dir, DockerSettings(user="54321:54321"))
+    opts = container_options(("python", "-m", "x"), Confinement(run_dir), DockerSettings(user="54321:54321"))
     env = opts["environment"]
     assert opts["user"] == "54321:54321"
     assert env["USER"] == env["LOGNAME"] == "infkit"  # getpass.getuser() never reaches getpwuid
     assert env["HOME"] == CACHE_MOUNT
     for name in ("TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "HF_HOME"):
         assert env[name].startswith(CACHE_MOUNT + "/"), name
-    host = tmp_path / "cache" / "containers" / "inf-vllm-cpu-54321"
-    assert opts["volumes"][str(host)] == {"bind": CACHE_MOUNT, "mode": "rw"}
-    assert host.is_dir()
+    assert CACHE_MOUNT in opts["tmpfs"]  # caches per container, never a host folder shared across runs
+    assert [v for v in opts["volumes"].values() if v["mode"] == "rw"] == [{"bind": str(run_dir), "mode": "rw"}]
     if os.getuid() == 0:
-        assert host.stat().st_uid == 54321  # the container's uid can write its caches
+        assert run_dir.stat().st_uid == 54321  # the container's uid can write its own folder
 
 
 @pytest.mark.parametrize("mem, expected", [
@@ -173,7 +172,7 @@ class ExitedBetweenChecks:
 
 def test_stop_survives_a_container_that_exits_before_the_signal(tmp_path: Path):
     container = ExitedBetweenChecks()
-    handle = DockerHandle(container, ServerSpec(argv=("x",), port=1), tmp_path / "s.log", {})
+    handle = DockerHandle(container, ServerSpec(argv=("x",), port=1), HostLog(tmp_path, "s.log"), {})
     assert handle.stop(timeout_s=1) == 0
     assert container.removed
 

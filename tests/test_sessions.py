@@ -54,8 +54,8 @@ def test_sessions_start_by_the_arrival_process(tokenizer_dir):
     assert starts == sorted(starts) and starts[0] == 0.0 and len(set(starts)) == 3
     assert all(r.offset_s == starts[r.conversation] for r in w.requests)  # a later turn's lower bound
     twin = make_workload("sessions-fresh", Common(arrival=Arrival("poisson", rate_rps=2.0), input_tokens=8,
-                                                  output_tokens=4), {"sessions": 3, "turns": 2, "think_time": "exp:0.5"},
-                         tokenizer_dir)
+                                                  output_tokens=4),
+                         {"sessions": 3, "turns": 2, "think_time": "exp:0.5"}, tokenizer_dir)
     assert [(r.offset_s, r.think_s, r.messages) for r in twin.requests] == \
         [(r.offset_s, r.think_s, r.messages) for r in w.requests]
 
@@ -101,7 +101,8 @@ def test_each_turn_resends_the_server_replies_after_its_think_time(tokenizer_dir
     assert recs[(0, 0)].output_text == " ok" * 6
     assert recs[(0, 1)].extra["messages_sha256"] == messages_digest(second)  # the record names what was sent
     for s, t in ((0, 1), (0, 2), (1, 1)):
-        assert recs[(s, t)].sent_s - recs[(s, t - 1)].end_s >= 0.099  # the think time (asyncio may wake within its clock resolution)
+        # the think time (asyncio may wake within its clock resolution)
+        assert recs[(s, t)].sent_s - recs[(s, t - 1)].end_s >= 0.099
         assert recs[(s, t)].prompt_tokens > recs[(s, t - 1)].prompt_tokens
     turns = outcome.result["details"]["sessions"]
     assert [row["turn"] for row in turns["by_turn"]] == [0, 1, 2]

@@ -22,7 +22,7 @@ from harness.contract.distribution import PERCENTILE_METHOD
 from harness.serving.metrics import chunk_token_counts, per_request, token_gaps
 
 if TYPE_CHECKING:
-    from harness.bench.arms import ArmRun
+    from harness.bench.records import ArmRun
 
 Statistic = Callable[[np.ndarray], float]
 

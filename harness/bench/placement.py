@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from harness.backends import get_backend
 from harness.errors import InvalidInput
-from harness.runtime.base import default_runtime_name, docker_engine_present, nvidia_gpu_present
+from harness.images.engine import docker_engine_present
+from harness.runtime.base import default_runtime_name, nvidia_gpu_present
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.knobs import add_config_arguments, config_from_args
 from harness.bench import bench_specs, get_bench
 from harness.bench.runner import run_bench
+from harness.knobs import add_config_arguments, config_from_args
 from harness.progress import reporter
 
 
@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                            f"{n} {s.semantic_id}" for n, s in bench_specs().items()))
     names = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
     for name, spec in bench_specs().items():
-        b = names.add_parser(name, help=f"{spec.semantic_id}: {spec.question}", description=spec.doc,
+        b = names.add_parser(name, help=spec.help, description=spec.doc,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
         add_config_arguments(b, spec.config)
         b.add_argument("--make-vars", default="", help=argparse.SUPPRESS)  # Make's MAKEOVERRIDES (mk/bench.mk)

@@ -210,7 +210,7 @@ def run_in_image(args: argparse.Namespace) -> int:
     queue = args.run_dir.resolve() / f".sign-queue-{new_run_id()}"
     outcome = run_harness(args.role, inner, args.run_dir, gpus=tuple(args.gpu), network=args.network,
                           sign_queue=queue)
-    sys.stdout.write(outcome.log_path.read_text(errors="replace"))
+    sys.stdout.write(outcome.output)
     for manifest in sign_queued(queue, Path.cwd()):
         print(f"manifest: {relative(manifest)}")
         print(f"check it: infkit audit {relative(manifest)}")

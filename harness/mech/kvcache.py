@@ -134,7 +134,8 @@ def run(cfg: KvCacheConfig) -> MechOutput:
     trace = None
     if cfg.trace:
         ceiling = trace_pair(cfg.trace, cfg.trace_slice(), cfg.concurrency)[2]
-        trace = {"reuse_ceiling": ceiling, "predicted_hit_rate": {m: effects[m]["hit_rate_shared"] for m in cfg.managers}}
+        trace = {"reuse_ceiling": ceiling,
+                 "predicted_hit_rate": {m: effects[m]["hit_rate_shared"] for m in cfg.managers}}
     summary = (f"paired workloads: shared {shared.workload_id} / unique {unique.workload_id}; capacity "
                f"{cfg.num_blocks} blocks x {cfg.block_size} tokens; simulated ms\n\n"
                + table(["manager/arm", "hit rate", "hit tokens", "references", "evictions", "reclaimed",

@@ -268,6 +268,18 @@ def _failure(cfg: MeasureConfig, run: ClientRun, records: list[RequestRecord]) -
     return None
 
 
+def _shares(cfg: MeasureConfig, workload: Workload, requests_path: Path, closed: int | None,
+            cap: int | None) -> list:
+    """The client's configuration dealt to its worker processes (a session workload whole sessions at a time)."""
+    client = ClientConfig(endpoint=cfg.endpoint, model=cfg.model, api=cfg.api, timeout_s=cfg.timeout_s,
+                          ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens, keep_text=cfg.keep_text,
+                          stream=cfg.stream)
+    workers = cfg.client_workers or auto_workers(closed or cap or len(workload.requests))
+    return plan_shares(workload.requests, client, str(requests_path), workers=workers,
+                       closed_concurrency=closed, max_concurrency=cap, batch_barrier=cfg.batch_barrier,
+                       endpoints=cfg.endpoints, sessions=(workload.header.get("sessions") or {}).get("history"))
+
+
 def measure(cfg: MeasureConfig) -> MeasureOutcome:
     """Replay the workload, write the run's files and return them with the result document."""
     workload = load_workload(cfg.workload_path)
@@ -286,13 +298,7 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     metrics_urls = [u.rstrip("/") + "/metrics" for u in cfg.endpoints] or [cfg.metrics_url or
                                                                           cfg.endpoint.rstrip("/") + "/metrics"]
     metrics_url = metrics_urls[0]
-    client = ClientConfig(endpoint=cfg.endpoint, model=cfg.model, api=cfg.api, timeout_s=cfg.timeout_s,
-                          ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens, keep_text=cfg.keep_text,
-                          stream=cfg.stream)
-    workers = cfg.client_workers or auto_workers(closed or cap or len(workload.requests))
-    shares = plan_shares(workload.requests, client, str(requests_path), workers=workers,
-                         closed_concurrency=closed, max_concurrency=cap, batch_barrier=cfg.batch_barrier,
-                         endpoints=cfg.endpoints, sessions=(workload.header.get("sessions") or {}).get("history"))
+    shares = _shares(cfg, workload, requests_path, closed, cap)
 
     before = scrape_all(metrics_urls)
     before_path = _save_scrape(out_dir, METRICS_BEFORE, before)

@@ -165,5 +165,6 @@ def _sessions(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tupl
 @register_generator("sessions-fresh", *SESSION_OPTIONS, paired_with="sessions", count=_count, describe=describe,
                     schedules=True, help="twin of sessions: the same turns and timing, each history resent with "
                                          "its words shuffled (no prefix reuse)")
-def _sessions_fresh(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], list[float | None]]:
+def _sessions_fresh(common: Common, opts: dict[str, Any],
+                    tok: ExactTokenizer) -> tuple[list[Request], list[float | None]]:
     return _build(common, opts, tok)

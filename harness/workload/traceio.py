@@ -71,7 +71,8 @@ class TraceSlice:
 
 def _count(value: Any, name: str, where: str, minimum: int = 1) -> int:
     if type(value) is not int or not minimum <= value <= MAX_TOKENS:
-        raise InvalidInput(f"{where}: {name} {value!r:.40} is not a whole number of tokens in [{minimum}, {MAX_TOKENS}]")
+        raise InvalidInput(f"{where}: {name} {value!r:.40} is not a whole number of tokens in "
+                           f"[{minimum}, {MAX_TOKENS}]")
     return value
 
 
@@ -109,7 +110,8 @@ def _mooncake(path: Path, block_tokens: int) -> list[TraceRow]:
         where = f"{path}:{lineno}"
         unknown = sorted(set(obj) - set(MOONCAKE_KEYS))
         if unknown:
-            raise InvalidInput(f"{where}: unknown field {unknown[0]!r}", hint=f"a mooncake row has {', '.join(MOONCAKE_KEYS)}")
+            raise InvalidInput(f"{where}: unknown field {unknown[0]!r}",
+                               hint=f"a mooncake row has {', '.join(MOONCAKE_KEYS)}")
         missing = [k for k in MOONCAKE_KEYS if k not in obj]
         if missing:
             raise InvalidInput(f"{where}: no {missing[0]}", hint=f"a mooncake row has {', '.join(MOONCAKE_KEYS)}")
@@ -197,7 +199,8 @@ def _filters(spec: str | None) -> dict[str, str]:
             continue
         key, sep, value = item.partition("=")
         if not sep or key.strip() not in BURSTGPT_COLUMNS:
-            raise InvalidInput(f"--trace-filter {item!r}: use COLUMN=VALUE with COLUMN one of {', '.join(BURSTGPT_COLUMNS)}")
+            raise InvalidInput(f"--trace-filter {item!r}: use COLUMN=VALUE with COLUMN one of "
+                               f"{', '.join(BURSTGPT_COLUMNS)}")
         out[key.strip()] = value.strip()
     return out
 

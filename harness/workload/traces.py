@@ -96,7 +96,8 @@ def _block_prompt(texts: BlockText, keys: list[Any], tail_key: Any, n_tokens: in
     return "".join(words[:n_tokens])
 
 
-def _build(common: Common, opts: dict[str, Any], tok: ExactTokenizer, shared: bool) -> tuple[list[Request], list[float]]:
+def _build(common: Common, opts: dict[str, Any], tok: ExactTokenizer,
+           shared: bool) -> tuple[list[Request], list[float]]:
     rows, _ = _rows(common, opts)
     spec = trace_slice(opts)
     content_seed = common.seed_for("content")
@@ -126,7 +127,8 @@ def describe(common: Common, opts: dict[str, Any], kind: str) -> dict[str, Any]:
     if any(r.hash_ids for r in rows):
         if kind == "trace-unique":  # every block its own: ids no other request has
             first = [sum(len(x.hash_ids or ()) for x in rows[:i]) for i in range(len(rows))]
-            rows = [replace(r, hash_ids=tuple(range(f, f + len(r.hash_ids or ())))) for f, r in zip(first, rows, strict=True)]
+            rows = [replace(r, hash_ids=tuple(range(f, f + len(r.hash_ids or ()))))
+                    for f, r in zip(first, rows, strict=True)]
         out["sharing"] = sharing(rows, trace_slice(opts).block)
     return out
 

@@ -68,7 +68,7 @@ def test_a_cuda_run_is_signed_when_it_ends(capsys, torch, tmp_path, monkeypatch)
     manifest = tmp_path / "manifests" / "INF-EXECUTION-DISPATCH" / f"{run_dir.name}.intoto.json"
     assert f"manifest: {manifest.relative_to(tmp_path)}" in capsys.readouterr().out
     assert main(["audit", "manifests"]) == 0
-    assert "0 VALID, 1 VALID-UNTRUSTED, 0 INVALID" in capsys.readouterr().out  # no trust policy: integrity only
+    assert "1 VALID, 0 INVALID" in capsys.readouterr().out  # the key created here is in the local trust policy
 
 
 def test_a_failed_run_with_samples_is_kept_and_signed_one_without_is_removed(torch, tmp_path, monkeypatch):
@@ -88,15 +88,15 @@ def test_a_failed_run_with_samples_is_kept_and_signed_one_without_is_removed(tor
         raise RuntimeError("nothing measured")
 
     with pytest.raises(RuntimeError, match="device lost"):
-        run_experiment(type(exp)(exp.name, exp.semantic_id, exp.summary, exp.config_cls, fail_after_samples),
-                       exp.config_cls(), device="cpu", out_root=tmp_path / "runs")
+        run_experiment(type(exp)(exp.name, exp.semantic_id, exp.help, exp.config, fail_after_samples),
+                       exp.config(), device="cpu", out_root=tmp_path / "runs")
     (kept,) = (tmp_path / "runs" / "attention").iterdir()
     run = json.loads((kept / "run.json").read_text())
     assert run["status"] == "failed" and "device lost" in run["effective"]["error"]
     assert (tmp_path / "manifests" / "INF-EXECUTION-DISPATCH" / f"{kept.name}.intoto.json").is_file()
     with pytest.raises(RuntimeError, match="nothing measured"):
-        run_experiment(type(exp)(exp.name, exp.semantic_id, exp.summary, exp.config_cls, fail_at_once),
-                       exp.config_cls(), device="cpu", out_root=tmp_path / "runs")
+        run_experiment(type(exp)(exp.name, exp.semantic_id, exp.help, exp.config, fail_at_once),
+                       exp.config(), device="cpu", out_root=tmp_path / "runs")
     assert list((tmp_path / "runs" / "attention").iterdir()) == [kept]
 
 

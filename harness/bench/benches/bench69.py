@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.bench.analysis import Reading, claim_figures, read_claims
+from harness.bench.analysis import claim_figures, read_claims
 from harness.bench.lib import traffic
 from harness.bench.metrics import (
     E2E_P50,
@@ -37,6 +37,7 @@ from harness.bench.metrics import (
     TTFT_P95,
     TTFT_P99,
 )
+from harness.bench.records import Reading
 from harness.bench.spec import (
     Arm,
     BenchConfig,
@@ -51,6 +52,7 @@ from harness.bench.spec import (
 )
 from harness.errors import InvalidInput
 from harness.knobs import knob
+from harness.models import PreparedModel
 from harness.workload import Arrival, Common
 from harness.workload.traceio import FORMATS as TRACE_FORMATS
 from harness.workload.traceio import TraceSlice, scaled_rows
@@ -144,35 +146,33 @@ def reader(cfg: Config, plan: Plan) -> Callable[[History], Reading]:
     """The claims as every bench reads them, then the traffic pairs' hit rates and TTFT by turn."""
     def read(history: History) -> Reading:
         reading = read_claims(history, plan, seed=cfg.seed, resamples=cfg.resamples, repeats=cfg.repeats)
-        reading.figures.update(claim_figures(history, plan, f"bench-69 {SPEC.semantic_id}"))
+        reading = reading.with_figures(claim_figures(history, plan, f"bench-69 {SPEC.semantic_id}"))
         got: dict[str, Any] = {}
+        lines: list[str] = []
         if cfg.trace:
-            got["trace"] = traffic.trace_reading(history, "trace", TRACE, TRACE_TWIN, "cache-on")
-            got["trace"]["file"] = f"{Path(cfg.trace).name} ({cfg.trace_format}), first {cfg.trace_requests * cfg.scale}"\
-                f" requests{f' of window {cfg.trace_window} s' if cfg.trace_window else ''}, blocks of "\
-                f"{cfg.trace_block_tokens} rescaled to {cfg.trace_rescale} tokens"
-            reading.lines += traffic.trace_lines("trace", got["trace"])
+            made = history.workloads.get("trace")
+            got["trace"] = {**traffic.trace_reading(history, "trace", TRACE, TRACE_TWIN, "cache-on"),
+                            "file": f"{Path(cfg.trace).name} ({cfg.trace_format}), "
+                                    f"{made.requests if made else '?'} requests"
+                                    f"{f' of window {cfg.trace_window} s' if cfg.trace_window else ''}, blocks of "
+                                    f"{cfg.trace_block_tokens} rescaled to {cfg.trace_rescale} tokens"}
+            lines += traffic.trace_lines("trace", got["trace"])
         if cfg.sessions:
             got["sessions_by_turn"] = {label: traffic.ttft_by_turn(history.runs, label)
                                        for label in (SESSIONS, SESSIONS_TWIN)}
             for label, rows in got["sessions_by_turn"].items():
-                reading.lines += traffic.turn_lines(label, rows)
-        if got:
-            reading.details["traffic"] = got
-        return reading
+                lines += traffic.turn_lines(label, rows)
+        return reading.with_details(traffic=got).with_lines(*lines) if got else reading
     return read
 
 
-def plan(cfg: Config, model) -> Plan:
+def plan(cfg: Config, model: PreparedModel) -> Plan:
     common = Common(arrival=Arrival("closed", concurrency=cfg.concurrency), seed=cfg.seed,
                     input_tokens=cfg.prefix_tokens + cfg.suffix_tokens, output_tokens=cfg.output_tokens)
     shape = {"groups": cfg.groups * cfg.scale, "prompts_per_group": cfg.prompts_per_group,
              "prefix_tokens": cfg.prefix_tokens, "suffix_tokens": cfg.suffix_tokens}
     workloads = [WorkloadPlan("shared-prefix", "shared-prefix", common, shape),
                  WorkloadPlan("unique-prefix", "unique-prefix", common, shape)] if cfg.synthetic else []
-    if cfg.warmup_requests:  # another seed: warm-up can never prime the measured prefixes
-        workloads.append(WorkloadPlan("warmup", "unique-prefix", replace(common, seed=cfg.seed + 10_000),
-                                      dict(shape, groups=1, prompts_per_group=cfg.warmup_requests), measured=False))
     # per-request cached tokens (usage.prompt_tokens_details) give the sessions' hit rate by turn
     details = {"extra_args": ("--enable-prompt-tokens-details",)} if cfg.sessions else {}
     servers = [ServerVariant("cache-on", {"prefix_caching": True, **details})]
@@ -187,11 +187,11 @@ def plan(cfg: Config, model) -> Plan:
         servers.append(ServerVariant("cache-off", {"prefix_caching": False}))
         arms.append(Arm(CONTROL, "shared-prefix", "cache-off"))
         controls.append(Claim(TTFT_P50, UNIQUE, CONTROL, name="cache-off"))
-    phases, order = phases_for(arms, cfg.repeats, "sequential")
     headline = claims[0]
-    made = Plan(workloads=tuple(workloads), servers=tuple(servers), arms=tuple(arms), phases=phases, order=order,
-                claims=tuple(claims), controls=tuple(controls), run_label=f"{headline.treatment} vs {headline.baseline}",
-                warmup="warmup" if cfg.warmup_requests else None,
+    made = Plan(workloads=tuple(workloads), servers=tuple(servers), arms=tuple(arms),
+                schedule=phases_for(arms, cfg.repeats, "sequential"),
+                claims=tuple(claims), controls=tuple(controls),
+                run_label=f"{headline.treatment} vs {headline.baseline}",
                 columns=(TTFT_P50, TTFT_P95, TPOT_P50, E2E_P50, OUTPUT_TOKENS_PER_S, PREFIX_HIT_RATE, PEAK_MEMORY_GIB),
                 notes=("warm-up requests use their own workload and are not measured",
                        "the prefix cache is reset before every arm run"))
@@ -199,8 +199,7 @@ def plan(cfg: Config, model) -> Plan:
 
 
 SPEC = BenchSpec(
-    name="69", semantic_id="INF-PREFIX-CACHE", title="bench-69 INF-PREFIX-CACHE",
-    question="does prefix reuse cut TTFT?", config=Config, plan=plan, doc=__doc__ or "",
+    name="69", semantic_id="INF-PREFIX-CACHE", question="does prefix reuse cut TTFT?", config=Config, plan=plan,
     next_steps={
         "adopt": "keep prefix caching on for shared-prefix traffic; confirm on the GPU image (make bench-69 GPU=0)",
         "reject": "prefix caching slowed TTFT here: check the hit rates and server logs before trusting it",

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.bench.arms import ArmRun, completed_runs
 from harness.bench.metrics import PREFIX_HIT_RATE, TTFT
+from harness.bench.records import ArmRun, completed_runs
 from harness.bench.spec import History
 from harness.workload import Workload, load_workload
 

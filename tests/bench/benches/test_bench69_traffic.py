@@ -88,7 +88,7 @@ def test_real_sessions_resend_the_server_replies_and_hit_more_with_each_turn(tmp
 
 
 def _run(label: str, repeat: int, hit_rate: float, ttft_s: float, turns: bool = False):
-    from harness.bench.arms import ArmRun
+    from harness.bench.records import ArmRun
     from harness.client import RequestRecord
 
     recs = tuple(RequestRecord(index=i, status="length", scheduled_s=0.0, sent_s=0.0, first_token_s=ttft_s * (1 + i),
@@ -101,7 +101,7 @@ def _run(label: str, repeat: int, hit_rate: float, ttft_s: float, turns: bool = 
 
 
 def test_the_reading_sets_measured_hit_rate_beside_ceiling_and_prediction(trace, tmp_path, tokenizer_dir):
-    from harness.bench.arms import Workload
+    from harness.bench.records import Workload
     from harness.bench.spec import History
     from harness.workload import Arrival, Common, make_workload, write_workload
 

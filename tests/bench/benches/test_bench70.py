@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 
 from harness.backends.base import VLLM_EFFECTIVE_KEYS, BackendConfig
-from harness.contract.schemas import validate_file
 from harness.bench import placement as placement_mod
 from harness.bench import runner as runner_mod
 from harness.bench.benches.bench70 import SPEC, Config
+from harness.contract.schemas import validate_file
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.progress import Reporter
 from harness.runtime.base import ServerSpec
-from tests.bench_runs import assert_bench_refuses
 from tests.bench.test_bench_runner import FakeBackend, bench_env  # noqa: F401 (fixtures)
+from tests.bench_runs import assert_bench_refuses
 
 ENGINE = Path(__file__).parents[1] / "fake_engine.py"
 
@@ -81,6 +81,11 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
     for label, p in details["predictions"].items():
         assert set(p["error"]) == set(p["measured"]) == set(p["predicted"]), label
         assert p["measured"]["ttft_ms.p50"] > 0 and p["predicted"]["ttft_ms.p50"] > 0
+        low, high = p["measured_interval"]["ttft_ms.p50"]  # the measured figure's own interval ...
+        assert low <= p["measured"]["ttft_ms.p50"] <= high
+        assert p["inside_interval"]["ttft_ms.p50"] == (low <= p["predicted"]["ttft_ms.p50"] <= high)  # ... judges it
+    ttft = details["prediction_summary"]["TTFT p50 ms"]  # across the arms: bias, MAPE and the inside count
+    assert ttft["n"] == len(measured) and ttft["mape"] >= abs(ttft["mean_signed_error"]) and ttft["with_interval"] == 5
     assert details["predictions"]["static"]["mode"] == "barrier" and details["predictions"]["priority"]["engine"][
         "policy"] == "priority"
     classes = details["priority_classes"]
@@ -89,8 +94,8 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
     claims = {c["name"] for c in details["claims"]}
     assert "priority vs FCFS: high-class TTFT P50" in claims and "continuous vs static: output tok/s" in claims
     summary = (run_dir / "summary.txt").read_text()
-    for text in ("predicted (simulator", "per priority class", "static-batching signature", "capability_missing: "
-                 "server variant overlap", "P/D disaggregation"):
+    for text in ("predicted (simulator", "inside the measured interval; mean signed error", "per priority class",
+                 "static-batching signature", "capability_missing: server variant overlap", "P/D disaggregation"):
         assert text in summary, text
     assert (run_dir / "occupancy.png").is_file() and (run_dir / "workloads" / "inputs" / "calibration-trace.jsonl").is_file()
     static = [json.loads(line) for line in (run_dir / "arms" / "static" / "r1" / "requests.jsonl").read_text().splitlines()]
@@ -114,8 +119,8 @@ def test_bad_bench70_flags_are_one_line_and_leave_nothing(tmp_path, args, expect
 
 
 def test_a_cited_calibration_run_drives_the_predictions_and_an_edited_one_is_refused(tmp_path, monkeypatch):
-    from harness.errors import InvalidInput
     from harness.bench.benches.bench70.predict import cited_cost_model
+    from harness.errors import InvalidInput
     from tests.bench_runs import env_for, infkit
 
     monkeypatch.setenv("INFKIT_SIGNING_KEY", str(tmp_path / "keys" / "signing.pem"))

@@ -5,7 +5,9 @@ the priority classes side by side, and the static-batching signature.
 - Predictions (``schedsim``): the step-cost model is fitted from the calibration arm (the profiling
   plan replayed on the bench's own server, at its start) or read from a cited ``step_cost.json``;
   each arm's workload is simulated with that arm's effective engine settings. The table states
-  predicted, measured and the error (predicted / measured − 1) per arm, large or small.
+  predicted, measured and the error (predicted / measured − 1) per arm, large or small; each prediction is
+  judged against the measured figure's own 95 % interval (requests resampled), and per figure the arms'
+  mean signed error and MAPE are stated with how many predictions fell inside (``bench.lib.prediction``).
 - Static signature: the client-driven static batches must leave slots idle (lower mean running,
   running below the concurrency in more of the samples: the saw-tooth in ``occupancy.png``) and
   make requests wait in the client (higher client queue wait) against continuous batching at the
@@ -23,9 +25,16 @@ from typing import Any
 import numpy as np
 from tabulate import tabulate
 
-from harness.errors import InvalidInput
-from harness.bench.analysis import Reading, claim_figures, read_claims
-from harness.bench.arms import ArmRun, arm_dir, completed_runs
+from harness.bench.analysis import claim_figures, read_claims
+from harness.bench.arms import arm_dir
+from harness.bench.benches.bench70.predict import (
+    CostModel,
+    engine_from,
+    error,
+    fit_from_profile,
+    predict,
+)
+from harness.bench.lib.prediction import Judged, bootstrap_interval, summarise, summary_line
 from harness.bench.metrics import (
     E2E_P50,
     QUEUE_WAIT_P50,
@@ -34,10 +43,12 @@ from harness.bench.metrics import (
     TPOT_P99,
     TTFT_P50,
     TTFT_P99,
+    Metric,
     priority_class,
 )
-from harness.bench.benches.bench70.predict import CostModel, engine_from, error, fit_from_profile, predict
+from harness.bench.records import ArmRun, Reading, completed_runs
 from harness.bench.spec import History, Plan
+from harness.errors import InvalidInput
 from harness.serving.measure import GAUGES_FILE, REQUESTS_FILE
 
 COMPARED = (TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, RUNNING_MEAN)
@@ -63,29 +74,31 @@ class SchedulerReading:
     def __call__(self, history: History) -> Reading:
         cfg = history.cfg
         reading = read_claims(history, self.plan, seed=cfg.seed, resamples=cfg.resamples, repeats=cfg.repeats)
-        reading.figures.update(claim_figures(history, self.plan, self.title))
         cost, why = self.cost_model(history)
         predictions = {label: self.prediction(history, label, mode, cost)
                        for label, mode in self.modes.items() if cost and completed_runs(history.runs, label)}
-        reading.lines += ["", "predicted (simulator, calibrated step costs) vs measured, error = predicted/measured - 1:",
-                          prediction_table(predictions) if predictions else f"no prediction: {why}"]
+        lines = ["", "predicted (simulator, calibrated step costs) vs measured, error = predicted/measured - 1:",
+                 prediction_table(predictions) if predictions else f"no prediction: {why}"]
+        judged = judged_predictions(predictions)
+        lines += [summary_line(f"  {name}", summary) for name, summary in judged.items()]
         details: dict[str, Any] = {"cost_model": cost.to_dict() if cost else None, "predictions": predictions,
+                                   "prediction_summary": judged,
                                    "pd_disaggregation": {"served": False, "note": PD_NOTE}}
         if not cost:
             details["prediction_missing"] = why
         if self.policy_pair and self.classes:
             table, details["priority_classes"] = class_table(history, self.policy_pair, self.classes, predictions)
-            reading.lines += ["", "per priority class (FCFS vs priority policy):", table]
+            lines += ["", "per priority class (FCFS vs priority policy):", table]
         if self.static_pair:
             details["static_signature"] = signature = static_signature(history, *self.static_pair, self.concurrency)
-            reading.lines += ["", signature["text"]]
-        reading.lines += ["", PD_NOTE]
-        reading.details.update(details)
+            lines += ["", signature["text"]]
+        lines += ["", PD_NOTE]
+        figures = dict(claim_figures(history, self.plan, self.title))
         labels = [label for label in self.modes if completed_runs(history.runs, label)]
         if labels:
-            reading.figures["occupancy.png"] = lambda path: occupancy_png(history, labels, predictions, path,
-                                                                          title=f"{self.title}: occupancy over time")
-        return reading
+            figures["occupancy.png"] = lambda path: occupancy_png(history, labels, predictions, path,
+                                                                  title=f"{self.title}: occupancy over time")
+        return reading.with_lines(*lines).with_details(**details).with_figures(figures)
 
     def cost_model(self, history: History) -> tuple[CostModel | None, str]:
         if self.cited is not None:
@@ -110,8 +123,35 @@ class SchedulerReading:
         predicted = predict(path, engine, cost, mode, self.classes if label in (self.policy_pair or ()) else None)
         measured = {m.name: m.value(runs) for m in COMPARED}
         flat = {m.name: predicted_value(predicted, m.name) for m in COMPARED}
-        return {**predicted, "predicted": flat, "measured": measured,
-                "error": {k: error(flat[k], measured[k]) for k in flat}}
+        seed, resamples = history.cfg.seed, min(history.cfg.resamples, 2000)
+        intervals = {m.name: measured_interval(m, runs, resamples=resamples, seed=seed) for m in COMPARED}
+        inside = {k: (None if v is None or flat[k] is None else v[0] <= flat[k] <= v[1]) for k, v in intervals.items()}
+        return {**predicted, "predicted": flat, "measured": measured, "measured_interval": intervals,
+                "inside_interval": inside, "error": {k: error(flat[k], measured[k]) for k in flat}}
+
+
+def measured_interval(metric: Metric, runs: Sequence[ArmRun], *, resamples: int, seed: int
+                      ) -> tuple[float, float] | None:
+    """The measured figure's 95 % interval: its requests resampled (pooled over the repeats) for a per-request
+    percentile, its repeats resampled for a per-run figure (the gauges' mean running)."""
+    if metric.per_request and metric.samples is not None and metric.statistic is not None:
+        pooled = [v for run in runs for v in metric.samples(run.records)]
+        return bootstrap_interval(pooled, metric.statistic, resamples=resamples, seed=seed)
+    per_run = [v for v in (metric.of_run(run) for run in runs) if v is not None] if metric.of_run else []
+    return bootstrap_interval(per_run, np.median, resamples=resamples, seed=seed)
+
+
+def judged_predictions(predictions: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per compared figure, across arms: inside the measured interval or not, mean signed error and MAPE."""
+    out = {}
+    for m in COMPARED:
+        rows = [Judged(label, p["predicted"][m.name], p["measured"][m.name], *(p["measured_interval"][m.name] or
+                                                                               (None, None)))
+                for label, p in predictions.items()
+                if p["predicted"][m.name] is not None and p["measured"][m.name]]
+        if rows:
+            out[m.title] = summarise(rows)
+    return out
 
 
 def run_effective(run: ArmRun) -> dict[str, Any] | None:
