@@ -56,6 +56,8 @@ class FakeConfig:
     bad_chunk: bytes | None = None  # a raw `data:` payload sent after the first token; the stream then goes on
     metrics_raw: str | None = None  # serve this text as /metrics instead of the computed series
     max_running: int = 0  # requests served at once (0: unlimited); the rest wait, so TTFT grows with load
+    tokens_per_chunk: int = 1  # tokens each chunk carries (speculative decoding sends several), one gap_s apart
+    reply: str = " tok"  # the text of one generated token
 
 
 @dataclass
@@ -72,12 +74,14 @@ class _State:
     crashed: bool = False
 
 
-def _chunk(api: str, text: str | None, finish: str | None = None) -> bytes:
+def _chunk(api: str, text: str | None, finish: str | None = None, usage: dict | None = None) -> bytes:
     if api == "chat":
         choice = {"index": 0, "delta": {"content": text} if text is not None else {}, "finish_reason": finish}
     else:
         choice = {"index": 0, "text": text or "", "finish_reason": finish}
-    return b"data: " + json.dumps({"id": "fake", "object": "chunk", "model": "fake", "choices": [choice]}).encode() + b"\n\n"
+    payload = {"id": "fake", "object": "chunk", "model": "fake", "choices": [choice],
+               **({"usage": usage} if usage else {})}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
 class FakeOpenAIServer:
@@ -94,6 +98,7 @@ class FakeOpenAIServer:
         self._responses: set[web.StreamResponse] = set()
         self._site: web.TCPSite | None = None
         self._slots: asyncio.Semaphore | None = None
+        self.bodies: list[dict] = []  # every request body received, in order
 
     @property
     def url(self) -> str:
@@ -138,6 +143,7 @@ class FakeOpenAIServer:
             request.transport.abort()
             raise ConnectionResetError
         body = await request.json()
+        self.bodies.append(body)
         st.requests += 1
         n = st.requests
         if cfg.crash_after and n > cfg.crash_after:
@@ -163,6 +169,8 @@ class FakeOpenAIServer:
 
     async def _respond(self, request, api, n, max_tokens, prompt_tokens, cached, body) -> web.StreamResponse:
         st = self.state
+        if body.get("stream") is False:
+            return await self._whole(api, max_tokens, prompt_tokens, cached)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         self._responses.add(resp)
@@ -174,11 +182,26 @@ class FakeOpenAIServer:
             self._responses.discard(resp)
         return resp
 
+    async def _whole(self, api, max_tokens, prompt_tokens, cached) -> web.Response:
+        """A non-streamed answer: every token's time, then one JSON body."""
+        cfg = self.config
+        await asyncio.sleep(cfg.ttft_s + cfg.gap_s * (max_tokens - 1))
+        self.state.generation_tokens += max_tokens
+        text = cfg.reply * max_tokens
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if api == "chat" else
+                  {"index": 0, "text": text})
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
+                 "total_tokens": prompt_tokens + max_tokens, "prompt_tokens_details": {"cached_tokens": cached}}
+        return web.json_response({"id": "fake", "choices": [{**choice, "finish_reason": cfg.finish_reason}],
+                                  "usage": usage})
+
     async def _stream(self, request, resp, api, n, max_tokens, prompt_tokens, cached, body) -> None:
         cfg, st = self.config, self.state
         start = time.monotonic() + cfg.prefill_s_per_token * max(0, prompt_tokens - cached)
-        token = _chunk(api, " tok")
-        for k in range(max_tokens):
+        options = body.get("stream_options") or {}
+        per_chunk = cfg.usage and options.get("include_usage") and options.get("continuous_usage_stats")
+        sent = 0
+        for k in range(-(-max_tokens // cfg.tokens_per_chunk)):
             due = start + cfg.ttft_s + k * cfg.gap_s + (self._rng.uniform(0, cfg.jitter_s) if cfg.jitter_s else 0.0)
             delay = due - time.monotonic()
             if delay > 0:
@@ -193,8 +216,12 @@ class FakeOpenAIServer:
                 return
             if k == 1 and cfg.bad_chunk is not None:
                 await resp.write(b"data: " + cfg.bad_chunk + b"\n\n")
+            carried = min(cfg.tokens_per_chunk, max_tokens - sent)
+            sent += carried
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent}
+            token = _chunk(api, cfg.reply * carried, usage=usage if per_chunk else None)
             await resp.write(token)
-            st.generation_tokens += 1
+            st.generation_tokens += carried
         await resp.write(_chunk(api, None, cfg.finish_reason))
         if cfg.usage_raw is not None:
             await resp.write(b'data: {"id": "fake", "choices": [], "usage": ' + cfg.usage_raw + b"}\n\n")

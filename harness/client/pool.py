@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from harness.client.loop import run_async
 from harness.client.openai import ClientConfig
 from harness.client.runner import Share, ShareStats, run_share
+from harness.client.sessions import group_sessions
 from harness.errors import InvalidInput
 from harness.workload.model import Request
 
@@ -46,7 +47,7 @@ def _split(total: int | None, parts: int, part: int) -> int | None:
 
 def plan_shares(requests: tuple[Request, ...], client: ClientConfig, records_path: str, *, workers: int,
                 closed_concurrency: int | None, max_concurrency: int | None, batch_barrier: bool = False,
-                endpoints: tuple[str, ...] = ()) -> list[Share]:
+                endpoints: tuple[str, ...] = (), sessions: str | None = None) -> list[Share]:
     """Deal requests round-robin and split the concurrency; never more workers than slots.
 
     Static batches (``batch_barrier``) run in one process: the barrier spans the whole batch.
@@ -65,8 +66,12 @@ def plan_shares(requests: tuple[Request, ...], client: ClientConfig, records_pat
     else:
         limit = closed_concurrency or max_concurrency
         workers = 1 if batch_barrier else max(1, min(workers, len(requests), limit or workers))
+    dealt = [requests[w::workers] for w in range(workers)]
+    if sessions:
+        groups = group_sessions(requests)
+        dealt = [tuple(r for g in groups[w::workers] for r in g) for w in range(workers)]
     return [
-        Share(worker=w, requests=requests[w::workers],
+        Share(worker=w, requests=dealt[w], sessions=sessions,
               client=replace(client, endpoint=endpoints[w % spread]) if spread > 1 else client,
               records_path=records_path, closed_concurrency=_split(closed_concurrency, workers, w),
               max_concurrency=_split(max_concurrency, workers, w), batch_barrier=batch_barrier)

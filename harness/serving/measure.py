@@ -46,7 +46,7 @@ from harness.contract.schemas import value_problem
 from harness.errors import InvalidInput
 from harness.ids import new_run_id
 from harness.progress import Reporter
-from harness.serving.metrics import SLO_KEYS
+from harness.serving.metrics import SLO_KEYS, TokenEnds
 from harness.serving.result import ResultInputs, RunFacts, build_serving_result
 from harness.serving.summary import render_summary
 from harness.serving.validity import ValidityLimits, load_references
@@ -110,6 +110,8 @@ class MeasureConfig:
     failure_refiner: Callable[[Failure], Failure] | None = None  # e.g. add the server's log tail
     extra_details: Mapping[str, Any] = field(default_factory=dict)
     keep_text: bool = True
+    stream: bool = True  # False: each request answered whole (E2E and throughput only)
+    tokenizer_path: str | Path | None = None  # counts each chunk's tokens where the server sends no per-chunk usage
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,9 @@ def _check(cfg: MeasureConfig, workload: Workload) -> tuple[int | None, int | No
             raise InvalidInput(f"{flag}: {problem}")
     if problem := find_problem(recorded_settings(cfg)):
         raise InvalidInput(f"cannot record the run's settings: {problem[1]} at {problem[0]}")
+    if cfg.tokenizer_path is not None and not (Path(cfg.tokenizer_path) / "tokenizer.json").is_file() and not (
+            Path(cfg.tokenizer_path).is_file()):
+        raise InvalidInput(f"--tokenizer {cfg.tokenizer_path}: no tokenizer.json there")
     if cfg.api == "completions" and any(r.prompt is None for r in workload.requests):
         raise InvalidInput(f"workload {workload.kind!r} holds chat messages; run it with --api chat")
     if workload.arrival["process"] == "closed":
@@ -193,7 +198,16 @@ def run_facts(cfg: MeasureConfig) -> RunFacts:
         runtime=cfg.runtime, image=cfg.image, api=cfg.api, ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens,
         slo=dict(cfg.slo), validity=cfg.validity, token_budget=cfg.token_budget, memory_source=cfg.memory_source,
         memory_probed=cfg.memory_probe is not None, requested=recorded_settings(cfg),
-        extra_details=dict(cfg.extra_details), batch_barrier=cfg.batch_barrier)
+        extra_details=dict(cfg.extra_details), batch_barrier=cfg.batch_barrier, stream=cfg.stream,
+        token_ends=_token_ends(cfg.tokenizer_path))
+
+
+def _token_ends(path: str | Path | None) -> TokenEnds | None:
+    if path is None:
+        return None
+    from harness.workload.tokens import ExactTokenizer
+
+    return ExactTokenizer(path).token_ends
 
 
 def endpoint_answers(endpoint: str, timeout_s: float = 3.0) -> bool:
@@ -254,6 +268,18 @@ def _failure(cfg: MeasureConfig, run: ClientRun, records: list[RequestRecord]) -
     return None
 
 
+def _shares(cfg: MeasureConfig, workload: Workload, requests_path: Path, closed: int | None,
+            cap: int | None) -> list:
+    """The client's configuration dealt to its worker processes (a session workload whole sessions at a time)."""
+    client = ClientConfig(endpoint=cfg.endpoint, model=cfg.model, api=cfg.api, timeout_s=cfg.timeout_s,
+                          ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens, keep_text=cfg.keep_text,
+                          stream=cfg.stream)
+    workers = cfg.client_workers or auto_workers(closed or cap or len(workload.requests))
+    return plan_shares(workload.requests, client, str(requests_path), workers=workers,
+                       closed_concurrency=closed, max_concurrency=cap, batch_barrier=cfg.batch_barrier,
+                       endpoints=cfg.endpoints, sessions=(workload.header.get("sessions") or {}).get("history"))
+
+
 def measure(cfg: MeasureConfig) -> MeasureOutcome:
     """Replay the workload, write the run's files and return them with the result document."""
     workload = load_workload(cfg.workload_path)
@@ -272,12 +298,7 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     metrics_urls = [u.rstrip("/") + "/metrics" for u in cfg.endpoints] or [cfg.metrics_url or
                                                                           cfg.endpoint.rstrip("/") + "/metrics"]
     metrics_url = metrics_urls[0]
-    client = ClientConfig(endpoint=cfg.endpoint, model=cfg.model, api=cfg.api, timeout_s=cfg.timeout_s,
-                          ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens, keep_text=cfg.keep_text)
-    workers = cfg.client_workers or auto_workers(closed or cap or len(workload.requests))
-    shares = plan_shares(workload.requests, client, str(requests_path), workers=workers,
-                         closed_concurrency=closed, max_concurrency=cap, batch_barrier=cfg.batch_barrier,
-                         endpoints=cfg.endpoints)
+    shares = _shares(cfg, workload, requests_path, closed, cap)
 
     before = scrape_all(metrics_urls)
     before_path = _save_scrape(out_dir, METRICS_BEFORE, before)

@@ -36,6 +36,7 @@ from harness.bench.metrics import (
     ACCEPTANCE_RATE,
     E2E_P50,
     ITL_P50,
+    ITL_TOKEN_P50,
     MEAN_ACCEPTANCE_LENGTH,
     OUTPUT_TOKENS_PER_S,
     TPOT_P50,
@@ -122,7 +123,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
                         "alternating per repeat")
     return Plan(workloads=tuple(workloads), servers=tuple(servers), arms=tuple(bench_arms), schedule=schedule,
                 claims=tuple(claims), read=read_speculative(cfg, arms, citation), run_label="speculative decoding vs off",
-                columns=(TTFT_P50, TPOT_P50, ITL_P50, E2E_P50, OUTPUT_TOKENS_PER_S, ACCEPTANCE_RATE,
+                columns=(TTFT_P50, TPOT_P50, ITL_P50, ITL_TOKEN_P50, E2E_P50, OUTPUT_TOKENS_PER_S, ACCEPTANCE_RATE,
                          MEAN_ACCEPTANCE_LENGTH),
                 notes=("greedy (temperature 0) with ignore_eos: every request generates exactly --output-tokens",
                        "two servers are up at once (baseline + one variant), each with --kv-cache-space-gib",
