@@ -1,0 +1,65 @@
+# shellcheck shell=bash
+# Sourced by .ci/run after setup-docker.sh: a Distribution registry on 127.0.0.1 for the
+# `registry`-marked tests (push → lock → pull by digest → verify → run).
+#
+# Debian's `docker-registry` is the CNCF Distribution server (the registry API Docker Hub and
+# GHCR speak); `skopeo` speaks the same protocol from the client side. The registry listens
+# on a free loopback port with its own config and storage directory, plain HTTP (loopback
+# only), and stops with the CI shell. A private registries.conf (CONTAINERS_REGISTRIES_CONF)
+# marks that one address insecure for podman and skopeo; nothing else is. Exports
+# INFKIT_TEST_REGISTRY=127.0.0.1:PORT, INFKIT_REGISTRY_STORAGE, CONTAINERS_REGISTRIES_CONF and
+# INFKIT_REQUIRE_REGISTRY=1. Stop it by hand with `kill "$INFKIT_REGISTRY_PID"`.
+
+_infkit_setup_registry() {
+  local dir=${INFKIT_REGISTRY_DIR:-/var/tmp/infkit-registry} t0=$SECONDS port
+  mkdir -p "$dir"
+  if ! command -v docker-registry >/dev/null || ! command -v skopeo >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -q && apt-get install -y -q --no-install-recommends docker-registry skopeo; } >"$dir/apt.log" 2>&1 || {
+      echo "[ci] installing docker-registry and skopeo failed; see $dir/apt.log" >&2
+      return 1
+    }
+  fi
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  rm -rf "$dir/storage"
+  mkdir -p "$dir/storage"
+  cat >"$dir/config.yml" <<CONF
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $dir/storage
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:$port
+CONF
+  docker-registry serve "$dir/config.yml" >"$dir/registry.log" 2>&1 &
+  INFKIT_REGISTRY_PID=$!
+  local i
+  for i in $(seq 1 100); do
+    curl -sf "http://127.0.0.1:$port/v2/" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  if ! curl -sf "http://127.0.0.1:$port/v2/" >/dev/null 2>&1; then
+    echo "[ci] the registry did not answer on 127.0.0.1:$port; see $dir/registry.log" >&2
+    return 1
+  fi
+  local prev
+  prev=$(trap -p EXIT | sed -e "s/^trap -- '//" -e "s/' EXIT\$//")
+  # shellcheck disable=SC2064
+  trap "kill $INFKIT_REGISTRY_PID 2>/dev/null || true; ${prev:-:}" EXIT
+  cat >"$dir/registries.conf" <<CONF
+unqualified-search-registries = []
+
+[[registry]]
+location = "127.0.0.1:$port"
+insecure = true
+CONF
+  export CONTAINERS_REGISTRIES_CONF="$dir/registries.conf" INFKIT_TEST_REGISTRY="127.0.0.1:$port"
+  export INFKIT_REGISTRY_STORAGE="$dir/storage" INFKIT_REGISTRY_PID INFKIT_REQUIRE_REGISTRY=1
+  echo "[ci] registry at http://$INFKIT_TEST_REGISTRY after $((SECONDS - t0))s"
+}
+
+_infkit_setup_registry
