@@ -77,13 +77,13 @@ def test_image_record_local_build_vs_locked_digest():
     local = FakeImage("sha256:" + "1" * 64, [lock.local_ref], {"io.infkit.base.substituted-for": lock.base_image},
                       {"RepoDigests": [f"{lock.local_ref.split(':')[0]}@{DIGEST}"]})
     assert image_record(lock, local) == {"role": "inf-cpu", "ref": lock.local_ref, "digest": local.id,
-                                         "base_substituted": lock.base_image}
+                                         "base_substituted": lock.base_image, "source": "local build"}
     doc = json.loads(json.dumps(lock.doc))
     doc["image"]["digest"] = DIGEST
     pushed_lock = type(lock)(lock.role, lock.path, doc)
     pulled = FakeImage("sha256:" + "2" * 64, [], {}, {"RepoDigests": [f"{lock.registry_ref}@{DIGEST}"]})
     assert image_record(pushed_lock, pulled) == {"role": "inf-cpu", "ref": lock.registry_ref, "digest": DIGEST,
-                                                 "base_substituted": None}
+                                                 "base_substituted": None, "source": "registry"}
 
 
 def test_cuda_role_needs_a_gpu_and_a_new_enough_driver():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from harness.images.dockerfile import PLACEHOLDER_DIGEST, base_image_default, pi
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCK_DIR = REPO_ROOT / "images"
 LOCAL_REGISTRY = "localhost/infkit"
+LOCK_DIR_ENV = "INFKIT_IMAGE_LOCKS"  # another folder of locks (a fork's, a test's); its parent holds docker/, requirements/
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,13 @@ class ImageLock:
         return self.doc["base"]["digest"] == PLACEHOLDER_DIGEST
 
     @property
+    def root(self) -> Path:
+        """The checkout the lock's relative paths (Dockerfile, dependency lock) are under."""
+        return self.path.parent.parent
+
+    @property
     def dockerfile(self) -> Path:
-        return REPO_ROOT / self.doc["dockerfile"]
+        return self.root / self.doc["dockerfile"]
 
     @property
     def cuda(self) -> CudaFloor | None:
@@ -100,14 +107,20 @@ class ImageLock:
         return f"{self.registry_ref}@{self.digest}"
 
 
-def roles(lock_dir: Path = LOCK_DIR) -> list[str]:
-    return sorted(p.name.removesuffix(".lock.json") for p in lock_dir.glob("*.lock.json"))
+def lock_dir() -> Path:
+    """``$INFKIT_IMAGE_LOCKS`` when set, else the checkout's ``images/``."""
+    return Path(os.environ.get(LOCK_DIR_ENV) or LOCK_DIR)
 
 
-def load_lock(role: str, lock_dir: Path = LOCK_DIR) -> ImageLock:
-    path = lock_dir / f"{role}.lock.json"
+def roles(folder: Path | None = None) -> list[str]:
+    return sorted(p.name.removesuffix(".lock.json") for p in (folder or lock_dir()).glob("*.lock.json"))
+
+
+def load_lock(role: str, folder: Path | None = None) -> ImageLock:
+    folder = folder or lock_dir()
+    path = folder / f"{role}.lock.json"
     if not path.is_file():
-        raise InvalidInput(f"unknown environment role {role!r}", hint=f"roles: {', '.join(roles(lock_dir))}")
+        raise InvalidInput(f"unknown environment role {role!r}", hint=f"roles: {', '.join(roles(folder))}")
     doc = load_document(path)  # the strict reader: malformed, NaN, binary, ... are one-line errors
     problems = validate_document(doc)
     if problems:
@@ -159,15 +172,16 @@ def _edited(lock: ImageLock, edit: Callable[[dict[str, Any]], None]) -> ImageLoc
 
 
 def refreshed(lock: ImageLock, *, image_digest: str | None = None, built_utc: str | None = None,
-              revision: str | None = None, root: Path = REPO_ROOT) -> ImageLock:
-    """A copy of ``lock`` with the dependency-lock hash/count re-read and, when given, the pushed image digest."""
-    dep_path = root / lock.doc["dependency_lock"]["path"]
+              revision: str | None = None, root: Path | None = None, **pushed: str | None) -> ImageLock:
+    """A copy of ``lock`` with the dependency-lock hash/count re-read and, when given, the pushed image digest
+    (``pushed``: ``digest_source`` and ``provenance``, as the schema names them)."""
+    dep_path = (root or lock.root) / lock.doc["dependency_lock"]["path"]
 
     def edit(doc: dict[str, Any]) -> None:
         doc["dependency_lock"]["sha256"] = sha256_file(dep_path)
         doc["dependency_lock"]["distributions"] = len(deplock.parse_lock(dep_path.read_text()))
         if image_digest is not None:
-            doc["image"].update(digest=image_digest, built_utc=built_utc, revision=revision)
+            doc["image"].update(digest=image_digest, built_utc=built_utc, revision=revision, **pushed)
 
     return _edited(lock, edit)
 

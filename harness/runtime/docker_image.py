@@ -91,15 +91,16 @@ def image_record(lock: ImageLock, image) -> dict[str, Any]:
     # A registry digest only when it is the locked one; a local build is named by its tag and image id.
     repo_digests = {d.partition("@")[2] for d in image.attrs.get("RepoDigests") or []}
     if lock.digest and lock.digest in repo_digests:
-        ref, digest = lock.registry_ref, lock.digest
+        ref, digest, source = lock.registry_ref, lock.digest, "registry"
     else:
-        ref, digest = (image.tags or [lock.local_ref])[0], image.id
+        ref, digest, source = (image.tags or [lock.local_ref])[0], image.id, "local build"
     labels = image.labels or {}
     return {
         "role": lock.role,
         "ref": ref,
         "digest": digest,
         "base_substituted": labels.get("io.infkit.base.substituted-for") or None,
+        "source": source,
     }
 
 
