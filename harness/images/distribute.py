@@ -142,7 +142,7 @@ def pull_verified(lock: ImageLock, engine: str | None = None) -> str:
 def resolve_base(lock: ImageLock, mirror: str | None = None, repin: bool = False) -> tuple[ImageLock, str]:
     """The lock with its base digest resolved against the registry (or ``mirror``), and where it was resolved."""
     upstream = Reference.parse(lock.doc["base"]["name"])
-    where = upstream.with_host(check_registry(mirror)) if mirror else upstream
+    where = upstream.on_mirror(check_registry(mirror)) if mirror else upstream
     digest = registry.tag_digest(where)
     pinned = lock.doc["base"]["digest"]
     if pinned not in (digest, PLACEHOLDER_DIGEST) and not repin:

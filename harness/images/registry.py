@@ -75,9 +75,10 @@ class Reference:
     def name(self) -> str:
         return f"{self.host}/{self.repository}"
 
-    def with_host(self, host: str) -> Reference:
-        """The same repository and tag on another registry (a mirror holding the upstream name)."""
-        return Reference(host, self.repository, self.tag, self.digest)
+    def on_mirror(self, prefix: str) -> Reference:
+        """The same repository and tag under ``host[:port][/namespace]`` (a mirror holding the upstream name)."""
+        host, _, namespace = prefix.partition("/")
+        return Reference(host, f"{namespace}/{self.repository}" if namespace else self.repository, self.tag, self.digest)
 
     def __str__(self) -> str:
         return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")

@@ -21,8 +21,10 @@ SLSA_PREDICATE = "https://slsa.dev/provenance/v1"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 
 
-def _path(root: Path, image: dict[str, Any]) -> Path:
-    return root / "images" / "provenance" / image["role"] / f"{image['digest'].removeprefix('sha256:')}.intoto.json"
+def _path(root: Path, image: dict[str, Any]) -> Path | None:
+    """The provenance file for the image's digest (named by digest under its role's folder), if any."""
+    found = sorted((root / "images" / "provenance").glob(f"*/{image['digest'].removeprefix('sha256:')}.intoto.json"))
+    return found[0] if found else None
 
 
 def _summary(statement: dict[str, Any]) -> str:
@@ -67,7 +69,7 @@ def image_provenance(images: list[dict[str, Any]], root: Path, trusted: TrustedK
         if image.get("native") or not image.get("digest"):
             continue
         path = _path(root, image)
-        if image.get("source") != "registry" or not path.is_file():
+        if image.get("source") != "registry" or path is None:
             why = " (a local build)" if image.get("source") == "local build" else ""
             lines.append(f"{image['role']}: no provenance{why}")
             continue

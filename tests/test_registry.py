@@ -1,0 +1,162 @@
+"""The prebuilt-image path against a real Distribution registry: push → lock → pull by digest → verify → run → audit.
+
+inf-cpu is built once per session (``inf_cpu`` in conftest) and pushed once per module, into a
+copied checkout (``INFKIT_IMAGE_LOCKS``) so the repository's own locks stay untouched. Pulls go
+into fresh podman stores. Each refusal is a case where a kit that pulled by tag, or took a digest
+from the local store, would have gone on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.contract.schemas import validate_document
+from harness.errors import InfkitError
+from harness.images.distribute import pull_verified, registry_lock
+from harness.images.locks import load_lock, lock_problems, write_lock
+from tests.registry_helpers import (
+    blob_file,
+    copy_checkout,
+    fresh_store,
+    head_digest,
+    infkit,
+    namespace,
+    registry_or_skip,
+    store_images,
+    tiny_image,
+)
+
+pytestmark = [pytest.mark.docker, pytest.mark.registry, pytest.mark.timeout(1200)]
+
+
+@pytest.fixture(scope="module")
+def pushed(inf_cpu, tmp_path_factory):
+    """inf-cpu pushed to the test registry and locked from it, in a copied checkout."""
+    ns = namespace(registry_or_skip())
+    root = tmp_path_factory.mktemp("checkout")
+    env = {"INFKIT_IMAGE_LOCKS": str(copy_checkout(root)), "XDG_CONFIG_HOME": str(root / "config")}
+    t0 = time.monotonic()
+    push = infkit(["images", "push", "inf-cpu", "--registry", ns], env)
+    assert push.returncode == 0, push.stderr
+    lock = infkit(["images", "lock", "inf-cpu", "--registry-ref", f"{ns}/inf-cpu"], env)
+    assert lock.returncode == 0, lock.stderr
+    print(f"push + lock: {time.monotonic() - t0:.0f} s")
+    return {"root": root, "env": env, "ns": ns, "image": inf_cpu}
+
+
+def _lock(pushed):
+    return load_lock("inf-cpu", pushed["root"] / "images")
+
+
+def test_lock_records_the_registry_digest_not_the_local_one(pushed):
+    lock = _lock(pushed)
+    tag_ref = f"{pushed['ns']}/inf-cpu:0.1.0"
+    assert lock.digest == head_digest(tag_ref)  # what the registry says, asked independently
+    local = subprocess.run(["podman", "image", "inspect", "--format", "{{.Digest}}", "localhost/infkit/inf-cpu:0.1.0"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert local != lock.digest  # podman's own digest of the unpushed image is another manifest's
+    image = lock.doc["image"]
+    labels = pushed["image"].labels
+    assert image["registry_ref"] == f"{pushed['ns']}/inf-cpu" and image["tag"] == "0.1.0"
+    assert image["built_utc"] == labels["org.opencontainers.image.created"]
+    assert image["revision"] == labels["org.opencontainers.image.revision"]
+    assert pushed["ns"].split("/")[0] in image["digest_source"]
+    assert validate_document(lock.doc) == []
+    assert lock_problems(lock, pushed["root"]) == []  # what `make images-check` checks
+    assert (pushed["root"] / image["provenance"]).is_file()
+
+
+def test_provenance_names_the_build_inputs(pushed):
+    from harness.manifest.dsse import parse_envelope
+
+    lock = _lock(pushed)
+    statement = json.loads(parse_envelope((pushed["root"] / lock.doc["image"]["provenance"]).read_bytes()).payload)
+    assert statement["predicateType"] == "https://slsa.dev/provenance/v1"
+    assert statement["subject"] == [{"name": lock.registry_ref, "digest": {"sha256": lock.digest[7:]}}]
+    build = statement["predicate"]["buildDefinition"]
+    deps = {d["name"]: d for d in build["resolvedDependencies"]}
+    assert deps["dependency-lock"]["digest"]["sha256"] == lock.doc["dependency_lock"]["sha256"][7:]
+    assert deps["base"]["digest"]["sha256"] == pushed["image"].labels["org.opencontainers.image.base.digest"][7:]
+    assert deps["base"]["annotations"]["substitutedFor"] == lock.base_image
+    assert build["externalParameters"]["buildArgs"]["BASE_IMAGE"] == os.environ["INFKIT_LOCAL_BASE_IMAGE"]
+    assert "wheelhouse" not in deps  # inf-cpu installs from the indexes
+
+
+def test_pull_by_digest_into_a_fresh_store(pushed, tmp_path: Path):
+    store = fresh_store(tmp_path / "store")
+    run = infkit(["images", "pull", "inf-cpu"], pushed["env"] | store)
+    assert run.returncode == 0, run.stderr
+    (held,) = store_images(store)
+    lock = _lock(pushed)
+    assert held["Digest"] == lock.digest and f"{lock.registry_ref}@{lock.digest}" in held["RepoDigests"]
+    assert not held.get("Names") or all("@" in n or ":<none>" in n for n in held["Names"])  # no tag was pulled
+    assert "sha256:" + held["Id"] == pushed["image"].id
+
+
+def _refused(pushed, store: dict[str, str], lock_dir: Path | None = None) -> str:
+    env = pushed["env"] | store | ({"INFKIT_IMAGE_LOCKS": str(lock_dir)} if lock_dir else {})
+    run = infkit(["images", "pull", "inf-cpu"], env)
+    assert run.returncode != 0
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refused to pull inf-cpu" in lines[0], run.stderr
+    assert store_images(store) == []  # nothing left behind
+    return lines[0]
+
+
+def _lock_copy(pushed, tmp_path: Path, **image) -> Path:
+    """A copy of the pushed lock with ``image`` fields replaced."""
+    folder = copy_checkout(tmp_path / "checkout")
+    lock = _lock(pushed)
+    lock.doc["image"].update(image)
+    write_lock(type(lock)(lock.role, folder / lock.path.name, lock.doc))
+    return folder
+
+
+def test_pull_refuses_an_edited_lock_digest(pushed, tmp_path: Path):
+    folder = _lock_copy(pushed, tmp_path, digest="sha256:" + "5" * 64)
+    line = _refused(pushed, fresh_store(tmp_path / "store"), folder)
+    assert "sha256:" + "5" * 64 in line  # the tag still resolves; a kit pulling by tag would have gone on
+
+
+def test_pull_gets_the_locked_image_when_the_tag_moves(pushed, tmp_path: Path, monkeypatch):
+    tag_ref = f"{pushed['ns']}/moved:0.1.0"
+    first = tiny_image(tmp_path / "a", tag_ref)
+    folder = _lock_copy(pushed, tmp_path, registry_ref=f"{pushed['ns']}/moved", digest=None)
+    write_lock(registry_lock(load_lock("inf-cpu", folder)))
+    second = tiny_image(tmp_path / "b", tag_ref)
+    assert head_digest(tag_ref) == second != first  # the registry now serves another image under the tag
+    store = fresh_store(tmp_path / "store")
+    for name, value in store.items():
+        monkeypatch.setenv(name, value)
+    pull_verified(load_lock("inf-cpu", folder))
+    assert [i["Digest"] for i in store_images(store)] == [first]
+
+
+def test_pull_refuses_a_registry_serving_another_manifest_for_the_digest(pushed, tmp_path: Path):
+    locked = tiny_image(tmp_path / "a", f"{pushed['ns']}/swapped:0.1.0")
+    other = tiny_image(tmp_path / "b", f"{pushed['ns']}/other:0.1.0")
+    blob_file(locked).write_bytes(blob_file(other).read_bytes())  # the registry's storage now lies
+    folder = _lock_copy(pushed, tmp_path, registry_ref=f"{pushed['ns']}/swapped", digest=locked)
+    assert "serves a manifest whose sha256 is" in _refused(pushed, fresh_store(tmp_path / "store"), folder)
+
+
+def test_pull_refuses_a_truncated_blob(pushed, tmp_path: Path):
+    digest = tiny_image(tmp_path / "a", f"{pushed['ns']}/truncated:0.1.0")
+    layer = json.loads(blob_file(digest).read_bytes())["layers"][0]["digest"]
+    data = blob_file(layer)
+    data.write_bytes(data.read_bytes()[:100])
+    folder = _lock_copy(pushed, tmp_path, registry_ref=f"{pushed['ns']}/truncated", digest=digest)
+    assert "truncated" in _refused(pushed, fresh_store(tmp_path / "store"), folder)
+
+
+def test_a_refusal_raised_in_process_is_one_line(pushed, tmp_path: Path):
+    folder = _lock_copy(pushed, tmp_path, digest="sha256:" + "6" * 64)
+    with pytest.raises(InfkitError, match="refused to pull inf-cpu") as info:
+        pull_verified(load_lock("inf-cpu", folder))
+    assert "\n" not in str(info.value)
