@@ -147,12 +147,12 @@ def test_pull_refuses_a_registry_serving_another_manifest_for_the_digest(pushed,
 
 
 def test_pull_refuses_a_truncated_blob(pushed, tmp_path: Path):
-    digest = tiny_image(tmp_path / "a", f"{pushed['ns']}/truncated:0.1.0")
+    digest = tiny_image(tmp_path / "a", f"{pushed['ns']}/cut:0.1.0")
     layer = json.loads(blob_file(digest).read_bytes())["layers"][0]["digest"]
     data = blob_file(layer)
     data.write_bytes(data.read_bytes()[:100])
-    folder = _lock_copy(pushed, tmp_path, registry_ref=f"{pushed['ns']}/truncated", digest=digest)
-    assert "truncated" in _refused(pushed, fresh_store(tmp_path / "store"), folder)
+    folder = _lock_copy(pushed, tmp_path, registry_ref=f"{pushed['ns']}/cut", digest=digest)
+    assert "bytes, the manifest says" in _refused(pushed, fresh_store(tmp_path / "store"), folder)
 
 
 def test_a_refusal_raised_in_process_is_one_line(pushed, tmp_path: Path):
@@ -160,3 +160,60 @@ def test_a_refusal_raised_in_process_is_one_line(pushed, tmp_path: Path):
     with pytest.raises(InfkitError, match="refused to pull inf-cpu") as info:
         pull_verified(load_lock("inf-cpu", folder))
     assert "\n" not in str(info.value)
+
+
+@pytest.fixture
+def pulled_engine(pushed, tmp_path: Path):
+    """A Docker-API engine whose store holds nothing but the image `make pull` fetched by digest."""
+    store = fresh_store(tmp_path / "store")
+    pull = infkit(["images", "pull", "inf-cpu"], pushed["env"] | store)
+    assert pull.returncode == 0, pull.stderr
+    sock = tmp_path / "podman.sock"
+    service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{sock}"], env=os.environ | store,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        if subprocess.run(["curl", "-sf", "--unix-socket", str(sock), "http://d/_ping"], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.2)
+    try:
+        yield store | {"DOCKER_HOST": f"unix://{sock}"}
+    finally:
+        service.terminate()
+        service.wait(timeout=60)
+
+
+def test_mech_budget_runs_from_the_pulled_image_and_audits_with_its_provenance(pushed, pulled_engine):
+    root, lock = pushed["root"], _lock(pushed)
+    env = pushed["env"] | pulled_engine | {"INFKIT_PULL_ONLY": "1"}
+    out = root / "runs" / "mech"
+    run = infkit(["images", "run", "--run-dir", str(out), "inf-cpu", "mech", "budget", "--out", str(out),
+                  "--run-id", "pulled", "--quiet"], env, cwd=root)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert [i["Digest"] for i in store_images(pulled_engine)] == [lock.digest]  # nothing was built
+    (image,) = json.loads((out / "budget" / "pulled" / "run.json").read_text())["images"]
+    assert (image["ref"], image["digest"], image["source"]) == (lock.registry_ref, lock.digest, "registry")
+    policy = root / "trust.json"
+    assert infkit(["keys", "trust", str(policy)], env, cwd=root).returncode == 0
+    manifest = "manifests/INF-ITERATION-BUDGET/pulled.intoto.json"
+
+    def audit() -> dict:
+        done = infkit(["audit", manifest, "--trust", str(policy), "--json"], env, cwd=root)
+        return json.loads(done.stdout)["manifests"][0]
+
+    report = audit()
+    assert report["verdict"] == "VALID", report["reasons"]
+    assert report["images"][0]["digest"] == lock.digest and report["images"][0]["source"] == "registry"
+    (line,) = report["provenance"]
+    assert "signed by key" in line and "dependency-lock sha256:" + lock.doc["dependency_lock"]["sha256"][7:19] in line
+    provenance = root / lock.doc["image"]["provenance"]
+    signed = provenance.read_bytes()
+    envelope = json.loads(signed)
+    envelope["signatures"][0]["sig"] = envelope["signatures"][0]["sig"][::-1]
+    provenance.write_text(json.dumps(envelope))
+    tampered = audit()
+    assert tampered["verdict"] == "INVALID" and any(r["check"] == "provenance" for r in tampered["reasons"])
+    provenance.unlink()
+    assert audit()["provenance"] == ["INF-CPU: no provenance"]
+    provenance.write_bytes(signed)
+    text = infkit(["audit", manifest, "--trust", str(policy)], env, cwd=root).stdout
+    assert "(from the registry)" in text and "provenance INF-CPU: signed by key" in text
