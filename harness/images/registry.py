@@ -3,8 +3,9 @@
 Digests come from the registry, never from the local engine: a tag's manifest digest is the
 ``Docker-Content-Digest`` the registry answers with, and it must equal the sha256 of the bytes
 it served. The same client reads a pushed image's config (its labels) and checks that every
-blob a manifest names is served at its declared size. Anonymous bearer tokens (Docker Hub,
-GHCR public packages) are fetched on a 401. Plain HTTP is used only for a registry that the
+blob a manifest names is served at its declared size. On a 401 it fetches a bearer token,
+anonymous (Docker Hub, public GHCR packages) or for the login ``podman login`` / ``docker login``
+stored (auth.json, ~/.docker/config.json), so a private package needs nothing more. Plain HTTP is used only for a registry that the
 containers ``registries.conf`` (``$CONTAINERS_REGISTRIES_CONF``) marks ``insecure``, the same
 file podman and skopeo read.
 """
@@ -135,27 +136,49 @@ def _open(url: str, method: str, headers: dict[str, str]) -> Answer:
         raise CapabilityMissing(f"cannot reach the registry at {url.split('/v2/')[0]}: {reason}") from None
 
 
-def _bearer(challenge: str) -> str | None:
-    """An anonymous token for a ``WWW-Authenticate: Bearer realm=…,service=…,scope=…`` challenge."""
+def credentials(host: str) -> str | None:
+    """``user:token`` (base64) that ``podman login`` / ``docker login`` stored for ``host``, if any."""
+    home = Path.home()
+    candidates = [os.environ.get("REGISTRY_AUTH_FILE"),
+                  os.environ.get("XDG_RUNTIME_DIR") and f"{os.environ['XDG_RUNTIME_DIR']}/containers/auth.json",
+                  str(home / ".config/containers/auth.json"),
+                  str(Path(os.environ.get("DOCKER_CONFIG") or home / ".docker") / "config.json")]
+    for path in filter(None, candidates):
+        try:
+            auths = json.loads(Path(path).read_text()).get("auths") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        entry = auths.get(host) or auths.get(f"https://{host}") or {}
+        if isinstance(entry, dict) and entry.get("auth"):
+            return entry["auth"]
+    return None
+
+
+def _authorization(challenge: str, host: str) -> str | None:
+    """The header answering a 401: a bearer token (anonymous, or for the stored login) or basic auth."""
+    basic = credentials(host)
+    if challenge.lower().startswith("basic"):
+        return f"Basic {basic}" if basic else None
     if not challenge.lower().startswith("bearer "):
         return None
     params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
     realm = params.pop("realm", None)
     if not realm:
         return None
-    answer = _open(f"{realm}?{urllib.parse.urlencode(params)}", "GET", {})
+    answer = _open(f"{realm}?{urllib.parse.urlencode(params)}", "GET", {"Authorization": f"Basic {basic}"} if basic else {})
     if answer.status != 200:
         return None
     doc = json.loads(answer.body or b"{}")
-    return doc.get("token") or doc.get("access_token")
+    token = doc.get("token") or doc.get("access_token")
+    return f"Bearer {token}" if token else None
 
 
 def request(ref: Reference, path: str, method: str = "GET", accept: tuple[str, ...] = MANIFEST_TYPES) -> Answer:
     url = f"{api_base(ref.host)}/{ref.repository}/{path}"
     headers = {"Accept": ", ".join(accept)}
     answer = _open(url, method, headers)
-    if answer.status == 401 and (token := _bearer(answer.headers.get("www-authenticate", ""))):
-        answer = _open(url, method, headers | {"Authorization": f"Bearer {token}"})
+    if answer.status == 401 and (auth := _authorization(answer.headers.get("www-authenticate", ""), ref.host)):
+        answer = _open(url, method, headers | {"Authorization": auth})
     return answer
 
 
