@@ -105,3 +105,9 @@ def infkit(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> sub
     """``python -m harness ARGV`` as a user runs it (own process: one-line errors and exit codes)."""
     return subprocess.run([sys.executable, "-m", "harness", *argv], env=os.environ | {"PYTHONPATH": str(REPO_ROOT)} | env,
                           cwd=cwd, capture_output=True, text=True, timeout=900)
+
+
+def make(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``make -C <checkout> ARGS`` as the CI user types it."""
+    return subprocess.run(["make", "-C", str(REPO_ROOT), *args], env=os.environ | env, capture_output=True, text=True,
+                          timeout=900)

@@ -26,6 +26,7 @@ from tests.registry_helpers import (
     fresh_store,
     head_digest,
     infkit,
+    make,
     namespace,
     registry_or_skip,
     store_images,
@@ -42,10 +43,10 @@ def pushed(inf_cpu, tmp_path_factory):
     root = tmp_path_factory.mktemp("checkout")
     env = {"INFKIT_IMAGE_LOCKS": str(copy_checkout(root)), "XDG_CONFIG_HOME": str(root / "config")}
     t0 = time.monotonic()
-    push = infkit(["images", "push", "inf-cpu", "--registry", ns], env)
-    assert push.returncode == 0, push.stderr
-    lock = infkit(["images", "lock", "inf-cpu", "--registry-ref", f"{ns}/inf-cpu"], env)
-    assert lock.returncode == 0, lock.stderr
+    push = make(["push", "ROLE=inf-cpu", f"REGISTRY={ns}"], env)
+    assert push.returncode == 0, push.stdout + push.stderr
+    lock = make(["lock", "ROLE=inf-cpu", f"REGISTRY={ns}"], env)
+    assert lock.returncode == 0, lock.stdout + lock.stderr
     print(f"push + lock: {time.monotonic() - t0:.0f} s")
     return {"root": root, "env": env, "ns": ns, "image": inf_cpu}
 
@@ -68,7 +69,9 @@ def test_lock_records_the_registry_digest_not_the_local_one(pushed):
     assert image["revision"] == labels["org.opencontainers.image.revision"]
     assert pushed["ns"].split("/")[0] in image["digest_source"]
     assert validate_document(lock.doc) == []
-    assert lock_problems(lock, pushed["root"]) == []  # what `make images-check` checks
+    assert lock_problems(lock, pushed["root"]) == []
+    check = make(["images-check", "ROLE=inf-cpu"], pushed["env"])
+    assert check.returncode == 0 and "inf-cpu: ok" in check.stdout, check.stdout + check.stderr
     assert (pushed["root"] / image["provenance"]).is_file()
 
 
@@ -90,8 +93,8 @@ def test_provenance_names_the_build_inputs(pushed):
 
 def test_pull_by_digest_into_a_fresh_store(pushed, tmp_path: Path):
     store = fresh_store(tmp_path / "store")
-    run = infkit(["images", "pull", "inf-cpu"], pushed["env"] | store)
-    assert run.returncode == 0, run.stderr
+    run = make(["pull", "ROLE=inf-cpu"], pushed["env"] | store)
+    assert run.returncode == 0, run.stdout + run.stderr
     (held,) = store_images(store)
     lock = _lock(pushed)
     assert held["Digest"] == lock.digest and f"{lock.registry_ref}@{lock.digest}" in held["RepoDigests"]

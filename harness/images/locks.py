@@ -128,8 +128,9 @@ def load_lock(role: str, folder: Path | None = None) -> ImageLock:
     return ImageLock(role, path, doc)
 
 
-def lock_problems(lock: ImageLock, root: Path = REPO_ROOT) -> list[str]:
-    """Disagreements between a (schema-valid) lock and the files it describes."""
+def lock_problems(lock: ImageLock, root: Path | None = None) -> list[str]:
+    """Disagreements between a (schema-valid) lock and the files it describes (under ``root``, else the lock's)."""
+    root = root or lock.root
     out: list[str] = []
     doc = lock.doc
     if doc["role"] != lock.role:
