@@ -59,6 +59,9 @@ def test_lock_records_the_registry_digest_not_the_local_one(pushed):
     lock = _lock(pushed)
     tag_ref = f"{pushed['ns']}/inf-cpu:0.1.0"
     assert lock.digest == head_digest(tag_ref)  # what the registry says, asked independently
+    skopeo = subprocess.run(["skopeo", "--registries-conf", os.environ["CONTAINERS_REGISTRIES_CONF"], "inspect",
+                             "--format", "{{.Digest}}", f"docker://{tag_ref}"], capture_output=True, text=True, timeout=120)
+    assert skopeo.returncode == 0 and skopeo.stdout.strip() == lock.digest, skopeo.stderr  # and by a third client
     local = subprocess.run(["podman", "image", "inspect", "--format", "{{.Digest}}", "localhost/infkit/inf-cpu:0.1.0"],
                            capture_output=True, text=True, check=True).stdout.strip()
     assert local != lock.digest  # podman's own digest of the unpushed image is another manifest's
