@@ -68,6 +68,16 @@ def fresh_store(folder: Path) -> dict[str, str]:
     return {"CONTAINERS_STORAGE_CONF": str(conf)}
 
 
+def drop_store(env: dict[str, str]) -> None:
+    """Empty a fresh store and unmount what podman's overlay driver mounted under it (so tmp dirs can go)."""
+    for argv in (["podman", "rm", "--all", "--force"], ["podman", "rmi", "--all", "--force"]):
+        subprocess.run(argv, env=os.environ | env, capture_output=True, timeout=300)
+    folder = str(Path(env["CONTAINERS_STORAGE_CONF"]).parent)
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for mount in sorted((m for m in mounts if m.startswith(folder + "/")), reverse=True):
+        subprocess.run(["umount", mount], capture_output=True, timeout=60)
+
+
 def store_images(env: dict[str, str]) -> list[dict]:
     out = subprocess.run(["podman", "images", "--all", "--format", "json"], env=os.environ | env,
                          capture_output=True, text=True, timeout=120, check=True).stdout
@@ -107,7 +117,13 @@ def infkit(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> sub
                           cwd=cwd, capture_output=True, text=True, timeout=900)
 
 
-def make(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    """``make -C <checkout> ARGS`` as the CI user types it."""
-    return subprocess.run(["make", "-C", str(REPO_ROOT), *args], env=os.environ | env, capture_output=True, text=True,
-                          timeout=900)
+def make(args: list[str], env: dict[str, str], root: Path = REPO_ROOT) -> subprocess.CompletedProcess:
+    """``make -C ROOT ARGS`` as the CI user types it. A copied checkout gets the Makefile and uses this
+    checkout's venv (and harness), so its runs and manifests are written under ROOT."""
+    if root != REPO_ROOT and not (root / "Makefile").exists():
+        for name in ("Makefile", "pyproject.toml"):  # copy2 keeps the mtime the venv's stamp is compared with
+            shutil.copy2(REPO_ROOT / name, root)
+        shutil.copytree(REPO_ROOT / "mk", root / "mk")
+    venv = [] if root == REPO_ROOT else [f"VENV={REPO_ROOT / '.venv'}"]
+    return subprocess.run(["make", "-C", str(root), *venv, *args], env=os.environ | env, capture_output=True,
+                          text=True, timeout=900)

@@ -23,6 +23,7 @@ from harness.images.locks import load_lock, lock_problems, write_lock
 from tests.registry_helpers import (
     blob_file,
     copy_checkout,
+    drop_store,
     fresh_store,
     head_digest,
     infkit,
@@ -49,6 +50,20 @@ def pushed(inf_cpu, tmp_path_factory):
     assert lock.returncode == 0, lock.stdout + lock.stderr
     print(f"push + lock: {time.monotonic() - t0:.0f} s")
     return {"root": root, "env": env, "ns": ns, "image": inf_cpu}
+
+
+@pytest.fixture
+def new_store(tmp_path: Path):
+    """Fresh podman stores for one test, emptied and unmounted afterwards."""
+    made: list[dict[str, str]] = []
+
+    def make_store(name: str = "store") -> dict[str, str]:
+        made.append(fresh_store(tmp_path / name))
+        return made[-1]
+
+    yield make_store
+    for env in made:
+        drop_store(env)
 
 
 def _lock(pushed):
@@ -94,8 +109,8 @@ def test_provenance_names_the_build_inputs(pushed):
     assert "wheelhouse" not in deps  # inf-cpu installs from the indexes
 
 
-def test_pull_by_digest_into_a_fresh_store(pushed, tmp_path: Path):
-    store = fresh_store(tmp_path / "store")
+def test_pull_by_digest_into_a_fresh_store(pushed, tmp_path: Path, new_store):
+    store = new_store()
     run = make(["pull", "ROLE=inf-cpu"], pushed["env"] | store)
     assert run.returncode == 0, run.stdout + run.stderr
     (held,) = store_images(store)
@@ -124,41 +139,41 @@ def _lock_copy(pushed, tmp_path: Path, **image) -> Path:
     return folder
 
 
-def test_pull_refuses_an_edited_lock_digest(pushed, tmp_path: Path):
+def test_pull_refuses_an_edited_lock_digest(pushed, tmp_path: Path, new_store):
     folder = _lock_copy(pushed, tmp_path, digest="sha256:" + "5" * 64)
-    line = _refused(pushed, fresh_store(tmp_path / "store"), folder)
+    line = _refused(pushed, new_store(), folder)
     assert "sha256:" + "5" * 64 in line  # the tag still resolves; a kit pulling by tag would have gone on
 
 
-def test_pull_gets_the_locked_image_when_the_tag_moves(pushed, tmp_path: Path, monkeypatch):
+def test_pull_gets_the_locked_image_when_the_tag_moves(pushed, tmp_path: Path, new_store, monkeypatch):
     tag_ref = f"{pushed['ns']}/moved:0.1.0"
     first = tiny_image(tmp_path / "a", tag_ref)
     folder = _lock_copy(pushed, tmp_path, registry_ref=f"{pushed['ns']}/moved", digest=None)
     write_lock(registry_lock(load_lock("inf-cpu", folder)))
     second = tiny_image(tmp_path / "b", tag_ref)
     assert head_digest(tag_ref) == second != first  # the registry now serves another image under the tag
-    store = fresh_store(tmp_path / "store")
+    store = new_store()
     for name, value in store.items():
         monkeypatch.setenv(name, value)
     pull_verified(load_lock("inf-cpu", folder))
     assert [i["Digest"] for i in store_images(store)] == [first]
 
 
-def test_pull_refuses_a_registry_serving_another_manifest_for_the_digest(pushed, tmp_path: Path):
+def test_pull_refuses_a_registry_serving_another_manifest_for_the_digest(pushed, tmp_path: Path, new_store):
     locked = tiny_image(tmp_path / "a", f"{pushed['ns']}/swapped:0.1.0")
     other = tiny_image(tmp_path / "b", f"{pushed['ns']}/other:0.1.0")
     blob_file(locked).write_bytes(blob_file(other).read_bytes())  # the registry's storage now lies
     folder = _lock_copy(pushed, tmp_path, registry_ref=f"{pushed['ns']}/swapped", digest=locked)
-    assert "serves a manifest whose sha256 is" in _refused(pushed, fresh_store(tmp_path / "store"), folder)
+    assert "serves a manifest whose sha256 is" in _refused(pushed, new_store(), folder)
 
 
-def test_pull_refuses_a_truncated_blob(pushed, tmp_path: Path):
+def test_pull_refuses_a_truncated_blob(pushed, tmp_path: Path, new_store):
     digest = tiny_image(tmp_path / "a", f"{pushed['ns']}/cut:0.1.0")
     layer = json.loads(blob_file(digest).read_bytes())["layers"][0]["digest"]
     data = blob_file(layer)
     data.write_bytes(data.read_bytes()[:100])
     folder = _lock_copy(pushed, tmp_path, registry_ref=f"{pushed['ns']}/cut", digest=digest)
-    assert "bytes, the manifest says" in _refused(pushed, fresh_store(tmp_path / "store"), folder)
+    assert "bytes, the manifest says" in _refused(pushed, new_store(), folder)
 
 
 def test_a_refusal_raised_in_process_is_one_line(pushed, tmp_path: Path):
@@ -169,9 +184,9 @@ def test_a_refusal_raised_in_process_is_one_line(pushed, tmp_path: Path):
 
 
 @pytest.fixture
-def pulled_engine(pushed, tmp_path: Path):
+def pulled_engine(pushed, tmp_path: Path, new_store):
     """A Docker-API engine whose store holds nothing but the image `make pull` fetched by digest."""
-    store = fresh_store(tmp_path / "store")
+    store = new_store()
     pull = infkit(["images", "pull", "inf-cpu"], pushed["env"] | store)
     assert pull.returncode == 0, pull.stderr
     sock = tmp_path / "podman.sock"
@@ -192,8 +207,7 @@ def test_mech_budget_runs_from_the_pulled_image_and_audits_with_its_provenance(p
     root, lock = pushed["root"], _lock(pushed)
     env = pushed["env"] | pulled_engine | {"INFKIT_PULL_ONLY": "1"}
     out = root / "runs" / "mech"
-    run = infkit(["images", "run", "--run-dir", str(out), "inf-cpu", "mech", "budget", "--out", str(out),
-                  "--run-id", "pulled", "--quiet"], env, cwd=root)
+    run = make(["mech-budget", "RUNTIME=docker", "PULL_ONLY=1", "MECH_ARGS=--run-id pulled --quiet"], env, root)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert [i["Digest"] for i in store_images(pulled_engine)] == [lock.digest]  # nothing was built
     (image,) = json.loads((out / "budget" / "pulled" / "run.json").read_text())["images"]
