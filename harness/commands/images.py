@@ -35,29 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--log", type=Path, help="also write the engine's build output to this file")
     q.set_defaults(func=run_build)
 
-    q = s.add_parser("push", help="push a role's local build to REGISTRY/<role>:<tag>; sign the provenance of its digest")
-    q.add_argument("role")
-    q.add_argument("--registry", required=True, help="host[:port][/namespace], e.g. ghcr.io/OWNER or 127.0.0.1:5000/infkit")
-    q.add_argument("--engine", choices=["docker", "podman"])
-    q.set_defaults(func=run_push)
-
-    q = s.add_parser("pull", help="pull a role's image by the digest in its lock, verified against the registry")
-    q.add_argument("role")
-    q.add_argument("--engine", choices=["docker", "podman"])
-    q.set_defaults(func=run_pull)
-
-    q = s.add_parser("lock", help="refresh a lock: dependency-lock hash and, after a push, the image digest")
-    q.add_argument("role")
-    q.add_argument("--digest", help="pushed manifest digest (sha256:...), which the registry must serve; "
-                   "default: the registry's digest for the lock's tag")
-    q.add_argument("--registry-ref", help="where the image was pushed (e.g. ghcr.io/OWNER/inf-cpu), if not the lock's")
-    q.set_defaults(func=run_lock)
-
-    q = s.add_parser("lock-base", help="resolve the base tag's digest against its registry; rewrite lock and Dockerfile")
-    q.add_argument("role")
-    q.add_argument("--registry", help="resolve against this registry (a mirror holding the upstream name) instead")
-    q.add_argument("--repin", action="store_true", help="accept a registry digest that differs from the Dockerfile's pin")
-    q.set_defaults(func=run_lock_base)
+    _register_registry(s)
 
     q = s.add_parser("lock-deps", help="regenerate requirements/<name>.lock (hashes) from requirements/<name>.in")
     q.add_argument("name")
@@ -81,6 +59,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--network", action="store_true", help="give the container a network (default: none)")
     q.add_argument("args", nargs=argparse.REMAINDER, metavar="ARG", help="infkit arguments (options for `images run` go before ROLE, as with docker run)")
     q.set_defaults(func=run_in_image)
+
+
+def _register_registry(s: argparse._SubParsersAction) -> None:
+    """The actions that talk to a registry: push, pull, lock, lock-base."""
+    q = s.add_parser("push", help="push a role's local build to REGISTRY/<role>:<tag>; sign the provenance of its digest")
+    q.add_argument("role")
+    q.add_argument("--registry", required=True, help="host[:port][/namespace], e.g. ghcr.io/OWNER or 127.0.0.1:5000/infkit")
+    q.add_argument("--engine", choices=["docker", "podman"])
+    q.set_defaults(func=run_push)
+
+    q = s.add_parser("pull", help="pull a role's image by the digest in its lock, verified against the registry")
+    q.add_argument("role")
+    q.add_argument("--engine", choices=["docker", "podman"])
+    q.set_defaults(func=run_pull)
+
+    q = s.add_parser("lock", help="refresh a lock: dependency-lock hash and, after a push, the image digest")
+    q.add_argument("role")
+    q.add_argument("--digest", help="pushed manifest digest (sha256:...), which the registry must serve; "
+                   "default: the registry's digest for the lock's tag")
+    q.add_argument("--registry-ref", help="where the image was pushed (e.g. ghcr.io/OWNER/inf-cpu), if not the lock's")
+    q.set_defaults(func=run_lock)
+
+    q = s.add_parser("lock-base", help="resolve the base tag's digest against its registry; rewrite lock and Dockerfile")
+    q.add_argument("role")
+    q.add_argument("--registry", help="resolve against this registry (a mirror holding the upstream name) instead")
+    q.add_argument("--repin", action="store_true", help="accept a registry digest that differs from the Dockerfile's pin")
+    q.set_defaults(func=run_lock_base)
 
 
 def run_list(args: argparse.Namespace) -> int:
