@@ -5,7 +5,8 @@ Resolution order: an explicit reference (``INFKIT_IMAGE``), else the role's loca
 missing). A role with neither a local build nor a pushed digest is built on first use —
 one notice line, the engine's build log in the run directory — so one command works on a
 fresh GPU machine; ``pull_only`` (``PULL_ONLY=1``) keeps the strict behaviour and stops
-with the command that builds it instead.
+with the command that builds it instead, and where the lock has a pushed digest it runs that
+image (pulled by digest when missing) even if a local build exists.
 """
 
 from __future__ import annotations
@@ -55,10 +56,11 @@ def resolve_image(api, lock: ImageLock, override: str | None = None, *, pull_onl
             return api.images.get(override)
         except docker.errors.ImageNotFound:
             raise CapabilityMissing(f"image {override} is not present on the engine") from None
-    try:
-        return api.images.get(lock.local_ref)
-    except docker.errors.ImageNotFound:
-        pass
+    if not (pull_only and lock.digest):  # PULL_ONLY with a pushed digest: the registry's image, never a local build
+        try:
+            return api.images.get(lock.local_ref)
+        except docker.errors.ImageNotFound:
+            pass
     if lock.digest or pull_only:
         ref = lock.pull_ref()  # CapabilityMissing naming `make images ROLE=…` while there is no digest
         try:
