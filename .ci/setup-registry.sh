@@ -3,16 +3,25 @@
 # `registry`-marked tests (push → lock → pull by digest → verify → run).
 #
 # Debian's `docker-registry` is the CNCF Distribution server (the registry API Docker Hub and
-# GHCR speak); `skopeo` speaks the same protocol from the client side. The registry listens
-# on a free loopback port with its own config and storage directory, plain HTTP (loopback
-# only), and stops with the CI shell. A private registries.conf (CONTAINERS_REGISTRIES_CONF)
-# marks that one address insecure for podman and skopeo; nothing else is. Exports
-# INFKIT_TEST_REGISTRY=127.0.0.1:PORT, INFKIT_REGISTRY_STORAGE, CONTAINERS_REGISTRIES_CONF and
-# INFKIT_REQUIRE_REGISTRY=1. Stop it by hand with `kill "$INFKIT_REGISTRY_PID"`.
+# GHCR speak); `skopeo` speaks the same protocol from the client side (the tests use it as a
+# second client). The registry listens on a free loopback port with its own config and storage
+# directory (a fresh /var/tmp/infkit-registry.XXXXXX, or $INFKIT_REGISTRY_DIR), plain HTTP on
+# loopback only, and stops with the CI shell, its storage removed; sourced again in the same
+# shell, it is reused. A private registries.conf (CONTAINERS_REGISTRIES_CONF, read by podman and
+# infkit; skopeo takes it as --registries-conf) marks that one address insecure, nothing else.
+# Exports INFKIT_TEST_REGISTRY=127.0.0.1:PORT, INFKIT_REGISTRY_STORAGE, CONTAINERS_REGISTRIES_CONF
+# and INFKIT_REQUIRE_REGISTRY=1. Stop it by hand with `kill "$INFKIT_REGISTRY_PID"`.
 
 _infkit_setup_registry() {
-  local dir=${INFKIT_REGISTRY_DIR:-/var/tmp/infkit-registry} t0=$SECONDS port
-  mkdir -p "$dir"
+  local t0=$SECONDS port dir
+  if [ -n "${INFKIT_REGISTRY_PID:-}" ] && kill -0 "$INFKIT_REGISTRY_PID" 2>/dev/null &&
+    curl -sf "http://${INFKIT_TEST_REGISTRY:-}/v2/" >/dev/null 2>&1; then
+    echo "[ci] registry at http://$INFKIT_TEST_REGISTRY (already running)"
+    return 0
+  fi
+  # each CI shell gets its own directory: several runs on one machine never share a registry's storage
+  dir=${INFKIT_REGISTRY_DIR:-$(mktemp -d /var/tmp/infkit-registry.XXXXXX)}
+  mkdir -p "$dir/storage"
   if ! command -v docker-registry >/dev/null || ! command -v skopeo >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     { apt-get update -q && apt-get install -y -q --no-install-recommends docker-registry skopeo; } >"$dir/apt.log" 2>&1 || {
@@ -21,8 +30,6 @@ _infkit_setup_registry() {
     }
   fi
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  rm -rf "$dir/storage"
-  mkdir -p "$dir/storage"
   cat >"$dir/config.yml" <<CONF
 version: 0.1
 log:
@@ -49,7 +56,7 @@ CONF
   local prev
   prev=$(trap -p EXIT | sed -e "s/^trap -- '//" -e "s/' EXIT\$//")
   # shellcheck disable=SC2064
-  trap "kill $INFKIT_REGISTRY_PID 2>/dev/null || true; ${prev:-:}" EXIT
+  trap "kill $INFKIT_REGISTRY_PID 2>/dev/null || true; rm -rf '$dir/storage'; ${prev:-:}" EXIT
   cat >"$dir/registries.conf" <<CONF
 unqualified-search-registries = []
 
