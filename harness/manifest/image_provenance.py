@@ -9,6 +9,7 @@ provenance is a finding (INVALID); an image without one is reported as "no prove
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from harness.manifest.trust import TrustedKeys
 
 SLSA_PREDICATE = "https://slsa.dev/provenance/v1"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+# the audit's signature check: (envelope, keys) -> (verified signer or None, findings)
+Verify = Callable[[dsse.ParsedEnvelope, TrustedKeys], tuple[str | None, list[Finding]]]
 
 
 def _path(root: Path, image: dict[str, Any]) -> Path | None:
@@ -35,7 +38,7 @@ def _summary(statement: dict[str, Any]) -> str:
     return ", ".join(parts + ([f"revision {commit[:12]}"] if commit else []))
 
 
-def _check_one(path: Path, image: dict[str, Any], trusted: TrustedKeys, verify) -> tuple[list[Finding], str]:
+def _check_one(path: Path, image: dict[str, Any], trusted: TrustedKeys, verify: Verify) -> tuple[list[Finding], str]:
     where = str(path)
     try:
         envelope = dsse.parse_envelope(path.read_bytes())
@@ -61,7 +64,8 @@ def _check_one(path: Path, image: dict[str, Any], trusted: TrustedKeys, verify) 
     return [], f"{key}; {_summary(statement)}"
 
 
-def image_provenance(images: list[dict[str, Any]], root: Path, trusted: TrustedKeys, verify) -> tuple[list[Finding], list[str]]:
+def image_provenance(images: list[dict[str, Any]], root: Path, trusted: TrustedKeys,
+                     verify: Verify) -> tuple[list[Finding], list[str]]:
     """Findings, and one line per image: what its provenance says, or "no provenance"."""
     findings: list[Finding] = []
     lines: list[str] = []
