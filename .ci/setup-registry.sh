@@ -57,8 +57,12 @@ CONF
   prev=$(trap -p EXIT | sed -e "s/^trap -- '//" -e "s/' EXIT\$//")
   # shellcheck disable=SC2064
   trap "kill $INFKIT_REGISTRY_PID 2>/dev/null || true; rm -rf '$dir/storage'; ${prev:-:}" EXIT
-  cat >"$dir/registries.conf" <<CONF
-unqualified-search-registries = []
+  # the machine's own settings (search registries, mirrors) stay; only the loopback registry is added
+  : >"$dir/registries.conf"
+  if [ -r /etc/containers/registries.conf ] && ! grep -q '^\[registries\.' /etc/containers/registries.conf; then
+    cat /etc/containers/registries.conf >"$dir/registries.conf"
+  fi
+  cat >>"$dir/registries.conf" <<CONF
 
 [[registry]]
 location = "127.0.0.1:$port"
