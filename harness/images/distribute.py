@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import tempfile
@@ -109,8 +110,6 @@ def _image_digests(engine: str, ref: str) -> set[str] | None:
                           capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
         return None
-    import json
-
     return {d.partition("@")[2] for d in json.loads(proc.stdout or "[]") or []}
 
 
@@ -125,6 +124,7 @@ def pull_verified(lock: ImageLock, engine: str | None = None) -> str:
     if ref.digest != lock.digest or ref.tag:
         raise InfkitError(f"{ref_text}: refusing to pull anything but the locked digest")
     engine = detect_engine(engine)
+    present = _image_digests(engine, ref_text) is not None  # a refusal removes only what this pull added
     try:
         found = registry.manifest(ref)
         if problems := registry.blob_problems(ref, found):
@@ -134,7 +134,8 @@ def pull_verified(lock: ImageLock, engine: str | None = None) -> str:
         if held is None or lock.digest not in held:
             raise RegistryRefusal(f"{ref_text}: the {engine} store holds no image under the locked digest after the pull")
     except InfkitError as exc:
-        _remove(engine, ref_text)
+        if not present:
+            _remove(engine, ref_text)
         raise InfkitError(f"refused to pull {lock.role}: {exc}") from None
     return ref_text
 
