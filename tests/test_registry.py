@@ -237,3 +237,24 @@ def test_mech_budget_runs_from_the_pulled_image_and_audits_with_its_provenance(p
     provenance.write_bytes(signed)
     text = infkit(["audit", manifest, "--trust", str(policy)], env, cwd=root).stdout
     assert "(from the registry)" in text and "provenance INF-CPU: signed by key" in text
+
+
+def test_an_index_is_locked_pulled_and_checked_through_its_amd64_image(pushed, tmp_path: Path, new_store):
+    image_ref, index_ref = f"{pushed['ns']}/one:0.1.0", f"{pushed['ns']}/multi:0.1.0"
+    image = tiny_image(tmp_path / "a", image_ref)
+    local = f"localhost/infkit-test/index-{tmp_path.name[-12:].lower()}"
+    for argv in (["manifest", "create", local], ["manifest", "add", local, f"docker://{image_ref}"],
+                 ["manifest", "push", "--all", local, f"docker://{index_ref}"]):
+        subprocess.run(["podman", *argv], capture_output=True, text=True, timeout=300, check=True)
+    subprocess.run(["podman", "manifest", "rm", local], capture_output=True, timeout=60)
+    folder = _lock_copy(pushed, tmp_path, registry_ref=f"{pushed['ns']}/multi", digest=None)
+    locked = registry_lock(load_lock("inf-cpu", folder))  # the role label is read from the amd64 image's config
+    assert locked.digest == head_digest(index_ref) != image
+    write_lock(locked)
+    intact = new_store("intact")
+    pulled = infkit(["images", "pull", "inf-cpu"], pushed["env"] | intact | {"INFKIT_IMAGE_LOCKS": str(folder)})
+    assert pulled.returncode == 0, pulled.stderr
+    assert [i["Digest"] for i in store_images(intact)] == [locked.digest]
+    layer = json.loads(blob_file(image).read_bytes())["layers"][0]["digest"]
+    blob_file(layer).write_bytes(b"cut")
+    assert "bytes, the manifest says" in _refused(pushed, new_store(), folder)

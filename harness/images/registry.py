@@ -217,16 +217,22 @@ def tag_digest(ref: Reference) -> str:
     return manifest(ref).digest
 
 
+def platform_manifest(ref: Reference, found: Manifest) -> tuple[Reference, Manifest]:
+    """An index's linux/amd64 image manifest (attestation entries are ``unknown/unknown``); an image's own."""
+    entries = found.doc.get("manifests")
+    if entries is None:
+        return ref, found
+    amd64 = [m for m in entries if (m.get("platform") or {}).get("architecture", "amd64") == "amd64"]
+    if not amd64:
+        raise RegistryRefusal(f"{ref}: the index has no linux/amd64 image")
+    child = Reference(ref.host, ref.repository, digest=amd64[0]["digest"])
+    return child, manifest(child)
+
+
 def image_config(ref: Reference) -> dict[str, Any]:
     """The pushed image's config (labels, created) for ``ref``; an index resolves to its linux/amd64 entry."""
-    found = manifest(ref)
-    doc = found.doc
-    if "manifests" in doc:
-        entries = [m for m in doc["manifests"] if m.get("platform", {}).get("architecture") in ("amd64", None)]
-        if not entries:
-            raise RegistryRefusal(f"{ref}: the index has no linux/amd64 image")
-        doc = manifest(Reference(ref.host, ref.repository, digest=entries[0]["digest"])).doc
-    config = doc["config"]
+    ref, found = platform_manifest(ref, manifest(ref))
+    config = found.doc["config"]
     answer = request(ref, f"blobs/{config['digest']}", accept=("*/*",))
     if answer.status != 200 or sha256_bytes(answer.body) != config["digest"]:
         raise RegistryRefusal(f"{ref}: the registry does not serve the image config {config['digest']} intact")
@@ -234,10 +240,11 @@ def image_config(ref: Reference) -> dict[str, Any]:
 
 
 def blob_problems(ref: Reference, found: Manifest) -> list[str]:
-    """Blobs of a (single-image) manifest the registry does not serve at their declared size."""
+    """Blobs of the (linux/amd64) image the registry does not serve at their declared size."""
+    ref, found = platform_manifest(ref, found)
     doc = found.doc
     problems = []
-    for blob in [doc["config"], *doc.get("layers", [])] if "config" in doc else []:
+    for blob in [doc["config"], *doc.get("layers", [])]:
         answer = request(ref, f"blobs/{blob['digest']}", method="HEAD", accept=("*/*",))
         size = answer.headers.get("content-length")
         if answer.status != 200:
