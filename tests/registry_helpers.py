@@ -113,7 +113,8 @@ def blob_file(digest: str) -> Path:
 
 def infkit(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess:
     """``python -m harness ARGV`` as a user runs it (own process: one-line errors and exit codes)."""
-    return subprocess.run([sys.executable, "-m", "harness", *argv], env=os.environ | {"PYTHONPATH": str(REPO_ROOT)} | env,
+    return subprocess.run([sys.executable, "-m", "harness", *argv],
+                          env=os.environ | {"PYTHONPATH": str(REPO_ROOT)} | env,
                           cwd=cwd, capture_output=True, text=True, timeout=900)
 
 

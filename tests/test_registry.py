@@ -75,7 +75,8 @@ def test_lock_records_the_registry_digest_not_the_local_one(pushed):
     tag_ref = f"{pushed['ns']}/inf-cpu:0.1.0"
     assert lock.digest == head_digest(tag_ref)  # what the registry says, asked independently
     skopeo = subprocess.run(["skopeo", "--registries-conf", os.environ["CONTAINERS_REGISTRIES_CONF"], "inspect",
-                             "--format", "{{.Digest}}", f"docker://{tag_ref}"], capture_output=True, text=True, timeout=120)
+                             "--format", "{{.Digest}}", f"docker://{tag_ref}"],
+                            capture_output=True, text=True, timeout=120)
     assert skopeo.returncode == 0 and skopeo.stdout.strip() == lock.digest, skopeo.stderr  # and by a third client
     local = subprocess.run(["podman", "image", "inspect", "--format", "{{.Digest}}", "localhost/infkit/inf-cpu:0.1.0"],
                            capture_output=True, text=True, check=True).stdout.strip()
@@ -193,7 +194,8 @@ def pulled_engine(pushed, tmp_path: Path, new_store):
     service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{sock}"], env=os.environ | store,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(100):
-        if subprocess.run(["curl", "-sf", "--unix-socket", str(sock), "http://d/_ping"], capture_output=True).returncode == 0:
+        ping = subprocess.run(["curl", "-sf", "--unix-socket", str(sock), "http://d/_ping"], capture_output=True)
+        if ping.returncode == 0:
             break
         time.sleep(0.2)
     try:

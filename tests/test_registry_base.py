@@ -55,7 +55,8 @@ def test_lock_base_pins_and_verifies_what_the_registry_holds(mirror, tmp_path: P
     lock = load_lock("inf-cpu", root / "images")
     base = lock.doc["base"]
     assert base["digest"] == digest and base["digest_verified"] is True
-    assert prefix.split("/")[0] in base["digest_source"] and "docker.io/library/debian:bookworm-slim" in base["digest_source"]
+    assert prefix.split("/")[0] in base["digest_source"]
+    assert "docker.io/library/debian:bookworm-slim" in base["digest_source"]
     assert f"ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim@{digest}" in lock.dockerfile.read_text()
     assert lock_problems(lock, root) == []
     again = infkit(["images", "lock-base", "inf-cpu", "--registry", prefix], env)  # now they agree: no REPIN needed

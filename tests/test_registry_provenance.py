@@ -30,7 +30,8 @@ CONFIG = {"created": "2026-12-01T10:00:00Z", "config": {"Labels": {
     LABEL_ARGS: canonical_json({"BASE_IMAGE": "localhost/base:1", "REVISION": "c0ffee" * 6 + "abcd"}).decode(),
     LABEL_DOCKERFILE: "sha256:" + "1" * 64, LABEL_DEPLOCK: "sha256:" + "2" * 64, LABEL_WHEELHOUSE: "",
     "org.opencontainers.image.revision": "c0ffee" * 6 + "abcd-dirty",
-    "org.opencontainers.image.base.name": "localhost/base:1", "org.opencontainers.image.base.digest": "sha256:" + "3" * 64,
+    "org.opencontainers.image.base.name": "localhost/base:1",
+    "org.opencontainers.image.base.digest": "sha256:" + "3" * 64,
     "io.infkit.base.substituted-for": "docker.io/library/debian:bookworm-slim@sha256:" + "4" * 64,
 }}}
 

@@ -57,15 +57,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--run-dir", type=Path, required=True, help="mounted read-write; the container log goes here")
     q.add_argument("--gpu", type=int, action="append", default=[], help="GPU index (repeatable)")
     q.add_argument("--network", action="store_true", help="give the container a network (default: none)")
-    q.add_argument("args", nargs=argparse.REMAINDER, metavar="ARG", help="infkit arguments (options for `images run` go before ROLE, as with docker run)")
+    q.add_argument("args", nargs=argparse.REMAINDER, metavar="ARG",
+                   help="infkit arguments (options for `images run` go before ROLE, as with docker run)")
     q.set_defaults(func=run_in_image)
 
 
 def _register_registry(s: argparse._SubParsersAction) -> None:
     """The actions that talk to a registry: push, pull, lock, lock-base."""
-    q = s.add_parser("push", help="push a role's local build to REGISTRY/<role>:<tag>; sign the provenance of its digest")
+    q = s.add_parser("push", help="push a role's local build to REGISTRY/<role>:<tag>; sign its digest's provenance")
     q.add_argument("role")
-    q.add_argument("--registry", required=True, help="host[:port][/namespace], e.g. ghcr.io/OWNER or 127.0.0.1:5000/infkit")
+    q.add_argument("--registry", required=True,
+                   help="host[:port][/namespace], e.g. ghcr.io/OWNER or 127.0.0.1:5000/infkit")
     q.add_argument("--engine", choices=["docker", "podman"])
     q.set_defaults(func=run_push)
 
@@ -81,10 +83,11 @@ def _register_registry(s: argparse._SubParsersAction) -> None:
     q.add_argument("--registry-ref", help="where the image was pushed (e.g. ghcr.io/OWNER/inf-cpu), if not the lock's")
     q.set_defaults(func=run_lock)
 
-    q = s.add_parser("lock-base", help="resolve the base tag's digest against its registry; rewrite lock and Dockerfile")
+    q = s.add_parser("lock-base", help="resolve the base tag's digest against a registry; rewrite lock and Dockerfile")
     q.add_argument("role")
     q.add_argument("--registry", help="resolve against this registry (a mirror holding the upstream name) instead")
-    q.add_argument("--repin", action="store_true", help="accept a registry digest that differs from the Dockerfile's pin")
+    q.add_argument("--repin", action="store_true",
+                   help="accept a registry digest that differs from the Dockerfile's pin")
     q.set_defaults(func=run_lock_base)
 
 
@@ -131,7 +134,8 @@ def run_build(args: argparse.Namespace) -> int:
                       wheelhouse=args.wheelhouse, log_path=args.log)
     outcome = build_image(load_lock(args.role), cfg)
     note = f" (base substituted for {outcome.base_substituted_for})" if outcome.base_substituted_for else ""
-    print(f"built {', '.join(outcome.refs)} {outcome.image_id} on {outcome.base_image}{note} in {outcome.seconds:.0f} s")
+    print(f"built {', '.join(outcome.refs)} {outcome.image_id} on {outcome.base_image}{note} "
+          f"in {outcome.seconds:.0f} s")
     return 0
 
 
@@ -180,7 +184,8 @@ def run_lock(args: argparse.Namespace) -> int:
     except CapabilityMissing as exc:
         if args.digest:
             raise
-        new, note = refreshed(with_registry_ref(lock, args.registry_ref) if args.registry_ref else lock), f" (unchanged: {exc})"
+        kept = with_registry_ref(lock, args.registry_ref) if args.registry_ref else lock
+        new, note = refreshed(kept), f" (unchanged: {exc})"
     write_lock(new)
     print(f"{new.path}: image digest {new.digest or 'none (not pushed)'}{note}; "
           f"{new.doc['dependency_lock']['path']} {new.doc['dependency_lock']['sha256']}")

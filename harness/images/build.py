@@ -98,7 +98,8 @@ def git_revision(root: Path = REPO_ROOT) -> str:
 
 
 def image_id(engine: str, ref: str) -> str | None:
-    proc = subprocess.run([engine, "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([engine, "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True,
+                          timeout=60)
     if proc.returncode != 0:
         return None
     found = proc.stdout.strip()
@@ -133,7 +134,8 @@ def build_argv(lock: ImageLock, cfg: BuildConfig, engine: str, base_id: str | No
         argv += ["--build-arg", f"{name}={value}"]
     # The Dockerfile's LABELs carry the same values; labels given here are applied even when
     # every layer comes from the cache (podman does not re-run a cached LABEL for new ARG values).
-    labels = {"org.opencontainers.image.revision": args["REVISION"], "org.opencontainers.image.created": args["CREATED"],
+    labels = {"org.opencontainers.image.revision": args["REVISION"],
+              "org.opencontainers.image.created": args["CREATED"],
               "org.opencontainers.image.base.name": base_name, "org.opencontainers.image.base.digest": base_digest,
               "io.infkit.base.substituted-for": substituted, **build_input_labels(lock, args, wheelhouse)}
     for name, value in labels.items():

@@ -44,7 +44,8 @@ class Pushed:
 
 def check_registry(prefix: str) -> str:
     if not REGISTRY_PREFIX.match(prefix):
-        raise InvalidInput(f"REGISTRY={prefix!r} is not host[:port][/namespace]", hint="e.g. 127.0.0.1:5000/infkit or ghcr.io/OWNER")
+        raise InvalidInput(f"REGISTRY={prefix!r} is not host[:port][/namespace]",
+                           hint="e.g. 127.0.0.1:5000/infkit or ghcr.io/OWNER")
     return prefix.rstrip("/")
 
 
@@ -65,7 +66,8 @@ def push_image(lock: ImageLock, prefix: str, engine: str | None = None, keys_dir
     prefix = check_registry(prefix)
     engine = detect_engine(engine)
     if image_id(engine, lock.local_ref) is None:
-        raise InvalidInput(f"{lock.local_ref} is not in the {engine} image store", hint=f"build it with `make images ROLE={lock.role}`")
+        raise InvalidInput(f"{lock.local_ref} is not in the {engine} image store",
+                           hint=f"build it with `make images ROLE={lock.role}`")
     target = Reference.parse(f"{prefix}/{lock.role}:{lock.tag}")
     with tempfile.TemporaryDirectory() as tmp:
         digest_file = Path(tmp) / "digest"
@@ -132,7 +134,7 @@ def pull_verified(lock: ImageLock, engine: str | None = None) -> str:
         _run([engine, "pull", ref_text], PULL_TIMEOUT_S, f"{engine} pull {ref_text}")
         held = _image_digests(engine, ref_text)
         if held is None or lock.digest not in held:
-            raise RegistryRefusal(f"{ref_text}: the {engine} store holds no image under the locked digest after the pull")
+            raise RegistryRefusal(f"{ref_text}: after the pull the {engine} store has no image under the locked digest")
     except InfkitError as exc:
         if not present:
             _remove(engine, ref_text)

@@ -27,7 +27,8 @@ from harness.images.dockerfile import PLACEHOLDER_DIGEST, base_image_default, pi
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCK_DIR = REPO_ROOT / "images"
 LOCAL_REGISTRY = "localhost/infkit"
-LOCK_DIR_ENV = "INFKIT_IMAGE_LOCKS"  # another folder of locks (a fork's, a test's); its parent holds docker/, requirements/
+# another folder of locks (a fork's, a test's); its parent holds the docker/ and requirements/ files they name
+LOCK_DIR_ENV = "INFKIT_IMAGE_LOCKS"
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ class ImageLock:
         if not self.digest:
             raise CapabilityMissing(
                 f"images/{self.role}.lock.json has no image digest yet (not built and pushed)",
-                hint=f"build it locally with `make images ROLE={self.role}`, or push it and run `make lock ROLE={self.role}`",
+                hint=f"build it locally with `make images ROLE={self.role}`, "
+                f"or push it and run `make lock ROLE={self.role}`",
             )
         return f"{self.registry_ref}@{self.digest}"
 
@@ -150,7 +152,8 @@ def lock_problems(lock: ImageLock, root: Path | None = None) -> list[str]:
     if not dep_path.is_file():
         return out + [f"{lock.path.name}: {dep['path']} does not exist"]
     if sha256_file(dep_path) != dep["sha256"]:
-        out.append(f"{lock.path.name}: {dep['path']} changed since the lock was written (run `make lock ROLE={lock.role}`)")
+        out.append(f"{lock.path.name}: {dep['path']} changed since the lock was written "
+                   f"(run `make lock ROLE={lock.role}`)")
     count = len(deplock.parse_lock(dep_path.read_text()))
     if count != dep["distributions"]:
         out.append(f"{lock.path.name}: {dep['path']} has {count} distributions, the lock says {dep['distributions']}")

@@ -61,7 +61,8 @@ def _dependencies(lock: ImageLock, labels: dict[str, str], source: str, revision
     deps = [{"name": "source", "uri": f"git+{source}", "digest": {"gitCommit": revision.removesuffix("-dirty")},
              "annotations": {"dirty": revision.endswith("-dirty")}}]
     if labels.get(LABEL_DOCKERFILE):
-        deps.append({"name": "dockerfile", "uri": f"{at}#{lock.doc['dockerfile']}", "digest": _hex(labels[LABEL_DOCKERFILE])})
+        deps.append({"name": "dockerfile", "uri": f"{at}#{lock.doc['dockerfile']}",
+                     "digest": _hex(labels[LABEL_DOCKERFILE])})
     base_digest = labels.get("org.opencontainers.image.base.digest")
     if base_digest:
         base = {"name": "base", "uri": f"oci://{labels.get('org.opencontainers.image.base.name', '')}",
@@ -77,7 +78,8 @@ def _dependencies(lock: ImageLock, labels: dict[str, str], source: str, revision
     return deps
 
 
-def statement(lock: ImageLock, registry_ref: str, digest: str, config: dict[str, Any], pushed_utc: str) -> dict[str, Any]:
+def statement(lock: ImageLock, registry_ref: str, digest: str, config: dict[str, Any],
+              pushed_utc: str) -> dict[str, Any]:
     """The in-toto Statement for ``registry_ref@digest``, from the image config the registry served."""
     labels = (config.get("config") or {}).get("Labels") or {}
     args = json.loads(labels[LABEL_ARGS]) if labels.get(LABEL_ARGS) else {}

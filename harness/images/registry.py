@@ -5,9 +5,9 @@ Digests come from the registry, never from the local engine: a tag's manifest di
 it served. The same client reads a pushed image's config (its labels) and checks that every
 blob a manifest names is served at its declared size. On a 401 it fetches a bearer token,
 anonymous (Docker Hub, public GHCR packages) or for the login ``podman login`` / ``docker login``
-stored (auth.json, ~/.docker/config.json), so a private package needs nothing more. Plain HTTP is used only for a registry that the
-containers ``registries.conf`` (``$CONTAINERS_REGISTRIES_CONF``) marks ``insecure``, the same
-file podman and skopeo read.
+stored (auth.json, ~/.docker/config.json), so a private package needs nothing more. Plain HTTP
+is used only for a registry that the containers ``registries.conf`` (``$CONTAINERS_REGISTRIES_CONF``)
+marks ``insecure``, the file podman reads too.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ class Reference:
     def on_mirror(self, prefix: str) -> Reference:
         """The same repository and tag under ``host[:port][/namespace]`` (a mirror holding the upstream name)."""
         host, _, namespace = prefix.partition("/")
-        return Reference(host, f"{namespace}/{self.repository}" if namespace else self.repository, self.tag, self.digest)
+        repository = f"{namespace}/{self.repository}" if namespace else self.repository
+        return Reference(host, repository, self.tag, self.digest)
 
     def __str__(self) -> str:
         return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
@@ -165,7 +166,8 @@ def _authorization(challenge: str, host: str) -> str | None:
     realm = params.pop("realm", None)
     if not realm:
         return None
-    answer = _open(f"{realm}?{urllib.parse.urlencode(params)}", "GET", {"Authorization": f"Basic {basic}"} if basic else {})
+    login = {"Authorization": f"Basic {basic}"} if basic else {}
+    answer = _open(f"{realm}?{urllib.parse.urlencode(params)}", "GET", login)
     if answer.status != 200:
         return None
     doc = json.loads(answer.body or b"{}")

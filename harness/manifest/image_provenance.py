@@ -32,8 +32,8 @@ def _path(root: Path, image: dict[str, Any]) -> Path | None:
 
 def _summary(statement: dict[str, Any]) -> str:
     deps = {d.get("name"): d for d in statement["predicate"]["buildDefinition"].get("resolvedDependencies", [])}
-    parts = [f"{name} sha256:{deps[name]['digest']['sha256'][:12]}" for name in ("dockerfile", "base", "dependency-lock",
-                                                                                   "wheelhouse") if name in deps]
+    names = ("dockerfile", "base", "dependency-lock", "wheelhouse")
+    parts = [f"{name} sha256:{deps[name]['digest']['sha256'][:12]}" for name in names if name in deps]
     commit = deps.get("source", {}).get("digest", {}).get("gitCommit")
     return ", ".join(parts + ([f"revision {commit[:12]}"] if commit else []))
 
@@ -47,7 +47,8 @@ def _check_one(path: Path, image: dict[str, Any], trusted: TrustedKeys, verify: 
     signer, findings = verify(envelope, trusted)
     findings = [Finding("provenance", f"{image['role']}: {f.message}", where) for f in findings]
     if signer is not None:
-        findings += [Finding("provenance", f"{image['role']}: {f.message}", where) for f in trusted.trust_findings(signer)]
+        findings += [Finding("provenance", f"{image['role']}: {f.message}", where)
+                     for f in trusted.trust_findings(signer)]
     try:
         statement = parse_json(envelope.payload, "provenance", expect=dict)
     except DocumentError as exc:
