@@ -77,13 +77,13 @@ def test_image_record_local_build_vs_locked_digest():
     local = FakeImage("sha256:" + "1" * 64, [lock.local_ref], {"io.infkit.base.substituted-for": lock.base_image},
                       {"RepoDigests": [f"{lock.local_ref.split(':')[0]}@{DIGEST}"]})
     assert image_record(lock, local) == {"role": "inf-cpu", "ref": lock.local_ref, "digest": local.id,
-                                         "base_substituted": lock.base_image}
+                                         "base_substituted": lock.base_image, "source": "local build"}
     doc = json.loads(json.dumps(lock.doc))
     doc["image"]["digest"] = DIGEST
     pushed_lock = type(lock)(lock.role, lock.path, doc)
     pulled = FakeImage("sha256:" + "2" * 64, [], {}, {"RepoDigests": [f"{lock.registry_ref}@{DIGEST}"]})
     assert image_record(pushed_lock, pulled) == {"role": "inf-cpu", "ref": lock.registry_ref, "digest": DIGEST,
-                                                 "base_substituted": None}
+                                                 "base_substituted": None, "source": "registry"}
 
 
 def test_cuda_role_needs_a_gpu_and_a_new_enough_driver():
@@ -223,3 +223,15 @@ def test_missing_role_image_is_built_on_first_use_unless_pull_only(tmp_path: Pat
     # a local build, once there, is used as it is
     api.images.present[lock.local_ref] = built
     assert resolve_image(api, lock, pull_only=True) is built
+
+
+def test_pull_only_with_a_pushed_digest_runs_the_registry_image_not_a_local_build():
+    from harness.images.locks import refreshed
+
+    lock = refreshed(load_lock("inf-cpu"), image_digest=DIGEST, built_utc=None, revision=None)
+    local = FakeImage("sha256:" + "1" * 64, [lock.local_ref], {})
+    pulled = FakeImage("sha256:" + "2" * 64, [], {}, {"RepoDigests": [lock.pull_ref()]})
+    api = FakeApi({lock.local_ref: local, lock.pull_ref(): pulled})
+    assert resolve_image(api, lock, pull_only=True) is pulled
+    assert image_record(lock, pulled)["source"] == "registry"
+    assert resolve_image(api, lock, pull_only=False) is local  # without PULL_ONLY a local build still wins

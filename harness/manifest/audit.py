@@ -18,6 +18,7 @@ from harness.manifest import dsse
 from harness.manifest.artifacts import check_subjects, check_unlisted
 from harness.manifest.evidence import check_evidence
 from harness.manifest.findings import Finding
+from harness.manifest.image_provenance import image_provenance
 from harness.manifest.predicate import PREDICATE_TYPE, STATEMENT_TYPE, fingerprint_summary
 from harness.manifest.sign import KEYS_DIR, MANIFEST_SUFFIX, MANIFESTS_DIR
 from harness.manifest.subjects import RootResolver, is_within, relative_name
@@ -48,6 +49,7 @@ class ManifestReport:
     subject_digests: dict[str, str] = field(default_factory=dict, repr=False)
     documents: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
     warnings: tuple[str, ...] = ()  # what the audit noticed that is no verdict on this manifest
+    provenance: tuple[str, ...] = ()  # one line per image: its verified build provenance, or "no provenance"
 
     @property
     def valid(self) -> bool:
@@ -76,6 +78,7 @@ class ManifestReport:
             "harness": p.get("harness"),
             "images": p.get("images"),
             "fingerprint": p.get("fingerprint"),
+            "provenance": list(self.provenance),
         }
 
 
@@ -235,15 +238,18 @@ def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys) ->
     audited = check_subjects(subjects, resolver)
     findings += audited.findings
     findings += check_unlisted(audited, (predicate or {}).get("run_dir"), resolver, os.path.realpath(path))
+    provenance: list[str] = []
     if predicate is not None:
         findings += check_evidence(predicate, audited.documents)
         findings += _fingerprint_is_subject(predicate["fingerprint"], subjects)
         findings += _fingerprint_matches(predicate, audited.documents)
         findings += _manifest_path_findings(path, root_real, predicate)
+        found, provenance = image_provenance(predicate["images"], Path(root), trusted, _signature_findings)
+        findings += found
     digests = {s["name"]: s["digest"].get("sha256") for s in listed
                if isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("digest"), dict)}
     return ManifestReport(str(path), tuple(findings), signer, len(listed), audited.verified, predicate,
-                          trusted.trusted(signer), digests, audited.documents, trusted.warnings)
+                          trusted.trusted(signer), digests, audited.documents, trusted.warnings, tuple(provenance))
 
 
 def auditor_keys(config: AuditConfig) -> TrustedKeys:

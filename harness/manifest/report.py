@@ -38,7 +38,9 @@ def _image_line(image: dict[str, Any]) -> str:
         python = f" python {image['python']}" if image.get("python") else ""
         return f"{image['role']}: native{python}, package list {image['packages_sha256']}"
     base = f" (base substituted: {image['base_substituted']})" if image.get("base_substituted") else ""
-    return f"{image['role']}: {image['ref']}@{image['digest']}{base}"
+    source = f" (from the {image['source']})" if image.get("source") == "registry" else (
+        " (built locally)" if image.get("source") else "")
+    return f"{image['role']}: {image['ref']}@{image['digest']}{source}{base}"
 
 
 def _gpu_line(fp: dict[str, Any]) -> str:
@@ -72,6 +74,7 @@ def _details(report: ManifestReport) -> list[str]:
         f"  harness  {harness['version']} at {(harness['git_commit'] or 'no git')[:12]} ({dirty})",
     ]
     lines += [f"  image    {_image_line(i)}" for i in p["images"]] or ["  image    none recorded"]
+    lines += [f"  provenance {line}" for line in report.provenance]
     lines.append(f"  gpu      {_gpu_line(p['fingerprint'])}")
     if trust := _trust_line(report):
         lines.append(trust)
