@@ -64,6 +64,7 @@ from harness.telemetry import (
 )
 from harness.telemetry.prometheus import SCRAPE_TIMEOUT_S, Scrape, parse
 from harness.workload import Workload, load_workload
+from harness.workload.generators import MAX_REQUESTS, MAX_TOKENS
 
 REQUESTS_FILE = "requests.jsonl"
 RESULT_FILE = "result.json"
@@ -173,11 +174,24 @@ def _check(cfg: MeasureConfig, workload: Workload) -> tuple[int | None, int | No
             raise InvalidInput(f"{flag}: {problem}")
     if problem := find_problem(recorded_settings(cfg)):
         raise InvalidInput(f"cannot record the run's settings: {problem[1]} at {problem[0]}")
+    check_workload_limits(workload)
     if cfg.api == "completions" and any(r.prompt is None for r in workload.requests):
         raise InvalidInput(f"workload {workload.kind!r} holds chat messages; run it with --api chat")
     if workload.arrival["process"] == "closed":
         return cfg.max_concurrency or workload.arrival["concurrency"], None
     return None, cfg.max_concurrency
+
+
+def check_workload_limits(workload: Workload) -> None:
+    """What ``infkit workload make`` enforces holds for every workload that is run, however it was made."""
+    if len(workload.requests) > MAX_REQUESTS:
+        raise InvalidInput(f"workload: {len(workload.requests)} requests; at most {MAX_REQUESTS}")
+    for r in workload.requests:
+        for name, value in (("input_tokens", r.input_tokens), ("output_tokens", r.output_tokens)):
+            if not 1 <= value <= MAX_TOKENS:
+                shown = str(value) if len(str(value)) <= 24 else f"{str(value)[:12]}... ({len(str(value))} digits)"
+                raise InvalidInput(f"workload request {r.index}: {name} {shown} is outside [1, {MAX_TOKENS}]",
+                                   hint="`infkit workload make` never writes such a request")
 
 
 CALLBACKS = ("memory_probe", "server_alive", "failure_refiner", "reporter")
