@@ -15,7 +15,7 @@ from bad_input_helpers import assert_clean_error, assert_nothing_left, infkit
 from harness.bench import bench_specs
 from harness.cuda.registry import experiments
 from harness.errors import InvalidInput
-from harness.knobs import SEED_MAX, _field_types, _unwrap, add_config_arguments, config_from_args, int_bound
+from harness.knobs import _field_types, _unwrap, add_config_arguments, config_from_args
 from harness.mech import mechanisms
 from tests.bench_runs import assert_bench_refuses
 from tests.fake_openai_server import FakeConfig, FakeOpenAIServer
@@ -30,6 +30,8 @@ def config_classes() -> list[type]:
 
 @pytest.mark.parametrize("cls", config_classes(), ids=lambda c: f"{c.__module__}.{c.__name__}")
 def test_every_integer_knob_has_an_upper_bound_a_result_can_hold(cls):
+    from harness.knobs import SEED_MAX, int_bound
+
     for f, hint in _field_types(cls):
         kind, _, _ = _unwrap(hint)
         if kind is int:
