@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
 from bad_input_helpers import assert_clean_error, assert_nothing_left, infkit
@@ -25,7 +24,7 @@ HUGE = "1" + "0" * 60
 
 def config_classes() -> list[type]:
     return [*(s.config for s in bench_specs().values()), *(m.config for m in mechanisms().values()),
-            *(e.config_cls for e in experiments().values())]
+            *(e.config for e in experiments().values())]
 
 
 @pytest.mark.parametrize("cls", config_classes(), ids=lambda c: f"{c.__module__}.{c.__name__}")
