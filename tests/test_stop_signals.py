@@ -22,7 +22,7 @@ from harness.contract.schemas import validate_file
 from harness.workload import make_workload, write_workload
 from harness.workload.arrival import Arrival
 from harness.workload.generators import Common
-from tests.bench_runs import audit, env_for, infkit
+from tests.bench_runs import audit, bench69_mid_arm, env_for, infkit
 from tests.fake_openai_server import FakeConfig, FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,14 +118,8 @@ def test_bench_stopped_by_sigterm_mid_arm_leaves_no_engine_and_signs_what_it_mea
     from tests.vllm_cpu_model import prepared_model_or_skip
 
     prepared_model_or_skip()
-    args = ["--repeats", "1", "--groups", "2", "--prompts-per-group", "8", "--warmup-requests", "1", "--no-control"]
-    bench = subprocess.Popen(infkit("bench", "69", *args), cwd=tmp_path, env=env_for(tmp_path),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    bench, run_dir, requests = bench69_mid_arm(tmp_path)
     try:
-        run_dir = _wait(lambda: next(iter((tmp_path / "runs" / "69").glob("*")), None), 120, "the run dir")
-        requests = run_dir / "arms" / "unique-prefix.cache-on" / "r1" / "requests.jsonl"
-        _wait(lambda: requests.is_file() and len(requests.read_text().splitlines()) >= 2, 900,
-              "two completed requests in the first arm")
         (server,) = json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]
         engine = [server["pid"], *(c.pid for c in psutil.Process(server["pid"]).children(recursive=True))]
         bench.send_signal(signal.SIGTERM)
@@ -149,11 +143,3 @@ def test_bench_stopped_by_sigterm_mid_arm_leaves_no_engine_and_signs_what_it_mea
     checked = audit(tmp_path, tmp_path / "manifests" / "INF-PREFIX-CACHE" / f"{run_dir.name}.intoto.json")
     assert checked.returncode == 0 and "VALID" in checked.stdout, checked.stdout + checked.stderr
 
-
-def _wait(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
