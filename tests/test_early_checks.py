@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from bad_input_helpers import assert_clean_error, assert_nothing_left, infkit
@@ -59,19 +60,13 @@ def test_an_empty_dtype_list_is_refused(tmp_path):
     assert_bench_refuses(tmp_path, "72", ["--dtypes", ""], "--dtypes: needs at least one value")
 
 
-@pytest.mark.parametrize("number, flag", [("81", "--cite-66"), ("68", "--proposal-manifest"),
-                                          ("70", "--cost-model-manifest"), ("72", "--baseline")])
-@pytest.mark.parametrize("content", [None, "garbage", json.dumps({"payloadType": "text/plain", "payload": ""})])
-def test_a_bad_citation_is_refused_before_the_model_is_prepared(tmp_path, monkeypatch, number, flag, content):
-    """The plan (and the cited manifest's audit) comes before ``ensure_model``: it must never be reached."""
+def refused_before_setup(tmp_path: Path, monkeypatch, number: str, argv: list[str], match: str) -> None:
+    """``run_bench`` with ``argv`` raises ``InvalidInput`` matching ``match`` and never reaches ``ensure_model``."""
     from harness.bench import runner
     from harness.models import find_model
 
     if find_model("smollm2-135m") is None:
         pytest.skip("no prepared model in the cache: the plan is then checked after the model is prepared")
-    cited = tmp_path / "cited.intoto.json"
-    if content is not None:
-        cited.write_text(content)
     monkeypatch.chdir(tmp_path)
 
     def no_setup(*_a, **_k):
@@ -81,9 +76,24 @@ def test_a_bad_citation_is_refused_before_the_model_is_prepared(tmp_path, monkey
     spec = bench_specs()[number]
     parser = argparse.ArgumentParser()
     add_config_arguments(parser, spec.config)
-    with pytest.raises(InvalidInput, match="manifest"):
-        runner.run_bench(spec, config_from_args(spec.config, parser.parse_args([flag, str(cited)])), root=tmp_path)
+    with pytest.raises(InvalidInput, match=match):
+        runner.run_bench(spec, config_from_args(spec.config, parser.parse_args(argv)), root=tmp_path)
     assert_nothing_left(tmp_path / "runs", tmp_path / "manifests")
+
+
+@pytest.mark.parametrize("number, flag", [("81", "--cite-66"), ("68", "--proposal-manifest"),
+                                          ("70", "--cost-model-manifest"), ("72", "--baseline")])
+@pytest.mark.parametrize("content", [None, "garbage", json.dumps({"payloadType": "text/plain", "payload": ""})])
+def test_a_bad_citation_is_refused_before_the_model_is_prepared(tmp_path, monkeypatch, number, flag, content):
+    """The plan (and the cited manifest's audit) comes before ``ensure_model``: it must never be reached."""
+    cited = tmp_path / "cited.intoto.json"
+    if content is not None:
+        cited.write_text(content)
+    refused_before_setup(tmp_path, monkeypatch, number, [flag, str(cited)], "manifest")
+
+
+def test_draft_layers_beyond_the_model_are_refused_before_the_model_is_prepared(tmp_path, monkeypatch):
+    refused_before_setup(tmp_path, monkeypatch, "68", ["--draft-layers", "999"], "draft layers must be between 1")
 
 
 @pytest.mark.parametrize("args, expected", [
