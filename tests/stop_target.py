@@ -30,9 +30,12 @@ def main() -> None:
                             str(child_file)), port=port)
     handle = get_runtime("local").start(spec, run_dir)
     handle.wait_healthy(timeout_s=30)
-    print(f"PIDS {handle.pid} {child_file.read_text().strip()}", flush=True)
-    while True:
+    pids, announced = f"PIDS {handle.pid} {child_file.read_text().strip()}", False
+    while True:  # the announcement is inside the loop: a signal right after it still lands in the handler below
         try:
+            if not announced:
+                announced = True
+                print(pids, flush=True)
             time.sleep(0.05)
         except KeyboardInterrupt:
             print("interrupted", flush=True)
