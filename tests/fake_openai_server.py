@@ -58,6 +58,8 @@ class FakeConfig:
     max_running: int = 0  # requests served at once (0: unlimited); the rest wait, so TTFT grows with load
     tokens_per_chunk: int = 1  # tokens each chunk carries (speculative decoding sends several), one gap_s apart
     reply: str = " tok"  # the text of one generated token
+    stall_after_health: int = 0  # after N answered health checks, every endpoint accepts and then sends nothing
+    stall_after: int = 0  # after N completion requests arrived, every endpoint accepts and then sends nothing
 
 
 @dataclass
@@ -72,6 +74,7 @@ class _State:
     queue_counts: list = field(default_factory=lambda: [0] * (len(QUEUE_BUCKETS_S) + 1))
     blocks: set = field(default_factory=set)
     crashed: bool = False
+    health_checks: int = 0
 
 
 def _chunk(api: str, text: str | None, finish: str | None = None, usage: dict | None = None) -> bytes:
@@ -132,9 +135,17 @@ class FakeOpenAIServer:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "chat")
 
+    def stalled(self) -> bool:
+        cfg, st = self.config, self.state
+        return bool((cfg.stall_after_health and st.health_checks >= cfg.stall_after_health)
+                    or (cfg.stall_after and st.requests >= cfg.stall_after))
+
     async def _health(self, request: web.Request) -> web.Response:
         if self.state.crashed:
             raise ConnectionResetError
+        if self.stalled():
+            await asyncio.sleep(3600)
+        self.state.health_checks += 1
         return web.json_response({"ok": True})
 
     async def _generate(self, request: web.Request, api: str) -> web.StreamResponse:
@@ -142,6 +153,8 @@ class FakeOpenAIServer:
         if st.crashed:
             request.transport.abort()
             raise ConnectionResetError
+        if self.stalled():
+            await asyncio.sleep(3600)
         body = await request.json()
         self.bodies.append(body)
         st.requests += 1
@@ -206,7 +219,7 @@ class FakeOpenAIServer:
             delay = due - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            if k == 2 and cfg.stall_every and n % cfg.stall_every == 0:
+            if (k == 2 and cfg.stall_every and n % cfg.stall_every == 0) or (k and self.stalled()):
                 await asyncio.sleep(3600)
             if k == 2 and cfg.disconnect_every and n % cfg.disconnect_every == 0:
                 request.transport.abort()
@@ -235,6 +248,8 @@ class FakeOpenAIServer:
     async def _metrics(self, request: web.Request) -> web.Response:
         if self.state.crashed:
             raise ConnectionResetError
+        if self.stalled():
+            await asyncio.sleep(3600)
         text = self.config.metrics_raw if self.config.metrics_raw is not None else self.metrics_text()
         return web.Response(text=text, content_type="text/plain")
 

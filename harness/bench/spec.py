@@ -59,8 +59,8 @@ DEFAULT_COLUMNS = (TTFT_P50, TTFT_P95, TPOT_P50, E2E_P50, OUTPUT_TOKENS_PER_S, P
 class BenchConfig(KnobConfig):
     """Knobs every serving bench has; a spec's config adds its own fields after these (checked when made)."""
 
-    scale: int = knob(1, "multiply the number of measured requests per arm", min=1)
-    repeats: int = knob(3, "repeats of every arm, interleaved (< 3 lowers the evidence level)", min=1)
+    scale: int = knob(1, "multiply the number of measured requests per arm", min=1, max=1000)
+    repeats: int = knob(3, "repeats of every arm, interleaved (< 3 lowers the evidence level)", min=1, max=1000)
     warmup_requests: int = knob(2, "unmeasured requests after each server start", min=0)
     seed: int = knob(0, "seed of every random dimension of the workloads", min=0)
     model: str = knob("smollm2-135m", "served model (a prepared model name)")

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 from pathlib import Path
 
+from harness.errors import InvalidInput
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.manifest.report import (
     EXIT_INVALID,
@@ -41,7 +44,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def check_name(text: str, flag: str) -> None:
+    """A path the file system cannot even look up (a name or path over its limit) is bad input, not a crash."""
+    try:
+        os.lstat(text)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            shown = text if len(text) <= 80 else f"{text[:40]}...{text[-20:]} ({len(text)} characters)"
+            raise InvalidInput(f"{flag}{shown}: {os.strerror(exc.errno)}",
+                               hint="a name is at most 255 bytes, a path 4096") from None
+
+
 def run(args: argparse.Namespace) -> int:
+    check_name(args.root, "--root ")
+    for path in args.paths:
+        check_name(path, "")
     config = AuditConfig(root=Path(args.root), trusted_keys=tuple(map(Path, args.trusted_key)),
                          trust_policy=Path(args.trust) if args.trust else None)
     reports = audit_paths(args.paths, config)
