@@ -16,9 +16,9 @@ HARNESS = ROOT / "harness"
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(names.split()) for names in (
     "__init__ errors registry knobs progress",  # foundations: no infkit imports but these
     "contract ids",  # documents: schemas, results, hashes, atomic writes
-    "workload telemetry images",  # what is sent, what is scraped, which images exist
+    "workload telemetry",  # what is sent, what is scraped
     "client",  # the streaming client and its records
-    "rundir manifest",  # the run directory and the manifest that signs it
+    "rundir manifest images",  # the run directory, the manifest that signs it, the images (and their provenance)
     "runtime",  # processes and containers
     "backends models",  # engines' launch specs, prepared checkpoints
     "serving",  # one measured run against one server

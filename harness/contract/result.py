@@ -116,9 +116,14 @@ class Performance(_Group):
     peak_memory_source: str | None = None
     percentile_method: str = "linear"
     null_reasons: dict[str, str] = field(default_factory=dict)
+    itl_chunk_ms: dict[str, float] | None = None  # serving: the gaps between content chunks (= itl_ms)
+    itl_token_ms: dict[str, float] | None = None  # serving: each gap spread over the tokens its chunk carried
+    chunk_tokens_source: str | None = None  # where the per-chunk token counts came from
+    streamed: bool | None = None  # serving: False for non-streamed requests (no TTFT, TPOT or ITL)
     ttft_from_scheduled_ms: dict[str, float] | None = None  # LoadGen's latency: from the scheduled send
     e2e_from_scheduled_ms: dict[str, float] | None = None
-    _optional = ("peak_memory_source", "ttft_from_scheduled_ms", "e2e_from_scheduled_ms")
+    _optional = ("peak_memory_source", "itl_chunk_ms", "itl_token_ms", "chunk_tokens_source", "streamed",
+                 "ttft_from_scheduled_ms", "e2e_from_scheduled_ms")
 
     @classmethod
     def not_applicable(cls, reason: str, **measured: Any) -> Performance:

@@ -10,16 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.bench.metrics import TTFT_P50
-from harness.bench.spec import (
-    Arm,
-    BenchConfig,
-    BenchSpec,
-    Claim,
-    Plan,
-    ServerVariant,
-    WorkloadPlan,
-    phases_for,
-)
+from harness.bench.spec import Arm, BenchConfig, BenchSpec, Claim, Plan, ServerVariant, WorkloadPlan, phases_for
 from harness.knobs import knob
 from harness.models import PreparedModel
 from harness.workload import Arrival, Common
