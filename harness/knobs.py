@@ -35,9 +35,13 @@ METAVARS = {int: "N", float: "X", str: "TEXT", Path: "PATH"}
 
 
 def knob(default: Any, help: str, *, min: float | None = None, max: float | None = None,  # noqa: A002
-         choices: tuple[Any, ...] | None = None, cli: bool = True) -> Any:
-    """A config field with its help text and the constraints ``check_config`` enforces."""
-    meta = {"help": help, "min": min, "max": max, "choices": choices, "cli": cli}
+         choices: tuple[Any, ...] | None = None, cli: bool = True, empty: bool = False) -> Any:
+    """A config field with its help text and the constraints ``check_config`` enforces.
+
+    ``empty``: a list knob with a non-empty default may be set empty (it switches a family of arms off);
+    otherwise an empty value is refused, since nothing would run.
+    """
+    meta = {"help": help, "min": min, "max": max, "choices": choices, "cli": cli, "empty": empty}
     if isinstance(default, (list, dict, set)):
         raise TypeError("knob defaults must be immutable (use a tuple)")
     return dataclasses.field(default=default, metadata=meta)
@@ -182,7 +186,8 @@ def check_config(cfg: Any) -> None:
     for f, hint in _field_types(type(cfg)):
         kind, many, _ = _unwrap(hint)
         value = getattr(cfg, f.name)
-        if many and value is not None and not value and f.default not in ((), None, dataclasses.MISSING):
+        if many and value is not None and not value and f.default not in ((), None, dataclasses.MISSING) \
+                and not f.metadata.get("empty"):
             raise InvalidInput(f"{flag(f.name)}: needs at least one value (default: {_shown(f.default)})")
         items = value if many and value is not None else (value,)
         choices = _choices_of(kind, f.metadata)

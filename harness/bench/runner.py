@@ -300,7 +300,7 @@ def checked_plan(spec: BenchSpec, cfg: BenchConfig, model: PreparedModel) -> Pla
     parameters held to what ``infkit workload make`` allows."""
     plan = spec.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
     plan.check()
-    if not plan.arms:
+    if not plan.arms and not any(callable(p.steps) for p in plan.phases):  # sweeps and searches make their arms
         raise InvalidInput(f"bench-{spec.name}: these settings leave no arm to run", hint="see --help")
     made = [*plan.workloads, *(a.workload for a in plan.arms if isinstance(a.workload, WorkloadPlan))]
     for w in made:

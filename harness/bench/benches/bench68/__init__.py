@@ -69,7 +69,8 @@ class Config(BenchConfig):
     requests: int = knob(3, "requests per workload in every arm run (x --scale)", min=1)
     input_tokens: int = knob(256, "prompt length in tokens (both workloads)", min=64)
     output_tokens: int = knob(48, "generated tokens per request (ignore_eos: exact)", min=2)
-    ngram_tokens: tuple[int, ...] = knob((2, 4), "n-gram arms: tokens proposed per step, one arm each", min=1, max=16)
+    ngram_tokens: tuple[int, ...] = knob((2, 4), "n-gram arms: tokens proposed per step, one arm each ('' for none)", min=1,
+                                         max=16, empty=True)
     prompt_lookup_min: int = knob(2, "n-gram arms: shortest n-gram matched in the context", min=1)
     prompt_lookup_max: int = knob(4, "n-gram arms: longest n-gram matched in the context", min=1)
     draft_layers: int = knob(10, "draft-model arm: the served model's first N layers (0: no such arm)", min=0)
