@@ -1,7 +1,8 @@
 # Serving benches (docs/benches.md): one pattern rule runs every bench spec under
 # harness/bench/benches/. Any knob of `infkit bench NN --help` is also a Make variable
 # (REPEATS=5, RATES=1,2,4, SLO_TTFT_P99_MS=500 ...); BENCH_ARGS passes flags as they are.
-# GPU=N uses the containerized GPU path where an NVIDIA GPU and a Docker engine exist, else the CPU default.
+# GPU=N uses the containerized GPU path where an NVIDIA GPU and a Docker engine exist, else the CPU default;
+# GPU=2,3 offers two devices. DRY_RUN=1 prints the plan as JSON (infkit bench NN --dry-run) and starts nothing.
 BENCHES := $(sort $(patsubst harness/bench/benches/bench%.py,%,$(wildcard harness/bench/benches/bench[0-9]*.py)))
 BENCH_ARGS ?=
 
@@ -21,4 +22,4 @@ benches: setup ## list the benches (make bench-NN runs one; infkit bench NN --he
 
 bench-%: setup ## run bench NN as its spec says (GPU= SCALE= RUNTIME= BACKEND= any knob as VAR=, BENCH_ARGS=)
 	$(INFKIT) bench $* --scale $(SCALE) --gpu '$(GPU)' --runtime '$(RUNTIME)' --backend '$(BACKEND)' \
-	  --make-vars '$(MAKEOVERRIDES)' $(BENCH_ARGS)
+	  --make-vars '$(MAKEOVERRIDES)' $(if $(filter 1,$(DRY_RUN)),--dry-run) $(BENCH_ARGS)

@@ -39,7 +39,8 @@ from harness.bench.benches.bench68.acceptance import (
 )
 from harness.bench.benches.bench68.table import Row, decide_top, row_lines
 from harness.mech.specdec.formulas import get_topology
-from harness.models.draft import ensure_draft
+from harness.bench.placement import planning_only
+from harness.models.draft import draft_dir, ensure_draft
 
 PROPOSAL_ID, PROPOSAL_FILE = "INF-PROPOSAL", "proposal.json"
 
@@ -67,7 +68,7 @@ def spec_arms(cfg: Any, model: Any) -> list[SpecArm]:
             for k in dict.fromkeys(cfg.ngram_tokens)]
     target = json.loads((Path(model.path) / "config.json").read_text(encoding="utf-8"))
     if cfg.draft_layers:
-        draft = ensure_draft(model, cfg.draft_layers)
+        draft = planned_draft(model, cfg.draft_layers) if planning_only() else ensure_draft(model, cfg.draft_layers)
         arms.append(SpecArm(
             f"draft-{cfg.draft_layers}L", {"method": "draft_model", "model": str(draft.path),
                                            "num_speculative_tokens": cfg.draft_tokens},
@@ -91,6 +92,14 @@ def spec_arms(cfg: Any, model: Any) -> list[SpecArm]:
                                 f"stated: the simulator's illustrative {topo.name} cost ratio", kind,
                                 "written for the GPU image (vllm backend)"))
     return arms
+
+
+def planned_draft(model: Any, layers: int) -> Any:
+    """The draft a run would make, named and not made (a dry run writes nothing); its hashes are unknown yet."""
+    from dataclasses import replace
+
+    return replace(model, name=f"{model.name}-{layers}L", path=draft_dir(model, layers), checkpoint_sha256="",
+                   tokenizer_sha256="")
 
 
 def paired_steps(pairs: Sequence[tuple[Arm, Arm]], repeats: int, variant: str) -> Callable[[History], Iterator[Step]]:

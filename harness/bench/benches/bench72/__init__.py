@@ -29,7 +29,9 @@ from harness.bench.benches.bench72.capacity import Campaign, cited_light_load
 from harness.bench.lib.citations import cite_choice
 from harness.bench.benches.bench72.decision import deployment_reading
 from harness.bench.metrics import E2E_P99, PEAK_MEMORY_GIB, REQUEST_RATE, TPOT_P99, TTFT_P99
-from harness.bench.placement import resolve_placement
+from harness.bench.devices import alone
+from harness.bench.placement import planning_only, resolve_placement
+from harness.runtime.base import parse_gpus
 from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, WorkloadPlan
 from harness.rundir.fingerprint import gpu_info
 from harness.workload import Arrival
@@ -86,12 +88,14 @@ class Config(BenchConfig):
             raise InvalidInput("--min-rps must be below --max-rps")
 
 
+PLANNED_DEVICE_GIB = 141  # a dry run on a machine without the GPU maps the pool onto an H200's memory (stated)
+
+
 def device_bytes(cfg: Config) -> int:
     _, gpus, why = gpu_info()
-    try:
-        index = int(str(cfg.gpu or 0).split(",")[0])
-    except ValueError:
-        raise InvalidInput(f"--gpu {cfg.gpu!r}: need a GPU index such as 0") from None
+    index = (parse_gpus(cfg.gpu) or (0,))[0]
+    if index >= len(gpus) and planning_only():
+        return PLANNED_DEVICE_GIB << 30
     if index >= len(gpus):
         raise InvalidInput(f"GPU {index}: cannot read its memory for the KV pool mapping ({why or 'no such GPU'})")
     return gpus[index]["memory_total_bytes"]
@@ -113,7 +117,7 @@ def plan(cfg: Config, model) -> Plan:
     names = [c.name for c in candidates]
     campaign = Campaign(cfg, names, light)
     one = (cfg.servers_up if cfg.servers_up != "auto" else "one" if mappings else "two") == "one"
-    phase = Phase("searches and duel", tuple(names), campaign.steps, still_needed=(lambda h: ()) if one else campaign.keep,
+    phase = Phase("searches and duel", tuple(names), campaign.steps, still_needed=alone if one else campaign.keep,
                   planned_steps=len(names) * (cfg.max_probes - 2) + 2 * cfg.repeats)
     warm = replace(campaign.request_list(Arrival("closed", concurrency=1), seed=cfg.seed + 10_000),
                    requests=cfg.warmup_requests)

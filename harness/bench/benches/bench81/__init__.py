@@ -15,9 +15,10 @@ NODE_RANK=0 MASTER_ADDR=... with followers from docker/comm-parallel (docs/bench
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from harness.backends import get_backend
 from harness.knobs import knob
 from harness.errors import InvalidInput
 from harness.bench.benches.bench81 import parallel as dist
@@ -66,7 +67,12 @@ class Config(BenchConfig):
 
 def plan(cfg: Config, model) -> Plan:
     cited = dist.cited_capacity(cfg)
-    cpu = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend == "vllm-cpu"
+    placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
+    cpu = placement.backend == "vllm-cpu"
+    left: dict[str, str] = {}
+    if cfg.layouts == Config.layouts:  # the default list names only what the selected engine can run
+        layouts, left = dist.default_layouts(cfg, cpu, get_backend(placement.backend), placement.runtime)
+        cfg = replace(cfg, layouts=layouts)
     servers = dist.variants(cfg, cpu)
     phases = tuple(Phase(s.name, (s.name,), dist.steps(cfg, s.name, cited), planned_steps=cfg.repeats)
                    for s in servers)
@@ -77,7 +83,8 @@ def plan(cfg: Config, model) -> Plan:
                 warmup="warmup" if cfg.warmup_requests else None, run_label="parallel layouts at equal offered load",
                 order="each layout's server started once, in turn; its repeats back to back (layouts not interleaved)",
                 notes=("every layout replays the same request list at the same Poisson offered load",
-                       "a device is one CPU core on the CPU default (VLLM_CPU_OMP_THREADS_BIND), one GPU elsewhere"))
+                       "a device is one CPU core on the CPU default (VLLM_CPU_OMP_THREADS_BIND), one GPU elsewhere",
+                       *(f"default layout {n} left out on this engine: {why}" for n, why in left.items())))
 
 
 SPEC = BenchSpec(
