@@ -24,6 +24,11 @@ SGLANG_KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3")
 SGLANG_MISSING = {
     "--async-scheduling": "SGLang 0.5.5 has no async-scheduling flag (its overlap scheduler is on by default)",
     "--scheduling-policy": "SGLang 0.5.5 names it --schedule-policy (priority: --enable-priority-scheduling)",
+    "--speculative-config": "SGLang takes --speculative-algorithm and its own step flags, not vLLM's "
+                            "--speculative-config: this variant is written for vLLM",
+    **{f"--{kind}-parallel-size": f"SGLang names parallel sizes --tp-size/--pp-size/--dp-size, not --{kind}-parallel-size: "
+       "this layout is written for vLLM" for kind in ("tensor", "pipeline", "data")},
+    "--distributed-executor-backend": "SGLang has no --distributed-executor-backend: this layout is written for vLLM",
 }
 MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules")
 

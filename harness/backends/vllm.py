@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from harness.backends.base import VLLM_EFFECTIVE_KEYS, Backend, BackendConfig, gpu_devices, vllm_server_args
+from harness.backends.base import (
+    VLLM_EFFECTIVE_KEYS,
+    Backend,
+    BackendConfig,
+    gpu_devices,
+    vllm_server_args,
+)
 from harness.runtime.base import ServerSpec
 
 VLLM_GPU_VERSION = "0.11.0"  # vllm/vllm-openai:v0.11.0 (torch 2.8.0, CUDA 12.8)

@@ -12,6 +12,7 @@ container runtime.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from harness.backends import Backend, get_backend
@@ -80,14 +81,11 @@ def dry_run(spec: BenchSpec, cfg: BenchConfig) -> dict[str, Any]:
         servers = []
         for i, variant in enumerate(plan.servers):
             backend = get_backend(variant.backend or placement.backend)
-            reason = refused.get(variant.name)
-            members = [] if reason and variant.settings.get("gpus") is None and placement.gpus else members_of(
-                backend, variant_config(base, variant, model_dir_of(variant), FIRST_PORT + 10 * i), variant)
-            entries = launch_entries(backend, members, variant, placement, reason, image_of(backend, placement))
-            servers += entries or [{"name": variant.name, "variant": variant.name, "backend": backend.name,
-                                    "engine_version": backend.version(), "argv": None, "env": None, "gpus": [],
-                                    "gpu_memory_utilization": None, "optional": variant.optional,
-                                    "refused": reason}]
+            config = variant_config(base, variant, model_dir_of(variant), FIRST_PORT + 10 * i)
+            if variant.name in refused and "gpus" not in variant.settings:  # not placed: shown on every device offered
+                config = replace(config, gpus=placement.gpus)
+            servers += launch_entries(backend, members_of(backend, config, variant), variant, placement,
+                                      refused.get(variant.name), image_of(backend, placement))
     return {"schema": DRY_RUN_SCHEMA, "bench": spec.name, "semantic_id": spec.semantic_id,
             "requested": config_dict(cfg),
             "placement": {"backend": placement.backend, "runtime": placement.runtime, "gpus": list(placement.gpus),

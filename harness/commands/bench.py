@@ -6,9 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
-from harness.knobs import add_config_arguments, config_from_args
 from harness.bench import bench_specs, get_bench
 from harness.bench.runner import run_bench
+from harness.knobs import add_config_arguments, config_from_args
 from harness.progress import reporter
 
 

@@ -159,6 +159,14 @@ def device_requests(gpus: tuple[int, ...]) -> list:
     return [docker.types.DeviceRequest(device_ids=[str(g) for g in gpus], capabilities=[["gpu"]])]
 
 
+def network_options(spec: ServerSpec) -> dict[str, Any]:
+    """Group members that talk to each other (torch.distributed, shared memory) share the host's network and IPC;
+    a lone server has its own namespace and its port published on host loopback."""
+    if spec.host_network:
+        return {"network_mode": "host", "ipc_mode": "host"}
+    return {"ports": {f"{spec.port}/tcp": ("127.0.0.1", spec.port)}}
+
+
 def engine_is_podman(api) -> bool:
     """Whether the Engine API answering is podman's compatibility service (``GET /version``'s components)."""
     try:
@@ -308,10 +316,8 @@ class DockerRuntime(Runtime):
         shm = spec.shm_bytes or (lock.server.shm_bytes if lock.server else DEFAULT_SHM_BYTES)
         if spec.gpus:
             refuse_podman_gpus(self.api)
-        # group members that talk to each other share the host's network and IPC; a lone server is published
         argv = list(spec.argv) if spec.host_network else container_argv(spec.argv)
-        where = ({"network_mode": "host", "ipc_mode": "host"} if spec.host_network
-                 else {"ports": {f"{spec.port}/tcp": ("127.0.0.1", spec.port)}})
+        where = network_options(spec)
         opts = container_options(lock.role, spec.argv, run_dir, s)
         opts["environment"] |= {**spec.env, "INFKIT_PORT": str(spec.port)}
         log_path = run_dir / log_name

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import InvalidInput
 from harness.bench import placement
 from harness.bench.placement import resolve_placement
+from harness.errors import InvalidInput
 
 
 def test_gpu_requested_without_gpu_says_so_and_runs_the_cpu_default(monkeypatch):
