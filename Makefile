@@ -38,8 +38,9 @@ test: setup ## run the test suite (TESTS=path-or-nodeid to filter, PYTEST_ARGS=.
 test-fast: setup ## tests without the slow (real server) and docker markers
 	$(BIN)/python -m pytest -m "not slow and not docker and not gpu" $(TESTS) $(PYTEST_ARGS)
 
-lint: setup ## ruff over the package, tests and benchmarks
+lint: setup ## ruff (line length 120) over the package, tests and benchmarks; mypy over bench, serving, contract
 	$(BIN)/ruff check harness tests benchmarks
+	$(BIN)/mypy
 
 validate: setup ## validate the example documents (FILES=... to choose)
 	$(INFKIT) validate $(or $(FILES),tests/examples/valid/*.json)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from dataclasses import dataclass
 import math
 import types
 import typing
@@ -177,15 +178,10 @@ def check_config(cfg: Any) -> None:
 
 def config_from_args(cls: type, args: argparse.Namespace, *, make_overrides: str = "", **overrides: Any) -> Any:
     """An instance of ``cls`` from Make variables, then the parsed command line (which wins), checked before any work."""
-    try:
-        cfg = cls(**{**make_vars(cls, make_overrides), **values_from_args(cls, args), **overrides})
+    try:  # a KnobConfig checks itself as it is made
+        return cls(**{**make_vars(cls, make_overrides), **values_from_args(cls, args), **overrides})
     except TypeError as exc:  # a field without a default was not given
         raise InvalidInput(str(exc)) from None
-    check_config(cfg)
-    check = getattr(cfg, "check", None)
-    if callable(check):
-        check()
-    return cfg
 
 
 def config_dict(cfg: Any) -> dict[str, Any]:
@@ -197,3 +193,20 @@ def config_dict(cfg: Any) -> dict[str, Any]:
             return [plain(x) for x in v]
         return v
     return {f.name: plain(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+
+
+@dataclass(frozen=True)
+class KnobConfig:
+    """Base of every plug-in's config (benches, mechanisms, CUDA experiments): ``knob`` fields, checked when an
+    instance is made, so a config built in code is held to the same rules as one built from the command line.
+
+    The field constraints (``check_config``, errors naming the flag) apply first, then the config's own
+    cross-field ``check``.
+    """
+
+    def __post_init__(self) -> None:
+        check_config(self)
+        self.check()
+
+    def check(self) -> None:
+        """Cross-field checks (raise ``InvalidInput``)."""

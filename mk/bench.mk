@@ -3,7 +3,9 @@
 # (REPEATS=5, RATES=1,2,4, SLO_TTFT_P99_MS=500 ...); BENCH_ARGS passes flags as they are.
 # GPU=N uses the containerized GPU path where an NVIDIA GPU and a Docker engine exist, else the CPU default;
 # GPU=2,3 offers two devices. DRY_RUN=1 prints the plan as JSON (infkit bench NN --dry-run) and starts nothing.
-BENCHES := $(sort $(patsubst harness/bench/benches/bench%.py,%,$(wildcard harness/bench/benches/bench[0-9]*.py)))
+# A bench is a module benchNN.py or a package benchNN/ (its spec in __init__.py, its private helpers beside it).
+BENCHES := $(sort $(patsubst harness/bench/benches/bench%.py,%,$(wildcard harness/bench/benches/bench[0-9]*.py)) \
+             $(patsubst harness/bench/benches/bench%/__init__.py,%,$(wildcard harness/bench/benches/bench[0-9]*/__init__.py)))
 BENCH_ARGS ?=
 
 # bench-NN stay off .PHONY (make never applies a pattern rule to a phony target); each is named here

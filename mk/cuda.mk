@@ -7,9 +7,10 @@
 TORCH_STAMP := $(VENV)/.installed-torch
 DEVICE      ?= auto
 CUDA_ARGS   ?=
-CUDA_EXPERIMENTS := attention dispatch budget proposal overlap
+# The experiments are the registry's (harness.cuda: a module exporting EXPERIMENT), asked when a recipe needs them.
+CUDA_EXPERIMENTS = $(shell $(BIN)/python -c 'from harness.cuda.registry import experiments; print(*experiments())')
 
-.PHONY: setup-torch cuda-all $(addprefix cuda-,$(CUDA_EXPERIMENTS))
+.PHONY: setup-torch cuda-all cudas
 
 setup-torch: $(TORCH_STAMP) ## install the torch extra (torch 2.13 CPU wheel, transformers) into .venv
 
@@ -18,13 +19,11 @@ $(TORCH_STAMP): $(STAMP) pyproject.toml
 	set -o pipefail; $(BIN)/pip install -q -e '.[$(EXTRAS),torch]' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
 	touch $@
 
-cuda-attention: ## explicit attention vs SDPA backends (DEVICE=auto|cpu|cuda, CUDA_ARGS=...)
-cuda-dispatch: ## eager vs torch.compile on a Llama decoder block
-cuda-budget: ## batch x context sweep: step latency, KV bytes, OOM boundary, inflection
-cuda-proposal: ## assisted generation schedules and prompt lookup vs target-only (SmolLM2)
-cuda-overlap: ## serial vs CUDA-stream overlapped copies (capability precheck on CPU)
+cudas: setup ## list the CUDA experiments (make cuda-NAME runs one; infkit cuda NAME --help lists its knobs)
+	@$(INFKIT) cuda --help | sed -n '/^positional/,/^options/p' | sed '1d;$$d'
 
-$(addprefix cuda-,$(CUDA_EXPERIMENTS)): cuda-%: setup setup-torch
+cuda-%: setup setup-torch ## run CUDA experiment NAME (make cudas lists them; DEVICE=auto|cpu|cuda, CUDA_ARGS=...)
 	$(call harness,inf-cuda-mechanism,runs/cuda,cuda $* --out $(abspath runs/cuda) --device $(DEVICE) --make-vars '$(MAKEOVERRIDES)' $(CUDA_ARGS))
 
-cuda-all: $(addprefix cuda-,$(CUDA_EXPERIMENTS)) ## run every CUDA mechanism experiment
+cuda-all: setup setup-torch ## run every CUDA mechanism experiment
+	set -e; for e in $(CUDA_EXPERIMENTS); do $(MAKE) --no-print-directory cuda-$$e; done

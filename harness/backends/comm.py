@@ -1,4 +1,4 @@
-"""Communication settings of a parallel server: requested (command line, environment), effective (its log), topology.
+"""Communication settings of a parallel server: requested (command line, environment) and effective (its log).
 
 - ``requested(argv)``: tensor/pipeline/data parallel sizes, nodes, executor backend from vLLM's
   flags, and the world size and ranks per node they imply;
@@ -11,10 +11,8 @@
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Mapping, Sequence
-from types import ModuleType
 from typing import Any
 
 FLAGS = {"--tensor-parallel-size": "tensor_parallel_size", "-tp": "tensor_parallel_size",
@@ -30,9 +28,7 @@ ENV_PREFIXES = ("NCCL_", "GLOO_", "TP_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_POR
                 "VLLM_SKIP_P2P", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
 RANK_LINE = re.compile(r"world_size=(\d+) rank=(\d+) local_rank=(\d+) distributed_init_method=(\S+) backend=(\w+)")
 ASSIGNED = re.compile(r"rank (\d+) in world size (\d+) is assigned as DP rank (\d+), PP rank (\d+), .*?TP rank (\d+)")
-# NVML topology levels (nvmlGpuTopologyLevel_t), nearest first.
-LEVELS = {0: "same board", 10: "single PCIe switch", 20: "multiple PCIe switches", 30: "PCIe host bridge",
-          40: "same NUMA node (CPU interconnect)", 50: "across CPU sockets (SMP)"}
+
 
 
 def requested(argv: Sequence[str]) -> dict[str, Any]:
@@ -72,53 +68,3 @@ def effective(log_text: str) -> dict[str, Any]:
         out["source"] = ("rank lines (DEBUG)" if ranks else
                          "rank assignments (INFO); the backend is logged at DEBUG only (VLLM_LOGGING_LEVEL=DEBUG)")
     return out
-
-
-def _pairs(nv: ModuleType, handles: list[Any]) -> list[dict[str, Any]]:
-    pairs = []
-    for i in range(len(handles)):
-        for j in range(i + 1, len(handles)):
-            try:
-                level = int(nv.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j]))
-            except Exception:  # noqa: BLE001 - an NVML query a driver lacks is an unknown, not a failure
-                level = None
-            pairs.append({"gpus": [i, j], "level": level, "link": LEVELS.get(level, "unknown") if level is not None
-                          else "unknown"})
-    return pairs
-
-
-def _nvlinks(nv: ModuleType, handle: Any) -> int | None:
-    links = getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)
-    active = 0
-    for link in range(links):
-        try:
-            active += int(bool(nv.nvmlDeviceGetNvLinkState(handle, link)))
-        except Exception:  # noqa: BLE001 - no such link, or no NVLink at all
-            if link == 0:
-                return None
-            break
-    return active
-
-
-def topology(nvml: ModuleType | None = None) -> dict[str, Any]:
-    """GPU interconnect as NVML sees it: per pair the nearest common ancestor, per GPU its active NVLinks."""
-    if nvml is None:
-        try:
-            nvml = importlib.import_module("pynvml")
-        except ImportError:
-            return {"gpus": 0, "reason": "NVML Python bindings (nvidia-ml-py) are not installed"}
-    try:
-        nvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001
-        return {"gpus": 0, "reason": f"NVML could not initialise ({exc or type(exc).__name__}): no NVIDIA driver"}
-    try:
-        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-        return {"gpus": len(handles), "nvlinks_active": [_nvlinks(nvml, h) for h in handles],
-                "pairs": _pairs(nvml, handles), "reason": None if handles else "NVML found no GPU devices"}
-    except Exception as exc:  # noqa: BLE001
-        return {"gpus": 0, "reason": f"NVML topology query failed: {exc or type(exc).__name__}"}
-    finally:
-        try:
-            nvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass

@@ -14,10 +14,19 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from harness.bench.metrics import Metric
+from harness.bench.records import ArmRun, Reading, completed_runs
+from harness.bench.spec import Claim, History, Plan
+from harness.bench.stats import (
+    NO_EFFECT_RATIO,
+    decide,
+    paired_ratio_effect,
+    repeat_ratio_effect,
+)
 from harness.contract import (
     Conclusion,
     Correctness,
@@ -27,35 +36,6 @@ from harness.contract import (
     build_result,
 )
 from harness.contract.result import utc_now
-from harness.bench.arms import ArmRun, completed_runs
-from harness.bench.metrics import Metric
-from harness.bench.spec import Claim, History, Plan
-from harness.bench.stats import (
-    NO_EFFECT_RATIO,
-    decide,
-    paired_ratio_effect,
-    repeat_ratio_effect,
-)
-
-
-@dataclass
-class Reading:
-    """A bench's conclusion and what goes with it into the result, the summary and the figures."""
-
-    evidence_level: str
-    decision: str
-    summary: str
-    effect: Effect | None = None
-    repeats: int | None = None
-    failure: Failure | None = None
-    invalid_reasons: list[str] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
-    lines: list[str] = field(default_factory=list)  # summary.txt, after the arm table
-    figures: dict[str, Callable[[Path], Any]] = field(default_factory=dict)
-    headline: list[dict[str, Any]] = field(default_factory=list)
-    kind: str = "comparison"
-    quality: dict[str, Any] | None = None  # the correctness group's quality (e.g. greedy agreement), when checked
-    next_step: str | None = None  # a read rule's own next step (else the spec's, by decision)
 
 
 @dataclass(frozen=True)
@@ -164,9 +144,8 @@ def read_claims(history: History, plan: Plan, *, seed: int, resamples: int, repe
     primary = results[0] if results else None
     blocked = blocked_reading(history, failure, repeats)
     if blocked is not None:
-        blocked.effect = primary.effect if primary else None
-        blocked.details, blocked.lines, blocked.headline = details, lines, headline
-        return blocked
+        return replace(blocked, effect=primary.effect if primary else None, details=details, lines=tuple(lines),
+                       headline=tuple(headline))
     if primary is None:
         return Reading(evidence_level="precheck", decision="blocked", details=details, lines=lines,
                        failure=Failure(stage="report", kind="error", message="no completed A/B pair"),
@@ -234,7 +213,7 @@ def top_result(history: History, plan: Plan, reading: Reading, *, semantic_id: s
                                 quality=reading.quality,
                                 null_reasons={} if reading.quality else {"quality": "no reference outputs for this workload"}),
         conclusion=conclusion,
-        details={"protocol": protocol, "headline": reading.headline, **reading.details,
+        details={"protocol": protocol, "headline": list(reading.headline), **reading.details,
                  "arm_runs": [arm_run_entry(r) for r in runs], **extra},
     )
 

@@ -9,54 +9,19 @@ is written once, never edited afterwards), and every completed request is kept.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.client import RequestRecord
+from harness.bench.records import Workload
 from harness.contract import Failure
-from harness.serving.session import ServerSession
 from harness.models import PreparedModel
 from harness.progress import Reporter
 from harness.serving.measure import MeasureConfig, MeasureOutcome, measure
+from harness.serving.session import ServerSession
 
 PROFILE_ID = {"vllm-cpu": "INF-VLLM-CPU", "vllm": "INF-VLLM-011-CU128", "sglang": "INF-SGLANG"}
-
-
-@dataclass(frozen=True)
-class Workload:
-    """A workload file the bench made, by its content id."""
-
-    path: Path
-    workload_id: str
-    requests: int
-
-
-@dataclass(frozen=True)
-class ArmRun:
-    """One arm × repeat: its result document and its per-request records."""
-
-    label: str
-    repeat: int
-    result_path: Path
-    result: dict[str, Any]
-    records: tuple[RequestRecord, ...]
-    server: str = ""
-    workload: str = ""
-    seconds: float = 0.0
-
-    @property
-    def failure(self) -> dict[str, Any] | None:
-        return self.result["conclusion"].get("failure")
-
-    @property
-    def valid(self) -> bool:
-        return bool(self.result["conclusion"]["valid"])
-
-    @property
-    def completed(self) -> int:
-        return sum(r.completed for r in self.records)
 
 
 @dataclass(frozen=True)
@@ -123,7 +88,3 @@ def warm_up(ctx: ArmContext, srv: ServerSession, workload: Workload, reporter: R
     reporter.state(f"server {srv.name}: warm-up")
     measure_arm(ctx, srv, workload, ctx.run_dir / "warmup" / srv.name, f"warmup/{srv.name}")
     srv.reset_prefix_cache()
-
-
-def completed_runs(runs: Sequence[ArmRun], label: str) -> list[ArmRun]:
-    return [r for r in runs if r.label == label and not r.failure and r.records]

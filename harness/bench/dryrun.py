@@ -1,6 +1,6 @@
 """``infkit bench NN --dry-run``: the whole plan as one JSON document, starting nothing and writing nothing.
 
-The same flags as a run, checked the same way; placements as a GPU host with a container engine would
+The same flags as a run, checked the same way (a config checks itself as it is made); placements as a GPU host with a container engine would
 resolve them (so ``--gpu 0,1`` plans the GPU path on a laptop); one entry per server process the bench
 would start (group members included) with its exact argv, environment (secret values masked), devices,
 memory share and, where the selected engine release cannot run it, the reason it would be
@@ -29,7 +29,7 @@ from harness.bench.launch import (
 from harness.bench.placement import Placement, planning, resolve_placement
 from harness.bench.spec import BenchConfig, BenchSpec, Plan
 from harness.errors import InvalidInput
-from harness.knobs import check_config, config_dict
+from harness.knobs import config_dict
 
 DRY_RUN_SCHEMA = "infkit.bench.dry-run/1"
 
@@ -65,15 +65,13 @@ def dry_run(spec: BenchSpec, cfg: BenchConfig) -> dict[str, Any]:
     """The plan of ``spec`` at ``cfg`` as a JSON-ready document (module docstring)."""
     from harness.models import find_model
 
-    check_config(cfg)
-    cfg.check()
     with planning():
         placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
         model = find_model(cfg.model)
         if model is None:
             raise InvalidInput(f"model {cfg.model} is not prepared: a dry run reads its checkpoint's config",
                                hint=f"infkit model prepare {cfg.model} (make model)")
-        plan = spec.plan(cfg, model)
+        plan = spec.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
         plan.check()
         base = base_config(cfg, placement, model)
         plan, refused = prepare(plan, placement, base, lambda v: get_backend(v.backend or placement.backend),

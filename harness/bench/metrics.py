@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from harness.client.records import RequestRecord
-from harness.serving.metrics import per_request
 from harness.contract.distribution import PERCENTILE_METHOD
+from harness.serving.metrics import per_request
 
 if TYPE_CHECKING:
-    from harness.bench.arms import ArmRun
+    from harness.bench.records import ArmRun
 
 Statistic = Callable[[np.ndarray], float]
 

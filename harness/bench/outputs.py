@@ -7,9 +7,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness.bench.analysis import Reading
-from harness.bench.arms import ArmRun
 from harness.bench.metrics import Metric
+from harness.bench.records import ArmRun, Reading
 
 FOOTNOTE = ("Per-request metrics (TTFT, TPOT, E2E, ITL) pool every repeat's completed requests (linear "
             "interpolation); per-run metrics (tok/s, hit rate, memory) are medians of the repeats' values.")

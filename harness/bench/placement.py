@@ -9,12 +9,8 @@ from dataclasses import dataclass
 
 from harness.backends import get_backend
 from harness.errors import InvalidInput
-from harness.runtime.base import (
-    default_runtime_name,
-    docker_engine_present,
-    nvidia_gpu_present,
-    parse_gpus,
-)
+from harness.images.engine import docker_engine_present
+from harness.runtime.base import default_runtime_name, nvidia_gpu_present, parse_gpus
 
 GPU_BACKENDS = ("vllm", "sglang")
 # A dry run plans what a GPU host would run, on any machine, and makes nothing (``planning``).

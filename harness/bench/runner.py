@@ -26,24 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.backends import Backend, get_backend
-from harness.knobs import check_config, config_dict
-from harness.client import read_records
-from harness.contract import Failure
-from harness.contract.jsonio import read_json
-from harness.errors import InvalidInput
 from harness.bench.analysis import claim_figures, read_claims, top_result
-from harness.bench.arms import ArmContext, ArmRun, Workload, arm_dir, measure_arm, warm_up
+from harness.bench.arms import ArmContext, arm_dir, measure_arm, warm_up
 from harness.bench.outputs import arm_table, summary_text
 from harness.bench.launch import base_config, model_dir_of, prepare
 from harness.bench.placement import Placement, resolve_placement
-from harness.serving.session import (
-    NotApplied,
-    ServerSession,
-    check_applied,
-    engine_reason,
-    kv_cache_config,
-    server_session,
-)
+from harness.bench.records import ArmRun, Workload
 from harness.bench.spec import (
     Arm,
     BenchConfig,
@@ -53,6 +41,11 @@ from harness.bench.spec import (
     Plan,
     WorkloadPlan,
 )
+from harness.client import read_records
+from harness.contract import Failure
+from harness.contract.jsonio import read_json
+from harness.errors import InvalidInput
+from harness.knobs import config_dict
 from harness.models import PreparedModel, ensure_model
 from harness.progress import Reporter
 from harness.rundir.directory import Finished, RunDirectory, check_run_target
@@ -60,6 +53,14 @@ from harness.rundir.record import native_image
 from harness.runtime.base import ServerStartError, get_runtime
 from harness.runtime.local import free_port
 from harness.serving.measure import REQUESTS_FILE, RESULT_FILE
+from harness.serving.session import (
+    NotApplied,
+    ServerSession,
+    check_applied,
+    engine_reason,
+    kv_cache_config,
+    server_session,
+)
 from harness.workload import make_workload, write_workload
 
 
@@ -154,10 +155,10 @@ class Bench:
                 on_stop=self.record_server, layout=variant.layout, model=model))
             srv.read_effective(variant.expect)
             self.record_server(srv)
-            check_applied(variant, srv)
-            if self.plan.warmup is not None:
-                warm_up(self.ctx, srv, self.workload(next(w for w in self.plan.workloads if w.name == self.plan.warmup)),
-                        self.reporter)
+            check_applied(variant.expect, srv)
+            if self.plan.warmup_name is not None:
+                warmup = next(w for w in self.plan.workloads if w.name == self.plan.warmup_name)
+                warm_up(self.ctx, srv, self.workload(warmup), self.reporter)
             stack.enter_context(own.pop_all())
         self.reporter.state(f"server {name}: up")
         return srv
@@ -274,7 +275,7 @@ class Bench:
 
 def protocol_record(cfg: BenchConfig, plan: Plan, resets: list[dict[str, Any]]) -> dict[str, Any]:
     return {"repeats": cfg.repeats, "order": plan.order,
-            "warmup_requests_per_server_start": cfg.warmup_requests if plan.warmup else 0,
+            "warmup_requests_per_server_start": cfg.warmup_requests if plan.warmup_name else 0,
             "prefix_cache_reset_before_each_arm_run": plan.reset_prefix_cache,
             "prefix_cache_resets": {"before_arm_runs": len(resets),
                                     "confirmed": sum(r["confirmed"] is True for r in resets),
@@ -294,15 +295,13 @@ def run_bench(spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), repo
               ) -> BenchOutcome:
     """Run the whole bench; the outcome says where everything is."""
     reporter = reporter or Reporter(name=f"bench-{spec.name}")
-    check_config(cfg)
-    cfg.check()
     check_run_target(root / spec.out_root(cfg), None, sign=cfg.sign, root=root, flag="--out-root")
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
     if placement.notice:
         reporter(placement.notice)
     started = time.monotonic()
     model = ensure_model(cfg.model, progress=reporter)
-    plan = spec.plan(cfg, model)
+    plan = spec.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
     plan.check()
     plan, refused = prepare(plan, placement, base_config(cfg, placement, model),
                             lambda v: get_backend(v.backend or placement.backend), model_dir_of)
@@ -336,36 +335,26 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
         raise InvalidInput("no arm completed a run: nothing to conclude", hint="see servers/servers.json")
     if plan.read is not None:
         reading = plan.read(history)
-        if failure is not None and reading.failure is None:
-            reading.failure, reading.decision, reading.evidence_level = failure, "blocked", "single"
-            reading.next_step = None  # the spec's blocked/aborted step, not the rule's for what it read
-            reading.invalid_reasons = reading.invalid_reasons or [f"{failure.stage}: {failure.kind}"]
-            reading.summary = f"{failure.kind}: {failure.message}; read so far: {reading.summary}"
+        if failure is not None:  # the spec's blocked/aborted step, not the rule's for what it read
+            reading = reading.blocked_by(failure)
     else:
         reading = read_claims(history, plan, seed=cfg.seed, resamples=cfg.resamples, repeats=cfg.repeats,
-                              failure=failure)
-        reading.figures.update(claim_figures(history, plan, f"bench-{spec.name} {spec.semantic_id}"))
-    for name, message in bench.refused.items():
-        reading.details.setdefault("capability_missing", {})[name] = message
-        reading.lines.append(f"capability_missing: server variant {name} (its arms did not run): "
-                             f"{message.splitlines()[0]}")
+                              failure=failure).with_figures(claim_figures(history, plan, spec.title))
+    reading = reading.with_capability_missing(bench.refused)
     labels = list(dict.fromkeys([*(a.label for a in plan.arms), *(r.label for r in history.runs)]))
     extra = {"servers": list(bench.servers.values()), "workloads": {
         k: {"path": str(w.path.relative_to(rd.path)), "workload_id": w.workload_id} for k, w in history.workloads.items()}}
     protocol = protocol_record(cfg, plan, bench.resets)
-    if violations := protocol_violations(protocol):  # a protocol the run did not keep cannot decide anything
-        reading.invalid_reasons = [*reading.invalid_reasons, *violations]
-        if reading.decision in ("adopt", "reject"):
-            reading.decision, reading.summary = "inconclusive", f"{reading.summary}; capped: {violations[0]}"
+    reading = reading.capped_by(protocol_violations(protocol))  # a protocol the run did not keep decides nothing
     result = top_result(history, plan, reading, semantic_id=spec.semantic_id, run_id=rd.run_id,
                         next_steps=spec.steps, protocol=protocol, extra=extra)
     result_name = f"{reading.kind}.json"
     rd.write_result(result_name, result)
     for name, draw in reading.figures.items():
         rd.figure(name, draw)
-    summary = summary_text(f"bench-{spec.name} {spec.semantic_id}", arm_table(history.runs, labels, plan.columns),
+    summary = summary_text(spec.title, arm_table(history.runs, labels, plan.columns),
                            reading, result, wall_s)
-    measured = {k for k in history.workloads if k != plan.warmup}
+    measured = {k for k in history.workloads if k != plan.warmup_name}
     aborted = failure is not None and failure.kind == "aborted"
     finished = rd.finish(summary=summary, result=result_name, evidence_level=result["conclusion"]["evidence_level"],
                          decision=result["conclusion"]["decision"],

@@ -10,17 +10,22 @@ A spec module under ``harness/bench/benches/`` exports ``SPEC = BenchSpec(...)``
   * ``arms``: workload × server variant (+ client options);
   * ``claims``: paired comparisons (metric, baseline arm, treatment arm) read by the
     decision rule of ``stats.decide``; ``controls`` must show no effect (else no adopt);
-  * ``phases``: how arms meet servers (``phases_for``: interleaved A B A B on one start,
+  * ``schedule``: how arms meet servers (``phases_for``: interleaved A B A B on one start,
     alternating starts, or every variant kept up at once), or steps made while running
-    (a sweep or a search reads earlier arm runs to choose the next);
-  * ``read``: for a sweep, the rule that turns arm runs into the conclusion.
+    (a sweep or a search reads earlier arm runs to choose the next); a ``Schedule`` carries
+    the protocol sentence run.json records, so the two cannot disagree;
+  * ``read``: for a sweep, the rule that turns arm runs into the conclusion;
+  * ``warmup``: unmeasured requests after each server start, derived by the framework from
+    the first measured workload (``--warmup-requests``) unless the plan names its own or opts out.
 
+The bench's title and doc are derived from its number, semantic id and module docstring.
 One runner (``harness.bench.runner``) executes every spec.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +33,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from harness.backends.base import BackendConfig
 from harness.backends.layouts import Layout
-from harness.knobs import knob
-from harness.errors import InvalidInput
 from harness.bench.metrics import (
     E2E_P50,
     OUTPUT_TOKENS_PER_S,
@@ -39,11 +42,12 @@ from harness.bench.metrics import (
     TTFT_P95,
     Metric,
 )
-from harness.workload import Common
+from harness.bench.records import ArmRun, Reading, Workload
+from harness.errors import InvalidInput
+from harness.knobs import KnobConfig, knob
+from harness.workload import Arrival, Common
 
 if TYPE_CHECKING:
-    from harness.bench.analysis import Reading
-    from harness.bench.arms import ArmRun, Workload
     from harness.models import PreparedModel
 
 Order = Literal["sequential", "alternate", "concurrent"]
@@ -51,8 +55,8 @@ DEFAULT_COLUMNS = (TTFT_P50, TTFT_P95, TPOT_P50, E2E_P50, OUTPUT_TOKENS_PER_S, P
 
 
 @dataclass(frozen=True)
-class BenchConfig:
-    """Knobs every serving bench has; a spec's config adds its own fields after these."""
+class BenchConfig(KnobConfig):
+    """Knobs every serving bench has; a spec's config adds its own fields after these (checked when made)."""
 
     scale: int = knob(1, "multiply the number of measured requests per arm", min=1)
     repeats: int = knob(3, "repeats of every arm, interleaved (< 3 lowers the evidence level)", min=1)
@@ -69,9 +73,6 @@ class BenchConfig:
     resamples: int = knob(10_000, "bootstrap resamples of every confidence interval", min=100)
     out_root: Path | None = knob(None, "root of the run directories (default: runs/NN)")
     sign: bool = knob(True, "sign the run directory into manifests/")
-
-    def check(self) -> None:
-        """Cross-field checks of a spec's config (field constraints are checked before this)."""
 
 
 @dataclass(frozen=True)
@@ -178,24 +179,72 @@ class Phase:
 
 
 @dataclass(frozen=True)
+class Schedule:
+    """The phases a plan runs and the protocol sentence that says what they do (recorded in run.json)."""
+
+    phases: tuple[Phase, ...]
+    protocol: str
+
+
+WARMUP = "warmup"  # the derived warm-up workload's name
+AUTO = "auto"  # Plan.warmup: derive the warm-up from the first measured workload
+
+
+@dataclass(frozen=True)
 class Plan:
     workloads: tuple[WorkloadPlan, ...]
     servers: tuple[ServerVariant, ...]
     arms: tuple[Arm, ...]
-    phases: tuple[Phase, ...]
+    schedule: Schedule
     claims: tuple[Claim, ...] = ()
     controls: tuple[Claim, ...] = ()
     read: Callable[[History], Reading] | None = None
-    order: str = "interleaved A B A B on one server start"
     notes: tuple[str, ...] = ()
     columns: tuple[Metric, ...] = DEFAULT_COLUMNS
-    warmup: str | None = None  # a workload name, sent unmeasured after each server start
+    # sent unmeasured after each server start: AUTO derives it from the first measured workload, a ``Common``
+    # from that request shape (benches whose workloads are made while running), a name picks one of the plan's
+    # workloads, None opts out (``with_warmup``)
+    warmup: str | Common | None = AUTO
     reset_prefix_cache: bool = True  # before every arm run
     ignore_eos: bool = True
     run_label: str = ""
 
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        return self.schedule.phases
+
+    @property
+    def order(self) -> str:
+        return self.schedule.protocol
+
     def server(self, name: str) -> ServerVariant:
         return next(s for s in self.servers if s.name == name)
+
+    def measured_workload(self) -> WorkloadPlan | None:
+        """The first measured workload: a named one, or the first an arm makes while running."""
+        named = next((w for w in self.workloads if w.measured), None)
+        made = (a.workload for a in self.arms if isinstance(a.workload, WorkloadPlan))
+        return named or next(made, None)
+
+    @property
+    def warmup_name(self) -> str | None:
+        """The resolved warm-up workload's name (None: no warm-up)."""
+        return self.warmup if isinstance(self.warmup, str) and self.warmup != AUTO else None
+
+    def with_warmup(self, requests: int, seed: int) -> Plan:
+        """The plan with its warm-up resolved: AUTO becomes ``requests`` random prompts of the first measured
+        workload's lengths, one at a time, on their own seed (they can never prime a measured prefix); no
+        warm-up when ``requests`` is 0 or nothing is measured from a file."""
+        if isinstance(self.warmup, str) and self.warmup != AUTO or self.warmup is None:
+            return self
+        first = self.measured_workload()
+        shape = self.warmup if isinstance(self.warmup, Common) else first.common if first else None
+        if not requests or shape is None:
+            return dataclasses.replace(self, warmup=None)
+        common = dataclasses.replace(shape, arrival=Arrival("closed", concurrency=1), seed=seed + 10_000,
+                                     requests=requests)
+        warm = WorkloadPlan(WARMUP, "random", common, measured=False)
+        return dataclasses.replace(self, workloads=(*self.workloads, warm), warmup=WARMUP)
 
     def check(self) -> None:
         """A plan that cannot run is a bug in its spec; say which part."""
@@ -216,7 +265,7 @@ class Plan:
             for label in (claim.baseline, claim.treatment):
                 if label not in arms:
                     raise InvalidInput(f"spec: claim {claim.name!r} names unknown arm {label!r}")
-        if self.warmup is not None and self.warmup not in workloads:
+        if self.warmup_name is not None and self.warmup_name not in workloads:
             raise InvalidInput(f"spec: warm-up workload {self.warmup!r} is not a workload of the plan")
         if not self.claims and self.read is None:
             raise InvalidInput("spec: a plan needs claims or a read rule")
@@ -227,8 +276,8 @@ def interleaved(arms: Sequence[Arm], repeats: int) -> list[Step]:
     return [(r, arm) for r in range(1, repeats + 1) for arm in arms]
 
 
-def phases_for(arms: Sequence[Arm], repeats: int, order: Order = "sequential") -> tuple[tuple[Phase, ...], str]:
-    """Phases for fixed arms, and the protocol sentence that says what was done.
+def phases_for(arms: Sequence[Arm], repeats: int, order: Order = "sequential") -> Schedule:
+    """Phases for fixed arms, with the protocol sentence that says what was done.
 
     - sequential: each server variant started once; its arms interleave A B A B across repeats;
       arms on different variants are compared across server starts, not interleaved;
@@ -239,18 +288,21 @@ def phases_for(arms: Sequence[Arm], repeats: int, order: Order = "sequential") -
     by_variant = {v: [a for a in arms if a.server == v] for v in variants}
     if order == "concurrent":
         phase = Phase("all", tuple(variants), interleaved(arms, repeats))
-        return (phase,), f"every server variant ({', '.join(variants)}) kept up; all arms interleaved A B A B"
+        return Schedule((phase,), f"every server variant ({', '.join(variants)}) kept up; all arms interleaved A B A B")
     if order == "alternate":
         phases = tuple(Phase(f"{v}-r{r}", (v,), [(r, a) for a in by_variant[v]])
                        for r in range(1, repeats + 1) for v in variants)
-        return phases, "server variants alternate starts every repeat; arms on one start interleave"
+        return Schedule(phases, "server variants alternate starts every repeat; arms on one start interleave")
     phases = tuple(Phase(v, (v,), interleaved(by_variant[v], repeats)) for v in variants)
     if len(variants) == 1:
-        return phases, "interleaved A B A B on one server start"
-    return phases, ("arms on one server start interleave A B A B; each server variant is started once, in turn "
-                    f"({', '.join(variants)}), so effects across variants are not interleaved")
+        return Schedule(phases, "interleaved A B A B on one server start")
+    return Schedule(phases, "arms on one server start interleave A B A B; each server variant is started once, in "
+                            f"turn ({', '.join(variants)}), so effects across variants are not interleaved")
 
 
+# The decisions a next step can be written for (the conclusion's decision, or "aborted" / "vetoed"):
+# a spec naming another key is a typo that would show the wrong advice, and fails at import.
+NEXT_STEP_KEYS = ("adopt", "reject", "inconclusive", "blocked", "aborted", "vetoed")
 COMMON_NEXT_STEPS = {
     "inconclusive": "raise --repeats or SCALE to narrow the intervals",
     "blocked": "read the server log tail in the failed arm's result, fix the cause and rerun make bench-{name}",
@@ -264,13 +316,32 @@ class BenchSpec:
 
     name: str  # the bench number: "69"
     semantic_id: str
-    title: str
     question: str
     config: type[BenchConfig]
     plan: Callable[[Any, PreparedModel], Plan]
-    next_steps: Mapping[str, str]  # by decision (adopt, reject, ...); COMMON_NEXT_STEPS fill the rest
-    doc: str = ""
+    next_steps: Mapping[str, str]  # by decision (NEXT_STEP_KEYS); COMMON_NEXT_STEPS fill the rest
     outputs: tuple[str, ...] = ()  # extra files it writes, for the command's closing lines
+
+    @property
+    def help(self) -> str:
+        """The one-line help of ``infkit bench NN``."""
+        return f"{self.semantic_id}: {self.question}"
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.next_steps) - set(NEXT_STEP_KEYS))
+        if unknown:
+            raise ValueError(f"bench-{self.name}: next_steps keys {unknown} are not decisions "
+                             f"({', '.join(NEXT_STEP_KEYS)})")
+
+    @property
+    def title(self) -> str:
+        return f"bench-{self.name} {self.semantic_id}"
+
+    @property
+    def doc(self) -> str:
+        """The spec module's docstring: what the bench measures and how."""
+        module = sys.modules.get(getattr(self.plan, "__module__", ""))
+        return (module.__doc__ or "") if module else ""
 
     def out_root(self, cfg: BenchConfig) -> Path:
         return cfg.out_root or Path("runs") / self.name

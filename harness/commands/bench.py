@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                            f"{n} {s.semantic_id}" for n, s in bench_specs().items()))
     names = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
     for name, spec in bench_specs().items():
-        b = names.add_parser(name, help=f"{spec.semantic_id}: {spec.question}", description=spec.doc,
+        b = names.add_parser(name, help=spec.help, description=spec.doc,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
         add_config_arguments(b, spec.config)
         b.add_argument("--dry-run", action="store_true",

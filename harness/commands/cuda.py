@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from harness.knobs import add_config_arguments, config_from_args
 from harness.commands._runargs import add_run_arguments, print_finished
 from harness.cuda.registry import experiments, get_experiment
 from harness.cuda.runner import DEFAULT_OUT_ROOT, RESULT_FILE, run_experiment
+from harness.knobs import add_config_arguments, config_from_args
 from harness.rundir.directory import check_run_target
 
 
@@ -19,17 +19,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     names = p.add_subparsers(dest="experiment", metavar="NAME", required=True)
     for name, exp in experiments().items():
-        ep = names.add_parser(name, help=exp.summary, description=exp.summary)
+        ep = names.add_parser(name, help=exp.help, description=exp.help)
         ep.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                         help="where to run (auto: cuda when torch sees a GPU)")
         add_run_arguments(ep, default_out=str(DEFAULT_OUT_ROOT))
-        add_config_arguments(ep, exp.config_cls)
+        add_config_arguments(ep, exp.config)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     exp = get_experiment(args.experiment)
-    config = config_from_args(exp.config_cls, args, make_overrides=args.make_vars)
+    config = config_from_args(exp.config, args, make_overrides=args.make_vars)
     check_run_target(args.out / exp.name, None, sign=args.sign)
     out = run_experiment(exp, config, device=args.device, out_root=args.out, sign=args.sign)
     print(out.finished.summary, end="")

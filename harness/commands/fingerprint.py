@@ -7,11 +7,11 @@ import json
 
 from tabulate import tabulate
 
-from harness.rundir import fingerprint
 from harness.contract.atomic import atomic_write_json
 from harness.contract.paths import check_output_file
 from harness.contract.schemas import validate_document
 from harness.errors import SchemaViolation
+from harness.rundir import fingerprint
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from harness.knobs import add_config_arguments, config_from_args
 from harness.commands._runargs import add_run_arguments, print_finished
+from harness.knobs import add_config_arguments, config_from_args
 from harness.mech import get_mechanism, mechanisms
 from harness.mech.output import RESULT_FILE, write_mech_run
 from harness.rundir.directory import check_run_target

@@ -9,12 +9,12 @@ from pathlib import Path
 import psutil
 
 from harness.errors import InvalidInput
-from harness.serving.metrics import SLO_KEYS
 from harness.progress import reporter
 from harness.serving.measure import MeasureConfig, measure
+from harness.serving.metrics import SLO_KEYS
 from harness.serving.summary import render_summary
-from harness.telemetry import rss_probe
 from harness.serving.validity import ValidityLimits
+from harness.telemetry import rss_probe
 
 EXIT_INVALID = 4  # the run finished and its result is written, but it is INVALID or failed
 

@@ -108,3 +108,9 @@ def check_output_dir(path: str | os.PathLike, flag: str) -> Path:
         raise InvalidInput(f"{flag} {p}: exists and is not a directory")
     _check_creatable(p.absolute(), flag, p)
     return p
+
+
+def cache_root() -> Path:
+    """``$INFKIT_CACHE``, else ``~/.cache/infkit``: outside the repository, shared by checkouts."""
+    env = os.environ.get("INFKIT_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "infkit"

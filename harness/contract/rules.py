@@ -8,7 +8,7 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Any
 
-from harness.contract.schemas import Problem
+from harness.contract.problems import Problem
 
 PERCENTILE_ORDER = ("min", "p50", "p90", "p95", "p99", "max")
 

@@ -14,7 +14,6 @@ import functools
 import json
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +21,12 @@ from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import ValidationError
 
 from harness.contract.jsonio import MAX_JSON_BYTES, DocumentError, iter_json_lines, read_json
+from harness.contract.problems import Problem
+from harness.contract.rules import check_result_rules
 
 SCHEMA_DIR = Path(os.environ.get("INFKIT_SCHEMA_DIR", Path(__file__).resolve().parents[2] / "schemas"))
 __all__ = ["MAX_JSON_BYTES", "SCHEMA_DIR", "DocumentError", "Problem", "load_document", "iter_jsonl",
            "register_file_check", "schema_for", "value_problem", "validate_document", "validate_file"]
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One broken rule: where (JSON pointer) and which rule."""
-
-    pointer: str
-    rule: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.pointer or '/'}: {self.message} [rule: {self.rule}]"
 
 
 @functools.cache
@@ -137,8 +126,6 @@ def validate_document(doc: Any) -> list[Problem]:
         raise DocumentError('no "schema" marker', hint=f"expected one of: {', '.join(known_markers())}")
     problems = _problems(_validator(marker), doc)
     if marker == "infkit/result/v1" and not problems:
-        from harness.contract.rules import check_result_rules
-
         problems.extend(check_result_rules(doc))
     return problems
 

@@ -16,11 +16,11 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from harness.knobs import knob
 from harness.contract import Conclusion, Correctness, Failure, Performance
 from harness.cuda.device import import_torch, measure_peak_memory, time_calls
 from harness.cuda.registry import CommonConfig, Experiment
 from harness.cuda.runner import Outcome, RunContext, mechanism_workload
+from harness.knobs import knob
 
 # Requested name -> torch.nn.attention.SDPBackend member; "auto" lets torch choose.
 BACKENDS = {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
@@ -198,6 +198,6 @@ def _outcome(config: AttentionConfig, ctx: RunContext, dtype_name: str, variants
 
 EXPERIMENT = Experiment(
     name="attention", semantic_id="INF-EXECUTION-DISPATCH",
-    summary="explicit attention vs SDPA per backend: agreement, latency, peak memory, kernel path and fallback",
-    config_cls=AttentionConfig, run=run,
+    help="explicit attention vs SDPA per backend: agreement, latency, peak memory, kernel path and fallback",
+    config=AttentionConfig, run=run,
 )

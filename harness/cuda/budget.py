@@ -19,7 +19,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from harness.knobs import knob
 from harness.contract import Conclusion, Correctness, Failure, Performance
 from harness.cuda.device import LiveTensorMeter, free_memory, import_torch, synchronize, time_calls
 from harness.cuda.models import load_causal_lm, model_shape, random_llama
@@ -32,6 +31,7 @@ from harness.cuda.sweep import (
     inflection,
 )
 from harness.errors import InvalidInput
+from harness.knobs import knob
 from harness.models.shapes import kv_bytes_per_token_heads
 
 RECOVERY_SLACK_BYTES = 1 << 20
@@ -234,6 +234,6 @@ def _outcome(config, ctx, dtype, cells, done, per_token, model_ref, tok_ref) -> 
 
 EXPERIMENT = Experiment(
     name="budget", semantic_id="INF-ITERATION-BUDGET",
-    summary="batch x context sweep: decode step median/P95, KV bytes vs formula, peak memory, OOM boundary, inflection",
-    config_cls=BudgetConfig, run=run,
+    help="batch x context sweep: decode step median/P95, KV bytes vs formula, peak memory, OOM boundary, inflection",
+    config=BudgetConfig, run=run,
 )

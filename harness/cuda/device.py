@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import CapabilityMissing, InvalidInput
 from harness.contract.distribution import distribution_ms
+from harness.errors import CapabilityMissing, InvalidInput
 
 
 def import_torch():

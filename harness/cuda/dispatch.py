@@ -13,12 +13,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from harness.knobs import knob
 from harness.contract import Conclusion, Correctness, Failure, Performance
 from harness.cuda.device import import_torch, measure_peak_memory, synchronize, time_calls
 from harness.cuda.models import llama_config, model_shape, seeded
 from harness.cuda.registry import CommonConfig, Experiment
 from harness.cuda.runner import Outcome, RunContext, mechanism_workload
+from harness.knobs import knob
 
 MODES = ("eager", "default", "reduce-overhead", "max-autotune")
 # Agreement with eager, scale-aware: max|compiled - eager| <= atol + rtol * max|eager|. Fused kernels
@@ -179,6 +179,6 @@ def _outcome(config: DispatchConfig, ctx: RunContext, dtype: str, modes: list[di
 
 EXPERIMENT = Experiment(
     name="dispatch", semantic_id="INF-EXECUTION-DISPATCH",
-    summary="eager vs torch.compile on a Llama decoder block: agreement, compile vs steady-state time, graph breaks",
-    config_cls=DispatchConfig, run=run,
+    help="eager vs torch.compile on a Llama decoder block: agreement, compile vs steady-state time, graph breaks",
+    config=DispatchConfig, run=run,
 )

@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.knobs import knob
 from harness.contract import Conclusion, Correctness, Failure, Performance
+from harness.contract.distribution import distribution_ms
 from harness.cuda.device import import_torch, time_calls
 from harness.cuda.registry import CommonConfig, Experiment
 from harness.cuda.runner import Outcome, RunContext, mechanism_workload
-from harness.contract.distribution import distribution_ms
+from harness.knobs import knob
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,6 @@ def _outcome(config: OverlapConfig, ctx: RunContext, series: dict, identical: bo
 
 EXPERIMENT = Experiment(
     name="overlap", semantic_id="INF-SERVING-OVERLAP",
-    summary="serial vs CUDA-stream overlapped host-to-device copies with compute: correctness, transfer, exposed time",
-    config_cls=OverlapConfig, run=run,
+    help="serial vs CUDA-stream overlapped host-to-device copies with compute: correctness, transfer, exposed time",
+    config=OverlapConfig, run=run,
 )

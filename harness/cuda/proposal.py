@@ -27,12 +27,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from harness.knobs import knob
 from harness.cuda.device import import_torch, synchronize
 from harness.cuda.models import LoadedModel, load_causal_lm
 from harness.cuda.registry import CommonConfig, Experiment
 from harness.cuda.runner import Outcome, RunContext
 from harness.errors import InvalidInput
+from harness.knobs import knob
 
 ARMS = ("target", "constant", "heuristic", "dynamic", "prompt_lookup")
 # Prompts with repeated spans (code, lists, restated text) so that prompt lookup has material.
@@ -250,6 +250,6 @@ def _first_divergence(tokens: list[int], reference: list[int]) -> int | None:
 
 EXPERIMENT = Experiment(
     name="proposal", semantic_id="INF-PROPOSAL",
-    summary="assisted generation (truncated draft, prompt lookup; constant/heuristic/dynamic) vs target-only greedy",
-    config_cls=ProposalConfig, run=run,
+    help="assisted generation (truncated draft, prompt lookup; constant/heuristic/dynamic) vs target-only greedy",
+    config=ProposalConfig, run=run,
 )

@@ -12,10 +12,10 @@ import statistics
 from typing import Any
 
 from harness.contract import Conclusion, Correctness, Failure, Performance, atomic_write_json
+from harness.contract.distribution import distribution_ms
 from harness.contract.schemas import validate_document
 from harness.cuda.runner import Outcome, RunContext, mechanism_workload
 from harness.errors import SchemaViolation
-from harness.contract.distribution import distribution_ms
 
 PROPOSAL_SCHEMA = "infkit/proposal/v1"
 

@@ -12,24 +12,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.knobs import check_config, knob
+from harness.knobs import KnobConfig, knob
 from harness.registry import discover, lookup
 
 PACKAGE = "harness.cuda"
 
 
 @dataclass(frozen=True)
-class CommonConfig:
-    """Fields every experiment has."""
+class CommonConfig(KnobConfig):
+    """Fields every experiment has; checked when an instance is made (``KnobConfig``)."""
 
     seed: int = knob(0, "seed of the local RNG that makes the inputs", min=0)
     warmup: int = knob(3, "untimed calls before each timed series", min=0)
     iters: int = knob(20, "timed calls per series", min=1)
     threads: int = knob(0, "torch intra-op CPU threads (0: torch's default)", min=0)
-
-    def check(self) -> None:
-        """Raise ``InvalidInput`` for values no run can use: field constraints, then the experiment's own rules."""
-        check_config(self)
 
     def sized_for(self, device: str) -> CommonConfig:
         """The config as it runs on ``device`` (an experiment whose unset sizes depend on the device fills them)."""
@@ -38,10 +34,12 @@ class CommonConfig:
 
 @dataclass(frozen=True)
 class Experiment:
+    """A CUDA experiment: its name, semantic id, one-line help, config dataclass (a ``CommonConfig``) and run."""
+
     name: str
     semantic_id: str
-    summary: str
-    config_cls: type
+    help: str
+    config: type
     run: Callable[..., Any]
 
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.knobs import config_dict
 from harness.contract import (
     Conclusion,
     Correctness,
@@ -29,9 +28,10 @@ from harness.contract import (
 )
 from harness.cuda.device import import_torch, resolve_device
 from harness.cuda.registry import Experiment
-from harness.rundir.fingerprint import environment_group
 from harness.ids import sha256_canonical
+from harness.knobs import config_dict
 from harness.rundir.directory import Finished, RunDirectory
+from harness.rundir.fingerprint import environment_group
 from harness.rundir.record import native_image
 
 PROFILE_ID = "INF-CUDA-MECHANISM"
@@ -97,7 +97,6 @@ def workload_id(experiment: str, config: Any) -> str:
 def run_experiment(experiment: Experiment, config: Any, *, device: str = "auto", out_root: Path = DEFAULT_OUT_ROOT,
                    sign: bool = True, root: Path | None = None) -> RunOutput:
     """Resolve the device, run ``experiment`` and write a complete run directory, signed when ``sign``."""
-    config.check()
     torch = import_torch()
     effective_device = resolve_device(device)
     if config.threads:

@@ -21,8 +21,8 @@ from pathlib import Path
 from harness.contract.atomic import atomic_write_text
 from harness.contract.result import utc_now
 from harness.errors import CapabilityMissing, InfkitError, InvalidInput
+from harness.images.engine import docker_engine_present
 from harness.images.locks import REPO_ROOT, ImageLock
-from harness.runtime.base import docker_engine_present
 
 DEFAULT_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 WHEELHOUSE_CONTEXT = "wheelhouse"  # the Dockerfile stage a --build-context of this name replaces

@@ -19,11 +19,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.contract.paths import cache_root
 from harness.errors import InfkitError, InvalidInput
 from harness.ids import sha256_file
 from harness.images import deplock
 from harness.images.locks import REPO_ROOT, ImageLock
-from harness.runtime.serving_env import cache_root
 
 PIP_TIMEOUT_S = 1800
 

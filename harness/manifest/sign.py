@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.rundir import fingerprint as fingerprint_mod
 from harness.contract.atomic import atomic_write_json
 from harness.contract.paths import check_output_dir, check_output_file
 from harness.contract.schemas import DocumentError, load_document, validate_document
@@ -14,6 +13,7 @@ from harness.manifest.dsse import sign_payload
 from harness.manifest.keys import load_signing_key, publish_public_key
 from harness.manifest.predicate import build_predicate, build_statement, statement_bytes
 from harness.manifest.subjects import check_run_files, collect_subjects, relative_name, run_dir_name
+from harness.rundir import fingerprint as fingerprint_mod
 from harness.rundir.record import RUN_FILE
 
 MANIFESTS_DIR = "manifests"

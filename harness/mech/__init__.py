@@ -23,30 +23,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.knobs import check_config
+from harness.knobs import KnobConfig
 from harness.registry import discover, lookup
 
 
-@dataclass(frozen=True)
-class MechConfig:
-    """Base of every mechanism config: fields declared with ``knob``, checked when an instance is made.
-
-    The field constraints (``check_config``, errors naming the flag) apply first, then the
-    config's own cross-field ``check``, so a config built in code is held to the same rules
-    as one built from the command line.
-    """
-
-    def __post_init__(self) -> None:
-        check_config(self)
-        self.check()
-
-    def check(self) -> None:
-        """Cross-field checks (raise ``InvalidInput``)."""
+MechConfig = KnobConfig  # the base of every mechanism config: checked when an instance is made
 
 
 @dataclass(frozen=True)
 class Mechanism:
-    """A CPU mechanism: its name, config dataclass, ``run(config) -> MechOutput`` and one-line help."""
+    """A CPU mechanism: its name, config dataclass (a ``KnobConfig``), ``run(config) -> MechOutput`` and one-line
+    help."""
 
     name: str
     config: type

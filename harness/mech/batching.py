@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.knobs import knob
 from harness.contract import Conclusion, WorkloadInfo
+from harness.contract.distribution import token_summary
 from harness.errors import InvalidInput
+from harness.knobs import knob
 from harness.mech import Mechanism, MechConfig
 from harness.mech.engine import metrics
 from harness.mech.engine.costmodel import StepCostModel, load_cost_model
@@ -31,7 +32,6 @@ from harness.mech.engine.workload import SimWorkload, SyntheticSpec, read_worklo
 from harness.mech.output import MechOutput, config_ref, save_figure, table
 from harness.models.shapes import get_model, kv_bytes_per_token
 from harness.report.plots import pyplot
-from harness.contract.distribution import token_summary
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from harness.knobs import knob
 from harness.contract import Conclusion, Correctness, Performance
 from harness.errors import InvalidInput
+from harness.knobs import knob
 from harness.mech import Mechanism, MechConfig
 from harness.mech.output import MechOutput, config_ref, no_workload, save_figure, table
 from harness.models.shapes import (

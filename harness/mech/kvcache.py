@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.knobs import knob
 from harness.contract import Conclusion
 from harness.errors import InvalidInput
+from harness.knobs import knob
 from harness.mech import Mechanism, MechConfig
 from harness.mech.batching import engine_config, workload_info
 from harness.mech.engine import metrics

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.knobs import knob
 from harness.contract import Conclusion, Correctness, Performance, WorkloadInfo
+from harness.contract.distribution import distribution_ms, token_summary
 from harness.contract.jsonio import iter_json_lines
 from harness.contract.schemas import DocumentError
 from harness.errors import InvalidInput
+from harness.knobs import knob
 from harness.mech import Mechanism, MechConfig
 from harness.mech.engine.blocks import PlainPool
 from harness.mech.engine.costmodel import StepCostModel
@@ -27,7 +28,6 @@ from harness.mech.engine.types import EngineConfig, Event, Seq
 from harness.mech.engine.workload import SimRequest
 from harness.mech.output import MechOutput, save_figure, table
 from harness.report.plots import pyplot
-from harness.contract.distribution import distribution_ms, token_summary
 
 FINAL = {"finish_stop": "finished_stopped", "finish_length": "finished_length",
          "finish_aborted": "finished_aborted", "finish_timeout": "finished_timeout",

@@ -25,11 +25,11 @@ from harness.contract import (
     WorkloadInfo,
     build_result,
 )
+from harness.contract.distribution import token_summary
 from harness.contract.result import utc_now
 from harness.ids import sha256_bytes, sha256_canonical
 from harness.rundir.directory import Finished, RunDirectory
 from harness.rundir.record import native_image
-from harness.contract.distribution import token_summary
 
 PROFILE_ID = "INF-CPU"
 SIMULATOR_BACKEND = "infkit-mech"

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract.atomic import atomic_write_json
+from harness.contract.paths import cache_root
 from harness.errors import CapabilityMissing
 from harness.ids import sha256_bytes, sha256_file
-from harness.runtime.serving_env import Progress, ServingEnv, cache_root, file_lock
+from harness.models.stamp import STAMP_NAME, PreparedModel, checkpoint_digest, from_stamp, hash_tree
+from harness.runtime.serving_env import Progress, ServingEnv, file_lock
 
 RANDOM_INIT = Path(__file__).with_name("random_init.py")
 COPIED = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
@@ -59,7 +61,6 @@ def recipe_digest(source: DerivedSource, base_checkpoint_sha256: str) -> str:
 
 def derive(env: ServingEnv, source: DerivedSource, base_dir: Path, target: Path, progress: Progress) -> dict[str, Any]:
     """Write the derived checkpoint into a scratch folder renamed into ``target`` when complete; its stamp."""
-    from harness.models.prepare import STAMP_NAME, _checkpoint_digest, _hash_tree
 
     scratch = target.with_name(f"{target.name}.partial-{os.getpid()}")
     shutil.rmtree(scratch, ignore_errors=True)
@@ -76,13 +77,13 @@ def derive(env: ServingEnv, source: DerivedSource, base_dir: Path, target: Path,
     proc = subprocess.run([str(env.python), str(RANDOM_INIT), "--dir", str(scratch), "--seed", str(source.seed)],
                           capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-    files = _hash_tree(scratch)
+    files = hash_tree(scratch)
     if proc.returncode != 0 or not any(k.endswith(".safetensors") for k in files):
         shutil.rmtree(scratch, ignore_errors=True)
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-12:])
         raise CapabilityMissing(f"random weights for {source.key} failed (exit {proc.returncode}):\n{tail}")
     stamp = {"key": source.key, "name": source.name, "gguf_sha256": "", "derived": source.record(),
-             "checkpoint_sha256": _checkpoint_digest(files), "tokenizer_sha256": files["tokenizer.json"],
+             "checkpoint_sha256": checkpoint_digest(files), "tokenizer_sha256": files["tokenizer.json"],
              "files": files, "random_init_sha256": sha256_file(RANDOM_INIT),
              "prepare_s": round(time.monotonic() - started, 1)}
     atomic_write_json(scratch / STAMP_NAME, stamp)
@@ -93,18 +94,16 @@ def derive(env: ServingEnv, source: DerivedSource, base_dir: Path, target: Path,
     return stamp
 
 
-def ensure_derived(source: DerivedSource, *, env: ServingEnv, root: Path | None, progress: Progress,
-                   verify: bool):
-    """The derived checkpoint, prepared from its base on first use (lock-protected, verified like any model)."""
-    from harness.models.prepare import _from_stamp, ensure_model
-
-    base = ensure_model(source.base, env=env, root=root, progress=progress, verify=verify)
+def ensure_derived(source: DerivedSource, *, base: PreparedModel, env: ServingEnv, root: Path | None,
+                   progress: Progress, verify: bool) -> PreparedModel:
+    """The derived checkpoint, prepared from its (already prepared) base on first use (lock-protected, verified like
+    any model)."""
     target = (root or cache_root()) / "models" / f"{source.key}-{recipe_digest(source, base.checkpoint_sha256)}"
     with file_lock(target.parent / f".{target.name}.lock"):
-        prepared = _from_stamp(target, verify)
+        prepared = from_stamp(target, verify)
         if prepared is None:
             derive(env, source, base.path, target, progress)
-            prepared = _from_stamp(target, verify=True)
+            prepared = from_stamp(target, verify=True)
             if prepared is None:
                 raise CapabilityMissing(f"derived model at {target} does not match its own stamp")
     return prepared

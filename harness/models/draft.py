@@ -22,15 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract.atomic import atomic_write_json
+from harness.contract.paths import cache_root
 from harness.errors import CapabilityMissing, InvalidInput
-from harness.models.prepare import (
-    STAMP_NAME,
-    PreparedModel,
-    _checkpoint_digest,
-    _from_stamp,
-    _hash_tree,
-)
-from harness.runtime.serving_env import Progress, cache_root, file_lock
+from harness.models.stamp import STAMP_NAME, PreparedModel, checkpoint_digest, from_stamp, hash_tree
+from harness.runtime.serving_env import Progress, file_lock
 
 LAYER_TENSOR = re.compile(r"^model\.layers\.(\d+)\.")
 HEADER_ALIGN_BYTES = 8  # safetensors writers pad the JSON header with spaces to this alignment
@@ -126,7 +121,7 @@ def ensure_draft(target: PreparedModel, layers: int, *, root: Path | None = None
     path = draft_dir(target, layers, root)
     path.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(path.parent / f".{path.name}.lock"):
-        ready = _from_stamp(path, verify=True)
+        ready = from_stamp(path, verify=True)
         if ready is not None:
             return ready
         if path.exists():
@@ -140,14 +135,14 @@ def ensure_draft(target: PreparedModel, layers: int, *, root: Path | None = None
         except BaseException:
             shutil.rmtree(scratch, ignore_errors=True)
             raise
-        files = _hash_tree(scratch)
+        files = hash_tree(scratch)
         atomic_write_json(scratch / STAMP_NAME, {
             "key": f"{target.key}-draft-{layers}L", "name": f"{target.name} (first {layers} layers)",
-            "gguf_sha256": target.gguf_sha256, "checkpoint_sha256": _checkpoint_digest(files),
+            "gguf_sha256": target.gguf_sha256, "checkpoint_sha256": checkpoint_digest(files),
             "tokenizer_sha256": files["tokenizer.json"], "files": files, "layers": layers,
             "source_checkpoint_sha256": target.checkpoint_sha256, "method": "first N decoder layers, bytes copied"})
         scratch.rename(path)
-        ready = _from_stamp(path, verify=True)
+        ready = from_stamp(path, verify=True)
         if ready is None:
             raise CapabilityMissing(f"draft model at {path} does not match its own stamp")
         return ready

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.rundir import fingerprint as fingerprint_mod
 from harness.contract import atomic_write_json, atomic_write_text, write_result
 from harness.contract.result import utc_now
 from harness.errors import InvalidInput
 from harness.ids import new_run_id
+from harness.rundir import fingerprint as fingerprint_mod
 from harness.rundir.record import RunRecord, write_run_record
 
 SIGN_QUEUE_ENV = "INFKIT_SIGN_QUEUE"

@@ -18,8 +18,8 @@ from types import ModuleType
 from typing import Any
 
 from harness import __version__
-from harness.backends.comm import topology
 from harness.contract.result import utc_now
+from harness.rundir.topology import topology
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FINGERPRINT_FILE = "fingerprint.json"  # the name every run directory gives its fingerprint

@@ -9,7 +9,6 @@ default only in configuration.
 from __future__ import annotations
 
 import abc
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InvalidInput
+from harness.images.engine import docker_engine_present
 
 HARNESS_MOUNT = "/opt/infkit"  # where every container sees the harness, read-only
 
@@ -102,13 +102,6 @@ def parse_gpus(gpu: str | None) -> tuple[int, ...]:
 
 def nvidia_gpu_present() -> bool:
     return Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi") is not None
-
-
-def docker_engine_present() -> bool:
-    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    if host.startswith("unix://"):
-        return Path(host.removeprefix("unix://")).exists()
-    return bool(host)
 
 
 def default_runtime_name() -> str:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.contract.paths import cache_root
 from harness.errors import CapabilityMissing, InfkitError
 from harness.images.locks import REPO_ROOT, load_lock
 from harness.runtime.base import (
@@ -47,7 +48,6 @@ from harness.runtime.docker_image import (
     notify_stderr,
     resolve_image,
 )
-from harness.runtime.serving_env import cache_root
 
 CACHE_MOUNT = "/var/cache/infkit"  # HOME and every cache of a container (host: cache_root()/containers/...)
 DEFAULT_SHM_BYTES = 1 << 30

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.contract.atomic import atomic_write_json
+from harness.contract.paths import cache_root
 from harness.errors import CapabilityMissing
 from harness.progress import Progress
 
@@ -70,12 +71,6 @@ class ServingEnv:
     def package_version(self, dist: str) -> str | None:
         stamp = json.loads((self.path / STAMP_NAME).read_text())
         return stamp.get("packages", {}).get(dist.lower())
-
-
-def cache_root() -> Path:
-    """``$INFKIT_CACHE``, else ``~/.cache/infkit``: outside the repository, shared by checkouts."""
-    env = os.environ.get("INFKIT_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "infkit"
 
 
 def env_path(spec: ServingEnvSpec = VLLM_CPU, root: Path | None = None) -> Path:

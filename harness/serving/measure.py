@@ -45,10 +45,11 @@ from harness.contract.result import RESULT_SCHEMA
 from harness.contract.schemas import value_problem
 from harness.errors import InvalidInput
 from harness.ids import new_run_id
-from harness.serving.metrics import SLO_KEYS
 from harness.progress import Reporter
+from harness.serving.metrics import SLO_KEYS
 from harness.serving.result import ResultInputs, RunFacts, build_serving_result
 from harness.serving.summary import render_summary
+from harness.serving.validity import ValidityLimits, load_references
 from harness.telemetry import (
     POLLED_GAUGES,
     GaugePoller,
@@ -58,7 +59,6 @@ from harness.telemetry import (
     summarize,
 )
 from harness.telemetry.prometheus import Scrape, parse
-from harness.serving.validity import ValidityLimits, load_references
 from harness.workload import Workload, load_workload
 
 REQUESTS_FILE = "requests.jsonl"

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.rundir import fingerprint
 from harness.client import RequestRecord
 from harness.client.loop import loop_name
 from harness.client.pool import ClientRun
@@ -20,6 +19,7 @@ from harness.contract import (
     WorkloadInfo,
     build_result,
 )
+from harness.rundir import fingerprint
 from harness.serving.metrics import output_tokens, performance
 from harness.serving.validity import (
     ClientHealth,

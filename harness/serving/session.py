@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness.backends import comm
 from harness.backends.base import Backend, BackendConfig, lookup
@@ -21,9 +21,6 @@ from harness.runtime.group import GroupHandle, GroupSpec, start_group
 from harness.runtime.local import free_port
 from harness.runtime.ray_cluster import replicas_report
 from harness.telemetry.prometheus import parse
-
-if TYPE_CHECKING:
-    from harness.bench.spec import ServerVariant
 
 
 @dataclass
@@ -160,18 +157,19 @@ class NotApplied(ServerStartError):
     """The engine started but runs with other settings than the variant exists for (read back after the start)."""
 
 
-def check_applied(variant: ServerVariant, srv: ServerSession) -> None:
-    """Raise ``NotApplied`` naming requested vs effective (and the engine's reason, where known) for each miss."""
+def check_applied(expect: Mapping[str, Any], srv: ServerSession) -> None:
+    """Raise ``NotApplied`` naming requested vs effective (and the engine's reason, where known) for each setting of
+    ``expect`` (the engine's effective config, dotted paths) the started server did not apply."""
     effective = srv.effective
-    if not variant.expect:
+    if not expect:
         return
     if effective is None:
-        raise NotApplied(f"the variant needs {dict(variant.expect)} but {srv.backend.name} does not report its "
+        raise NotApplied(f"the variant needs {dict(expect)} but {srv.backend.name} does not report its "
                          "effective configuration, so it cannot be checked")
-    missed = [k for k, v in variant.expect.items() if effective.get(k) != v]
+    missed = [k for k, v in expect.items() if effective.get(k) != v]
     if missed:
         source = f"GET {srv.backend.effective_path}"
-        parts = [f"requested {k}={variant.expect[k]!r}, the engine runs {k}={effective.get(k)!r} (read back by "
+        parts = [f"requested {k}={expect[k]!r}, the engine runs {k}={effective.get(k)!r} (read back by "
                  f"{source})" + (f": {srv.backend.override_reasons[k]}" if k in srv.backend.override_reasons else "")
                  for k in missed]
         raise NotApplied("; ".join(parts))

@@ -201,11 +201,96 @@ def _first_present(snap: Snapshot, names: tuple[str, ...]) -> str | None:
     return next((n for n in names if snap.total(n) is not None), None)
 
 
+Family = tuple[dict[str, Any], dict[str, str]]  # (fields of details.server_metrics, absent: field -> why)
+
+
+def _prefix_cache(before: Snapshot, after: Snapshot) -> Family:
+    for hits, queries in PREFIX_CACHE:
+        if counter_value(before, hits, queries) is None and counter_value(after, hits, queries) is None:
+            continue
+        dh, why_h = counter_delta(before, after, hits, paired=queries)
+        dq, why_q = counter_delta(before, after, queries)
+        if why_h or why_q:
+            return {}, {"prefix_cache": why_h or why_q or ""}
+        return {"prefix_cache": {"hits": dh, "queries": dq, "hit_rate": round(dh / dq, 6) if dq else None,
+                                 "series": [hits, queries]}}, {}
+    return {}, {"prefix_cache": "no prefix-cache counters (" + ", ".join(h for h, _ in PREFIX_CACHE) + ")"}
+
+
+def _queue_time(before: Snapshot, after: Snapshot) -> Family:
+    queue_name = _first_present(after, tuple(f"{h}_sum" for h in QUEUE_HISTOGRAMS))
+    if not queue_name:
+        return {}, {"queue_time_ms": "no queue-time histogram (" + ", ".join(QUEUE_HISTOGRAMS) + ")"}
+    observed, why = histogram_delta_ms(before, after, queue_name.removesuffix("_sum"))
+    out = {"queue_time_ms": {**observed, "series": queue_name.removesuffix("_sum"),
+                             "percentiles": "estimated from histogram buckets (Prometheus histogram_quantile)"}
+           } if observed else {}
+    return out, {"queue_time_ms": why} if why else {}
+
+
+def _preemptions(before: Snapshot, after: Snapshot, peaks: Mapping[str, Sequence[float]], logged: bool) -> Family:
+    preempt = _first_present(after, PREEMPTIONS)
+    if preempt:
+        value, why = counter_delta(before, after, preempt)
+        series = preempt
+    elif after.total(RETRACTION_GAUGE) is not None:
+        value, why = gauge_peak(before, after, peaks, (RETRACTION_GAUGE,), logged)
+        series = f"{RETRACTION_GAUGE} (gauge: the most retracted at one log; a lower bound)"
+    else:
+        return {}, {"preemptions": "no preemption counter (" + ", ".join(PREEMPTIONS + (RETRACTION_GAUGE,)) + ")"}
+    return {"preemptions": value, "preemptions_series": series}, {"preemptions": why} if why else {}
+
+
+def _tokens(before: Snapshot, after: Snapshot) -> Family:
+    tokens, absent = {}, {}
+    for key, names in TOKEN_COUNTERS.items():
+        name = _first_present(after, names)
+        if name:
+            tokens[key], why = counter_delta(before, after, name)
+            if why:
+                absent[f"tokens.{key}"] = why
+        else:
+            absent[f"tokens.{key}"] = "no counter (" + ", ".join(names) + ")"
+    return {"tokens": tokens}, absent
+
+
+def _spec_decode(before: Snapshot, after: Snapshot) -> Family:
+    if after.total(SPEC_DECODE["drafts"]) is None:
+        return {}, {"spec_decode": "no speculative-decoding counters (not enabled or not exported)"}
+    spec = {k: counter_delta(before, after, n)[0] for k, n in SPEC_DECODE.items()}
+    accepted = spec["accepted_tokens"]
+    if spec["draft_tokens"]:
+        spec["acceptance_rate"] = round(accepted / spec["draft_tokens"], 6) if accepted is not None else None
+    if spec["drafts"]:
+        spec["mean_acceptance_length"] = round(1 + accepted / spec["drafts"], 6) if accepted is not None else None
+    spec["accepted_tokens_per_position"] = per_position_delta(before, after)
+    absent = {} if spec["accepted_tokens_per_position"] is not None else {
+        "spec_decode.accepted_tokens_per_position": f"{SPEC_DECODE_PER_POSITION} not exported"}
+    return {"spec_decode": spec}, absent
+
+
+def _gauges(before: Snapshot | None, after: Snapshot | None, peaks: Mapping[str, Sequence[float]],
+            rows: list[dict[str, float]]) -> Family:
+    out: dict[str, Any] = {"occupancy": occupancy(rows)}
+    absent: dict[str, str] = {}
+    if out["occupancy"] is None:
+        absent["occupancy"] = "fewer than two polls of the running gauge during the run"
+    else:
+        out["occupancy"]["source"] = "polled /metrics gauges (" + ", ".join(RUNNING_GAUGES + WAITING_GAUGES) + ")"
+    logged = engine_logged(before, after, peaks)
+    for name, gauges in (("kv_cache_usage_peak", KV_USAGE_GAUGES), ("running_peak", RUNNING_GAUGES),
+                         ("waiting_peak", WAITING_GAUGES)):
+        out[name], why = gauge_peak(before, after, peaks, gauges, logged)
+        if why:
+            absent[name] = why
+    return out, absent
+
+
 def summarize(before: Snapshot | None, after: Snapshot | None,
               polled: Mapping[str, float | Sequence[float]] | None = None,
               occupancy_rows: list[dict[str, float]] | None = None) -> dict[str, Any]:
     """``details.server_metrics``: deltas, peaks and occupancy, with ``absent`` naming what could not be
-    measured and why.
+    measured and why; one function per metric family.
 
     ``polled``: each gauge's readings during the run in order (``GaugePoller.readings``); a
     single number is taken as one reading. ``occupancy_rows``: the polled gauges over time.
@@ -213,77 +298,17 @@ def summarize(before: Snapshot | None, after: Snapshot | None,
     peaks = {k: [v] if isinstance(v, (int, float)) else list(v) for k, v in (polled or {}).items()}
     out: dict[str, Any] = {"prefix_cache": None, "queue_time_ms": None, "preemptions": None,
                            "kv_cache_usage_peak": None, "running_peak": None, "waiting_peak": None,
-                           "occupancy": occupancy(occupancy_rows or []), "tokens": {}, "spec_decode": None,
-                           "absent": {}}
-    absent = out["absent"]
-    if out["occupancy"] is None:
-        absent["occupancy"] = "fewer than two polls of the running gauge during the run"
-    else:
-        out["occupancy"]["source"] = "polled /metrics gauges (" + ", ".join(RUNNING_GAUGES + WAITING_GAUGES) + ")"
-    logged = engine_logged(before, after, peaks)
-    for name, gauges in (("kv_cache_usage_peak", KV_USAGE_GAUGES), ("running_peak", RUNNING_GAUGES), ("waiting_peak", WAITING_GAUGES)):
-        out[name], why = gauge_peak(before, after, peaks, gauges, logged)
-        if why:
-            absent[name] = why
+                           "occupancy": None, "tokens": {}, "spec_decode": None, "absent": {}}
+    families = [_gauges(before, after, peaks, occupancy_rows or [])]
     if before is None or after is None:
         why = "no /metrics snapshot " + ("before" if before is None else "after") + " the run"
-        for key in ("prefix_cache", "queue_time_ms", "preemptions", "tokens", "spec_decode"):
-            absent[key] = why
-        return out
-    for hits, queries in PREFIX_CACHE:
-        if counter_value(before, hits, queries) is None and counter_value(after, hits, queries) is None:
-            continue
-        dh, why_h = counter_delta(before, after, hits, paired=queries)
-        dq, why_q = counter_delta(before, after, queries)
-        if why_h or why_q:
-            absent["prefix_cache"] = why_h or why_q
-        else:
-            out["prefix_cache"] = {"hits": dh, "queries": dq, "hit_rate": round(dh / dq, 6) if dq else None,
-                                   "series": [hits, queries]}
-        break
+        families.append(({}, {k: why for k in ("prefix_cache", "queue_time_ms", "preemptions", "tokens",
+                                               "spec_decode")}))
     else:
-        absent["prefix_cache"] = "no prefix-cache counters (" + ", ".join(h for h, _ in PREFIX_CACHE) + ")"
-    queue_name = _first_present(after, tuple(f"{h}_sum" for h in QUEUE_HISTOGRAMS))
-    if queue_name:
-        observed, why = histogram_delta_ms(before, after, queue_name.removesuffix("_sum"))
-        if observed:
-            out["queue_time_ms"] = {**observed, "series": queue_name.removesuffix("_sum"),
-                                    "percentiles": "estimated from histogram buckets (Prometheus histogram_quantile)"}
-        if why:
-            absent["queue_time_ms"] = why
-    else:
-        absent["queue_time_ms"] = "no queue-time histogram (" + ", ".join(QUEUE_HISTOGRAMS) + ")"
-    preempt = _first_present(after, PREEMPTIONS)
-    if preempt:
-        out["preemptions"], why = counter_delta(before, after, preempt)
-        out["preemptions_series"] = preempt
-        if why:
-            absent["preemptions"] = why
-    elif after.total(RETRACTION_GAUGE) is not None:
-        out["preemptions"], why = gauge_peak(before, after, peaks, (RETRACTION_GAUGE,), logged)
-        out["preemptions_series"] = f"{RETRACTION_GAUGE} (gauge: the most retracted at one log; a lower bound)"
-        if why:
-            absent["preemptions"] = why
-    else:
-        absent["preemptions"] = "no preemption counter (" + ", ".join(PREEMPTIONS + (RETRACTION_GAUGE,)) + ")"
-    for key, names in TOKEN_COUNTERS.items():
-        name = _first_present(after, names)
-        if name:
-            out["tokens"][key], why = counter_delta(before, after, name)
-            if why:
-                absent[f"tokens.{key}"] = why
-        else:
-            absent[f"tokens.{key}"] = "no counter (" + ", ".join(names) + ")"
-    if after.total(SPEC_DECODE["drafts"]) is not None:
-        spec = {k: counter_delta(before, after, n)[0] for k, n in SPEC_DECODE.items()}
-        if spec["draft_tokens"]:
-            spec["acceptance_rate"] = round(spec["accepted_tokens"] / spec["draft_tokens"], 6) if spec["accepted_tokens"] is not None else None
-        if spec["drafts"]:
-            spec["mean_acceptance_length"] = round(1 + spec["accepted_tokens"] / spec["drafts"], 6) if spec["accepted_tokens"] is not None else None
-        spec["accepted_tokens_per_position"] = per_position_delta(before, after)
-        if spec["accepted_tokens_per_position"] is None:
-            absent["spec_decode.accepted_tokens_per_position"] = f"{SPEC_DECODE_PER_POSITION} not exported"
-        out["spec_decode"] = spec
-    else:
-        absent["spec_decode"] = "no speculative-decoding counters (not enabled or not exported)"
+        logged = engine_logged(before, after, peaks)
+        families += [_prefix_cache(before, after), _queue_time(before, after),
+                     _preemptions(before, after, peaks, logged), _tokens(before, after), _spec_decode(before, after)]
+    for fields, absent in families:
+        out.update(fields)
+        out["absent"].update(absent)
     return out

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract.atomic import atomic_write_bytes
+from harness.contract.distribution import token_summary
 from harness.contract.schemas import (
     Problem,
     iter_jsonl,
@@ -27,7 +28,6 @@ from harness.contract.schemas import (
 )
 from harness.errors import InvalidInput
 from harness.ids import canonical_json, sha256_bytes
-from harness.contract.distribution import token_summary
 
 WORKLOAD_SCHEMA = "infkit/workload/v1"
 OFFSET_DECIMALS = 6  # send offsets are rounded to the microsecond before they are written

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from harness.knobs import add_config_arguments, check_config, config_from_args, knob, make_vars
-from harness.errors import InvalidInput
 from harness.bench import bench_specs
+from harness.errors import InvalidInput
+from harness.knobs import add_config_arguments, check_config, config_from_args, knob, make_vars
 from tests.bench_runs import assert_bench_refuses
 
 

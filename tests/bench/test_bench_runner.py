@@ -17,9 +17,6 @@ from pathlib import Path
 import pytest
 
 from harness.backends.base import Backend, BackendConfig
-from harness.knobs import knob
-from harness.contract.schemas import validate_file
-from harness.errors import InvalidInput
 from harness.bench import placement as placement_mod
 from harness.bench import runner as runner_mod
 from harness.bench.metrics import OUTPUT_TOKENS_PER_S, TTFT_P50
@@ -30,10 +27,14 @@ from harness.bench.spec import (
     Claim,
     Phase,
     Plan,
+    Schedule,
     ServerVariant,
     WorkloadPlan,
     phases_for,
 )
+from harness.contract.schemas import validate_file
+from harness.errors import InvalidInput
+from harness.knobs import knob
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.models import PreparedModel
 from harness.progress import Reporter
@@ -79,17 +80,16 @@ def plan(cfg: Config, model) -> Plan:
                ServerVariant("exotic", {"extra_args": ("--refuse", "method 'eagle' is not supported on cpu")
                                         if cfg.optional_refuses else ()}, optional=True))
     arms = (Arm("slow", "main", "slow"), Arm("fast", "main", "fast"), Arm("exotic", "main", "exotic"))
-    phases, order = phases_for(arms, cfg.repeats, "concurrent")
     return Plan(workloads=(WorkloadPlan("main", "random", common),
                            WorkloadPlan("warmup", "random", Common(Arrival("closed", concurrency=1), seed=99,
                                                                    requests=1, input_tokens=8, output_tokens=2),
                                         measured=False)),
-                servers=servers, arms=arms, phases=phases, order=order, warmup="warmup",
+                servers=servers, arms=arms, schedule=phases_for(arms, cfg.repeats, "concurrent"), warmup="warmup",
                 claims=(Claim(TTFT_P50, "slow", "fast"), Claim(OUTPUT_TOKENS_PER_S, "slow", "fast", name="tok/s")),
                 reset_prefix_cache=True)
 
 
-SPEC = BenchSpec(name="99", semantic_id="INF-TEST-BENCH", title="bench-99 test", question="is fast faster?",
+SPEC = BenchSpec(name="99", semantic_id="INF-TEST-BENCH", question="is fast faster?",
                  config=Config, plan=plan, next_steps={"adopt": "a", "reject": "r", "inconclusive": "i",
                                                         "blocked": "b", "aborted": "x"})
 
@@ -166,12 +166,12 @@ def test_a_server_that_stops_answering_blocks_the_decision_and_keeps_what_comple
 
 def test_phases_say_what_they_do():
     arms = [Arm("a", "w", "s1"), Arm("b", "w", "s1"), Arm("c", "w", "s2")]
-    seq, text = phases_for(arms, 2, "sequential")
-    assert [p.servers for p in seq] == [("s1",), ("s2",)] and "not interleaved" in text
-    assert [(r, a.label) for r, a in seq[0].steps] == [(1, "a"), (1, "b"), (2, "a"), (2, "b")]
-    alt, text = phases_for(arms, 2, "alternate")
-    assert [p.name for p in alt] == ["s1-r1", "s2-r1", "s1-r2", "s2-r2"] and "alternate" in text
-    (conc,), text = phases_for(arms, 2, "concurrent")
+    seq = phases_for(arms, 2, "sequential")
+    assert [p.servers for p in seq.phases] == [("s1",), ("s2",)] and "not interleaved" in seq.protocol
+    assert [(r, a.label) for r, a in seq.phases[0].steps] == [(1, "a"), (1, "b"), (2, "a"), (2, "b")]
+    alt = phases_for(arms, 2, "alternate")
+    assert [p.name for p in alt.phases] == ["s1-r1", "s2-r1", "s1-r2", "s2-r2"] and "alternate" in alt.protocol
+    (conc,) = phases_for(arms, 2, "concurrent").phases
     assert conc.servers == ("s1", "s2") and [a.label for _, a in conc.steps] == ["a", "b", "c", "a", "b", "c"]
 
 
@@ -217,7 +217,7 @@ def test_a_server_a_phase_keeps_stays_up_and_the_others_stop_before_it_starts_mo
         phases = (Phase("p1", ("slow", "fast"), [(1, slow), (1, fast)]),
                   Phase("p2", ("slow", "exotic"), [(1, exotic), (1, slow)], keep=("slow",)),
                   Phase("p3", ("fast",), [(2, fast)], keep=("slow",)))
-        return Plan(**{**p.__dict__, "phases": phases})
+        return Plan(**{**p.__dict__, "schedule": Schedule(phases, "kept servers")})
 
     spec = BenchSpec(**{**SPEC.__dict__, "plan": kept_plan})
     out = io.StringIO()

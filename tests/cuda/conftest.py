@@ -36,7 +36,7 @@ def run_cuda(torch, tmp_path) -> Callable:
 
     def run(name: str, device: str = "cpu", **config):
         exp = get_experiment(name)
-        return run_experiment(exp, exp.config_cls(**config), device=device, out_root=tmp_path / "runs", sign=False)
+        return run_experiment(exp, exp.config(**config), device=device, out_root=tmp_path / "runs", sign=False)
 
     return run
 

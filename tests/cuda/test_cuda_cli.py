@@ -88,15 +88,15 @@ def test_a_failed_run_with_samples_is_kept_and_signed_one_without_is_removed(tor
         raise RuntimeError("nothing measured")
 
     with pytest.raises(RuntimeError, match="device lost"):
-        run_experiment(type(exp)(exp.name, exp.semantic_id, exp.summary, exp.config_cls, fail_after_samples),
-                       exp.config_cls(), device="cpu", out_root=tmp_path / "runs")
+        run_experiment(type(exp)(exp.name, exp.semantic_id, exp.help, exp.config, fail_after_samples),
+                       exp.config(), device="cpu", out_root=tmp_path / "runs")
     (kept,) = (tmp_path / "runs" / "attention").iterdir()
     run = json.loads((kept / "run.json").read_text())
     assert run["status"] == "failed" and "device lost" in run["effective"]["error"]
     assert (tmp_path / "manifests" / "INF-EXECUTION-DISPATCH" / f"{kept.name}.intoto.json").is_file()
     with pytest.raises(RuntimeError, match="nothing measured"):
-        run_experiment(type(exp)(exp.name, exp.semantic_id, exp.summary, exp.config_cls, fail_at_once),
-                       exp.config_cls(), device="cpu", out_root=tmp_path / "runs")
+        run_experiment(type(exp)(exp.name, exp.semantic_id, exp.help, exp.config, fail_at_once),
+                       exp.config(), device="cpu", out_root=tmp_path / "runs")
     assert list((tmp_path / "runs" / "attention").iterdir()) == [kept]
 
 

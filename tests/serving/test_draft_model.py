@@ -17,7 +17,7 @@ from harness.models.draft import (
     read_header,
     truncate_checkpoint,
 )
-from harness.models.prepare import STAMP_NAME, PreparedModel
+from harness.models.stamp import STAMP_NAME, PreparedModel
 
 LAYERS = 3
 

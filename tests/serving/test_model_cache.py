@@ -12,7 +12,8 @@ import pytest
 from harness.errors import InvalidInput
 from harness.ids import sha256_file
 from harness.models import find_model
-from harness.models.prepare import STAMP_NAME, _from_stamp, _hash_tree, source_for
+from harness.models.prepare import source_for
+from harness.models.stamp import STAMP_NAME, from_stamp, hash_tree
 
 
 def fake_entry(root):
@@ -21,7 +22,7 @@ def fake_entry(root):
     (path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
     (path / "model.safetensors").write_bytes(b"\0" * 4096)
     (path / "tokenizer.json").write_text('{"model": {}}')
-    files = _hash_tree(path)
+    files = hash_tree(path)
     (path / STAMP_NAME).write_text(json.dumps({
         "key": "smollm2-135m", "name": "SmolLM2-135M-Instruct", "gguf_sha256": "sha256:" + "1" * 64,
         "checkpoint_sha256": files["model.safetensors"], "tokenizer_sha256": files["tokenizer.json"], "files": files}))
@@ -52,14 +53,14 @@ def test_corrupt_file_fails_verification(tmp_path):
     with (path / "model.safetensors").open("r+b") as fh:
         fh.seek(100)
         fh.write(b"\1")
-    assert _from_stamp(path, verify=False) is not None  # sizes and names alone do not catch it
-    assert _from_stamp(path, verify=True) is None
+    assert from_stamp(path, verify=False) is not None  # sizes and names alone do not catch it
+    assert from_stamp(path, verify=True) is None
 
 
 def test_missing_file_or_stamp_is_partial(tmp_path):
     path = fake_entry(tmp_path)
     (path / "tokenizer.json").unlink()
-    assert _from_stamp(path, verify=False) is None
+    assert from_stamp(path, verify=False) is None
     assert find_model("smollm2-135m", root=tmp_path) is None
 
 

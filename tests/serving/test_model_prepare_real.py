@@ -9,7 +9,7 @@ import pytest
 from harness.errors import InfkitError
 from harness.ids import sha256_file
 from harness.models import ensure_model
-from harness.models.prepare import STAMP_NAME
+from harness.models.stamp import STAMP_NAME
 from harness.runtime.serving_env import ensure_serving_env
 from tests.conftest import require_or_skip
 

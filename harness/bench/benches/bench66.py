@@ -16,10 +16,9 @@ rate is within --tolerance of offered and whose P99 TTFT stays under
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from harness.knobs import knob
-from harness.errors import InvalidInput
+from harness.bench.lib.sweep import LoadSweep
 from harness.bench.metrics import (
     E2E_P50,
     E2E_P99,
@@ -35,10 +34,12 @@ from harness.bench.spec import (
     BenchSpec,
     Phase,
     Plan,
+    Schedule,
     ServerVariant,
-    WorkloadPlan,
 )
-from harness.bench.lib.sweep import LoadSweep
+from harness.errors import InvalidInput
+from harness.knobs import knob
+from harness.models import PreparedModel
 from harness.workload import Arrival, Common
 
 
@@ -73,17 +74,15 @@ def request_list(cfg: Config, seed: int) -> Common:
                   output_range=cfg.length_range)
 
 
-def plan(cfg: Config, model) -> Plan:
-    warm = replace(request_list(cfg, cfg.seed + 10_000), requests=cfg.warmup_requests)
-    workloads = (WorkloadPlan("warmup", "random", warm, measured=False),) if cfg.warmup_requests else ()
+def plan(cfg: Config, model: PreparedModel) -> Plan:
     sweep = LoadSweep(request_list(cfg, cfg.seed), "baseline", cfg.repeats, cfg.rates, cfg.rate_fractions,
                       cfg.concurrencies, cfg.probe_concurrency, cfg.tolerance, cfg.ttft_factor,
                       label=f"{cfg.dtype} baseline", facts=(("dtype", cfg.dtype),),
                       title=f"bench-66 INF-FLOAT-BASELINE ({cfg.dtype}): latency vs throughput")
     phase = Phase("sweep", ("baseline",), sweep.steps, planned_steps=sweep.planned_steps)
-    return Plan(workloads=workloads, servers=(ServerVariant("baseline", {"dtype": cfg.dtype}),), arms=(),
-                phases=(phase,), read=sweep.read, warmup="warmup" if cfg.warmup_requests else None,
-                order="one server start; load levels in rounds low to high, repeated",
+    return Plan(workloads=(), servers=(ServerVariant("baseline", {"dtype": cfg.dtype}),), arms=(),
+                schedule=Schedule((phase,), "one server start; load levels in rounds low to high, repeated"),
+                read=sweep.read, warmup=request_list(cfg, cfg.seed),
                 run_label=f"{cfg.dtype} latency-throughput sweep",
                 columns=(TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, E2E_P50, E2E_P99, REQUEST_RATE, OUTPUT_TOKENS_PER_S),
                 notes=("every level replays the same request list (same seeds); only the arrival process differs",
@@ -91,9 +90,9 @@ def plan(cfg: Config, model) -> Plan:
 
 
 SPEC = BenchSpec(
-    name="66", semantic_id="INF-FLOAT-BASELINE", title="bench-66 INF-FLOAT-BASELINE",
+    name="66", semantic_id="INF-FLOAT-BASELINE",
     question="what does this model on this backend deliver as load grows?", config=Config, plan=plan,
-    doc=__doc__ or "", outputs=("latency_throughput.png",),
+    outputs=("latency_throughput.png",),
     next_steps={
         "inconclusive": "cite this run's manifest as the baseline of later benches; rerun with RATES=... around the "
                         "saturation point for a finer curve",

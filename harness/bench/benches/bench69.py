@@ -11,10 +11,8 @@ not interleaved, evidence. The claim is B vs A on median TTFT; C must show no ga
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from harness.knobs import knob
-from harness.errors import InvalidInput
 from harness.bench.metrics import (
     E2E_P50,
     OUTPUT_TOKENS_PER_S,
@@ -34,6 +32,9 @@ from harness.bench.spec import (
     WorkloadPlan,
     phases_for,
 )
+from harness.errors import InvalidInput
+from harness.knobs import knob
+from harness.models import PreparedModel
 from harness.workload import Arrival, Common
 
 UNIQUE, SHARED, CONTROL = "unique-prefix/cache-on", "shared-prefix/cache-on", "shared-prefix/cache-off"
@@ -56,16 +57,13 @@ class Config(BenchConfig):
             raise InvalidInput(f"prefix + suffix + output tokens exceed --max-model-len {self.max_model_len}")
 
 
-def plan(cfg: Config, model) -> Plan:
+def plan(cfg: Config, model: PreparedModel) -> Plan:
     common = Common(arrival=Arrival("closed", concurrency=cfg.concurrency), seed=cfg.seed,
                     input_tokens=cfg.prefix_tokens + cfg.suffix_tokens, output_tokens=cfg.output_tokens)
     shape = {"groups": cfg.groups * cfg.scale, "prompts_per_group": cfg.prompts_per_group,
              "prefix_tokens": cfg.prefix_tokens, "suffix_tokens": cfg.suffix_tokens}
     workloads = [WorkloadPlan("shared-prefix", "shared-prefix", common, shape),
                  WorkloadPlan("unique-prefix", "unique-prefix", common, shape)]
-    if cfg.warmup_requests:  # another seed: warm-up can never prime the measured prefixes
-        workloads.append(WorkloadPlan("warmup", "unique-prefix", replace(common, seed=cfg.seed + 10_000),
-                                      dict(shape, groups=1, prompts_per_group=cfg.warmup_requests), measured=False))
     servers = [ServerVariant("cache-on", {"prefix_caching": True})]
     arms = [Arm(UNIQUE, "unique-prefix", "cache-on"), Arm(SHARED, "shared-prefix", "cache-on")]
     controls = []
@@ -73,18 +71,16 @@ def plan(cfg: Config, model) -> Plan:
         servers.append(ServerVariant("cache-off", {"prefix_caching": False}))
         arms.append(Arm(CONTROL, "shared-prefix", "cache-off"))
         controls.append(Claim(TTFT_P50, UNIQUE, CONTROL, name="cache-off"))
-    phases, order = phases_for(arms, cfg.repeats, "sequential")
-    return Plan(workloads=tuple(workloads), servers=tuple(servers), arms=tuple(arms), phases=phases, order=order,
+    return Plan(workloads=tuple(workloads), servers=tuple(servers), arms=tuple(arms),
+                schedule=phases_for(arms, cfg.repeats, "sequential"),
                 claims=(Claim(TTFT_P50, UNIQUE, SHARED),), controls=tuple(controls), run_label=f"{SHARED} vs {UNIQUE}",
-                warmup="warmup" if cfg.warmup_requests else None,
                 columns=(TTFT_P50, TTFT_P95, TPOT_P50, E2E_P50, OUTPUT_TOKENS_PER_S, PREFIX_HIT_RATE, PEAK_MEMORY_GIB),
                 notes=("warm-up requests use their own workload and are not measured",
                        "the prefix cache is reset before every arm run"))
 
 
 SPEC = BenchSpec(
-    name="69", semantic_id="INF-PREFIX-CACHE", title="bench-69 INF-PREFIX-CACHE",
-    question="does prefix reuse cut TTFT?", config=Config, plan=plan, doc=__doc__ or "",
+    name="69", semantic_id="INF-PREFIX-CACHE", question="does prefix reuse cut TTFT?", config=Config, plan=plan,
     next_steps={
         "adopt": "keep prefix caching on for shared-prefix traffic; confirm on the GPU image (make bench-69 GPU=0)",
         "reject": "prefix caching slowed TTFT here: check the hit rates and server logs before trusting it",

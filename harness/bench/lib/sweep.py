@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 from tabulate import tabulate
 
-from harness.bench.analysis import Reading, blocked_reading
-from harness.bench.arms import ArmRun
+from harness.bench.analysis import blocked_reading
 from harness.bench.metrics import (
     E2E_P50,
     E2E_P99,
@@ -32,6 +31,7 @@ from harness.bench.metrics import (
     TTFT_P50,
     TTFT_P99,
 )
+from harness.bench.records import ArmRun, Reading
 from harness.bench.spec import Arm, History, Step, WorkloadPlan
 from harness.workload import Arrival, Common
 
@@ -232,7 +232,7 @@ class LoadSweep:
         figures = {"latency_throughput.png": lambda path: curve_png(points, path, title=self.title, saturated=best)}
         blocked = blocked_reading(history, None, self.repeats)
         if blocked is not None:
-            blocked.details, blocked.lines, blocked.figures, blocked.kind = details, lines, figures, "sweep"
+            blocked = replace(blocked, details=details, lines=tuple(lines), figures=figures, kind="sweep")
             return blocked
         return Reading(evidence_level="repeated" if self.repeats >= 3 and best is not None else "single",
                        decision="inconclusive", summary=summary, repeats=self.repeats, details=details, lines=lines,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.knobs import knob
 from harness.errors import InvalidInput
+from harness.knobs import knob
 from harness.mech import MechConfig
 
 

@@ -165,10 +165,10 @@ def live_target(cfg: CalibrateConfig, run_dir: Path, progress: Progress = print)
         yield _given_target(cfg)
         return
     from harness.backends import BackendConfig, get_backend
-    from harness.serving.session import server_session
     from harness.models import ensure_model
     from harness.runtime.base import get_runtime
     from harness.runtime.local import free_port
+    from harness.serving.session import server_session
 
     model = ensure_model(MODEL_KEY, progress=progress)
     backend = get_backend("vllm-cpu")

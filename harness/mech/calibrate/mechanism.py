@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract import Conclusion, Correctness, Performance
+from harness.contract.distribution import distribution_ms
 from harness.mech import Mechanism
 from harness.mech.batching import workload_info
 from harness.mech.calibrate.config import CalibrateConfig
@@ -35,7 +36,6 @@ from harness.mech.engine.types import EngineConfig
 from harness.mech.engine.workload import SimWorkload, SyntheticSpec, read_workload, synthetic
 from harness.mech.output import MechOutput, save_figure, table
 from harness.report.plots import pyplot
-from harness.contract.distribution import distribution_ms
 
 # A CPU-server-like ground truth for the self-check (SmolLM2-135M-scale step times).
 SELF_CHECK_TRUTH = StepCostModel(base_ms=8.0, prefill_ms_per_token=0.4, prefill_ms_per_kilopair=0.05,

@@ -6,8 +6,8 @@ from collections import Counter
 from typing import Any
 
 from harness.contract import Correctness, Performance
-from harness.mech.engine.types import EngineRun, SimRequestRecord
 from harness.contract.distribution import distribution_ms
+from harness.mech.engine.types import EngineRun, SimRequestRecord
 
 SIMULATED = "simulated ms from the step-cost model"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.knobs import knob
 from harness.contract import Conclusion, Correctness, Performance
+from harness.knobs import knob
 from harness.mech import Mechanism, MechConfig
 from harness.mech.output import MechOutput, no_workload, save_figure, table
 from harness.mech.specdec.formulas import (

@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 import json
 
-from harness.contract.schemas import validate_file
 from harness.bench.benches.bench66 import SPEC, Config
-from harness.bench.runner import run_bench
 from harness.bench.lib.sweep import LoadPoint, saturation
+from harness.bench.runner import run_bench
+from harness.contract.schemas import validate_file
 from harness.progress import Reporter
 from tests.bench.test_bench_runner import bench_env  # noqa: F401  (fixtures)
 

@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 
 from harness.backends.base import BackendConfig
-from harness.contract.schemas import validate_file
 from harness.bench import placement as placement_mod
 from harness.bench import runner as runner_mod
 from harness.bench.benches.bench68 import SPEC, Config
+from harness.contract.schemas import validate_file
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.models import PreparedModel
 from harness.progress import Reporter
 from harness.runtime.base import ServerSpec
-from tests.bench.test_bench_runner import FakeBackend
 from tests.bench.benches.test_speculative import SMOLLM2
+from tests.bench.test_bench_runner import FakeBackend
 from tests.tiny_tokenizer import session_tokenizer
 
 

@@ -10,15 +10,15 @@ import pytest
 
 from harness.backends.base import BackendConfig
 from harness.backends.vllm import VllmBackend
-from harness.errors import InvalidInput
 from harness.bench.benches.bench68 import SPEC, Config
 from harness.bench.benches.bench68.arms import cited_proposal
+from harness.errors import InvalidInput
 from harness.manifest.sign import default_manifest_path
-from harness.models.prepare import PreparedModel
+from harness.models.stamp import PreparedModel
 from harness.rundir.directory import RunDirectory
 from harness.runtime.docker import mounts_for
-from tests.bench_runs import assert_bench_refuses
 from tests.bench.benches.test_speculative import SMOLLM2
+from tests.bench_runs import assert_bench_refuses
 
 
 @pytest.fixture
@@ -37,7 +37,8 @@ def speculative_config(variant) -> dict:
 
 
 def test_plan_pairs_every_variant_with_a_baseline_kept_up(model):
-    plan = SPEC.plan(Config(draft_layers=0), model)
+    cfg = Config(draft_layers=0)
+    plan = SPEC.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
     plan.check()
     assert [s.name for s in plan.servers] == ["off", "ngram-k2", "ngram-k4", "self-draft"]
     assert all(s.optional for s in plan.servers[1:]) and not plan.servers[0].optional

@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 
 from harness.backends.base import VLLM_EFFECTIVE_KEYS, BackendConfig
-from harness.contract.schemas import validate_file
 from harness.bench import placement as placement_mod
 from harness.bench import runner as runner_mod
 from harness.bench.benches.bench70 import SPEC, Config
+from harness.contract.schemas import validate_file
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.progress import Reporter
 from harness.runtime.base import ServerSpec
-from tests.bench_runs import assert_bench_refuses
 from tests.bench.test_bench_runner import FakeBackend, bench_env  # noqa: F401 (fixtures)
+from tests.bench_runs import assert_bench_refuses
 
 ENGINE = Path(__file__).parents[1] / "fake_engine.py"
 
@@ -114,8 +114,8 @@ def test_bad_bench70_flags_are_one_line_and_leave_nothing(tmp_path, args, expect
 
 
 def test_a_cited_calibration_run_drives_the_predictions_and_an_edited_one_is_refused(tmp_path, monkeypatch):
-    from harness.errors import InvalidInput
     from harness.bench.benches.bench70.predict import cited_cost_model
+    from harness.errors import InvalidInput
     from tests.bench_runs import env_for, infkit
 
     monkeypatch.setenv("INFKIT_SIGNING_KEY", str(tmp_path / "keys" / "signing.pem"))

@@ -12,11 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.backends import BackendConfig, get_backend
-from harness.client.records import RequestRecord
-from harness.contract import Effect
-from harness.errors import InvalidInput
 from harness.bench.analysis import ClaimResult
-from harness.bench.arms import ArmRun
 from harness.bench.benches import bench72
 from harness.bench.benches.bench72.candidates import (
     GIB,
@@ -36,10 +32,14 @@ from harness.bench.benches.bench72.capacity import (
     verdict,
 )
 from harness.bench.benches.bench72.decision import decide
+from harness.bench.lib.search import Capacity, Probe
 from harness.bench.metrics import TTFT_P99
 from harness.bench.placement import Placement
-from harness.bench.lib.search import Capacity, Probe
+from harness.bench.records import ArmRun
 from harness.bench.spec import Claim
+from harness.client.records import RequestRecord
+from harness.contract import Effect
+from harness.errors import InvalidInput
 from harness.models import PreparedModel
 from tests.bench_runs import assert_bench_refuses
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from harness.backends.base import BackendConfig
-from harness.contract.schemas import validate_file
 from harness.bench import placement as placement_mod
 from harness.bench import runner as runner_mod
 from harness.bench.benches import bench66, bench72
+from harness.contract.schemas import validate_file
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.models import PreparedModel
 from harness.progress import Reporter

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from harness.backends.vllm import VllmBackend
-from harness.knobs import check_config
-from harness.contract.schemas import validate_file
-from harness.errors import InvalidInput
-from harness.bench.benches.bench81 import parallel as dist
 from harness.bench import runner as runner_mod
 from harness.bench.benches.bench81 import SPEC, Config
+from harness.bench.benches.bench81 import parallel as dist
+from harness.contract.schemas import validate_file
+from harness.errors import InvalidInput
+from harness.knobs import check_config
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.progress import Reporter
 from tests.bench.test_bench_runner import FakeBackend, bench_env  # noqa: F401

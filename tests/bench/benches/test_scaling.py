@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from harness.backends.layouts import node_args
-from harness.bench.arms import ArmRun
 from harness.bench.benches.bench81.scaling import layout_scaling, ratio_of_means, scaling_table
+from harness.bench.records import ArmRun
 
 
 def run(label: str, repeat: int, tok_s: float, status: str = "length") -> ArmRun:

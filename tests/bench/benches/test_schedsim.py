@@ -9,9 +9,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from harness.client.records import RequestRecord as Record
-from harness.bench.arms import ArmRun
-from harness.bench.metrics import RUNNING_MEAN
 from harness.bench.benches.bench70.predict import (
     CostModel,
     engine_from,
@@ -28,7 +25,10 @@ from harness.bench.benches.bench70.reading import (
     static_signature,
     under_use,
 )
+from harness.bench.metrics import RUNNING_MEAN
+from harness.bench.records import ArmRun
 from harness.bench.spec import History
+from harness.client.records import RequestRecord as Record
 from harness.mech.calibrate.plan import profiling_plan, synthetic_measurements
 from harness.mech.engine.costmodel import StepCostModel
 from harness.mech.engine.types import EngineConfig, SimRequestRecord
@@ -174,12 +174,11 @@ def test_the_prediction_table_states_predicted_measured_and_error():
 
 
 def test_check_applied_names_requested_effective_and_the_engines_reason():
-    from harness.bench.runner import NotApplied, check_applied
-    from harness.bench.spec import ServerVariant
+    from harness.serving.session import NotApplied, check_applied
 
     backend = SimpleNamespace(name="vllm-cpu", effective_path="/server_info",
                               override_reasons={"scheduler_config.async_scheduling": "forced off on CPU"})
-    variant = ServerVariant("overlap", expect={"scheduler_config.async_scheduling": True})
+    variant = {"scheduler_config.async_scheduling": True}
     check_applied(variant, SimpleNamespace(backend=backend, effective={"scheduler_config.async_scheduling": True}))
     with pytest.raises(NotApplied, match=r"requested scheduler_config.async_scheduling=True, the engine runs "
                                          r"scheduler_config.async_scheduling=False .*: forced off on CPU"):

@@ -7,12 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.client.records import RequestRecord
-from harness.contract import Effect
 from harness.bench.analysis import ClaimResult
-from harness.bench.arms import ArmRun
-from harness.bench.metrics import ACCEPTANCE_RATE, E2E_P50, MEAN_ACCEPTANCE_LENGTH
-from harness.bench.spec import Arm, Claim, History
 from harness.bench.benches.bench68.acceptance import (
     Agreement,
     agreement,
@@ -23,6 +18,11 @@ from harness.bench.benches.bench68.acceptance import (
 )
 from harness.bench.benches.bench68.arms import paired_steps
 from harness.bench.benches.bench68.table import Row, decide_top, row_lines
+from harness.bench.metrics import ACCEPTANCE_RATE, E2E_P50, MEAN_ACCEPTANCE_LENGTH
+from harness.bench.records import ArmRun
+from harness.bench.spec import Arm, Claim, History
+from harness.client.records import RequestRecord
+from harness.contract import Effect
 from harness.mech.specdec.formulas import expected_tokens
 
 SMOLLM2 = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3,

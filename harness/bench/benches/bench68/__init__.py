@@ -22,11 +22,16 @@ output identity per request against the baseline; acceptance from vllm:spec_deco
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from harness.knobs import knob
-from harness.errors import InvalidInput
+from harness.bench.benches.bench68.arms import (
+    SpecArm,
+    cited_proposal,
+    paired_steps,
+    read_speculative,
+    spec_arms,
+)
 from harness.bench.metrics import (
     ACCEPTANCE_RATE,
     E2E_P50,
@@ -43,16 +48,13 @@ from harness.bench.spec import (
     Claim,
     Phase,
     Plan,
+    Schedule,
     ServerVariant,
     WorkloadPlan,
 )
-from harness.bench.benches.bench68.arms import (
-    SpecArm,
-    cited_proposal,
-    paired_steps,
-    read_speculative,
-    spec_arms,
-)
+from harness.errors import InvalidInput
+from harness.knobs import knob
+from harness.models import PreparedModel
 from harness.workload import Arrival, Common
 
 WORKLOADS = ("copy", "random")
@@ -95,15 +97,12 @@ class Config(BenchConfig):
                 raise InvalidInput(f"--{name.replace('_', '-')} {path}: no such directory")
 
 
-def plan(cfg: Config, model) -> Plan:
+def plan(cfg: Config, model: PreparedModel) -> Plan:
     citation = cited_proposal(cfg.proposal_manifest, Path.cwd())
     arms: list[SpecArm] = spec_arms(cfg, model)
     common = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed, requests=cfg.requests * cfg.scale,
                     input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens)
     workloads = [WorkloadPlan(w, w, common) for w in WORKLOADS]
-    if cfg.warmup_requests:  # another seed: nothing measured is served during warm-up
-        workloads.append(WorkloadPlan("warmup", "random", replace(common, seed=cfg.seed + 10_000,
-                                                                  requests=cfg.warmup_requests), measured=False))
     common_settings = {"kv_cache_space_gib": cfg.kv_cache_space_gib, "dtype": cfg.dtype}
     base = ServerVariant("off", common_settings)
     servers, bench_arms, phases, claims = [base], [], [], []
@@ -118,11 +117,11 @@ def plan(cfg: Config, model) -> Plan:
                    for b, s in pairs for m in (E2E_P50, TPOT_P50)]
     if not arms:
         raise InvalidInput("no speculative arm to run: set --ngram-tokens, --draft-layers, --self-draft or a GPU arm")
-    return Plan(workloads=tuple(workloads), servers=tuple(servers), arms=tuple(bench_arms), phases=tuple(phases),
-                claims=tuple(claims), read=read_speculative(cfg, arms, citation),
-                warmup="warmup" if cfg.warmup_requests else None, run_label="speculative decoding vs off",
-                order="the baseline server stays up; each speculative variant is started in turn next to it and "
-                      "its arms interleave with a baseline arm on the same workload, order alternating per repeat",
+    schedule = Schedule(tuple(phases), "the baseline server stays up; each speculative variant is started in turn "
+                        "next to it and its arms interleave with a baseline arm on the same workload, order "
+                        "alternating per repeat")
+    return Plan(workloads=tuple(workloads), servers=tuple(servers), arms=tuple(bench_arms), schedule=schedule,
+                claims=tuple(claims), read=read_speculative(cfg, arms, citation), run_label="speculative decoding vs off",
                 columns=(TTFT_P50, TPOT_P50, ITL_P50, E2E_P50, OUTPUT_TOKENS_PER_S, ACCEPTANCE_RATE,
                          MEAN_ACCEPTANCE_LENGTH),
                 notes=("greedy (temperature 0) with ignore_eos: every request generates exactly --output-tokens",
@@ -131,8 +130,8 @@ def plan(cfg: Config, model) -> Plan:
 
 
 SPEC = BenchSpec(
-    name="68", semantic_id="INF-SPECULATIVE-BENCH", title="bench-68 INF-SPECULATIVE-BENCH",
-    question="does speculative decoding pay, and where?", config=Config, plan=plan, doc=__doc__ or "",
+    name="68", semantic_id="INF-SPECULATIVE-BENCH", question="does speculative decoding pay, and where?",
+    config=Config, plan=plan,
     outputs=("e2e_cdf.png",),
     next_steps={
         "adopt": "serve the adopted configuration for that traffic only; confirm on the GPU image "

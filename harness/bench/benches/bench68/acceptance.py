@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.bench.arms import ArmRun, completed_runs
+from harness.bench.records import ArmRun, completed_runs
 from harness.mech.specdec.formulas import (
     expected_tokens,
     expected_tokens_positional,

@@ -13,23 +13,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.contract import Failure
-from harness.contract.schemas import validate_document
-from harness.errors import InvalidInput
-from harness.bench.analysis import (
-    Reading,
-    arm_values,
-    blocked_reading,
-    claim_effect,
-    claim_figures,
-)
-from harness.bench.lib.citations import Citation, cite, latest_manifest
-from harness.bench.metrics import E2E_P50, TPOT_P50
-from harness.bench.spec import Arm, Claim, History, Plan, Step
+from harness.bench.analysis import arm_values, blocked_reading, claim_effect, claim_figures
 from harness.bench.benches.bench68.acceptance import (
     agreement,
     draft_cost_ratio,
@@ -38,6 +26,13 @@ from harness.bench.benches.bench68.acceptance import (
     reference_outputs,
 )
 from harness.bench.benches.bench68.table import Row, decide_top, row_lines
+from harness.bench.lib.citations import Citation, cite, latest_manifest
+from harness.bench.metrics import E2E_P50, TPOT_P50
+from harness.bench.records import Reading
+from harness.bench.spec import Arm, Claim, History, Plan, Step
+from harness.contract import Failure
+from harness.contract.schemas import validate_document
+from harness.errors import InvalidInput
 from harness.mech.specdec.formulas import get_topology
 from harness.bench.placement import planning_only
 from harness.models.draft import draft_dir, ensure_draft
@@ -194,7 +189,7 @@ def read_speculative(cfg: Any, arms: Sequence[SpecArm],
         figures = claim_figures(history, Plan((), (), (), (), claims=cdf), "bench-68 INF-SPECULATIVE-BENCH")
         blocked = blocked_reading(history, None, cfg.repeats)
         if blocked is not None:
-            blocked.details, blocked.lines, blocked.figures, blocked.quality = details, lines, figures, top.quality
+            blocked = replace(blocked, details=details, lines=tuple(lines), figures=figures, quality=top.quality)
             return blocked
         failure = None
         if top.mismatched:

@@ -12,9 +12,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness.contract import Effect
 from harness.bench.analysis import ClaimResult
 from harness.bench.benches.bench68.acceptance import Acceptance, Agreement, Prediction
+from harness.contract import Effect
 
 RULE = ("per workload x speculative variant, the paired E2E p50 ratio (variant / baseline measured alongside) "
         "decides: adopt only when its 95% interval lies below 1 with >= 3 paired repeats and the variant's greedy "

@@ -22,13 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.bench.placement import resolve_placement
-from harness.knobs import knob
-from harness.errors import InvalidInput
 from harness.bench import metrics as m
-from harness.mech.calibrate.live import plan_trace
 from harness.bench.benches.bench70.predict import cited_cost_model
 from harness.bench.benches.bench70.reading import SchedulerReading
+from harness.bench.placement import resolve_placement
 from harness.bench.spec import (
     Arm,
     BenchConfig,
@@ -41,7 +38,11 @@ from harness.bench.spec import (
     WorkloadPlan,
     phases_for,
 )
+from harness.errors import InvalidInput
+from harness.knobs import knob
+from harness.mech.calibrate.live import plan_trace
 from harness.mech.calibrate.plan import profiling_plan
+from harness.models import PreparedModel
 from harness.workload import HIGH_PRIORITY, NORMAL_PRIORITY, Arrival, Common
 
 GROUPS = ("static", "limits", "chunk", "policy", "overlap")
@@ -149,34 +150,32 @@ def groups(cfg: Config) -> dict[str, tuple[tuple[Arm, ...], tuple[Claim, ...]]]:
     }
 
 
-def plan(cfg: Config, model) -> Plan:
+def plan(cfg: Config, model: PreparedModel) -> Plan:
     lengths = dict(requests=cfg.requests * cfg.scale, input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens,
                    input_range=cfg.input_range, output_range=cfg.output_range,
                    high_priority_fraction=cfg.high_priority_fraction)
     bursty = Common(Arrival("gamma", rate_rps=cfg.rate_rps, burstiness=cfg.burstiness), seed=cfg.seed, **lengths)
     workloads = [WorkloadPlan("bursty", "random", bursty),  # the closed twin: same requests, arrivals by slot
                  WorkloadPlan("closed", "random", replace(bursty, arrival=Arrival("closed", concurrency=cfg.concurrency)))]
-    if cfg.warmup_requests:
-        workloads.append(WorkloadPlan("warmup", "random", Common(Arrival("closed", concurrency=1), seed=cfg.seed + 10_000,
-                                      requests=cfg.warmup_requests, input_tokens=64, output_tokens=8), measured=False))
     chosen = {g: groups(cfg)[g] for g in GROUPS if g in cfg.comparisons}
     poll = {"gauge_interval_s": cfg.gauge_interval_s}
     arms = tuple(replace(a, client={**a.client, **poll}) for a in
                  {a.label: a for g in chosen.values() for a in g[0]}.values())
     servers = variants(cfg, resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend)
-    phases, order = phases_for(arms, cfg.repeats, cfg.order)  # type: ignore[arg-type]
+    schedule = phases_for(arms, cfg.repeats, cfg.order)  # type: ignore[arg-type]
     cited = cited_cost_model(cfg.cost_model_manifest, Path(".")) if cfg.cost_model_manifest else None
     if cited is None:  # the calibration arm opens the first phase, on its first server
         trace = InputFile("calibration-trace.jsonl", plan_trace(profiling_plan(1, cfg.calibration_gap_s)))
         workloads.append(WorkloadPlan(CALIBRATION, "trace", Common(Arrival("trace"), seed=cfg.seed), {"trace": trace}))
-        first = phases[0]
-        phases = (Phase(first.name, first.servers, [(1, Arm(CALIBRATION, CALIBRATION, first.servers[0], poll))] +
-                        list(first.steps)), *phases[1:])
+        first = schedule.phases[0]
+        calibrated = Phase(first.name, first.servers, [(1, Arm(CALIBRATION, CALIBRATION, first.servers[0], poll)),
+                                                       *first.steps])
+        schedule = replace(schedule, phases=(calibrated, *schedule.phases[1:]))
     modes = {a.label: "barrier" if a.client.get("batch_barrier") else "closed" if a.workload == "closed" else "open"
              for a in arms}
     base = Plan(workloads=tuple(workloads), servers=tuple(servers[s] for s in dict.fromkeys(a.server for a in arms)),
-                arms=arms, phases=phases, order=order, claims=tuple(c for g in chosen.values() for c in g[1]),
-                warmup="warmup" if cfg.warmup_requests else None, run_label="scheduler settings on bursty traffic",
+                arms=arms, schedule=schedule, claims=tuple(c for g in chosen.values() for c in g[1]),
+                run_label="scheduler settings on bursty traffic",
                 columns=(m.TTFT_P50, m.TTFT_P99, m.TPOT_P50, m.TPOT_P99, m.E2E_P50, m.E2E_P99, m.QUEUE_WAIT_P50,
                          m.SERVER_QUEUE_MEAN, m.RUNNING_MEAN, m.WAITING_MEAN, m.OUTPUT_TOKENS_PER_S, m.PREEMPTIONS),
                 notes=("open arms replay one bursty request list; static/continuous replay the same requests in a "
@@ -190,9 +189,9 @@ def plan(cfg: Config, model) -> Plan:
 
 
 SPEC = BenchSpec(
-    name="70", semantic_id="INF-SERVING-SCHEDULER", title="bench-70 INF-SERVING-SCHEDULER",
+    name="70", semantic_id="INF-SERVING-SCHEDULER",
     question="which batching/selection settings serve this traffic best?", config=Config, plan=plan,
-    doc=__doc__ or "", outputs=("occupancy.png",),
+    outputs=("occupancy.png",),
     next_steps={
         "adopt": "continuous batching serves this traffic better than static batches; read each comparison's "
                  "decision for the limits, the chunk and the policy, and the simulator's error per arm",

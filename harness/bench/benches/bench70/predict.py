@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.errors import InvalidInput
 from harness.bench.lib.citations import cite
+from harness.contract.distribution import PERCENTILE_METHOD
+from harness.errors import InvalidInput
 from harness.mech.calibrate.fitting import fit_to_measurements
 from harness.mech.calibrate.plan import profiling_plan, read_measured
 from harness.mech.engine.blocks import PlainPool
@@ -38,7 +39,6 @@ from harness.mech.engine.engine import Engine, validate
 from harness.mech.engine.simulate import run_continuous
 from harness.mech.engine.types import EngineConfig, Seq, SimRequestRecord
 from harness.mech.engine.workload import SimWorkload, read_workload
-from harness.contract.distribution import PERCENTILE_METHOD
 
 MODES = ("open", "closed", "barrier")
 

@@ -23,9 +23,15 @@ from typing import Any
 import numpy as np
 from tabulate import tabulate
 
-from harness.errors import InvalidInput
-from harness.bench.analysis import Reading, claim_figures, read_claims
-from harness.bench.arms import ArmRun, arm_dir, completed_runs
+from harness.bench.analysis import claim_figures, read_claims
+from harness.bench.arms import arm_dir
+from harness.bench.benches.bench70.predict import (
+    CostModel,
+    engine_from,
+    error,
+    fit_from_profile,
+    predict,
+)
 from harness.bench.metrics import (
     E2E_P50,
     QUEUE_WAIT_P50,
@@ -36,8 +42,9 @@ from harness.bench.metrics import (
     TTFT_P99,
     priority_class,
 )
-from harness.bench.benches.bench70.predict import CostModel, engine_from, error, fit_from_profile, predict
+from harness.bench.records import ArmRun, Reading, completed_runs
 from harness.bench.spec import History, Plan
+from harness.errors import InvalidInput
 from harness.serving.measure import GAUGES_FILE, REQUESTS_FILE
 
 COMPARED = (TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, RUNNING_MEAN)
@@ -63,29 +70,28 @@ class SchedulerReading:
     def __call__(self, history: History) -> Reading:
         cfg = history.cfg
         reading = read_claims(history, self.plan, seed=cfg.seed, resamples=cfg.resamples, repeats=cfg.repeats)
-        reading.figures.update(claim_figures(history, self.plan, self.title))
         cost, why = self.cost_model(history)
         predictions = {label: self.prediction(history, label, mode, cost)
                        for label, mode in self.modes.items() if cost and completed_runs(history.runs, label)}
-        reading.lines += ["", "predicted (simulator, calibrated step costs) vs measured, error = predicted/measured - 1:",
-                          prediction_table(predictions) if predictions else f"no prediction: {why}"]
+        lines = ["", "predicted (simulator, calibrated step costs) vs measured, error = predicted/measured - 1:",
+                 prediction_table(predictions) if predictions else f"no prediction: {why}"]
         details: dict[str, Any] = {"cost_model": cost.to_dict() if cost else None, "predictions": predictions,
                                    "pd_disaggregation": {"served": False, "note": PD_NOTE}}
         if not cost:
             details["prediction_missing"] = why
         if self.policy_pair and self.classes:
             table, details["priority_classes"] = class_table(history, self.policy_pair, self.classes, predictions)
-            reading.lines += ["", "per priority class (FCFS vs priority policy):", table]
+            lines += ["", "per priority class (FCFS vs priority policy):", table]
         if self.static_pair:
             details["static_signature"] = signature = static_signature(history, *self.static_pair, self.concurrency)
-            reading.lines += ["", signature["text"]]
-        reading.lines += ["", PD_NOTE]
-        reading.details.update(details)
+            lines += ["", signature["text"]]
+        lines += ["", PD_NOTE]
+        figures = dict(claim_figures(history, self.plan, self.title))
         labels = [label for label in self.modes if completed_runs(history.runs, label)]
         if labels:
-            reading.figures["occupancy.png"] = lambda path: occupancy_png(history, labels, predictions, path,
-                                                                          title=f"{self.title}: occupancy over time")
-        return reading
+            figures["occupancy.png"] = lambda path: occupancy_png(history, labels, predictions, path,
+                                                                  title=f"{self.title}: occupancy over time")
+        return reading.with_lines(*lines).with_details(**details).with_figures(figures)
 
     def cost_model(self, history: History) -> tuple[CostModel | None, str]:
         if self.cited is not None:

@@ -19,20 +19,21 @@ Read: the decision record (harness/bench/benches/bench72/decision.py states the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from harness.knobs import knob
-from harness.errors import InvalidInput
 from harness.bench.benches.bench72.candidates import cpu_candidates, gpu_candidates, parameter_count
 from harness.bench.benches.bench72.capacity import Campaign, cited_light_load
-from harness.bench.lib.citations import cite_choice
 from harness.bench.benches.bench72.decision import deployment_reading
+from harness.bench.lib.citations import cite_choice
 from harness.bench.metrics import E2E_P99, PEAK_MEMORY_GIB, REQUEST_RATE, TPOT_P99, TTFT_P99
 from harness.bench.devices import alone
 from harness.bench.placement import planning_only, resolve_placement
+from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, Schedule
+from harness.errors import InvalidInput
+from harness.knobs import knob
+from harness.models import PreparedModel
 from harness.runtime.base import parse_gpus
-from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, WorkloadPlan
 from harness.rundir.fingerprint import gpu_info
 from harness.workload import Arrival
 
@@ -101,7 +102,7 @@ def device_bytes(cfg: Config) -> int:
     return gpus[index]["memory_total_bytes"]
 
 
-def plan(cfg: Config, model) -> Plan:
+def plan(cfg: Config, model: PreparedModel) -> Plan:
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
     mappings: dict = {}
     if placement.backend in ("vllm", "sglang"):
@@ -119,16 +120,14 @@ def plan(cfg: Config, model) -> Plan:
     one = (cfg.servers_up if cfg.servers_up != "auto" else "one" if mappings else "two") == "one"
     phase = Phase("searches and duel", tuple(names), campaign.steps, still_needed=alone if one else campaign.keep,
                   planned_steps=len(names) * (cfg.max_probes - 2) + 2 * cfg.repeats)
-    warm = replace(campaign.request_list(Arrival("closed", concurrency=1), seed=cfg.seed + 10_000),
-                   requests=cfg.warmup_requests)
+    protocol = ("each candidate searched on its own server start" + ("" if one else ", the best so far kept up") +
+                "; the top two interleaved (A B / B A) at the leader's capacity" +
+                (" across restarts" if one else " on live servers"))
     return Plan(
-        workloads=(WorkloadPlan("warmup", "random", warm, measured=False),) if cfg.warmup_requests else (), servers=tuple(c.variant() for c in candidates), arms=(),
-        phases=(phase,), warmup="warmup" if cfg.warmup_requests else None,
+        workloads=(), servers=tuple(c.variant() for c in candidates), arms=(), schedule=Schedule((phase,), protocol),
+        warmup=campaign.request_list(Arrival("closed", concurrency=1), seed=cfg.seed),
         read=lambda history: deployment_reading(history, campaign, candidates=candidates, cited=cited,
-                                                mappings=mappings, title=f"bench-72 {SPEC.semantic_id}"),
-        order=("each candidate searched on its own server start" + ("" if one else ", the best so far kept up") +
-               "; the top two interleaved (A B / B A) at the leader's capacity" +
-               (" across restarts" if one else " on live servers")),
+                                                mappings=mappings, title=SPEC.title),
         run_label=f"capacity under SLOs: {', '.join(names)}",
         columns=(TTFT_P99, TPOT_P99, E2E_P99, REQUEST_RATE, PEAK_MEMORY_GIB),
         notes=("every probe replays the same request list at its Poisson rate (a faster rate's list is longer, so its "
@@ -137,8 +136,8 @@ def plan(cfg: Config, model) -> Plan:
 
 
 SPEC = BenchSpec(
-    name="72", semantic_id="INF-SINGLE-GPU-DEPLOY", title="bench-72 INF-SINGLE-GPU-DEPLOY",
-    question="what should one device run, and up to what load?", config=Config, plan=plan, doc=__doc__ or "",
+    name="72", semantic_id="INF-SINGLE-GPU-DEPLOY", question="what should one device run, and up to what load?",
+    config=Config, plan=plan,
     outputs=("capacity.png",),
     next_steps={
         "adopt": "deploy the adopted candidate at up to its capacity; confirm on the target device (make bench-72 GPU=0)",

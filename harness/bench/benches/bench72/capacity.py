@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from harness.bench.arms import ArmRun
+from harness.bench.lib.search import Capacity, Probe, SearchConfig, binding, capacity, next_rate
 from harness.bench.metrics import (
     PEAK_MEMORY_GIB,
     REQUEST_RATE,
@@ -27,7 +27,7 @@ from harness.bench.metrics import (
     TTFT_P99,
     server_metric,
 )
-from harness.bench.lib.search import Capacity, Probe, SearchConfig, binding, capacity, next_rate
+from harness.bench.records import ArmRun
 from harness.bench.spec import Arm, History, Step, WorkloadPlan
 from harness.workload import Arrival, Common
 

@@ -14,19 +14,13 @@ is named. The binding constraint is the limit that broke at the lowest probed ra
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
-from harness.bench.analysis import (
-    ClaimResult,
-    Reading,
-    blocked_reading,
-    claim_effect,
-    effect_text,
-)
+from harness.bench.analysis import ClaimResult, blocked_reading, claim_effect, effect_text
 from harness.bench.benches.bench72.candidates import (
     Candidate,
     effective_settings,
@@ -44,6 +38,7 @@ from harness.bench.benches.bench72.capacity import (
     duel_label,
 )
 from harness.bench.metrics import TPOT_P99, TTFT_P99, Metric
+from harness.bench.records import Reading
 from harness.bench.spec import Claim, History
 
 RULE = ("adopt the leader only when its capacity interval lies above the runner-up's (the runner-up failed every run "
@@ -226,8 +221,8 @@ def deployment_reading(history: History, campaign: Campaign, *, candidates: Sequ
     figures = {"capacity.png": lambda path: capacity_png(ranked, slo, path, title=title)} if slo and ranked else {}
     blocked = blocked_reading(history, None, cfg.repeats)
     if blocked is not None:
-        blocked.details, blocked.lines, blocked.figures, blocked.kind = details, lines, figures, "sweep"
-        blocked.headline = headline
+        blocked = replace(blocked, details=details, lines=tuple(lines), figures=figures, kind="sweep",
+                          headline=tuple(headline))
         return blocked
     return Reading(evidence_level=verdict.evidence_level, decision=verdict.decision, summary=verdict.summary,
                    effect=claim.effect if claim else None, repeats=cfg.repeats, details=details, lines=lines,

@@ -19,11 +19,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.backends import get_backend
-from harness.knobs import knob
-from harness.errors import InvalidInput
 from harness.bench.benches.bench81 import parallel as dist
 from harness.bench.placement import resolve_placement
-from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, WorkloadPlan
+from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, Schedule
+from harness.errors import InvalidInput
+from harness.knobs import knob
+from harness.models import PreparedModel
 from harness.workload import Arrival, Common
 
 
@@ -65,7 +66,7 @@ class Config(BenchConfig):
             raise InvalidInput(f"the longest prompt plus output exceeds --max-model-len {self.max_model_len}")
 
 
-def plan(cfg: Config, model) -> Plan:
+def plan(cfg: Config, model: PreparedModel) -> Plan:
     cited = dist.cited_capacity(cfg)
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
     cpu = placement.backend == "vllm-cpu"
@@ -76,20 +77,18 @@ def plan(cfg: Config, model) -> Plan:
     servers = dist.variants(cfg, cpu)
     phases = tuple(Phase(s.name, (s.name,), dist.steps(cfg, s.name, cited), planned_steps=cfg.repeats)
                    for s in servers)
-    warm = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed + 10_000, requests=cfg.warmup_requests,
-                  input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens)
-    workloads = (WorkloadPlan("warmup", "random", warm, measured=False),) if cfg.warmup_requests else ()
-    return Plan(workloads=workloads, servers=servers, arms=(), phases=phases, read=dist.read(cfg, cpu),
-                warmup="warmup" if cfg.warmup_requests else None, run_label="parallel layouts at equal offered load",
-                order="each layout's server started once, in turn; its repeats back to back (layouts not interleaved)",
+    shape = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed, input_tokens=cfg.input_tokens,
+                   output_tokens=cfg.output_tokens)
+    protocol = "each layout's server started once, in turn; its repeats back to back (layouts not interleaved)"
+    return Plan(workloads=(), servers=servers, arms=(), schedule=Schedule(phases, protocol), read=dist.read(cfg, cpu),
+                warmup=shape, run_label="parallel layouts at equal offered load",
                 notes=("every layout replays the same request list at the same Poisson offered load",
                        "a device is one CPU core on the CPU default (VLLM_CPU_OMP_THREADS_BIND), one GPU elsewhere",
                        *(f"default layout {n} left out on this engine: {why}" for n, why in left.items())))
 
 
 SPEC = BenchSpec(
-    name="81", semantic_id="DIST-INFERENCE", title="bench-81 DIST-INFERENCE",
-    question="what do more devices buy?", config=Config, plan=plan, doc=__doc__ or "",
+    name="81", semantic_id="DIST-INFERENCE", question="what do more devices buy?", config=Config, plan=plan,
     next_steps={
         "inconclusive": "read the scaling table: an efficiency well below 1 names a shared resource (see bounded_by); "
                         "on GPUs run make bench-81 GPU=0,1 or across nodes with RAY_ADDRESS= / NNODES=",

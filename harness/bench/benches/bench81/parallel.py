@@ -21,16 +21,17 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tabulate import tabulate
 
 from harness.backends.layouts import Layout, node_args
 from harness.backends.gating import refusal
-from harness.bench.analysis import Reading, blocked_reading
+from harness.bench.analysis import blocked_reading
 from harness.bench.placement import planning_only
-from harness.bench.metrics import REQUEST_RATE
 from harness.bench.benches.bench81.scaling import SCALING_HEADERS, layout_scaling, scaling_table
+from harness.bench.metrics import REQUEST_RATE
+from harness.bench.records import Reading
 from harness.bench.spec import Arm, History, ServerVariant, Step, WorkloadPlan
 from harness.workload import Arrival, Common
 
@@ -173,8 +174,8 @@ def cited_capacity(cfg) -> Cited | None:
         return None
     from pathlib import Path
 
-    from harness.errors import InvalidInput
     from harness.bench.lib.citations import cite
+    from harness.errors import InvalidInput
 
     got = cite(cfg.cite_66, Path.cwd(), semantic_id="INF-FLOAT-BASELINE")
     result = got.result or {}
@@ -265,7 +266,7 @@ def read(cfg, cpu: bool):
         evidence = "repeated" if cfg.repeats >= 3 and eff else "single"
         blocked = blocked_reading(history, None, cfg.repeats)
         if blocked is not None:
-            blocked.details, blocked.lines, blocked.headline, blocked.kind = details, lines, headline, "sweep"
+            blocked = replace(blocked, details=details, lines=tuple(lines), headline=tuple(headline), kind="sweep")
             return blocked
         return Reading(evidence_level=evidence, decision="inconclusive", summary=summary, repeats=cfg.repeats,
                        details=details, lines=lines, headline=headline, kind="sweep")

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.bench.arms import ArmRun
 from harness.bench.metrics import E2E_P50, OUTPUT_TOKENS_PER_S, TPOT_P50, TTFT_P50, TTFT_P99
+from harness.bench.records import ArmRun
 
 LATENCIES = (TTFT_P50, TTFT_P99, TPOT_P50, E2E_P50)
 CONFIDENCE = 0.95
