@@ -87,7 +87,8 @@ def assign(variant: ServerVariant, devices: Sequence[int], load: Counter) -> tup
         free = sorted((d for d in devices if d not in taken), key=lambda d: (load[d], devices.index(d)))
         return free[:n]
 
-    out, taken = [], set()
+    out: list[tuple[int, ...]] = []
+    taken: set[int] = set()
     for size in sizes:
         picked = least(taken if distinct else set(), size)
         taken |= set(picked)

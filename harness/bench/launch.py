@@ -55,7 +55,8 @@ def model_dir_of(variant: ServerVariant) -> str | None:
 
 
 def variant_config(base: BackendConfig, variant: ServerVariant, model_dir: str | None, port: int) -> BackendConfig:
-    served = {"model_dir": model_dir, "served_model_name": variant.model} if variant.model and model_dir else {}
+    served: dict[str, Any] = ({"model_dir": model_dir, "served_model_name": variant.model}
+                              if variant.model and model_dir else {})
     return replace(base, port=port, **served, **variant.settings)
 
 

@@ -112,9 +112,10 @@ def variants(cfg, cpu: bool, layouts: tuple[str, ...] | None = None) -> tuple[Se
 def engine_can_run(variant: ServerVariant, backend, runtime: str) -> str | None:
     """Why the selected engine release cannot run a layout here (its flags as the members get them), or None."""
     args = tuple(variant.settings.get("extra_args") or ())
-    kind = variant.layout.kind if variant.layout else None
-    if kind == "nodes":
-        args += node_args(variant.layout.count, 0, variant.layout.master_addr)
+    layout = variant.layout
+    kind = layout.kind if layout else None
+    if layout is not None and kind == "nodes":
+        args += node_args(layout.count, 0, layout.master_addr)
     return refusal(backend.name, backend.version(), args, runtime=runtime, layout=kind)
 
 
