@@ -22,6 +22,6 @@ model: setup ## prepare SmolLM2-135M-Instruct (packaged GGUF -> safetensors) in 
 benches: setup ## list the benches (make bench-NN runs one; infkit bench NN --help lists its knobs)
 	@$(INFKIT) bench --help | sed -n '/^Run one/,$$p'
 
-bench-%: setup ## run bench NN as its spec says (GPU= SCALE= RUNTIME= BACKEND= any knob as VAR=, BENCH_ARGS=)
+bench-%: setup ## run bench NN as its spec says (GPU=0 or GPU=0,1, SCALE= RUNTIME= BACKEND= any knob as VAR=, BENCH_ARGS=; DRY_RUN=1 prints the plan)
 	$(INFKIT) bench $* --scale $(SCALE) --gpu '$(GPU)' --runtime '$(RUNTIME)' --backend '$(BACKEND)' \
 	  --make-vars '$(MAKEOVERRIDES)' $(if $(filter 1,$(DRY_RUN)),--dry-run) $(BENCH_ARGS)
