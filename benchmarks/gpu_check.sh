@@ -18,7 +18,7 @@
 # step that times out is listed in status.txt and the rest still run. On a GPU the step
 # limits sum to at most 7 minutes (GPU_LIMITS below, checked by tests/test_gpu_bundle.py).
 # Outputs: OUT/status.txt (one line per step) and OUT/gpu-check.tar.gz (every step's log,
-# the probe, fingerprint.json, nvidia-smi -q and the runs), nothing else.
+# probe.json, fingerprint.json, nvidia-smi -q and the runs), nothing else.
 # PROPOSAL_MODEL: the proposal experiment's target (a checkpoint directory, a name
 # harness.models can prepare, or `tiny`, a seeded random Llama: the bundle's default).
 # Exit codes: 0 all steps passed, 1 a step failed, 3 no CUDA device (and DEVICE=cuda),
@@ -117,7 +117,7 @@ cuda() {  # cuda LIMIT_S LABEL NAME ARGS...
   run "$limit" "$label" "$PY" benchmarks/bundle_python.py run "$SITE" cuda "$name" --device "$DEVICE" --out "$WORK/runs" --no-sign "$@"
 }
 
-run "$L_PROBE" probe "$PY" benchmarks/gpu_probe.py "$DEVICE"
+run "$L_PROBE" probe "$PY" benchmarks/gpu_probe.py "$DEVICE" "$SITE" "$WORK/probe.json"
 run "$L_FINGERPRINT" fingerprint "$PY" benchmarks/bundle_python.py run "$SITE" fingerprint --out "$WORK/fingerprint.json"
 if command -v nvidia-smi >/dev/null; then
   timeout -k "$KILL_AFTER_S" "$L_SMI" nvidia-smi -q >"$WORK/nvidia-smi.txt" 2>&1

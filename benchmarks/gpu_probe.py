@@ -6,7 +6,8 @@ assisted-generation confidence threshold only when it imports), the SDPA backend
 ``torch.OutOfMemoryError`` caught and the memory returned, and the assisted-generation fields of
 ``GenerationConfig`` the proposal experiment sets. Needs torch; the rest is reported as found or missing.
 
-Usage: python gpu_probe.py DEVICE   (cuda or cpu)
+Usage: python gpu_probe.py DEVICE SITE OUT   (DEVICE cuda or cpu; SITE: the bundle's packages, after the machine's;
+       OUT: the JSON document; the console gets it too)
 """
 
 from __future__ import annotations
@@ -72,8 +73,13 @@ def probe(device: str) -> dict:
 
 
 if __name__ == "__main__":
-    doc = probe(sys.argv[1] if len(sys.argv) > 1 else "cuda")
-    print(json.dumps(doc, indent=2, sort_keys=True))
+    device, site, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    sys.path.append(site)  # as the experiments see them: the machine's packages first
+    doc = probe(device)
+    text = json.dumps(doc, indent=2, sort_keys=True)
+    with open(out, "w", encoding="utf-8") as fh:
+        fh.write(text + "\n")
+    print(text)
     ok = doc["oom"].get("returned", True) and all(
         v is True for v in doc["assisted_generation_fields"].values() if isinstance(v, bool))
     raise SystemExit(0 if ok else 1)

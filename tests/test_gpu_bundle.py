@@ -166,8 +166,9 @@ def test_bundle_rehearsal_runs_every_cpu_fallback_with_only_torch(tmp_path: Path
     # every step ran, passed and ran on the CPU
     steps = {line.split()[0]: line for line in status.splitlines()}
     assert set(steps) == {"probe", "fingerprint", *EXPERIMENT_STEPS}
-    probe = json.loads((out / "probe.txt").read_text())
+    probe = json.loads((out / "probe.json").read_text())
     assert probe["python"] and probe["against_pins"]["transformers"]["pinned"] == "4.57.1"
+    assert probe["found"]["transformers"] and all(probe["assisted_generation_fields"].values())  # from the site
     assert all(" rc=0 " in line and line.endswith("device=cpu") for line in steps.values()), status
     assert validate_file(out / "fingerprint.json") == []
     assert json.loads((out / "fingerprint.json").read_text())["schema"] == "infkit/fingerprint/v1"
