@@ -106,7 +106,8 @@ def install(lock: Path, wheels: Path, site: Path, skip: tuple[str, ...] = ()) ->
 
 
 def files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != SUMS)
+    """Every file of a site but its sums and the bytecode Python writes beside the sources as they are imported."""
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != SUMS and "__pycache__" not in p.parts)
 
 
 def sha256(path: Path) -> str:

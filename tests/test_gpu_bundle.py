@@ -111,6 +111,9 @@ def test_a_site_for_another_python_or_a_changed_file_is_refused(tmp_path: Path):
     assert bundle_python.verify(lock, site) == 5  # the lock's CPython is not this one
     lock.write_text(f"# Target: CPython {here}, glibc 2.28 x86_64; wheels only.\n")
     assert bundle_python.verify(lock, site) == 0
+    (site / "pkg" / "__pycache__").mkdir()
+    (site / "pkg" / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"written by an earlier run")
+    assert bundle_python.verify(lock, site) == 0  # bytecode from an earlier run is not a change
     (site / "pkg" / "__init__.py").write_text("x = 2\n")
     assert bundle_python.verify(lock, site) == 5
 
