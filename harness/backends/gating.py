@@ -26,8 +26,8 @@ SGLANG_MISSING = {
     "--scheduling-policy": "SGLang 0.5.5 names it --schedule-policy (priority: --enable-priority-scheduling)",
     "--speculative-config": "SGLang takes --speculative-algorithm and its own step flags, not vLLM's "
                             "--speculative-config: this variant is written for vLLM",
-    **{f"--{kind}-parallel-size": f"SGLang names parallel sizes --tp-size/--pp-size/--dp-size, not --{kind}-parallel-size: "
-       "this layout is written for vLLM" for kind in ("tensor", "pipeline", "data")},
+    **{f"--{kind}-parallel-size": f"SGLang names parallel sizes --tp-size/--pp-size/--dp-size, not "
+       f"--{kind}-parallel-size: this layout is written for vLLM" for kind in ("tensor", "pipeline", "data")},
     "--distributed-executor-backend": "SGLang has no --distributed-executor-backend: this layout is written for vLLM",
 }
 MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules")

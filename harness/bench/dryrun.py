@@ -1,14 +1,12 @@
 """``infkit bench NN --dry-run``: the whole plan as one JSON document, starting nothing and writing nothing.
 
-The same flags as a run, checked the same way (a config checks itself as it is made); placements as a GPU host with a container engine would
-resolve them (so ``--gpu 0,1`` plans the GPU path on a laptop); one entry per server process the bench
-would start (group members included) with its exact argv, environment (secret values masked), devices,
-memory share and, where the selected engine release cannot run it, the reason it would be
-``capability_missing``; the sets of servers up at the same time; the arms in run order. Ports are
-placeholders (a run picks free ports at each start); a variant's own model that is not prepared yet is
-named, not made. Needs the bench's prepared model (``make model``), nothing else: no GPU, engine or
-container runtime.
-"""
+The same flags as a run, checked the same way (a config checks itself as it is made); placements as a GPU host
+with a container engine would resolve them (so ``--gpu 0,1`` plans the GPU path on a laptop); one entry per
+server process the bench would start (group members included) with its exact argv, environment (secret values
+masked), devices, memory share and, where the selected engine release cannot run it, the reason it would be
+``capability_missing``; the sets of servers up at the same time; the arms in run order. Ports are placeholders
+(a run picks free ports at each start); a variant's own model that is not prepared yet is named, not made.
+Needs the bench's prepared model (``make model``), nothing else: no GPU, engine or container runtime."""
 
 from __future__ import annotations
 

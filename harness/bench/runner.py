@@ -28,8 +28,8 @@ from typing import Any
 from harness.backends import Backend, get_backend
 from harness.bench.analysis import claim_figures, read_claims, top_result
 from harness.bench.arms import ArmContext, arm_dir, measure_arm, warm_up
-from harness.bench.outputs import arm_table, summary_text
 from harness.bench.launch import base_config, model_dir_of, prepare
+from harness.bench.outputs import arm_table, summary_text
 from harness.bench.placement import Placement, resolve_placement
 from harness.bench.records import ArmRun, Workload
 from harness.bench.spec import (

@@ -28,13 +28,13 @@ from harness.bench.benches.bench68.acceptance import (
 from harness.bench.benches.bench68.table import Row, decide_top, row_lines
 from harness.bench.lib.citations import Citation, cite, latest_manifest
 from harness.bench.metrics import E2E_P50, TPOT_P50
+from harness.bench.placement import planning_only
 from harness.bench.records import Reading
 from harness.bench.spec import Arm, Claim, History, Plan, Step
 from harness.contract import Failure
 from harness.contract.schemas import validate_document
 from harness.errors import InvalidInput
 from harness.mech.specdec.formulas import get_topology
-from harness.bench.placement import planning_only
 from harness.models.draft import draft_dir, ensure_draft
 
 PROPOSAL_ID, PROPOSAL_FILE = "INF-PROPOSAL", "proposal.json"

@@ -25,16 +25,16 @@ from pathlib import Path
 from harness.bench.benches.bench72.candidates import cpu_candidates, gpu_candidates, parameter_count
 from harness.bench.benches.bench72.capacity import Campaign, cited_light_load
 from harness.bench.benches.bench72.decision import deployment_reading
+from harness.bench.devices import alone
 from harness.bench.lib.citations import cite_choice
 from harness.bench.metrics import E2E_P99, PEAK_MEMORY_GIB, REQUEST_RATE, TPOT_P99, TTFT_P99
-from harness.bench.devices import alone
 from harness.bench.placement import planning_only, resolve_placement
 from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, Schedule
 from harness.errors import InvalidInput
 from harness.knobs import knob
 from harness.models import PreparedModel
-from harness.runtime.base import parse_gpus
 from harness.rundir.fingerprint import gpu_info
+from harness.runtime.base import parse_gpus
 from harness.workload import Arrival
 
 DTYPES = ("bfloat16", "float32", "float16", "auto")

@@ -25,12 +25,12 @@ from dataclasses import dataclass, replace
 
 from tabulate import tabulate
 
-from harness.backends.layouts import Layout, node_args
 from harness.backends.gating import refusal
+from harness.backends.layouts import Layout, node_args
 from harness.bench.analysis import blocked_reading
-from harness.bench.placement import planning_only
 from harness.bench.benches.bench81.scaling import SCALING_HEADERS, layout_scaling, scaling_table
 from harness.bench.metrics import REQUEST_RATE
+from harness.bench.placement import planning_only
 from harness.bench.records import Reading
 from harness.bench.spec import Arm, History, ServerVariant, Step, WorkloadPlan
 from harness.workload import Arrival, Common
