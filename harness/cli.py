@@ -13,6 +13,7 @@ import pkgutil
 import sys
 
 from harness import __version__, commands
+from harness.commands._signals import StopSignals
 from harness.errors import InfkitError
 
 
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    stop = StopSignals(args.command).install()
     try:
         return int(args.func(args) or 0)
     except InfkitError as exc:
@@ -47,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    finally:
+        stop.uninstall()
 
 
 if __name__ == "__main__":

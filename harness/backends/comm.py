@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.contract.secrets import safe_env
+
 FLAGS = {"--tensor-parallel-size": "tensor_parallel_size", "-tp": "tensor_parallel_size",
          "--pipeline-parallel-size": "pipeline_parallel_size", "-pp": "pipeline_parallel_size",
          "--data-parallel-size": "data_parallel_size", "-dp": "data_parallel_size",
@@ -49,8 +51,8 @@ def requested(argv: Sequence[str]) -> dict[str, Any]:
 
 
 def comm_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The communication and parallel variables of an environment (others left out)."""
-    return {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)}
+    """The communication and parallel variables of an environment (others, and credentials, left out)."""
+    return safe_env(env, ENV_PREFIXES)
 
 
 def effective(log_text: str) -> dict[str, Any]:

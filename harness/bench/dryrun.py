@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from harness.backends import Backend, get_backend
+from harness.backends.host_dtype import choose_dtype
 from harness.bench.devices import SHARE_LIMIT, co_resident
 from harness.bench.launch import (
     FIRST_PORT,
@@ -28,6 +29,7 @@ from harness.bench.placement import Placement, planning, resolve_placement
 from harness.bench.spec import BenchConfig, BenchSpec, Plan
 from harness.errors import InvalidInput
 from harness.knobs import config_dict
+from harness.rundir.fingerprint import host_isa
 
 DRY_RUN_SCHEMA = "infkit.bench.dry-run/1"
 
@@ -69,6 +71,7 @@ def dry_run(spec: BenchSpec, cfg: BenchConfig) -> dict[str, Any]:
         if model is None:
             raise InvalidInput(f"model {cfg.model} is not prepared: a dry run reads its checkpoint's config",
                                hint=f"infkit model prepare {cfg.model} (make model)")
+        cfg = replace(cfg, dtype=choose_dtype(placement.backend, host_isa(), cfg.dtype).dtype)  # as a run does
         plan = spec.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
         plan.check()
         base = base_config(cfg, placement, model)

@@ -19,7 +19,7 @@ import numpy as np
 
 from harness.client.records import RequestRecord
 from harness.contract.distribution import PERCENTILE_METHOD
-from harness.serving.metrics import per_request
+from harness.serving.metrics import chunk_token_counts, per_request, token_gaps
 
 if TYPE_CHECKING:
     from harness.bench.records import ArmRun
@@ -73,6 +73,16 @@ def _per_request(key: str) -> Callable[[Sequence[RequestRecord]], list[float]]:
                     out.append(value)
         return out
     return samples
+
+
+def _itl_token(records: Sequence[RequestRecord]) -> list[float]:
+    """Per-token gaps of the requests whose chunks carry token counts (``harness.serving.metrics.token_gaps``)."""
+    out: list[float] = []
+    for r in records:
+        counts, _ = chunk_token_counts(r) if r.completed else (None, None)
+        if counts is not None:
+            out += token_gaps(r.chunk_s, counts)
+    return out
 
 
 def _itl(records: Sequence[RequestRecord]) -> list[float]:
@@ -135,6 +145,7 @@ TTFT_P99 = _latency("ttft_ms", "TTFT", 99, TTFT)
 TPOT_P50 = _latency("tpot_ms", "TPOT", 50, TPOT, ".1f")
 TPOT_P99 = _latency("tpot_ms", "TPOT", 99, TPOT, ".1f")
 ITL_P50 = _latency("itl_ms", "ITL", 50, _itl, ".1f")
+ITL_TOKEN_P50 = _latency("itl_token_ms", "ITL/token", 50, _itl_token, ".1f")
 E2E_P50 = _latency("e2e_ms", "E2E", 50, E2E)
 E2E_P99 = _latency("e2e_ms", "E2E", 99, E2E)
 QUEUE_WAIT_P50 = _latency("queue_wait_client_ms", "client queue", 50, _client_wait, ".1f")
@@ -170,7 +181,8 @@ RUNNING_PEAK = Metric("running.peak", "running peak", "higher", ".0f", of_run=se
 WAITING_PEAK = Metric("waiting.peak", "waiting peak", "lower", ".0f", of_run=server_metric("waiting_peak"),
                       unit="requests")
 
-METRICS = {m.name: m for m in (TTFT_P50, TTFT_P95, TTFT_P99, TPOT_P50, TPOT_P99, ITL_P50, E2E_P50, E2E_P99,
+METRICS = {m.name: m for m in (TTFT_P50, TTFT_P95, TTFT_P99, TPOT_P50, TPOT_P99, ITL_P50, ITL_TOKEN_P50, E2E_P50,
+                                E2E_P99,
                                 QUEUE_WAIT_P50, QUEUE_WAIT_P99, E2E_SCHEDULED_P50, E2E_SCHEDULED_P99,
                                 OUTPUT_TOKENS_PER_S, REQUEST_RATE, GOODPUT, PEAK_MEMORY_GIB, PREFIX_HIT_RATE,
                                 SERVER_QUEUE_MEAN, PREEMPTIONS, RUNNING_MEAN, WAITING_MEAN, RUNNING_PEAK, WAITING_PEAK,

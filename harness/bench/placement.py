@@ -40,8 +40,22 @@ def planning_only() -> bool:
     return _PLANNING.get()
 
 
+MAX_GPU_INDEX = 1023
+
+
+def check_gpu(gpu: str | None) -> None:
+    """``--gpu``/GPU= is unset, or device indexes (``0``, ``0,1``): anything else is an error, never the CPU default."""
+    if gpu in (None, ""):
+        return
+    for part in str(gpu).split(","):
+        text = part.strip()
+        if not (text.isascii() and text.isdigit() and int(text) <= MAX_GPU_INDEX):
+            raise InvalidInput(f"--gpu {gpu!r:.40}: {text!r:.20} is not a GPU index", hint="use e.g. GPU=0 or GPU=0,1")
+
+
 def resolve_placement(gpu: str | None, backend: str | None, runtime: str | None) -> Placement:
     """GPU=N asks for the containerized GPU path; without a GPU and an engine, say so and run the CPU default."""
+    check_gpu(gpu)
     gpus = parse_gpus(gpu)
     if gpus:
         presumed = planning_only()

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.backends import Backend, get_backend
+from harness.backends.host_dtype import choose_dtype
 from harness.bench.analysis import claim_figures, read_claims, top_result
 from harness.bench.arms import ArmContext, arm_dir, measure_arm, warm_up
 from harness.bench.launch import base_config, model_dir_of, prepare
@@ -46,9 +47,10 @@ from harness.contract import Failure
 from harness.contract.jsonio import read_json
 from harness.errors import InvalidInput
 from harness.knobs import config_dict
-from harness.models import PreparedModel, ensure_model
+from harness.models import PreparedModel, ensure_model, find_model
 from harness.progress import Reporter
 from harness.rundir.directory import Finished, RunDirectory, check_run_target
+from harness.rundir.fingerprint import host_isa
 from harness.rundir.record import native_image
 from harness.runtime.base import ServerStartError, get_runtime
 from harness.runtime.local import free_port
@@ -62,6 +64,7 @@ from harness.serving.session import (
     server_session,
 )
 from harness.workload import make_workload, write_workload
+from harness.workload.generators import check_options
 
 
 @dataclass(frozen=True)
@@ -291,24 +294,50 @@ def protocol_violations(protocol: dict[str, Any]) -> list[str]:
             f"{r['server']} ({r['evidence']})" for r in protocol["prefix_cache_resets"]["declined"]]
 
 
+def checked_plan(spec: BenchSpec, cfg: BenchConfig, model: PreparedModel) -> Plan:
+    """The spec's plan (citations audited as it is built), its consistency, an arm to run, and every workload's
+    parameters held to what ``infkit workload make`` allows."""
+    plan = spec.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
+    plan.check()
+    if not plan.arms:
+        raise InvalidInput(f"bench-{spec.name}: these settings leave no arm to run", hint="see --help")
+    made = [*plan.workloads, *(a.workload for a in plan.arms if isinstance(a.workload, WorkloadPlan))]
+    for w in made:
+        if not any(isinstance(v, InputFile) for v in w.options.values()):
+            check_options(w.kind, w.common, dict(w.options))
+    return plan
+
+
+def early_plan(spec: BenchSpec, cfg: BenchConfig) -> tuple[PreparedModel, Plan] | None:
+    """The checked plan on the cached model (no conversion, no venv build), or None when there is none yet."""
+    try:
+        cached = find_model(cfg.model)
+    except InvalidInput:
+        return None
+    return (cached, checked_plan(spec, cfg, cached)) if cached is not None else None
+
+
 def run_bench(spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), reporter: Reporter | None = None
               ) -> BenchOutcome:
     """Run the whole bench; the outcome says where everything is."""
     reporter = reporter or Reporter(name=f"bench-{spec.name}")
     check_run_target(root / spec.out_root(cfg), None, sign=cfg.sign, root=root, flag="--out-root")
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
+    early = early_plan(spec, cfg)  # with a model already in the cache: the whole plan checked before any setup
     if placement.notice:
         reporter(placement.notice)
+    requested = config_dict(cfg)
+    dtype = choose_dtype(placement.backend, host_isa(), cfg.dtype)
+    cfg = replace(cfg, dtype=dtype.dtype)  # every server the bench starts serves this dtype unless a variant says
     started = time.monotonic()
     model = ensure_model(cfg.model, progress=reporter)
-    plan = spec.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
-    plan.check()
+    plan = early[1] if early and early[0].path == model.path else checked_plan(spec, cfg, model)
     plan, refused = prepare(plan, placement, base_config(cfg, placement, model),
                             lambda v: get_backend(v.backend or placement.backend), model_dir_of)
     rd = RunDirectory.create(root / spec.out_root(cfg), semantic_id=spec.semantic_id,
-                             run_label=plan.run_label or spec.title, requested=config_dict(cfg), root=root,
+                             run_label=plan.run_label or spec.title, requested=requested, root=root,
                              sign=cfg.sign, effective={"backend": placement.backend, "runtime": placement.runtime,
-                                                       "notice": placement.notice},
+                                                       "notice": placement.notice, **dtype.record()},
                              model=model.run_entry(), tokenizer=model.tokenizer_ref)
     reporter(f"bench-{spec.name}: run {rd.run_id} -> {rd.path.relative_to(root) if rd.path.is_relative_to(root) else rd.path}")
     bench = Bench(spec, cfg, placement, model, plan, rd, reporter)

@@ -50,6 +50,7 @@ from harness.workload import Arrival, Common
 if TYPE_CHECKING:
     from harness.models import PreparedModel
 
+SERVED_DTYPES = ("bfloat16", "float16", "float32", "auto")
 Order = Literal["sequential", "alternate", "concurrent"]
 DEFAULT_COLUMNS = (TTFT_P50, TTFT_P95, TPOT_P50, E2E_P50, OUTPUT_TOKENS_PER_S, PEAK_MEMORY_GIB)
 
@@ -58,8 +59,8 @@ DEFAULT_COLUMNS = (TTFT_P50, TTFT_P95, TPOT_P50, E2E_P50, OUTPUT_TOKENS_PER_S, P
 class BenchConfig(KnobConfig):
     """Knobs every serving bench has; a spec's config adds its own fields after these (checked when made)."""
 
-    scale: int = knob(1, "multiply the number of measured requests per arm", min=1)
-    repeats: int = knob(3, "repeats of every arm, interleaved (< 3 lowers the evidence level)", min=1)
+    scale: int = knob(1, "multiply the number of measured requests per arm", min=1, max=1000)
+    repeats: int = knob(3, "repeats of every arm, interleaved (< 3 lowers the evidence level)", min=1, max=1000)
     warmup_requests: int = knob(2, "unmeasured requests after each server start", min=0)
     seed: int = knob(0, "seed of every random dimension of the workloads", min=0)
     model: str = knob("smollm2-135m", "served model (a prepared model name)")
@@ -73,6 +74,9 @@ class BenchConfig(KnobConfig):
     resamples: int = knob(10_000, "bootstrap resamples of every confidence interval", min=100)
     out_root: Path | None = knob(None, "root of the run directories (default: runs/NN)")
     sign: bool = knob(True, "sign the run directory into manifests/")
+    dtype: str | None = knob(None, "served dtype (default on vllm-cpu: bfloat16 where the CPU has AMX or AVX-512 "
+                             "BF16, else float32; GPU backends: auto); the choice and its reason go to run.json",
+                             choices=SERVED_DTYPES)
 
 
 @dataclass(frozen=True)

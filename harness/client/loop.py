@@ -42,3 +42,27 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
         finally:
             if main:
                 signal.signal(signal.SIGINT, previous)
+
+
+class deferred_interrupt:  # noqa: N801 - used as a context manager, like contextlib's
+    """Hold Ctrl-C back while a block that takes bounded time runs (the run's records and result being written).
+
+    In the main thread, SIGINT inside the block only sets ``hit``; the caller decides what an interrupt
+    that came then means (``measure`` re-raises it once the result is written). Elsewhere it does nothing.
+    """
+
+    def __init__(self) -> None:
+        self.hit = False
+        self._previous: Any = None
+
+    def _note(self, signum: int, frame: Any) -> None:
+        self.hit = True
+
+    def __enter__(self) -> deferred_interrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)

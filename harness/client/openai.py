@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from harness.client.http import ConnectionPool, HTTPProtocolError
 from harness.client.records import RequestRecord
-from harness.client.sse import DONE, SSEParser, interpret
+from harness.client.sse import DONE, SSEParser, interpret, load_payload
 from harness.contract.jsonio import HugeInt, json_type
 from harness.workload.model import Request
 
@@ -36,6 +36,8 @@ class ClientConfig:
     min_tokens: bool = False  # also send min_tokens = output_tokens
     temperature: float = 0.0
     keep_text: bool = True  # store the generated text in the record (greedy agreement needs it)
+    stream: bool = True  # False: one JSON answer per request (E2E and throughput only)
+    per_chunk_usage: bool = True  # ask for usage on every chunk (vLLM/SGLang continuous_usage_stats)
 
     @property
     def url(self) -> str:
@@ -47,9 +49,11 @@ def build_payload(cfg: ClientConfig, req: Request) -> dict[str, Any]:
         "model": cfg.model,
         "max_tokens": req.output_tokens,
         "temperature": cfg.temperature,
-        "stream": True,
-        "stream_options": {"include_usage": True},
+        "stream": cfg.stream,
     }
+    if cfg.stream:
+        body["stream_options"] = {"include_usage": True, **({"continuous_usage_stats": True} if cfg.per_chunk_usage
+                                                             else {})}
     if cfg.api == "chat":
         body["messages"] = [dict(m) for m in req.messages] if req.messages is not None else [
             {"role": "user", "content": req.prompt or ""}]
@@ -69,7 +73,8 @@ def build_payload(cfg: ClientConfig, req: Request) -> dict[str, Any]:
 class _Progress:
     """Mutable state of one stream; frozen into a record however the stream ends."""
 
-    __slots__ = ("sent_s", "first_s", "end_s", "chunks", "text", "finish", "usage", "http_status", "done")
+    __slots__ = ("sent_s", "first_s", "end_s", "chunks", "text", "finish", "usage", "http_status", "done",
+                 "chunk_tokens", "counted")
 
     def __init__(self) -> None:
         self.sent_s: float | None = None
@@ -81,6 +86,23 @@ class _Progress:
         self.usage: dict[str, Any] | None = None
         self.http_status: int | None = None
         self.done = False
+        self.chunk_tokens: list[int | None] = []  # per content chunk, from the cumulative completion count
+        self.counted = 0  # completion tokens the previous content chunks carried
+
+    def count_chunk(self, usage: Any) -> None:
+        """Tokens of the content chunk just appended: the growth of ``usage.completion_tokens`` since the last."""
+        done = usage.get("completion_tokens") if type(usage) is dict else None
+        if type(done) is int and done >= self.counted:
+            self.chunk_tokens.append(done - self.counted)
+            self.counted = done
+        else:
+            self.chunk_tokens.append(None)
+
+    def chunk_counts(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(tokens per chunk, characters per chunk): the first when every chunk was counted, else the second."""
+        if self.chunk_tokens and None not in self.chunk_tokens:
+            return tuple(self.chunk_tokens), ()  # type: ignore[arg-type]
+        return (), tuple(len(t) for t in self.text)
 
 
 MAX_SERVER_TOKENS = 10**9  # a per-request token count above this is not a count
@@ -138,16 +160,26 @@ def _record(req: Request, p: _Progress, status: str, error: str | None, *, sched
             slot_s: float | None, worker: int, keep_text: bool) -> RequestRecord:
     problems: list[str] = []
     prompt, completion, cached = _usage(p.usage, problems)
+    chunk_tokens, chunk_chars = p.chunk_counts()
     return RequestRecord(
         index=req.index, status=status, scheduled_s=scheduled_s, slot_s=slot_s, sent_s=p.sent_s,
-        first_token_s=p.first_s, end_s=p.end_s, chunk_s=tuple(p.chunks), input_tokens=req.input_tokens,
+        first_token_s=p.first_s, end_s=p.end_s, chunk_s=tuple(p.chunks), chunk_tokens=chunk_tokens,
+        chunk_chars=chunk_chars if keep_text else (), input_tokens=req.input_tokens,
         output_tokens_requested=req.output_tokens, prompt_tokens=prompt, completion_tokens=completion,
         cached_tokens=cached, finish_reason=_text(p.finish, "finish_reason", problems), http_status=p.http_status,
         error=_text(error, "the error message", problems),
         output_text=_text("".join(p.text), "the output text", problems) if keep_text else None, worker=worker,
         server_data_error="; ".join(problems) or None,
-        extra={"priority": req.priority} if req.priority is not None else {},
+        extra=_extra(req),
     )
+
+
+def _extra(req: Request) -> dict[str, Any]:
+    """What a record carries of its request beyond the index: priority, and session and turn in a session workload."""
+    out: dict[str, Any] = {"priority": req.priority} if req.priority is not None else {}
+    if req.conversation is not None and req.turn is not None:
+        out.update(session=req.conversation, turn=req.turn)
+    return out
 
 
 class _StreamSink:
@@ -180,6 +212,7 @@ class _StreamSink:
                     p.first_s = now
                 p.chunks.append(now)
                 p.text.append(text)
+                p.count_chunk(usage)
                 p.end_s = now
             if finish:
                 p.finish = finish
@@ -189,9 +222,39 @@ class _StreamSink:
             raise self.parser.failure  # the HTTP layer ends the request with it: status error
 
 
+class _BodySink:
+    """Body callback of a non-streamed request: the whole JSON answer, its last byte's arrival as the end."""
+
+    __slots__ = ("p", "t0", "raw", "size")
+
+    def __init__(self, p: _Progress, t0: float) -> None:
+        self.p, self.t0, self.raw, self.size = p, t0, [], 0
+
+    def __call__(self, data: bytes, now_abs: float) -> None:
+        if self.size < MAX_ANSWER_BYTES:
+            self.raw.append(data)
+            self.size += len(data)
+        self.p.end_s = now_abs - self.t0
+
+    def finish(self) -> str | None:
+        """Fill the progress from the answer; an error message when it is not a completion."""
+        answer = load_payload(b"".join(self.raw).strip())  # MalformedStream (a ValueError) when it is not JSON
+        if type(answer) is dict and type(answer.get("choices")) is list and answer["choices"]:
+            choice = answer["choices"][0]
+            message = choice.get("message") if type(choice) is dict else None
+            if type(message) is dict:  # chat: the answer's message, as a delta would have carried it
+                answer = {**answer, "choices": [{**choice, "delta": message}]}
+        text, finish, usage, error = interpret(answer)
+        self.p.text, self.p.finish, self.p.usage, self.p.done = ([text] if text else []), finish, usage, True
+        return error
+
+
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+
+
 async def _stream(pool: ConnectionPool, cfg: ClientConfig, body: bytes, t0: float, p: _Progress) -> str | None:
     """Run the request; return an error message (HTTP or in-stream) or None. Raises on transport errors."""
-    sink = _StreamSink(p, t0)
+    sink: _StreamSink | _BodySink = _StreamSink(p, t0) if cfg.stream else _BodySink(p, t0)
 
     def on_send() -> None:
         p.sent_s = time.monotonic() - t0
@@ -205,7 +268,7 @@ async def _stream(pool: ConnectionPool, cfg: ClientConfig, body: bytes, t0: floa
     if status != 200:
         detail = b"".join(sink.raw)[:300].decode("utf-8", errors="replace").replace("\n", " ")
         return f"HTTP {status}: {detail}"
-    return sink.error
+    return sink.finish() if isinstance(sink, _BodySink) else sink.error
 
 
 async def _within(coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
@@ -218,14 +281,19 @@ async def _within(coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
 
 
 async def send_request(pool: ConnectionPool, cfg: ClientConfig, req: Request, t0: float, *,
-                       scheduled_s: float | None, slot_s: float | None = None, worker: int = 0) -> RequestRecord:
-    """Send ``req`` and return its record; ``CancelledError`` propagates after the record is built
-    (it is attached to the exception as ``record``)."""
+                       scheduled_s: float | None, slot_s: float | None = None, worker: int = 0,
+                       extra: dict[str, Any] | None = None) -> RequestRecord:
+    """Send ``req`` and return its record (``extra`` added to the record's); ``CancelledError`` propagates after
+    the record is built (it is attached to the exception as ``record``)."""
     p = _Progress()
     body = json.dumps(build_payload(cfg, req)).encode("utf-8")
 
     def done(status: str, error: str | None = None) -> RequestRecord:
-        return _record(req, p, status, error, scheduled_s=scheduled_s, slot_s=slot_s, worker=worker, keep_text=cfg.keep_text)
+        rec = _record(req, p, status, error, scheduled_s=scheduled_s, slot_s=slot_s, worker=worker,
+                      keep_text=cfg.keep_text)
+        if extra:
+            rec.extra.update(extra)
+        return rec
 
     try:
         error = await _within(_stream(pool, cfg, body, t0, p), cfg.timeout_s)

@@ -39,6 +39,8 @@ class RequestRecord:
     first_token_s: float | None = None  # first chunk carrying generated text
     end_s: float | None = None  # last content chunk or stream end
     chunk_s: tuple[float, ...] = ()  # arrival time of every content chunk
+    chunk_tokens: tuple[int, ...] = ()  # tokens each content chunk carried (per-chunk usage); () when not sent
+    chunk_chars: tuple[int, ...] = ()  # without per-chunk usage: characters of each chunk's text (tokenizer fallback)
     input_tokens: int | None = None  # as the workload states
     output_tokens_requested: int | None = None
     prompt_tokens: int | None = None  # server usage
@@ -76,7 +78,8 @@ class RequestRecord:
         values = {k: v for k, v in obj.items() if k in known}
         if type(values.get("index")) is not int or not isinstance(values.get("status"), str):
             raise TypeError("needs an integer index and a status")
-        values["chunk_s"] = tuple(values.get("chunk_s") or ())
+        for name in ("chunk_s", "chunk_tokens", "chunk_chars"):
+            values[name] = tuple(values.get(name) or ())
         return cls(**values)
 
 

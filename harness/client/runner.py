@@ -18,6 +18,7 @@ import numpy as np
 from harness.client.http import ConnectionPool
 from harness.client.openai import ClientConfig, send_request
 from harness.client.records import RecordWriter, RequestRecord
+from harness.client.sessions import drive_sessions
 from harness.workload.model import Request
 
 LAG_PROBE_INTERVAL_S = 0.005
@@ -35,6 +36,7 @@ class Share:
     closed_concurrency: int | None = None  # closed loop with this many slots; else follow offset_s
     max_concurrency: int | None = None  # cap on in-flight requests of a timed schedule
     batch_barrier: bool = False  # closed loop as static batches: send closed_concurrency, wait for all, repeat
+    sessions: str | None = None  # a session workload: "real" or "fresh" history (harness.client.sessions)
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,12 @@ async def _timed(share: Share, pool: ConnectionPool, writer: RecordWriter, t0: f
     return len(tasks)
 
 
+async def _sessions(share: Share, pool: ConnectionPool, writer: RecordWriter, t0: float) -> int:
+    return await drive_sessions(share.requests, pool, share.client, writer, _guarded, t0, mode=share.sessions or "real",
+                                worker=share.worker, slots=share.closed_concurrency or share.max_concurrency,
+                                timed=share.closed_concurrency is None)
+
+
 async def _all(tasks: list[asyncio.Future]) -> list:
     try:
         return await asyncio.gather(*tasks)
@@ -182,7 +190,8 @@ async def run_share(share: Share, start_clock: Callable[[], float] = time.monoto
                 await asyncio.sleep(delay)
             lag_task = asyncio.ensure_future(monitor.run())
             try:
-                runner = _batches if share.batch_barrier else _closed if share.closed_concurrency else _timed
+                runner = (_sessions if share.sessions else _batches if share.batch_barrier else
+                          _closed if share.closed_concurrency else _timed)
                 written = await runner(share, conns, writer, t0)
             except asyncio.CancelledError:
                 interrupted = True

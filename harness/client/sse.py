@@ -46,6 +46,11 @@ def _loads(payload: bytes) -> Any:
     return obj
 
 
+def load_payload(payload: bytes) -> Any:
+    """One JSON payload (a streamed ``data:`` line or a whole non-streamed answer); ``MalformedStream`` if not JSON."""
+    return _loads(payload)
+
+
 class SSEParser:
     """Feed raw bytes, get back decoded JSON payloads (or ``DONE``).
 

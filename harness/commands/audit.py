@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 from pathlib import Path
 
+from harness.errors import InvalidInput
 from harness.manifest.audit import AuditConfig, audit_paths
-from harness.manifest.report import format_json, format_text
+from harness.manifest.report import (
+    EXIT_INVALID,
+    EXIT_UNTRUSTED,
+    exit_status,
+    format_json,
+    format_text,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,8 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "signature with securesystemslib and independently with cryptography, recompute every subject's "
         "sha256 under --root, report deleted, unlisted and non-regular files, validate infkit documents and "
         "the evidence rules, and decide trust: with --trust FILE a signer the policy does not list is INVALID; "
-        "without a policy (keys taken from ROOT/manifests/keys) an intact manifest is VALID-UNTRUSTED, "
-        "integrity only. Exit 0 when no manifest is INVALID, 1 otherwise.",
+        "otherwise the local trust policy (which `infkit keys init` adds its key to) decides, and an intact "
+        "manifest by a signer it does not list is VALID-UNTRUSTED, integrity only. Exit 0 when every manifest "
+        f"is VALID (intact and trusted), {EXIT_INVALID} when any is INVALID, {EXIT_UNTRUSTED} when none is "
+        "INVALID but some signer is not trusted.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--root", default=".", help="directory subject paths are relative to (default: .)")
@@ -28,12 +39,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trust", metavar="FILE", help="trust policy naming the accepted signing key ids "
                    "(schema infkit/trust-policy/v1; create one with `infkit keys trust FILE`)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the summary")
+    p.add_argument("--allow-untrusted", action="store_true",
+                   help=f"exit 0, not {EXIT_UNTRUSTED}, when intact manifests are signed by untrusted keys")
     p.set_defaults(func=run)
 
 
+def check_name(text: str, flag: str) -> None:
+    """A path the file system cannot even look up (a name or path over its limit) is bad input, not a crash."""
+    try:
+        os.lstat(text)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            shown = text if len(text) <= 80 else f"{text[:40]}...{text[-20:]} ({len(text)} characters)"
+            raise InvalidInput(f"{flag}{shown}: {os.strerror(exc.errno)}",
+                               hint="a name is at most 255 bytes, a path 4096") from None
+
+
 def run(args: argparse.Namespace) -> int:
+    check_name(args.root, "--root ")
+    for path in args.paths:
+        check_name(path, "")
     config = AuditConfig(root=Path(args.root), trusted_keys=tuple(map(Path, args.trusted_key)),
                          trust_policy=Path(args.trust) if args.trust else None)
     reports = audit_paths(args.paths, config)
     print(format_json(reports, str(config.root), args.trust) if args.json else format_text(reports))
-    return 0 if all(r.valid for r in reports) else 1
+    return exit_status(reports, allow_untrusted=args.allow_untrusted)

@@ -35,20 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--log", type=Path, help="also write the engine's build output to this file")
     q.set_defaults(func=run_build)
 
-    q = s.add_parser("pull", help="pull a role's image by the digest in its lock")
-    q.add_argument("role")
-    q.add_argument("--engine", choices=["docker", "podman"])
-    q.set_defaults(func=run_pull)
-
-    q = s.add_parser("lock", help="refresh a lock: dependency-lock hash and, after a push, the image digest")
-    q.add_argument("role")
-    q.add_argument("--digest", help="pushed manifest digest (sha256:...); default: asked of the registry for the lock's tag")
-    q.add_argument("--registry-ref", help="where the image was pushed (e.g. ghcr.io/OWNER/inf-cpu), if not the lock's")
-    q.set_defaults(func=run_lock)
-
-    q = s.add_parser("lock-base", help="resolve the base tag's digest against its registry; rewrite lock and Dockerfile")
-    q.add_argument("role")
-    q.set_defaults(func=run_lock_base)
+    _register_registry(s)
 
     q = s.add_parser("lock-deps", help="regenerate requirements/<name>.lock (hashes) from requirements/<name>.in")
     q.add_argument("name")
@@ -70,8 +57,38 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--run-dir", type=Path, required=True, help="mounted read-write; the container log goes here")
     q.add_argument("--gpu", action="append", default=[], help="GPU index or list, e.g. 0 or 0,1 (repeatable)")
     q.add_argument("--network", action="store_true", help="give the container a network (default: none)")
-    q.add_argument("args", nargs=argparse.REMAINDER, metavar="ARG", help="infkit arguments (options for `images run` go before ROLE, as with docker run)")
+    q.add_argument("args", nargs=argparse.REMAINDER, metavar="ARG",
+                   help="infkit arguments (options for `images run` go before ROLE, as with docker run)")
     q.set_defaults(func=run_in_image)
+
+
+def _register_registry(s: argparse._SubParsersAction) -> None:
+    """The actions that talk to a registry: push, pull, lock, lock-base."""
+    q = s.add_parser("push", help="push a role's local build to REGISTRY/<role>:<tag>; sign its digest's provenance")
+    q.add_argument("role")
+    q.add_argument("--registry", required=True,
+                   help="host[:port][/namespace], e.g. ghcr.io/OWNER or 127.0.0.1:5000/infkit")
+    q.add_argument("--engine", choices=["docker", "podman"])
+    q.set_defaults(func=run_push)
+
+    q = s.add_parser("pull", help="pull a role's image by the digest in its lock, verified against the registry")
+    q.add_argument("role")
+    q.add_argument("--engine", choices=["docker", "podman"])
+    q.set_defaults(func=run_pull)
+
+    q = s.add_parser("lock", help="refresh a lock: dependency-lock hash and, after a push, the image digest")
+    q.add_argument("role")
+    q.add_argument("--digest", help="pushed manifest digest (sha256:...), which the registry must serve; "
+                   "default: the registry's digest for the lock's tag")
+    q.add_argument("--registry-ref", help="where the image was pushed (e.g. ghcr.io/OWNER/inf-cpu), if not the lock's")
+    q.set_defaults(func=run_lock)
+
+    q = s.add_parser("lock-base", help="resolve the base tag's digest against a registry; rewrite lock and Dockerfile")
+    q.add_argument("role")
+    q.add_argument("--registry", help="resolve against this registry (a mirror holding the upstream name) instead")
+    q.add_argument("--repin", action="store_true",
+                   help="accept a registry digest that differs from the Dockerfile's pin")
+    q.set_defaults(func=run_lock_base)
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -117,7 +134,8 @@ def run_build(args: argparse.Namespace) -> int:
                       wheelhouse=args.wheelhouse, log_path=args.log)
     outcome = build_image(load_lock(args.role), cfg)
     note = f" (base substituted for {outcome.base_substituted_for})" if outcome.base_substituted_for else ""
-    print(f"built {', '.join(outcome.refs)} {outcome.image_id} on {outcome.base_image}{note} in {outcome.seconds:.0f} s")
+    print(f"built {', '.join(outcome.refs)} {outcome.image_id} on {outcome.base_image}{note} "
+          f"in {outcome.seconds:.0f} s")
     return 0
 
 
@@ -133,35 +151,41 @@ def run_wheels(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_pull(args: argparse.Namespace) -> int:
-    from harness.images.build import pull_image
+def run_push(args: argparse.Namespace) -> int:
+    from harness.images.distribute import push_image
     from harness.images.locks import load_lock
 
-    print(f"pulled {pull_image(load_lock(args.role), args.engine)}")
+    pushed = push_image(load_lock(args.role), args.registry, args.engine)
+    print(f"pushed {pushed.ref} {pushed.digest} (the registry's digest); provenance {pushed.provenance}")
+    print(f"record it: make lock ROLE={args.role} REGISTRY={args.registry}")
+    return 0
+
+
+def run_pull(args: argparse.Namespace) -> int:
+    from harness.images.distribute import pull_verified
+    from harness.images.locks import load_lock
+
+    print(f"pulled {pull_verified(load_lock(args.role), args.engine)} (manifest and blobs verified)")
     return 0
 
 
 def run_lock(args: argparse.Namespace) -> int:
-    from harness.contract.result import utc_now
     from harness.errors import CapabilityMissing
-    from harness.images.build import git_revision, resolve_registry_digest
+    from harness.images.distribute import registry_lock
     from harness.images.locks import load_lock, refreshed, with_registry_ref, write_lock
 
+    if args.digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", args.digest):
+        raise InvalidInput(f"--digest {args.digest!r} is not sha256:<64 hex>")
     lock = load_lock(args.role)
-    if args.registry_ref:
-        lock = with_registry_ref(lock, args.registry_ref)
-    digest, note = args.digest, ""
-    if digest is None:
-        # Only the registry knows what was pushed: local engines (podman) report digests for
-        # images that never left the machine.
-        try:
-            digest = resolve_registry_digest(lock.tag_ref)
-        except CapabilityMissing as exc:
-            note = f" (unchanged: {exc})"
-    if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
-        raise InvalidInput(f"--digest {digest!r} is not sha256:<64 hex>")
-    new = refreshed(lock, image_digest=digest, built_utc=utc_now() if digest else None,
-                    revision=git_revision() if digest else None)
+    # Only the registry knows what was pushed: local engines (podman) report digests for
+    # images that never left the machine.
+    try:
+        new, note = registry_lock(lock, args.registry_ref, args.digest), ""
+    except CapabilityMissing as exc:
+        if args.digest:
+            raise
+        kept = with_registry_ref(lock, args.registry_ref) if args.registry_ref else lock
+        new, note = refreshed(kept), f" (unchanged: {exc})"
     write_lock(new)
     print(f"{new.path}: image digest {new.digest or 'none (not pushed)'}{note}; "
           f"{new.doc['dependency_lock']['path']} {new.doc['dependency_lock']['sha256']}")
@@ -169,17 +193,15 @@ def run_lock(args: argparse.Namespace) -> int:
 
 
 def run_lock_base(args: argparse.Namespace) -> int:
-    from harness.contract.result import utc_now
-    from harness.images.build import pin_dockerfile_base, resolve_registry_digest
-    from harness.images.locks import load_lock, with_base_digest, write_lock
+    from harness.images.build import pin_dockerfile_base
+    from harness.images.distribute import resolve_base
+    from harness.images.locks import load_lock, write_lock
 
     lock = load_lock(args.role)
-    name = lock.doc["base"]["name"]
-    digest = resolve_registry_digest(name)
-    new = with_base_digest(lock, digest, f"resolved against the registry on {utc_now()}")
-    pin_dockerfile_base(lock.dockerfile, name, digest)
+    new, digest = resolve_base(lock, args.registry, args.repin)
+    pin_dockerfile_base(lock.dockerfile, lock.doc["base"]["name"], digest)
     write_lock(new)
-    print(f"{args.role}: {name}@{digest}")
+    print(f"{args.role}: {lock.doc['base']['name']}@{digest} ({new.doc['base']['digest_source']})")
     return 0
 
 
@@ -212,7 +234,7 @@ def run_in_image(args: argparse.Namespace) -> int:
     gpus = parse_gpus(",".join(args.gpu)) if args.gpu else ()
     outcome = run_harness(args.role, inner, args.run_dir, gpus=gpus, network=args.network,
                           sign_queue=queue)
-    sys.stdout.write(outcome.log_path.read_text(errors="replace"))
+    sys.stdout.write(outcome.output)
     for manifest in sign_queued(queue, Path.cwd()):
         print(f"manifest: {relative(manifest)}")
         print(f"check it: infkit audit {relative(manifest)}")

@@ -15,7 +15,7 @@ from harness.manifest.keys import (
     publish_public_key,
 )
 from harness.manifest.sign import KEYS_DIR, MANIFESTS_DIR
-from harness.manifest.trust import add_to_policy
+from harness.manifest.trust import add_to_policy, local_policy_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,8 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         action.set_defaults(func=run)
     trust = actions.add_parser(
         "trust", help="add a key id to a trust policy file (created when missing) for `audit --trust`",
-        description="Keep the policy where you, the auditor, decide (not in the repository you audit).")
-    trust.add_argument("policy", metavar="FILE")
+        description="Keep the policy where you, the auditor, decide (not in the repository you audit). "
+        "Without FILE: the local trust policy `audit` uses by default ($INFKIT_TRUST_POLICY, else "
+        "$XDG_CONFIG_HOME/infkit/trust.json), to which `keys init` adds the key it creates.")
+    trust.add_argument("policy", metavar="FILE", nargs="?", help="the policy (default: the local trust policy)")
     trust.add_argument("--public-key", metavar="PEM", help="the key to trust (default: this machine's signing key)")
     trust.add_argument("--owner", help="who holds the private key")
     trust.set_defaults(func=run_trust)
@@ -49,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"keyid        {key.keyid}")
     print(f"private key  {key.source}")
     print(f"public key   {published}")
+    if args.action == "init":
+        print(f"trusted in   {local_policy_path()} (the local trust policy `infkit audit` uses)")
     print(public_pem(key.public_key).decode().rstrip())
     return 0
 
@@ -56,6 +60,6 @@ def run(args: argparse.Namespace) -> int:
 def run_trust(args: argparse.Namespace) -> int:
     public = load_public_key(args.public_key) if args.public_key else load_signing_key(create=False).public_key
     keyid = key_id(public)
-    path = add_to_policy(args.policy, keyid, args.owner)
+    path = add_to_policy(args.policy or local_policy_path(), keyid, args.owner)
     print(f"{path}: trusts key {keyid}")
     return 0

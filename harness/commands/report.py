@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("inputs", nargs="+", metavar="RUN_OR_MANIFEST")
     p.add_argument("-o", "--out", required=True, metavar="DIR",
-                   help="output folder (created; an earlier report folder is replaced whole)")
+                   help="output folder (created; an earlier report folder is replaced, a folder holding anything "
+                   "it did not write is refused)")
     p.add_argument("--root", default=".", help="directory run and subject paths are relative to (default: .)")
     p.add_argument("--trusted-key", action="extend", nargs="+", default=[], metavar="PEM",
                    help="public key(s) to trust instead of every ROOT/manifests/keys/*.pub.pem")

@@ -41,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--server-pid", type=int, help="sample the peak RSS of this process tree")
     p.add_argument("--ignore-eos", action="store_true", help="ask for exactly the workload's output lengths")
     p.add_argument("--min-tokens", action="store_true", help="also send min_tokens = output length")
+    p.add_argument("--no-stream", dest="stream", action="store_false",
+                   help="ask for whole answers: E2E and throughput only, TTFT/TPOT/ITL null with the reason")
+    p.add_argument("--tokenizer", help="directory with tokenizer.json: counts each chunk's tokens for per-token ITL "
+                   "when the server sends no per-chunk usage")
     p.add_argument("--slo", action="append", default=[], metavar="KEY=MS",
                    help=f"goodput SLO, repeatable; KEY in {', '.join(SLO_KEYS)}")
     p.add_argument("--client-workers", type=int, help="client processes (default: one per 1024 streams)")
@@ -77,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
         api=args.api, max_concurrency=args.max_concurrency, timeout_s=args.timeout, semantic_id=args.semantic_id,
         run_label=args.run_label, run_id=args.run_id, profile_id=args.profile_id, backend_name=args.backend_name,
         backend_version=args.backend_version, metrics_url=args.metrics_url, ignore_eos=args.ignore_eos,
-        min_tokens=args.min_tokens, slo=_slo(args.slo), client_workers=args.client_workers,
+        min_tokens=args.min_tokens, stream=args.stream, tokenizer_path=args.tokenizer, slo=_slo(args.slo),
+        client_workers=args.client_workers,
         memory_probe=rss_probe(args.server_pid) if args.server_pid else None, reference_path=args.reference,
         validity=ValidityLimits(send_lag_p99_ms=args.max_send_lag_ms, loop_lag_p99_ms=args.max_loop_lag_ms),
         reporter=reporter("infkit run", out=sys.stderr),

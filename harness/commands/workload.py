@@ -88,6 +88,25 @@ def run_make(args: argparse.Namespace) -> int:
     return 0
 
 
+def _traffic_rows(w) -> list[tuple[str, object]]:
+    """Arrival rate of a timed schedule, and a trace's sharing structure when it has one."""
+    rows: list[tuple[str, object]] = []
+    offsets = [r.offset_s for r in w.requests if r.offset_s is not None]
+    if len(offsets) > 1 and offsets[-1] > offsets[0]:
+        rows.append(("arrival rate", f"{(len(offsets) - 1) / (offsets[-1] - offsets[0]):.4g} requests/s over "
+                                     f"{offsets[-1] - offsets[0]:.4g} s"))
+    sharing = w.header.get("sharing")
+    if sharing:
+        rows += [("distinct blocks", f"{sharing['distinct_blocks']} of {sharing['block_tokens']} tokens"),
+                 ("reuse ceiling", f"{sharing['reuse_ceiling']:.4f} ({sharing['reusable_tokens']} of "
+                                   f"{sharing['prompt_tokens']} prompt tokens a perfect prefix cache could reuse)")]
+    if w.header.get("trace_rows_skipped"):
+        rows.append(("trace rows skipped", w.header["trace_rows_skipped"]))
+    if w.header.get("sessions"):
+        rows += [(f"sessions: {k.replace('_', ' ')}", v) for k, v in w.header["sessions"].items()]
+    return rows
+
+
 def run_show(args: argparse.Namespace) -> int:
     w = load_workload(args.file)
     h = w.header
@@ -100,6 +119,7 @@ def run_show(args: argparse.Namespace) -> int:
         ("seeds", ", ".join(f"{k}={v}" for k, v in h["seeds"].items())),
         ("tokenizer", f"{h['tokenizer']['name']} {h['tokenizer']['sha256']}"),
         ("paired with", h.get("paired_with") or "-"),
+        *_traffic_rows(w),
     ]
     print(tabulate(rows, tablefmt="plain"))
     listed = [(r.index, r.offset_s, r.input_tokens, r.output_tokens, r.group, r.prefix_tokens)

@@ -116,7 +116,11 @@ class Performance(_Group):
     peak_memory_source: str | None = None
     percentile_method: str = "linear"
     null_reasons: dict[str, str] = field(default_factory=dict)
-    _optional = ("peak_memory_source",)
+    itl_chunk_ms: dict[str, float] | None = None  # serving: the gaps between content chunks (= itl_ms)
+    itl_token_ms: dict[str, float] | None = None  # serving: each gap spread over the tokens its chunk carried
+    chunk_tokens_source: str | None = None  # where the per-chunk token counts came from
+    streamed: bool | None = None  # serving: False for non-streamed requests (no TTFT, TPOT or ITL)
+    _optional = ("peak_memory_source", "itl_chunk_ms", "itl_token_ms", "chunk_tokens_source", "streamed")
 
     @classmethod
     def not_applicable(cls, reason: str, **measured: Any) -> Performance:

@@ -23,6 +23,7 @@ from harness.contract.result import utc_now
 from harness.errors import CapabilityMissing, InfkitError, InvalidInput
 from harness.images.engine import docker_engine_present
 from harness.images.locks import REPO_ROOT, ImageLock
+from harness.images.provenance import build_input_labels
 
 DEFAULT_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 WHEELHOUSE_CONTEXT = "wheelhouse"  # the Dockerfile stage a --build-context of this name replaces
@@ -97,7 +98,8 @@ def git_revision(root: Path = REPO_ROOT) -> str:
 
 
 def image_id(engine: str, ref: str) -> str | None:
-    proc = subprocess.run([engine, "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([engine, "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True,
+                          timeout=60)
     if proc.returncode != 0:
         return None
     found = proc.stdout.strip()
@@ -132,9 +134,10 @@ def build_argv(lock: ImageLock, cfg: BuildConfig, engine: str, base_id: str | No
         argv += ["--build-arg", f"{name}={value}"]
     # The Dockerfile's LABELs carry the same values; labels given here are applied even when
     # every layer comes from the cache (podman does not re-run a cached LABEL for new ARG values).
-    labels = {"org.opencontainers.image.revision": args["REVISION"], "org.opencontainers.image.created": args["CREATED"],
+    labels = {"org.opencontainers.image.revision": args["REVISION"],
+              "org.opencontainers.image.created": args["CREATED"],
               "org.opencontainers.image.base.name": base_name, "org.opencontainers.image.base.digest": base_digest,
-              "io.infkit.base.substituted-for": substituted}
+              "io.infkit.base.substituted-for": substituted, **build_input_labels(lock, args, wheelhouse)}
     for name, value in labels.items():
         argv += ["--label", f"{name}={value}"]
     return argv + [str(REPO_ROOT)]
@@ -187,26 +190,6 @@ def build_image(lock: ImageLock, cfg: BuildConfig, progress: Callable[[str], Non
         raise InfkitError(f"{engine} reported success but {lock.local_ref} is not in the image store")
     return BuildOutcome((lock.local_ref, lock.tag_ref), built, cfg.base_image or lock.base_image,
                         lock.base_image if cfg.base_image else None, time.monotonic() - t0, wheelhouse)
-
-
-def pull_image(lock: ImageLock, engine: str | None = None) -> str:
-    """Pull the role's image by the digest in its lock; returns the reference pulled."""
-    ref = lock.pull_ref()
-    engine = detect_engine(engine)
-    _run([engine, "pull", ref], 3600, f"{engine} pull {ref}")
-    return ref
-
-
-def resolve_registry_digest(ref: str) -> str:
-    """A tag's manifest digest from the registry, without pulling (Docker Engine API distribution endpoint)."""
-    try:
-        import docker
-    except ImportError as exc:
-        raise CapabilityMissing("the docker SDK is not installed", hint="pip install 'infkit[docker]'") from exc
-    try:
-        return docker.from_env().images.get_registry_data(ref).id
-    except docker.errors.DockerException as exc:
-        raise CapabilityMissing(f"cannot resolve {ref} against its registry: {exc}") from exc
 
 
 def pin_dockerfile_base(dockerfile: Path, name: str, digest: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ from harness.images.dockerfile import PLACEHOLDER_DIGEST, base_image_default, pi
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCK_DIR = REPO_ROOT / "images"
 LOCAL_REGISTRY = "localhost/infkit"
+# another folder of locks (a fork's, a test's); its parent holds the docker/ and requirements/ files they name
+LOCK_DIR_ENV = "INFKIT_IMAGE_LOCKS"
 
 
 @dataclass(frozen=True)
@@ -77,8 +80,13 @@ class ImageLock:
         return self.doc["base"]["digest"] == PLACEHOLDER_DIGEST
 
     @property
+    def root(self) -> Path:
+        """The checkout the lock's relative paths (Dockerfile, dependency lock) are under."""
+        return self.path.parent.parent
+
+    @property
     def dockerfile(self) -> Path:
-        return REPO_ROOT / self.doc["dockerfile"]
+        return self.root / self.doc["dockerfile"]
 
     @property
     def cuda(self) -> CudaFloor | None:
@@ -95,19 +103,26 @@ class ImageLock:
         if not self.digest:
             raise CapabilityMissing(
                 f"images/{self.role}.lock.json has no image digest yet (not built and pushed)",
-                hint=f"build it locally with `make images ROLE={self.role}`, or push it and run `make lock ROLE={self.role}`",
+                hint=f"build it locally with `make images ROLE={self.role}`, "
+                f"or push it and run `make lock ROLE={self.role}`",
             )
         return f"{self.registry_ref}@{self.digest}"
 
 
-def roles(lock_dir: Path = LOCK_DIR) -> list[str]:
-    return sorted(p.name.removesuffix(".lock.json") for p in lock_dir.glob("*.lock.json"))
+def lock_dir() -> Path:
+    """``$INFKIT_IMAGE_LOCKS`` when set, else the checkout's ``images/``."""
+    return Path(os.environ.get(LOCK_DIR_ENV) or LOCK_DIR)
 
 
-def load_lock(role: str, lock_dir: Path = LOCK_DIR) -> ImageLock:
-    path = lock_dir / f"{role}.lock.json"
+def roles(folder: Path | None = None) -> list[str]:
+    return sorted(p.name.removesuffix(".lock.json") for p in (folder or lock_dir()).glob("*.lock.json"))
+
+
+def load_lock(role: str, folder: Path | None = None) -> ImageLock:
+    folder = folder or lock_dir()
+    path = folder / f"{role}.lock.json"
     if not path.is_file():
-        raise InvalidInput(f"unknown environment role {role!r}", hint=f"roles: {', '.join(roles(lock_dir))}")
+        raise InvalidInput(f"unknown environment role {role!r}", hint=f"roles: {', '.join(roles(folder))}")
     doc = load_document(path)  # the strict reader: malformed, NaN, binary, ... are one-line errors
     problems = validate_document(doc)
     if problems:
@@ -115,8 +130,9 @@ def load_lock(role: str, lock_dir: Path = LOCK_DIR) -> ImageLock:
     return ImageLock(role, path, doc)
 
 
-def lock_problems(lock: ImageLock, root: Path = REPO_ROOT) -> list[str]:
-    """Disagreements between a (schema-valid) lock and the files it describes."""
+def lock_problems(lock: ImageLock, root: Path | None = None) -> list[str]:
+    """Disagreements between a (schema-valid) lock and the files it describes (under ``root``, else the lock's)."""
+    root = root or lock.root
     out: list[str] = []
     doc = lock.doc
     if doc["role"] != lock.role:
@@ -136,7 +152,8 @@ def lock_problems(lock: ImageLock, root: Path = REPO_ROOT) -> list[str]:
     if not dep_path.is_file():
         return out + [f"{lock.path.name}: {dep['path']} does not exist"]
     if sha256_file(dep_path) != dep["sha256"]:
-        out.append(f"{lock.path.name}: {dep['path']} changed since the lock was written (run `make lock ROLE={lock.role}`)")
+        out.append(f"{lock.path.name}: {dep['path']} changed since the lock was written "
+                   f"(run `make lock ROLE={lock.role}`)")
     count = len(deplock.parse_lock(dep_path.read_text()))
     if count != dep["distributions"]:
         out.append(f"{lock.path.name}: {dep['path']} has {count} distributions, the lock says {dep['distributions']}")
@@ -159,15 +176,16 @@ def _edited(lock: ImageLock, edit: Callable[[dict[str, Any]], None]) -> ImageLoc
 
 
 def refreshed(lock: ImageLock, *, image_digest: str | None = None, built_utc: str | None = None,
-              revision: str | None = None, root: Path = REPO_ROOT) -> ImageLock:
-    """A copy of ``lock`` with the dependency-lock hash/count re-read and, when given, the pushed image digest."""
-    dep_path = root / lock.doc["dependency_lock"]["path"]
+              revision: str | None = None, root: Path | None = None, **pushed: str | None) -> ImageLock:
+    """A copy of ``lock`` with the dependency-lock hash/count re-read and, when given, the pushed image digest
+    (``pushed``: ``digest_source`` and ``provenance``, as the schema names them)."""
+    dep_path = (root or lock.root) / lock.doc["dependency_lock"]["path"]
 
     def edit(doc: dict[str, Any]) -> None:
         doc["dependency_lock"]["sha256"] = sha256_file(dep_path)
         doc["dependency_lock"]["distributions"] = len(deplock.parse_lock(dep_path.read_text()))
         if image_digest is not None:
-            doc["image"].update(digest=image_digest, built_utc=built_utc, revision=revision)
+            doc["image"].update(digest=image_digest, built_utc=built_utc, revision=revision, **pushed)
 
     return _edited(lock, edit)
 

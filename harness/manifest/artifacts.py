@@ -46,8 +46,9 @@ def _infkit_doc(real: str, name: str, content: bytes | None) -> tuple[dict | Non
     """
     try:
         if name.endswith(".jsonl"):
-            with open(real, "rb") as fh:
-                head = next((line for line in fh if line.strip()), b"")
+            head = _first_line(real)
+            if len(head) > MAX_JSON_BYTES:
+                return None, [_oversized(name, "its first line is")]
             doc = parse_json(head, name) if head else None
         else:
             head = content or b""
@@ -64,6 +65,20 @@ def _infkit_doc(real: str, name: str, content: bytes | None) -> tuple[dict | Non
     if problems:
         return None, [Finding("artifact-schema", f"{name}: {p}", name) for p in problems]
     return doc, []
+
+
+def _first_line(real: str) -> bytes:
+    """The first non-blank line of a JSON Lines file, read at most one line limit (+1) at a time."""
+    with open(real, "rb") as fh:
+        while line := fh.readline(MAX_JSON_BYTES + 1):
+            if line.strip() or len(line) > MAX_JSON_BYTES:
+                return line
+    return b""
+
+
+def _oversized(name: str, what: str = "it is") -> Finding:
+    return Finding("artifact-size", f"{name}: {what} larger than {MAX_JSON_BYTES >> 20} MiB, the limit of one "
+                   "JSON document: not parsed, so not checked", name)
 
 
 class _MissingFolders:
@@ -96,6 +111,24 @@ class _MissingFolders:
         return out
 
 
+def _identity(real: str, name: str) -> tuple[int, int, str]:
+    """The file behind a name (device, inode) and how its name says to read it."""
+    info = os.stat(real)
+    return info.st_dev, info.st_ino, os.path.splitext(name)[1] if name.endswith((".json", ".jsonl")) else ""
+
+
+def _read_subject(real: str, name: str) -> tuple[str, dict | None, list[Finding]]:
+    """(sha256, the infkit document it holds, its problems), the file read once and streamed."""
+    is_json = name.endswith((".json", ".jsonl"))
+    actual, content = hash_file(real, keep_bytes=MAX_JSON_BYTES if is_json else 0)
+    if name.endswith(".json") and content is None:
+        return actual, None, [_oversized(name)]
+    if not is_json:
+        return actual, None, []
+    doc, problems = _infkit_doc(real, name, content)
+    return actual, doc, problems
+
+
 def check_subjects(subjects: Any, resolver: RootResolver) -> SubjectsAudit:
     """Recompute every subject's sha256 (refusing unsafe names unread) and validate infkit documents."""
     if not isinstance(subjects, list) or not subjects:
@@ -105,6 +138,7 @@ def check_subjects(subjects: Any, resolver: RootResolver) -> SubjectsAudit:
     seen: set[str] = set()
     directories: set[str] = set()
     missing = _MissingFolders(resolver.root_real)
+    seen_files: dict[tuple[int, int, str], tuple[str, dict | None, list[Finding]]] = {}
     verified = 0
     for index, raw in enumerate(subjects):
         name, expected, problem = _wanted(raw, index)
@@ -129,19 +163,19 @@ def check_subjects(subjects: Any, resolver: RootResolver) -> SubjectsAudit:
         if not os.path.isfile(real):
             findings.append(Finding("subject-deleted", f"{name} is no longer a regular file", name))
             continue
-        is_json = name.endswith((".json", ".jsonl"))
-        actual, content = hash_file(real, keep_bytes=MAX_JSON_BYTES if is_json else 0)
+        identity = _identity(real, name)
+        if identity not in seen_files:  # one file under several names (a loop of links) is read once
+            seen_files[identity] = _read_subject(real, name)
+        actual, doc, problems = seen_files[identity]
         if actual != expected:
             findings.append(
                 Finding("subject-digest", f"modified: {name}: sha256 {actual[:16]}… differs from the signed {expected[:16]}…", name)
             )
             continue
         verified += 1
-        if is_json:
-            doc, problems = _infkit_doc(real, name, content)
-            findings.extend(problems)
-            if doc is not None:
-                documents[name] = doc
+        findings.extend(problems)
+        if doc is not None:
+            documents[name] = doc
     findings += missing.findings()
     return SubjectsAudit(tuple(findings), documents, verified, frozenset(seen), frozenset(directories))
 

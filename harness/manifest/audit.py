@@ -7,7 +7,7 @@ reason at once (MLPerf style). Nothing outside the root is opened.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +18,14 @@ from harness.manifest import dsse
 from harness.manifest.artifacts import check_subjects, check_unlisted
 from harness.manifest.evidence import check_evidence
 from harness.manifest.findings import Finding
-from harness.manifest.predicate import PREDICATE_TYPE, STATEMENT_TYPE
+from harness.manifest.image_provenance import image_provenance
+from harness.manifest.predicate import PREDICATE_TYPE, STATEMENT_TYPE, fingerprint_summary
 from harness.manifest.sign import KEYS_DIR, MANIFEST_SUFFIX, MANIFESTS_DIR
-from harness.manifest.subjects import RootResolver
-from harness.manifest.trust import TrustedKeys, load_policy, load_trusted_keys
+from harness.manifest.subjects import RootResolver, is_within, relative_name
+from harness.manifest.trust import TrustedKeys, load_policy, load_trusted_keys, local_policy_path
 
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+FINGERPRINT_MARKER = "infkit/fingerprint/v1"
 
 
 @dataclass(frozen=True)
@@ -41,11 +43,13 @@ class ManifestReport:
     subjects: int = 0
     subjects_verified: int = 0
     predicate: dict[str, Any] | None = None
-    trusted: bool = False  # signed by a key the auditor chose (trust policy or --trusted-key)
+    trusted: bool = False  # signed by a key the auditor chose (trust policy, local policy or --trusted-key)
     # What a reader of the run may rely on: the signed sha256 of each subject, and the parsed
     # infkit documents whose bytes matched it (so a report shows exactly what was verified).
     subject_digests: dict[str, str] = field(default_factory=dict, repr=False)
     documents: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    warnings: tuple[str, ...] = ()  # what the audit noticed that is no verdict on this manifest
+    provenance: tuple[str, ...] = ()  # one line per image: its verified build provenance, or "no provenance"
 
     @property
     def valid(self) -> bool:
@@ -65,6 +69,7 @@ class ManifestReport:
             "verdict": self.verdict,
             "trusted": self.trusted,
             "reasons": [f.to_dict() for f in self.findings],
+            "warnings": list(self.warnings),
             "signer_keyid": self.signer_keyid,
             "subjects": self.subjects,
             "subjects_verified": self.subjects_verified,
@@ -73,6 +78,7 @@ class ManifestReport:
             "harness": p.get("harness"),
             "images": p.get("images"),
             "fingerprint": p.get("fingerprint"),
+            "provenance": list(self.provenance),
         }
 
 
@@ -145,6 +151,62 @@ def _fingerprint_is_subject(fp: dict[str, Any], subjects: Any) -> list[Finding]:
     return [Finding("predicate", f"fingerprint {fp['path']} is not a subject with the digest the predicate names")]
 
 
+def _fingerprint_matches(predicate: dict[str, Any], documents: dict[str, dict[str, Any]]) -> list[Finding]:
+    """The predicate's GPU, driver, host and harness revision, recomputed from the verified fingerprint.json."""
+    fp = predicate["fingerprint"]
+    doc = documents.get(fp["path"])
+    if doc is None or doc.get("schema") != FINGERPRINT_MARKER:
+        return [Finding("predicate", f"fingerprint {fp['path']} is not a verified fingerprint document: the "
+                        "predicate's GPU, driver and harness revision cannot be checked", fp["path"])]
+    findings = []
+    recomputed = fingerprint_summary(doc, fp["path"], b"")
+    for key in sorted(set(recomputed) - {"path", "sha256"}):
+        if fp.get(key) != recomputed[key]:
+            findings.append(Finding("predicate", f"predicate fingerprint.{key} differs from the signed {fp['path']}",
+                                    fp["path"]))
+    harness, recorded = predicate["harness"], doc.get("harness") or {}
+    for key in ("version", "git_commit", "git_dirty"):
+        if key in recorded and harness.get(key) != recorded[key]:
+            findings.append(Finding("predicate", f"predicate harness.{key} differs from the signed {fp['path']}",
+                                    fp["path"]))
+    return findings
+
+
+def _manifest_path_findings(path: Path, root_real: str, predicate: dict[str, Any]) -> list[Finding]:
+    """Under ROOT/manifests/ a manifest's path names what it attests: <semantic_id>/<run_id>.intoto.json."""
+    manifests_real = os.path.join(root_real, MANIFESTS_DIR)
+    real = os.path.realpath(path)
+    if not is_within(real, manifests_real):
+        return []
+    expected = f"{predicate['semantic_id']}/{predicate['run_id']}{MANIFEST_SUFFIX}"
+    actual = relative_name(real, manifests_real)
+    if actual == expected:
+        return []
+    return [Finding("statement", f"the manifest is stored as {MANIFESTS_DIR}/{actual} but attests "
+                    f"{MANIFESTS_DIR}/{expected}: a manifest's path must name the run it signs")]
+
+
+def duplicate_run_dirs(reports: list[ManifestReport], root: Path) -> list[ManifestReport]:
+    """Add a finding to every manifest that names the same run directory as another one."""
+    by_dir: dict[str, list[int]] = {}
+    for i, report in enumerate(reports):
+        run_dir = (report.predicate or {}).get("run_dir")
+        if isinstance(run_dir, str):
+            by_dir.setdefault(os.path.realpath(root / run_dir), []).append(i)
+    out = list(reports)
+    for indices in by_dir.values():
+        if len(indices) < 2:
+            continue
+        names = [reports[i].manifest for i in indices]
+        for i in indices:
+            others = ", ".join(n for n in names if n != reports[i].manifest)
+            run_dir = reports[i].predicate["run_dir"]
+            finding = Finding("statement", f"run directory {run_dir} is also named by {others}: "
+                              "one run has one manifest")
+            out[i] = replace(out[i], findings=(*out[i].findings, finding))
+    return out
+
+
 def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys) -> ManifestReport:
     """Audit one manifest file against the files under ``root``."""
     path = Path(path)
@@ -159,28 +221,44 @@ def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys) ->
     statement, stmt_findings = _statement(envelope.payload)
     findings += stmt_findings
     if statement is None:
-        return ManifestReport(str(path), tuple(findings), signer)
+        return ManifestReport(str(path), tuple(findings), signer, warnings=trusted.warnings)
     predicate, pred_findings = _predicate(statement)
     findings += pred_findings
-    resolver = RootResolver(os.path.realpath(root))
     subjects = statement.get("subject")
+    listed = subjects if isinstance(subjects, list) else []
+    if signer is None:
+        # Nothing an unauthenticated statement names is opened: its subject list could make the audit
+        # hash one file through many names, or parse huge files, before anything vouched for it.
+        findings.append(Finding("subjects-unchecked", f"the {len(listed)} subjects were not checked: the signature "
+                                "does not verify"))
+        return ManifestReport(str(path), tuple(findings), None, len(listed), 0, predicate, False,
+                              warnings=trusted.warnings)
+    root_real = os.path.realpath(root)
+    resolver = RootResolver(root_real)
     audited = check_subjects(subjects, resolver)
     findings += audited.findings
     findings += check_unlisted(audited, (predicate or {}).get("run_dir"), resolver, os.path.realpath(path))
+    provenance: list[str] = []
     if predicate is not None:
         findings += check_evidence(predicate, audited.documents)
         findings += _fingerprint_is_subject(predicate["fingerprint"], subjects)
-    listed = subjects if isinstance(subjects, list) else []
+        findings += _fingerprint_matches(predicate, audited.documents)
+        findings += _manifest_path_findings(path, root_real, predicate)
+        found, provenance = image_provenance(predicate["images"], Path(root), trusted, _signature_findings)
+        findings += found
     digests = {s["name"]: s["digest"].get("sha256") for s in listed
                if isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("digest"), dict)}
     return ManifestReport(str(path), tuple(findings), signer, len(listed), audited.verified, predicate,
-                          trusted.trusted(signer), digests, audited.documents)
+                          trusted.trusted(signer), digests, audited.documents, trusted.warnings, tuple(provenance))
 
 
 def auditor_keys(config: AuditConfig) -> TrustedKeys:
     """The keys an audit with ``config`` verifies against, and the trust policy that names who may sign."""
     policy = load_policy(config.trust_policy) if config.trust_policy is not None else None
-    return load_trusted_keys(config.trusted_keys, config.root / MANIFESTS_DIR / KEYS_DIR, policy)
+    local = None
+    if policy is None and not config.trusted_keys and (path := local_policy_path()).is_file():
+        local = load_policy(path)
+    return load_trusted_keys(config.trusted_keys, config.root / MANIFESTS_DIR / KEYS_DIR, policy, local)
 
 
 def audit_paths(paths: list[str | os.PathLike], config: AuditConfig) -> list[ManifestReport]:
@@ -189,4 +267,4 @@ def audit_paths(paths: list[str | os.PathLike], config: AuditConfig) -> list[Man
     if not manifests:
         raise InvalidInput(f"no *{MANIFEST_SUFFIX} manifests under {', '.join(map(str, paths))}")
     trusted = auditor_keys(config)
-    return [audit_manifest(m, config.root, trusted) for m in manifests]
+    return duplicate_run_dirs([audit_manifest(m, config.root, trusted) for m in manifests], config.root)

@@ -9,7 +9,10 @@ the signed verdict to the results it vouches for:
   strongest result's;
 - ``failure-blocks-decision``: a failure in any result, or a failed/aborted run,
   means the decision is blocked or inconclusive (such a manifest is a valid record);
-- ``run-record-matches``: the signed run.json agrees with the predicate.
+- ``run-record-matches``: the signed run.json agrees with the predicate;
+- ``result-behind-evidence``: evidence above precheck, or an adopt/reject decision, needs the
+  run's result (run.json ``outputs.result``, else any result) to be a verified subject that
+  parses as a result document.
 """
 
 from __future__ import annotations
@@ -39,11 +42,31 @@ def _run_record_rules(predicate: dict[str, Any], documents: dict[str, dict[str, 
     return findings
 
 
+def _result_behind(predicate: dict[str, Any], documents: dict[str, dict[str, Any]],
+                   results: dict[str, dict[str, Any]]) -> list[Finding]:
+    decision, level = predicate["decision"], predicate["evidence_level"]
+    if level == "precheck" and decision not in ("adopt", "reject"):
+        return []
+    run = documents.get(f"{predicate['run_dir']}/run.json") or {}
+    named = (run.get("outputs") or {}).get("result") if isinstance(run.get("outputs"), dict) else None
+    claim = f"{level} evidence" + (f" and decision {decision}" if decision in ("adopt", "reject") else "")
+    if isinstance(named, str) and named:
+        name = f"{predicate['run_dir']}/{named}"
+        if name not in results:
+            return [Finding("evidence", f"result-behind-evidence: {claim}, but the run's result {name} is not a "
+                            "verified subject that parses as a result", name)]
+        return []
+    if not results:
+        return [Finding("evidence", f"result-behind-evidence: {claim}, but no verified subject parses as a result")]
+    return []
+
+
 def check_evidence(predicate: dict[str, Any], documents: dict[str, dict[str, Any]]) -> list[Finding]:
     """Findings for a schema-valid predicate and the run's schema-valid infkit documents."""
     findings = _run_record_rules(predicate, documents)
     decision, level = predicate["decision"], predicate["evidence_level"]
     results = {n: d for n, d in documents.items() if d.get("schema") == RESULT_MARKER}
+    findings += _result_behind(predicate, documents, results)
     if decision in ("adopt", "reject") and level != "paired":
         findings.append(Finding("evidence", f"adopt-reject-need-paired: decision {decision} with {level} evidence"))
     if decision in ("adopt", "reject") and not any(

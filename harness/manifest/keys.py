@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,11 +47,15 @@ class SigningKey:
         return key_id(self.public_key)
 
 
+def config_dir() -> Path:
+    """``$XDG_CONFIG_HOME/infkit``, else ``~/.config/infkit``: the user's own keys and trust policy."""
+    return Path(os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")) / "infkit"
+
+
 def default_private_key_path() -> Path:
     if explicit := os.environ.get(KEY_PATH_ENV):
         return Path(explicit).expanduser()
-    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(config) / "infkit" / "keys" / PRIVATE_KEY_NAME
+    return config_dir() / "keys" / PRIVATE_KEY_NAME
 
 
 def public_pem(public_key: Ed25519PublicKey) -> bytes:
@@ -62,13 +67,18 @@ def key_id(public_key: Ed25519PublicKey) -> str:
     return hashlib.sha256(der).hexdigest()
 
 
-def _read_pem(path: Path, what: str) -> bytes:
+def _read_pem(path: Path, what: str, *, private: bool = False) -> bytes:
     if not path.exists():
         raise InvalidInput(f"{what} {path}: no such file")
     if not path.is_file():
         raise InvalidInput(f"{what} {path}: not a regular file")
-    if path.stat().st_size > MAX_PEM_BYTES:
+    info = path.stat()
+    if info.st_size > MAX_PEM_BYTES:
         raise InvalidInput(f"{what} {path}: too large to be a PEM key")
+    if private and info.st_mode & 0o077:
+        # as ssh does: a key others can read is a key others may hold, one they can write may be theirs
+        raise InvalidInput(f"{what} {path}: mode {stat.S_IMODE(info.st_mode):04o} lets other users read or write it",
+                           hint=f"chmod 600 {path}")
     return path.read_bytes()
 
 
@@ -97,8 +107,14 @@ def load_public_key(path: str | os.PathLike) -> Ed25519PublicKey:
     return key
 
 
-def init_key(path: str | os.PathLike | None = None, *, force: bool = False) -> SigningKey:
-    """Create an Ed25519 private key at ``path`` (default location when None), mode 0600."""
+def init_key(path: str | os.PathLike | None = None, *, force: bool = False, trust: bool | None = None) -> SigningKey:
+    """Create an Ed25519 private key at ``path`` (default location when None), mode 0600.
+
+    With ``trust`` (default: for the default key, the one ``infkit keys init`` makes) its key id
+    joins the local trust policy (``trust.local_policy_path``) at creation, so the user's own
+    runs audit VALID while a key found elsewhere does not.
+    """
+    trust = path is None if trust is None else trust
     target = check_output_file(Path(path) if path else default_private_key_path(), "private key")
     if target.exists() and not force:
         raise InvalidInput(
@@ -112,7 +128,12 @@ def init_key(path: str | os.PathLike | None = None, *, force: bool = False) -> S
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     atomic_write_bytes(target, pem, mode=0o600)
-    return SigningKey(private_key, str(target))
+    key = SigningKey(private_key, str(target))
+    if trust:
+        from harness.manifest.trust import add_to_policy, local_policy_path
+
+        add_to_policy(local_policy_path(), key.keyid, "this machine's signing key")
+    return key
 
 
 def load_signing_key(path: str | os.PathLike | None = None, *, create: bool = True) -> SigningKey:
@@ -123,7 +144,7 @@ def load_signing_key(path: str | os.PathLike | None = None, *, create: bool = Tr
     """
     if path is not None:
         p = Path(path).expanduser()
-        return SigningKey(_private_from_pem(_read_pem(p, "private key"), str(p)), str(p))
+        return SigningKey(_private_from_pem(_read_pem(p, "private key", private=True), str(p)), str(p))
     if pem := os.environ.get(KEY_PEM_ENV):
         return SigningKey(_private_from_pem(pem.encode(), f"${KEY_PEM_ENV}"), f"${KEY_PEM_ENV}")
     default = default_private_key_path()
@@ -134,8 +155,8 @@ def load_signing_key(path: str | os.PathLike | None = None, *, create: bool = Tr
                                f"{KEY_PATH_ENV} to use (and create) the default key")
         if not create:
             raise InvalidInput(f"no signing key at {default}", hint="run `infkit keys init` (or `make keys`)")
-        return init_key(default)
-    return SigningKey(_private_from_pem(_read_pem(default, "private key"), str(default)), str(default))
+        return init_key(default, trust=True)
+    return SigningKey(_private_from_pem(_read_pem(default, "private key", private=True), str(default)), str(default))
 
 
 def publish_public_key(public_key: Ed25519PublicKey, keys_dir: str | os.PathLike) -> Path:

@@ -1,11 +1,36 @@
-"""Audit output: a summary for people, one JSON document for machines."""
+"""Audit output: a summary for people, one JSON document for machines, and the exit status.
+
+Every line of the summary passes through ``terminal_safe``: file names, subject names and
+predicate fields come from the audited files, and a control sequence among them could move
+the cursor, recolour or erase an INVALID line on the auditor's terminal.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from harness.manifest.audit import ManifestReport
+
+EXIT_VALID = 0  # every manifest intact, by the rules, and signed by a key the auditor trusts
+EXIT_INVALID = 1  # some manifest is INVALID
+EXIT_UNTRUSTED = 4  # none INVALID, but some signer is not trusted (VALID-UNTRUSTED): integrity only
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character (ESC, CR, newline, C1, bidi overrides) shown as an escape."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def exit_status(reports: list[ManifestReport], *, allow_untrusted: bool = False) -> int:
+    """0 when every manifest is VALID, 1 when any is INVALID, else 4 for an untrusted signer (see above)."""
+    if not all(r.valid for r in reports):
+        return EXIT_INVALID
+    if allow_untrusted or all(r.trusted for r in reports):
+        return EXIT_VALID
+    return EXIT_UNTRUSTED
 
 
 def _image_line(image: dict[str, Any]) -> str:
@@ -13,7 +38,9 @@ def _image_line(image: dict[str, Any]) -> str:
         python = f" python {image['python']}" if image.get("python") else ""
         return f"{image['role']}: native{python}, package list {image['packages_sha256']}"
     base = f" (base substituted: {image['base_substituted']})" if image.get("base_substituted") else ""
-    return f"{image['role']}: {image['ref']}@{image['digest']}{base}"
+    source = f" (from the {image['source']})" if image.get("source") == "registry" else (
+        " (built locally)" if image.get("source") else "")
+    return f"{image['role']}: {image['ref']}@{image['digest']}{source}{base}"
 
 
 def _gpu_line(fp: dict[str, Any]) -> str:
@@ -28,7 +55,7 @@ def _trust_line(report: ManifestReport) -> str | None:
         return None
     key = report.signer_keyid[:16]
     if report.trusted:
-        return f"  trust    signer {key}... is one the auditor chose (trust policy or --trusted-key)"
+        return f"  trust    signer {key}... is one the auditor trusts (trust policy, local policy or --trusted-key)"
     return (f"  trust    signer {key}... was found in the audited repository, not pinned by a trust policy: "
             "integrity only")
 
@@ -47,6 +74,7 @@ def _details(report: ManifestReport) -> list[str]:
         f"  harness  {harness['version']} at {(harness['git_commit'] or 'no git')[:12]} ({dirty})",
     ]
     lines += [f"  image    {_image_line(i)}" for i in p["images"]] or ["  image    none recorded"]
+    lines += [f"  provenance {line}" for line in report.provenance]
     lines.append(f"  gpu      {_gpu_line(p['fingerprint'])}")
     if trust := _trust_line(report):
         lines.append(trust)
@@ -54,12 +82,13 @@ def _details(report: ManifestReport) -> list[str]:
 
 
 UNTRUSTED_NOTE = ("VALID-UNTRUSTED: the files are intact and what the signing key signed, but that key was taken "
-                  "from the audited repository, which anyone who can write to it can add to; pass a trust policy "
-                  "(--trust FILE, make audit TRUST=FILE) to check who signed")
+                  "from the audited repository, which anyone who can write to it can add to, and no trust policy "
+                  "lists it; pass one (--trust FILE, make audit TRUST=FILE) or add the key to yours "
+                  f"(infkit keys trust --public-key PEM) to check who signed (exit status {EXIT_UNTRUSTED})")
 
 
 def format_text(reports: list[ManifestReport]) -> str:
-    lines = []
+    lines = [f"warning: {w}" for w in dict.fromkeys(w for r in reports for w in r.warnings)]
     for report in reports:
         if report.findings:
             count = len(report.findings)
@@ -73,7 +102,7 @@ def format_text(reports: list[ManifestReport]) -> str:
     lines.append(f"{len(reports)} manifest{'s' if len(reports) != 1 else ''}: {summary}")
     if counts["VALID-UNTRUSTED"]:
         lines.append(UNTRUSTED_NOTE)
-    return "\n".join(lines)
+    return "\n".join(map(terminal_safe, lines))
 
 
 def format_json(reports: list[ManifestReport], root: str, policy: str | None = None) -> str:
@@ -81,6 +110,7 @@ def format_json(reports: list[ManifestReport], root: str, policy: str | None = N
         "root": root,
         "valid": all(r.valid for r in reports),
         "trusted": all(r.trusted for r in reports),
+        "exit_status": exit_status(reports),
         "trust_policy": policy,
         "manifests": [r.to_dict() for r in reports],
     }

@@ -161,18 +161,22 @@ def run_dir_name(run_dir: str | Path, root: str | Path) -> tuple[str, str]:
     return root_real, relative_name(run_real, root_real)
 
 
-def check_run_files(run_dir: str | Path, root_real: str) -> None:
+def check_run_files(run_dir: str | Path, root_real: str, *, links: bool = True) -> None:
     """Refuse a run directory holding anything a manifest cannot name: the manifest would vouch for a
-    file it cannot list (a link out of the root), or skip one that ``audit`` then reports."""
+    file it cannot list (a link out of the root), or skip one that ``audit`` then reports. Without
+    ``links`` every symlink is refused (a run a container wrote cannot point the host key elsewhere)."""
     for path, problem in run_files(str(run_dir), root_real):
+        if problem is None and not links and os.path.islink(path):
+            problem = "is a symlink, and a run written in a container may hold none"
         if problem is not None:
             raise InvalidInput(f"cannot sign: {path} {problem}",
                                hint="a run directory holds regular files; copy the file in or remove the entry")
 
 
-def collect_subjects(run_dir: str | Path, root_real: str, exclude: frozenset[str] = frozenset()) -> list[Subject]:
+def collect_subjects(run_dir: str | Path, root_real: str, exclude: frozenset[str] = frozenset(), *,
+                     links: bool = True) -> list[Subject]:
     """Every file under ``run_dir`` (a real path; sorted by name), hashed; see ``check_run_files``."""
-    check_run_files(run_dir, root_real)
+    check_run_files(run_dir, root_real, links=links)
     subjects = []
     for path, _ in run_files(str(run_dir), root_real):
         name = relative_name(path, root_real)

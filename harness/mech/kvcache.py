@@ -13,6 +13,7 @@ from typing import Any
 
 from harness.contract import Conclusion
 from harness.errors import InvalidInput
+from harness.ids import sha256_canonical, sha256_file
 from harness.knobs import knob
 from harness.mech import Mechanism, MechConfig
 from harness.mech.batching import engine_config, workload_info
@@ -21,6 +22,7 @@ from harness.mech.engine.costmodel import StepCostModel, load_cost_model
 from harness.mech.engine.queues import POLICIES
 from harness.mech.engine.simulate import POOLS, run_continuous
 from harness.mech.engine.workload import (
+    SimRequest,
     SimWorkload,
     SyntheticSpec,
     paired_prefix_workloads,
@@ -28,6 +30,8 @@ from harness.mech.engine.workload import (
 )
 from harness.mech.output import MechOutput, save_figure, table
 from harness.report.plots import pyplot
+from harness.workload.traceio import FORMATS as TRACE_FORMATS
+from harness.workload.traceio import TraceSlice, check_slice, scaled_rows, sharing
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,17 @@ class KvCacheConfig(MechConfig):
     shared_workload: str | None = knob(None, "shared-prefix workload file (with --unique-workload); default: "
                                        "synthetic pair")
     unique_workload: str | None = knob(None, "its unique-prefix twin")
+    trace: str | None = knob(None, "replay a trace file and its twin instead (same slice and block scaling as "
+                             "`infkit workload make trace`)")
+    trace_format: str = knob("mooncake", "trace format", choices=TRACE_FORMATS)
+    trace_block_tokens: int = knob(512, "trace: tokens per hash-id block in the file", min=1)
+    trace_rescale: int | None = knob(None, "trace: rescale every block to this many tokens (--block-tokens of "
+                                     "workload make)", min=1)
+    time_scale: float = knob(1.0, "trace: multiply arrival offsets", min=1e-9)
+    max_requests: int | None = knob(None, "trace: the first N requests of the slice", min=1)
+    window: str | None = knob(None, "trace: START:END seconds after the first request")
+    concurrency: int | None = knob(None, "trace: replay as a closed loop with this many in flight (default: "
+                                   "the trace's arrival times)", min=1)
     requests: int = knob(400, "synthetic: requests per arm", min=1)
     rate_rps: float = knob(4.0, "synthetic: Poisson arrival rate", min=0.001)
     groups: int = knob(8, "synthetic: prefix groups", min=1)
@@ -54,6 +69,10 @@ class KvCacheConfig(MechConfig):
     def check(self) -> None:
         if bool(self.shared_workload) != bool(self.unique_workload):
             raise InvalidInput("give both --shared-workload and --unique-workload, or neither")
+        if self.trace and self.shared_workload:
+            raise InvalidInput("give --trace or --shared-workload/--unique-workload, not both")
+        if self.trace:
+            check_slice(self.trace_slice())
         if not self.managers:
             raise InvalidInput("--managers needs at least one block manager", hint="choose from " + ", ".join(POOLS))
         if not self.shared_workload and self.prefix_tokens >= self.input_mean:
@@ -61,8 +80,30 @@ class KvCacheConfig(MechConfig):
                                f"({self.input_mean})")
         engine_config(self)  # the engine's own cross-field rules (token budget >= running sequences)
 
+    def trace_slice(self) -> TraceSlice:
+        return TraceSlice(trace_format=self.trace_format, trace_block_tokens=self.trace_block_tokens,
+                          block_tokens=self.trace_rescale, time_scale=self.time_scale, max_requests=self.max_requests,
+                          window=self.window)
+
+
+def trace_pair(path: str, spec: TraceSlice, concurrency: int | None = None) -> tuple[SimWorkload, SimWorkload, float]:
+    """A trace and its twin as the simulator sees them (the rows ``infkit workload make trace`` makes), and the
+    trace's reuse ceiling."""
+    rows, _ = scaled_rows(path, spec)
+    closed = concurrency is not None
+    shared = tuple(SimRequest(i, None if closed else r.t_s, r.input_tokens, r.output_tokens,
+                              blocks=tuple(r.hash_ids or ()), block_tokens=spec.block if r.hash_ids else 0)
+                   for i, r in enumerate(rows))
+    unique = tuple(SimRequest(r.index, r.arrival_s, r.input_tokens, r.output_tokens) for r in shared)
+    arrival = {"process": "closed"} if closed else {"process": "trace"}
+    wid = sha256_canonical({"trace": sha256_file(path), "slice": asdict(spec), "concurrency": concurrency})
+    return (SimWorkload(shared, wid, "trace", arrival, {}, concurrency),
+            SimWorkload(unique, sha256_canonical({"twin": wid}), "trace-unique", arrival, {}, concurrency),
+            sharing(rows, spec.block)["reuse_ceiling"])
 
 def paired(cfg: KvCacheConfig) -> tuple[SimWorkload, SimWorkload]:
+    if cfg.trace:
+        return trace_pair(cfg.trace, cfg.trace_slice(), cfg.concurrency)[:2]
     if cfg.shared_workload and cfg.unique_workload:
         return read_workload(cfg.shared_workload), read_workload(cfg.unique_workload)
     return paired_prefix_workloads(SyntheticSpec(
@@ -90,6 +131,11 @@ def run(cfg: KvCacheConfig) -> MechOutput:
     best = min((m for m in cfg.managers if m != "none"), default=cfg.managers[0],
                key=lambda m: effects[m]["ttft_p50_ratio_shared_over_unique"])
     main = cells[f"{best}/shared"]
+    trace = None
+    if cfg.trace:
+        ceiling = trace_pair(cfg.trace, cfg.trace_slice(), cfg.concurrency)[2]
+        trace = {"reuse_ceiling": ceiling,
+                 "predicted_hit_rate": {m: effects[m]["hit_rate_shared"] for m in cfg.managers}}
     summary = (f"paired workloads: shared {shared.workload_id} / unique {unique.workload_id}; capacity "
                f"{cfg.num_blocks} blocks x {cfg.block_size} tokens; simulated ms\n\n"
                + table(["manager/arm", "hit rate", "hit tokens", "references", "evictions", "reclaimed",
@@ -97,6 +143,9 @@ def run(cfg: KvCacheConfig) -> MechOutput:
                + "\n\n" + table(["manager", "TTFT p50 shared/unique", "hit rate shared", "hit rate unique"],
                                 [[m, e["ttft_p50_ratio_shared_over_unique"], e["hit_rate_shared"],
                                   e["hit_rate_unique"]] for m, e in effects.items()]))
+    if trace:
+        summary += (f"\n\ntrace {cfg.trace}: reuse ceiling {trace['reuse_ceiling']:.4f}; predicted hit rate "
+                    + ", ".join(f"{m} {v:.4f}" for m, v in trace["predicted_hit_rate"].items()))
     return MechOutput(
         semantic_id="INF-PREFIX-CACHE", run_label=f"kvcache/{best}/shared", model=None,
         model_null_reason="the step-cost model stands in for the model",
@@ -106,7 +155,7 @@ def run(cfg: KvCacheConfig) -> MechOutput:
                               next_step="measure the same paired workloads on a server (make bench-69)",
                               summary=f"{best}: TTFT p50 x{effects[best]['ttft_p50_ratio_shared_over_unique']:.3f} "
                                       f"shared vs unique at hit rate {effects[best]['hit_rate_shared']:.3f}"),
-        details={"cells": cells, "effects": effects, "unique_workload_id": unique.workload_id,
+        details={"cells": cells, "effects": effects, "unique_workload_id": unique.workload_id, "trace": trace,
                  "cost_model": cost.to_dict(), "effective": {**asdict(cfg), "engine": asdict(ecfg)}},
         summary_text=summary, requested=asdict(cfg), workload_id=shared.workload_id,
         plots={"kvcache.png": lambda path: _plot(cells, cfg.managers, path)},

@@ -10,7 +10,7 @@ with the reason; it never stops the report.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.contract.schemas import DocumentError, load_document
@@ -19,6 +19,7 @@ from harness.manifest.audit import (
     ManifestReport,
     audit_manifest,
     auditor_keys,
+    duplicate_run_dirs,
     find_manifests,
 )
 from harness.manifest.findings import Finding
@@ -103,4 +104,7 @@ def audit_inputs(paths: list[str], config: AuditConfig) -> list[AuditedInput]:
             report = audit_manifest(manifest, config.root, trusted)
             mismatch = _names_run_dir(report, run_dir, config.root) if run_dir else None
             out.append(AuditedInput(given, manifest, report, (mismatch,) if mismatch else ()))
-    return out
+    audited = [i for i in out if i.audit is not None]
+    checked = iter(duplicate_run_dirs([i.audit for i in audited], config.root))
+    by_id = {id(i): replace(i, audit=next(checked)) for i in audited}
+    return [by_id.get(id(i), i) for i in out]

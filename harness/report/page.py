@@ -189,20 +189,28 @@ def _img(png: bytes, alt: str) -> str:
     return f'<img src="data:image/png;base64,{data}" alt="{escape(alt)}" loading="eager">'
 
 
-def _figures(section: dict[str, Any], images: dict[str, bytes]) -> str:
-    cells = [f"<figure class=\"wide\">{_img(images[f['sha256']], f['title'])}"
-             f"<figcaption>{escape(f['title'])}</figcaption></figure>" for f in section["figures"]]
+def _figures(section: dict[str, Any], images: dict[str, bytes], embedded: set[str]) -> str:
+    """Each image (by sha256) is embedded once on the page; a repeat links to its first figure."""
+    def figure(digest: str, alt: str, caption: str, cls: str = "") -> str:
+        attr = f' class="{cls}"' if cls else ""
+        if digest in embedded:
+            return (f'<figure{attr}><figcaption>{caption}: the same image as '
+                    f'<a href="#fig-{escape(digest[:16])}">the figure above</a> (sha256 {escape(digest[:16])}…)'
+                    "</figcaption></figure>")
+        embedded.add(digest)
+        return (f'<figure{attr} id="fig-{escape(digest[:16])}">{_img(images[digest], alt)}'
+                f"<figcaption>{caption}</figcaption></figure>")
+
+    cells = [figure(f["sha256"], f["title"], escape(f["title"]), "wide") for f in section["figures"]]
     for row in section["runs"]:
         for f in row["figures"]:
             name = f["name"].rsplit("/", 1)[-1]
-            alt = f"{row['run_id']} {name}"
-            cells.append(f"<figure>{_img(images[f['sha256']], alt)}"
-                         f"<figcaption><code>{escape(row['run_id'])}</code> · {escape(name)} "
-                         f"(signed figure of the run)</figcaption></figure>")
+            cells.append(figure(f["sha256"], f"{row['run_id']} {name}",
+                                f"<code>{escape(row['run_id'])}</code> · {escape(name)} (signed figure of the run)"))
     return f'<h3>Figures</h3><div class="figures">{"".join(cells)}</div>' if cells else ""
 
 
-def _section(section: dict[str, Any], images: dict[str, bytes]) -> str:
+def _section(section: dict[str, Any], images: dict[str, bytes], embedded: set[str]) -> str:
     sid = section["semantic_id"]
     title = escape(sid) if sid else "Inputs that name no bench"
     runs = section["runs"]
@@ -214,7 +222,7 @@ def _section(section: dict[str, Any], images: dict[str, bytes]) -> str:
     diffs = "".join(_diff(section, d) for d in section["diffs"])
     what_changed = f"<h3>What changed between runs</h3>{diffs}" if diffs else ""
     return (f'<section class="bench" id="{escape(_anchor(sid))}"><h2>{title}</h2>{intro}{_runs_table(section)}'
-            f"{what_changed}{_figures(section, images)}</section>")
+            f"{what_changed}{_figures(section, images, embedded)}</section>")
 
 
 def render_page(doc: dict[str, Any], images: dict[str, bytes]) -> str:
@@ -229,7 +237,8 @@ def render_page(doc: dict[str, Any], images: dict[str, bytes]) -> str:
         "every <code>manifests/keys/*.pub.pem</code> under the root"
     keys += (f"; signers allowed by the trust policy <code>{escape(doc['trust_policy'])}</code>" if doc.get("trust_policy")
              else "; no trust policy: signatures prove the files are intact, not who signed them (VALID-UNTRUSTED)")
-    body = "".join(_section(s, images) for s in doc["benches"]) or "<p>No inputs.</p>"
+    embedded: set[str] = set()
+    body = "".join(_section(s, images, embedded) for s in doc["benches"]) or "<p>No inputs.</p>"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">

@@ -1,24 +1,30 @@
 """Read one audited run: its run record, fingerprint, result document, headline figures and PNGs.
 
 Only what the audit verified is read. JSON documents come from the audit itself (parsed from
-the bytes whose sha256 matched the signed one); figures are read and hashed again against the
-signed digest, so a file swapped after the audit is left out with the reason, never shown.
+the bytes whose sha256 matched the signed one); figures are read once, through one descriptor
+opened without following a link or blocking, and hashed again against the signed digest, so a
+file swapped after the audit (for another file, a link or a pipe) is left out with the reason,
+never shown.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.manifest.subjects import is_within, unsafe_name_reason
 from harness.report.inputs import AuditedInput
 
 COMPARISON_FILE = "comparison.json"
 RESULT_FILE = "result.json"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MAX_FIGURE_BYTES = 8 * 1024 * 1024
+MAX_FIGURES_PER_RUN = 12
 PERFORMANCE_HEADLINE = (("ttft_ms", "TTFT p50"), ("tpot_ms", "TPOT p50"), ("e2e_ms", "E2E p50"))
 THROUGHPUT_HEADLINE = (("output_tokens_per_s", "output throughput", "tok/s"),
                        ("request_rate_rps", "request rate", "req/s"))
@@ -139,16 +145,36 @@ def _figure_names(run: dict[str, Any], subjects: dict[str, str], run_dir: str) -
     return sorted(n for n in subjects if n.startswith(prefix) and "/" not in n[len(prefix):] and n.endswith(".png"))
 
 
+def _open_verified(root: Path, name: str) -> int:
+    """A descriptor on the subject ``name`` under ``root``: no link followed at the last component, no
+    parent outside the root, never blocking (a FIFO put in its place opens and is refused)."""
+    if unsafe_name_reason(name) is not None:
+        raise OSError(errno.EINVAL, "not a plain relative name")
+    root_real = os.path.realpath(root)
+    parent = os.path.realpath(os.path.join(root_real, os.path.dirname(name)))
+    if not is_within(parent, root_real):
+        raise OSError(errno.EXDEV, "its folder lies outside the root")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(os.path.join(parent, os.path.basename(name)), flags)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return fd
+
+
 def _read_figure(root: Path, name: str, signed: str | None) -> tuple[Figure | None, str | None]:
+    """Read a signed figure once, by descriptor, and keep it only when its bytes are the signed ones."""
     if signed is None:
         return None, f"figure {name} is not a signed subject: left out"
-    path = root / name
     try:
-        if os.path.getsize(path) > MAX_FIGURE_BYTES:
-            return None, f"figure {name} is larger than {MAX_FIGURE_BYTES >> 20} MiB: left out"
-        data = path.read_bytes()
+        fd = _open_verified(root, name)
     except OSError as exc:
-        return None, f"figure {name} cannot be read ({exc.strerror}): left out"
+        why = "a symlink" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+        return None, f"figure {name} cannot be read ({why}): left out"
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(MAX_FIGURE_BYTES + 1)
+    if len(data) > MAX_FIGURE_BYTES:
+        return None, f"figure {name} is larger than {MAX_FIGURE_BYTES >> 20} MiB: left out"
     digest = hashlib.sha256(data).hexdigest()
     if digest != signed:
         return None, f"figure {name} changed after the audit (sha256 {digest[:16]}…): left out"
@@ -180,7 +206,10 @@ def read_run(item: AuditedInput, root: Path) -> RunView:
         c = result["conclusion"]
         conclusion = {k: c.get(k) for k in CONCLUSION_FIELDS}
     figures = []
-    for name in _figure_names(run, subjects, run_dir):
+    names = list(dict.fromkeys(_figure_names(run, subjects, run_dir)))
+    if len(names) > MAX_FIGURES_PER_RUN:
+        notes.append(f"{len(names) - MAX_FIGURES_PER_RUN} figures beyond the first {MAX_FIGURES_PER_RUN}: left out")
+    for name in names[:MAX_FIGURES_PER_RUN]:
         figure, note = _read_figure(root, name, subjects.get(name))
         if figure:
             figures.append(figure)

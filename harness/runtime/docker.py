@@ -4,13 +4,17 @@ Works against any engine that speaks that API (Docker, or podman's
 ``podman system service`` through ``DOCKER_HOST``). A container always has:
 
 - the harness mounted read-only at ``/opt/infkit`` (never baked into the image);
-- the run directory mounted read-write at the same path as on the host, and any
-  other existing absolute path named on the command line (a model directory)
-  mounted read-only at its own path, so a spec's argv means the same inside;
+- its own folder (``servers/<log stem>/`` beside its log) as its only read-write mount,
+  at the same path as on the host, and any other existing absolute path named on the
+  command line (a model directory) mounted read-only at its own path, so a spec's argv
+  means the same inside;
+- the confinement of ``harness.runtime.docker_confine`` (capabilities dropped,
+  no-new-privileges, read-only root with tmpfs caches), recorded in servers.json;
 - its server port published on 127.0.0.1 only (the server listens on 0.0.0.0
   inside the container's own network namespace);
 - ``GPU=N`` as a device request, shared memory sized from the spec or the lock;
-- its logs copied line by line into the run directory as they arrive.
+- its logs copied as they arrive into a log the host created before the start and
+  keeps open (``HostLog``), outside every container's mounts.
 
 Every container runs as the invoking user (or ``DockerSettings.user``) with ``USER``,
 ``HOME`` and the compile caches set for a uid the image may not know (``container_env``).
@@ -31,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.contract.paths import cache_root
 from harness.errors import CapabilityMissing, InfkitError
 from harness.images.locks import REPO_ROOT, load_lock
 from harness.runtime.base import (
@@ -41,6 +44,7 @@ from harness.runtime.base import (
     ServerSpec,
     ServerStartError,
 )
+from harness.runtime.docker_confine import CACHE_MOUNT, Confinement, HostLog
 from harness.runtime.docker_image import (
     check_gpu_request,
     client,
@@ -49,7 +53,6 @@ from harness.runtime.docker_image import (
     resolve_image,
 )
 
-CACHE_MOUNT = "/var/cache/infkit"  # HOME and every cache of a container (host: cache_root()/containers/...)
 DEFAULT_SHM_BYTES = 1 << 30
 CONTAINER_USER_NAME = "infkit"
 
@@ -97,22 +100,14 @@ def container_env() -> dict[str, str]:
     }
 
 
-def host_cache_dir(role: str, uid: int, gid: int) -> Path:
-    """The host folder behind ``CACHE_MOUNT``: per role and uid, kept across starts like a native ~/.cache."""
-    path = cache_root() / "containers" / f"{role}-{uid}"
-    path.mkdir(parents=True, exist_ok=True)
-    if os.getuid() == 0 and path.stat().st_uid != uid:
-        os.chown(path, uid, gid)  # root runs the container as another uid: that uid must own its cache
-    return path
-
-
-def container_options(role: str, argv: tuple[str, ...], run_dir: Path, settings: DockerSettings) -> dict[str, Any]:
-    """What every container of the runtime gets: user, environment, mounts, working directory."""
+def container_options(argv: tuple[str, ...], confinement: Confinement, settings: DockerSettings) -> dict[str, Any]:
+    """What every container of the runtime gets: user, environment, mounts, working directory, confinement."""
     uid, gid = settings.uid_gid
-    volumes = mounts_for(argv, run_dir, settings.harness_root)
-    volumes[str(host_cache_dir(role, uid, gid))] = {"bind": CACHE_MOUNT, "mode": "rw"}
-    return {"user": f"{uid}:{gid}", "environment": container_env(), "volumes": volumes,
-            "working_dir": str(run_dir)}
+    writable = confinement.writable
+    if os.getuid() == 0 and writable.stat().st_uid != uid:
+        os.chown(writable, uid, gid)  # root runs the container as another uid: that uid must write its folder
+    return {"user": f"{uid}:{gid}", "environment": container_env(), "volumes": mounts_for(argv, writable,
+            settings.harness_root), "working_dir": str(writable), **confinement.options()}
 
 
 def _path_values(arg: str) -> list[str]:
@@ -200,27 +195,28 @@ def memory_in_use_bytes(mem: dict[str, Any]) -> int | None:
 
 
 class _LogPump(threading.Thread):
-    """Copies the container's output to the log file as it arrives (flushed per chunk)."""
+    """Copies the container's output to its host log as it arrives (through the kept descriptor)."""
 
-    def __init__(self, container, log_path: Path):
+    def __init__(self, container, log: HostLog):
         super().__init__(daemon=True, name=f"logs-{container.short_id}")
-        self.container, self.log_path = container, log_path
+        self.container, self.log = container, log
 
     def run(self) -> None:
-        with open(self.log_path, "ab", buffering=0) as out:
-            try:
-                for chunk in self.container.logs(stream=True, follow=True, stdout=True, stderr=True):
-                    out.write(chunk)
-            except Exception as exc:  # the engine closed the stream; note it, never lose what came before
-                out.write(f"\n[infkit] log stream ended: {exc}\n".encode())
+        try:
+            for chunk in self.container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                self.log.write(chunk)
+        except Exception as exc:  # the engine closed the stream; note it, never lose what came before
+            self.log.write(f"\n[infkit] log stream ended: {exc}\n".encode())
 
 
 class DockerHandle(ServerHandle):
-    def __init__(self, container, spec: ServerSpec, log_path: Path, image: dict[str, Any]):
+    def __init__(self, container, spec: ServerSpec, log: HostLog, image: dict[str, Any],
+                 confinement: Confinement | None = None):
         self.container, self.spec = container, spec
         self.base_url = f"http://127.0.0.1:{spec.port}"
-        self.log_path, self.image = log_path, image
-        self._pump = _LogPump(container, log_path)
+        self.log, self.log_path, self.image = log, log.path, image
+        self.confinement = confinement.record() if confinement else None  # servers.json records it
+        self._pump = _LogPump(container, log)
         self._pump.start()
         self._exit: int | None = None
 
@@ -251,10 +247,7 @@ class DockerHandle(ServerHandle):
         raise ServerStartError(f"{url} did not answer 200 within {timeout_s:.0f} s:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return self.log.tail(lines)
 
     def memory_bytes(self) -> int | None:
         try:
@@ -318,11 +311,18 @@ class DockerRuntime(Runtime):
             refuse_podman_gpus(self.api)
         argv = list(spec.argv) if spec.host_network else container_argv(spec.argv)
         where = network_options(spec)
-        opts = container_options(lock.role, spec.argv, run_dir, s)
+        log = HostLog(run_dir, log_name)  # before the container exists; never opened by path again
+        folder = run_dir / log.stem
+        try:
+            folder.mkdir()
+        except OSError as exc:
+            log.close()
+            raise InfkitError(f"cannot create the container folder {folder}: {exc.strerror or exc}") from None
+        confinement = Confinement.for_container(folder, network=True)
+        opts = container_options(spec.argv, confinement, s)
         opts["environment"] |= {**spec.env, "INFKIT_PORT": str(spec.port)}
-        log_path = run_dir / log_name
         if driver and driver.warning:  # the server log says which compatibility mechanism it ran under
-            log_path.write_text(f"[infkit] {driver.mechanism}: {driver.warning}\n")
+            log.write(f"[infkit] {driver.mechanism}: {driver.warning}\n".encode())
         try:
             container = self.api.containers.run(
                 image.id, entrypoint=argv[:1], command=argv[1:], detach=True, **where,
@@ -330,8 +330,9 @@ class DockerRuntime(Runtime):
                 labels={"io.infkit.run-dir": str(run_dir)}, **opts,
             )
         except Exception as exc:
+            log.close()
             raise InfkitError(f"the engine refused to start {lock.role}: {exc}") from exc
-        return DockerHandle(container, spec, log_path, image_record(lock, image))
+        return DockerHandle(container, spec, log, image_record(lock, image), confinement)
 
 
 RUNTIME = DockerRuntime

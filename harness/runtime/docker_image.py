@@ -5,7 +5,8 @@ Resolution order: an explicit reference (``INFKIT_IMAGE``), else the role's loca
 missing). A role with neither a local build nor a pushed digest is built on first use —
 one notice line, the engine's build log in the run directory — so one command works on a
 fresh GPU machine; ``pull_only`` (``PULL_ONLY=1``) keeps the strict behaviour and stops
-with the command that builds it instead.
+with the command that builds it instead, and where the lock has a pushed digest it runs that
+image (pulled by digest when missing) even if a local build exists.
 """
 
 from __future__ import annotations
@@ -55,10 +56,11 @@ def resolve_image(api, lock: ImageLock, override: str | None = None, *, pull_onl
             return api.images.get(override)
         except docker.errors.ImageNotFound:
             raise CapabilityMissing(f"image {override} is not present on the engine") from None
-    try:
-        return api.images.get(lock.local_ref)
-    except docker.errors.ImageNotFound:
-        pass
+    if not (pull_only and lock.digest):  # PULL_ONLY with a pushed digest: the registry's image, never a local build
+        try:
+            return api.images.get(lock.local_ref)
+        except docker.errors.ImageNotFound:
+            pass
     if lock.digest or pull_only:
         ref = lock.pull_ref()  # CapabilityMissing naming `make images ROLE=…` while there is no digest
         try:
@@ -91,15 +93,16 @@ def image_record(lock: ImageLock, image) -> dict[str, Any]:
     # A registry digest only when it is the locked one; a local build is named by its tag and image id.
     repo_digests = {d.partition("@")[2] for d in image.attrs.get("RepoDigests") or []}
     if lock.digest and lock.digest in repo_digests:
-        ref, digest = lock.registry_ref, lock.digest
+        ref, digest, source = lock.registry_ref, lock.digest, "registry"
     else:
-        ref, digest = (image.tags or [lock.local_ref])[0], image.id
+        ref, digest, source = (image.tags or [lock.local_ref])[0], image.id, "local build"
     labels = image.labels or {}
     return {
         "role": lock.role,
         "ref": ref,
         "digest": digest,
         "base_substituted": labels.get("io.infkit.base.substituted-for") or None,
+        "source": source,
     }
 
 

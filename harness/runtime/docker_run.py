@@ -3,8 +3,10 @@
 This is how ``--runtime docker`` works for commands that are not servers
 (``infkit mech …``, ``infkit cuda …``): the same argv, executed by the image's
 entry point (``python3 -m harness`` from the read-only mount) with the run
-directory mounted read-write at its host path. The container has no network
-unless asked. The image actually used (digest, base substitution) is passed in
+directory — the container's own folder — as its only read-write mount, at its host
+path, under the confinement of ``harness.runtime.docker_confine``. The container has
+no network unless asked. Its log is created by the host before the start
+(``HostLog``) and written through that descriptor only. The image actually used (digest, base substitution) is passed in
 ``INFKIT_CONTAINER_IMAGE``, so the run records it in its own ``run.json``
 (``harness.rundir.record.native_image``), and so do its manifest and audit.
 """
@@ -17,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.contract.atomic import atomic_write_bytes
 from harness.errors import InfkitError
 from harness.images.locks import load_lock
 from harness.rundir.directory import SIGN_QUEUE_ENV
@@ -29,6 +30,7 @@ from harness.runtime.docker import (
     device_requests,
     refuse_podman_gpus,
 )
+from harness.runtime.docker_confine import Confinement, HostLog
 from harness.runtime.docker_image import (
     check_gpu_request,
     client,
@@ -46,6 +48,7 @@ class HarnessRun:
     log_path: Path
     image: dict[str, Any]
     seconds: float
+    output: str = ""  # the container's output as the engine gave it (the log file lies in its folder)
 
 
 def harness_git_env(harness_root: Path) -> dict[str, str]:
@@ -77,13 +80,13 @@ def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, .
     image = resolve_image(api, lock, settings.image, pull_only=settings.pull_only, log_dir=run_dir,
                           base_image=settings.base_image, notify=notify_stderr)
     record = image_record(lock, image)
-    opts = container_options(role, tuple(args), run_dir, settings)
+    opts = container_options(tuple(args), Confinement.for_container(run_dir, network=network), settings)
     opts["environment"] |= {CONTAINER_IMAGE_ENV: json.dumps(record), **harness_git_env(settings.harness_root),
                             **({SIGN_QUEUE_ENV: str(sign_queue)} if sign_queue else {})}
+    log = HostLog(run_dir, log_name)  # before the container exists: it cannot plant a link in its place
     t0 = time.monotonic()
     container = api.containers.run(
-        image.id, entrypoint=[ENTRYPOINT], command=list(args), detach=True,
-        network_mode=None if network else "none", device_requests=device_requests(gpus),
+        image.id, entrypoint=[ENTRYPOINT], command=list(args), detach=True, device_requests=device_requests(gpus),
         shm_size=DEFAULT_SHM_BYTES, **opts,
     )
     try:
@@ -92,13 +95,14 @@ def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, .
         except Exception as exc:
             container.kill()
             raise InfkitError(f"{role} container did not finish within {timeout_s:.0f} s") from exc
-        log_path = run_dir / log_name
-        atomic_write_bytes(log_path, container.logs(stdout=True, stderr=True))
+        output = container.logs(stdout=True, stderr=True)
+        log.write(output)
     finally:
+        log.close()
         try:
             container.remove(force=True)
         except Exception:
             pass
-    return HarnessRun(code, log_path, record, time.monotonic() - t0)
+    return HarnessRun(code, log.path, record, time.monotonic() - t0, output.decode(errors="replace"))
 
 

@@ -153,6 +153,15 @@ class GroupHandle(ServerHandle):
         statuses = [h.stop(timeout_s) for h in reversed(self.handles)]
         return statuses[-1] if statuses else None
 
+    def kill(self) -> None:
+        """End every member at once, the last started first (the last resort of a second stop signal)."""
+        for handle in reversed(self.handles):
+            kill = getattr(handle, "kill", None)
+            if callable(kill):
+                kill()
+            else:
+                handle.stop(1.0)
+
 
 def start_group(runtime: Runtime, group: GroupSpec, log_dir: Path, prefix: str, *,
                 ready_timeout_s: float = 120.0) -> GroupHandle:

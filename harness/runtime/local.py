@@ -3,6 +3,12 @@
 The server runs in its own process group (so stopping it reaches every worker
 it forks), its stdout and stderr go to a log file in the run directory, and its
 memory is the summed RSS of the whole process tree (docs/measurement.md: peak memory on CPU).
+
+Each server has a watchdog: a small process in a session of its own that holds the read end
+of a pipe whose write end only this process has. When this process dies — SIGKILL, a crash,
+a second signal that cut the cleanup short — the pipe reads end-of-file and the watchdog
+stops the server's whole process group (SIGTERM, then SIGKILL after ``WATCHDOG_GRACE_S``).
+A normal stop closes the pipe after the group is gone, and the watchdog finds nothing to do.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -19,6 +26,7 @@ from pathlib import Path
 
 import psutil
 
+from harness.runtime import reaper
 from harness.runtime.base import (
     Runtime,
     ServerHandle,
@@ -30,6 +38,27 @@ from harness.telemetry.rss import process_tree_rss
 HEALTH_POLL_S = 0.5
 HEARTBEAT_S = 15.0
 GROUP_EXIT_WAIT_S = 5.0
+WATCHDOG_GRACE_S = 5.0
+# The watchdog: block until the pipe on stdin ends, then end the group argv[1] if it still exists.
+WATCHDOG = """\
+import os, signal, sys, time
+pgid, grace = int(sys.argv[1]), float(sys.argv[2])
+for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+    signal.signal(s, signal.SIG_IGN)
+while os.read(0, 4096):
+    pass
+def group(sig):
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except OSError:
+        return False
+if group(signal.SIGTERM):
+    end = time.monotonic() + grace
+    while group(0) and time.monotonic() < end:
+        time.sleep(0.1)
+    group(signal.SIGKILL)
+"""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -72,11 +101,28 @@ def http_ok(url: str, timeout_s: float = 2.0, method: str = "GET") -> bool:
         return False
 
 
-class LocalHandle(ServerHandle):
-    """A server subprocess in its own session / process group."""
+def start_watchdog(pgid: int) -> tuple[subprocess.Popen, int]:
+    """The watchdog of process group ``pgid`` and the pipe's write end (close it to let the watchdog go)."""
+    read_end, write_end = os.pipe()  # not inheritable: no other child keeps the pipe open
+    try:
+        proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", WATCHDOG, str(pgid), str(WATCHDOG_GRACE_S)],
+                                stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    return proc, write_end
 
-    def __init__(self, proc: subprocess.Popen, spec: ServerSpec, log_path: Path, log_fh):
+
+class LocalHandle(ServerHandle):
+    """A server subprocess in its own session / process group, with its watchdog."""
+
+    def __init__(self, proc: subprocess.Popen, spec: ServerSpec, log_path: Path, log_fh,
+                 watchdog: tuple[subprocess.Popen, int] | None = None):
         self._proc = proc
+        self._watchdog = watchdog
         self._spec = spec
         self._log_fh = log_fh
         self.log_path = log_path
@@ -143,11 +189,25 @@ class LocalHandle(ServerHandle):
             time.sleep(0.05)
         if not self._log_fh.closed:
             self._log_fh.close()
+        self._release_watchdog()
+        reaper.untrack(self)
         self.exit_status = self._proc.returncode
         return self.exit_status
 
+    def _release_watchdog(self) -> None:
+        """The group is gone: close the pipe, so the watchdog wakes, finds nothing and exits."""
+        if self._watchdog is None:
+            return
+        proc, write_end = self._watchdog
+        self._watchdog = None
+        os.close(write_end)
+        try:
+            proc.wait(timeout=WATCHDOG_GRACE_S + 5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
     def kill(self) -> None:
-        """SIGKILL the whole group at once (used to simulate a crash)."""
+        """SIGKILL the whole group at once (a crash in tests; the last resort of a second stop signal)."""
         self._signal_group(signal.SIGKILL)
 
 
@@ -171,7 +231,13 @@ class LocalRuntime(Runtime):
         except OSError as exc:
             log_fh.close()
             raise ServerStartError(f"cannot start {spec.argv[0]}: {exc}") from exc
-        return LocalHandle(proc, spec, log_path, log_fh)
+        try:
+            watchdog = start_watchdog(proc.pid)
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            log_fh.close()
+            raise
+        return reaper.track(LocalHandle(proc, spec, log_path, log_fh, watchdog))
 
 
 RUNTIME = LocalRuntime

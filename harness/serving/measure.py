@@ -6,13 +6,16 @@
   nothing that finished); requests never sent get a ``not_sent`` record at the end;
 - ``metrics_before.prom`` / ``metrics_after.prom`` — the server's raw ``/metrics`` text;
 - ``gauges.jsonl`` — the running/waiting/KV-usage gauges polled during the run (seconds from the
-  run's start), when the server exports them;
+  run's start), when the server exports them; written just before the result, which lists it
+  (``details.server_metrics.gauges``: rows, polls, failed polls);
 - ``result.json`` — the schema-valid result (server metrics in ``details.server_metrics``,
   validity in ``conclusion``);
 - ``summary.txt`` — the same, as a short table for people.
 
-Ctrl-C ends the run: finished records stay, in-flight ones are ``cancelled``, the result
-is written with an ``aborted`` failure, then ``KeyboardInterrupt`` propagates.
+Ctrl-C (or SIGTERM/SIGHUP, which the CLI turns into it) ends the run at any point after the run
+directory exists: finished records stay, in-flight ones are ``cancelled``, the rest ``not_sent``,
+the result is written with an ``aborted`` failure in bounded time (a stalled server gets one short
+scrape), then ``KeyboardInterrupt`` propagates. A second Ctrl-C waits for the result.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from harness.client import (
     read_records,
     run_client,
 )
+from harness.client.loop import deferred_interrupt
 from harness.client.pool import ClientRun
 from harness.contract import Failure, atomic_write_text, write_result
 from harness.contract.jsonio import find_problem, is_finite_number
@@ -46,7 +50,7 @@ from harness.contract.schemas import value_problem
 from harness.errors import InvalidInput
 from harness.ids import new_run_id
 from harness.progress import Reporter
-from harness.serving.metrics import SLO_KEYS
+from harness.serving.metrics import SLO_KEYS, TokenEnds
 from harness.serving.result import ResultInputs, RunFacts, build_serving_result
 from harness.serving.summary import render_summary
 from harness.serving.validity import ValidityLimits, load_references
@@ -58,8 +62,9 @@ from harness.telemetry import (
     scrape,
     summarize,
 )
-from harness.telemetry.prometheus import Scrape, parse
+from harness.telemetry.prometheus import SCRAPE_TIMEOUT_S, Scrape, parse
 from harness.workload import Workload, load_workload
+from harness.workload.generators import MAX_REQUESTS, MAX_TOKENS
 
 REQUESTS_FILE = "requests.jsonl"
 RESULT_FILE = "result.json"
@@ -68,6 +73,7 @@ METRICS_BEFORE = "metrics_before.prom"
 METRICS_AFTER = "metrics_after.prom"
 GAUGES_FILE = "gauges.jsonl"
 HEALTH_PATHS = ("/health", "/v1/models")
+INTERRUPTED_SCRAPE_TIMEOUT_S = 1.0  # the scrape after an interrupted run: a stalled server must not hold Ctrl-C up
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,8 @@ class MeasureConfig:
     failure_refiner: Callable[[Failure], Failure] | None = None  # e.g. add the server's log tail
     extra_details: Mapping[str, Any] = field(default_factory=dict)
     keep_text: bool = True
+    stream: bool = True  # False: each request answered whole (E2E and throughput only)
+    tokenizer_path: str | Path | None = None  # counts each chunk's tokens where the server sends no per-chunk usage
 
 
 @dataclass(frozen=True)
@@ -168,11 +176,27 @@ def _check(cfg: MeasureConfig, workload: Workload) -> tuple[int | None, int | No
             raise InvalidInput(f"{flag}: {problem}")
     if problem := find_problem(recorded_settings(cfg)):
         raise InvalidInput(f"cannot record the run's settings: {problem[1]} at {problem[0]}")
+    if cfg.tokenizer_path is not None and not (Path(cfg.tokenizer_path) / "tokenizer.json").is_file() and not (
+            Path(cfg.tokenizer_path).is_file()):
+        raise InvalidInput(f"--tokenizer {cfg.tokenizer_path}: no tokenizer.json there")
+    check_workload_limits(workload)
     if cfg.api == "completions" and any(r.prompt is None for r in workload.requests):
         raise InvalidInput(f"workload {workload.kind!r} holds chat messages; run it with --api chat")
     if workload.arrival["process"] == "closed":
         return cfg.max_concurrency or workload.arrival["concurrency"], None
     return None, cfg.max_concurrency
+
+
+def check_workload_limits(workload: Workload) -> None:
+    """What ``infkit workload make`` enforces holds for every workload that is run, however it was made."""
+    if len(workload.requests) > MAX_REQUESTS:
+        raise InvalidInput(f"workload: {len(workload.requests)} requests; at most {MAX_REQUESTS}")
+    for r in workload.requests:
+        for name, value in (("input_tokens", r.input_tokens), ("output_tokens", r.output_tokens)):
+            if not 1 <= value <= MAX_TOKENS:
+                shown = str(value) if len(str(value)) <= 24 else f"{str(value)[:12]}... ({len(str(value))} digits)"
+                raise InvalidInput(f"workload request {r.index}: {name} {shown} is outside [1, {MAX_TOKENS}]",
+                                   hint="`infkit workload make` never writes such a request")
 
 
 CALLBACKS = ("memory_probe", "server_alive", "failure_refiner", "reporter")
@@ -193,7 +217,16 @@ def run_facts(cfg: MeasureConfig) -> RunFacts:
         runtime=cfg.runtime, image=cfg.image, api=cfg.api, ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens,
         slo=dict(cfg.slo), validity=cfg.validity, token_budget=cfg.token_budget, memory_source=cfg.memory_source,
         memory_probed=cfg.memory_probe is not None, requested=recorded_settings(cfg),
-        extra_details=dict(cfg.extra_details), batch_barrier=cfg.batch_barrier)
+        extra_details=dict(cfg.extra_details), batch_barrier=cfg.batch_barrier, stream=cfg.stream,
+        token_ends=_token_ends(cfg.tokenizer_path))
+
+
+def _token_ends(path: str | Path | None) -> TokenEnds | None:
+    if path is None:
+        return None
+    from harness.workload.tokens import ExactTokenizer
+
+    return ExactTokenizer(path).token_ends
 
 
 def endpoint_answers(endpoint: str, timeout_s: float = 3.0) -> bool:
@@ -209,11 +242,11 @@ def endpoint_answers(endpoint: str, timeout_s: float = 3.0) -> bool:
     return False
 
 
-def scrape_all(urls: list[str]) -> Scrape:
+def scrape_all(urls: list[str], timeout_s: float = SCRAPE_TIMEOUT_S) -> Scrape:
     """One scrape, or several replicas' texts concatenated: the parse sums every series over them."""
     if len(urls) == 1:
-        return scrape(urls[0])
-    got = [scrape(u) for u in urls]
+        return scrape(urls[0], timeout_s=timeout_s)
+    got = [scrape(u, timeout_s=timeout_s) for u in urls]
     errors = [g.error for g in got if g.error]
     if errors:
         return Scrape(None, None, "; ".join(errors))
@@ -223,6 +256,15 @@ def scrape_all(urls: list[str]) -> Scrape:
 
 def _save_scrape(out_dir: Path, name: str, got) -> Path | None:
     return atomic_write_text(out_dir / name, got.text) if got.text is not None else None
+
+
+def gauges_entry(poller: GaugePoller | None, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What ``gauges.jsonl`` holds: written (with the result) only when there are rows; polls and failed polls
+    say how much of the run it covers (a server that stalls answers no poll after the stall)."""
+    if poller is None:
+        return {"file": None, "rows": 0, "polls": 0, "failed_polls": 0, "why": "no /metrics snapshot before the run"}
+    return {"file": GAUGES_FILE if rows else None, "rows": len(rows), "polls": poller.polls,
+            "failed_polls": poller.failures, "interval_s": poller.interval_s}
 
 
 def _fill_not_sent(requests_path: Path, workload: Workload) -> list[RequestRecord]:
@@ -254,6 +296,18 @@ def _failure(cfg: MeasureConfig, run: ClientRun, records: list[RequestRecord]) -
     return None
 
 
+def _shares(cfg: MeasureConfig, workload: Workload, requests_path: Path, closed: int | None,
+            cap: int | None) -> list:
+    """The client's configuration dealt to its worker processes (a session workload whole sessions at a time)."""
+    client = ClientConfig(endpoint=cfg.endpoint, model=cfg.model, api=cfg.api, timeout_s=cfg.timeout_s,
+                          ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens, keep_text=cfg.keep_text,
+                          stream=cfg.stream)
+    workers = cfg.client_workers or auto_workers(closed or cap or len(workload.requests))
+    return plan_shares(workload.requests, client, str(requests_path), workers=workers,
+                       closed_concurrency=closed, max_concurrency=cap, batch_barrier=cfg.batch_barrier,
+                       endpoints=cfg.endpoints, sessions=(workload.header.get("sessions") or {}).get("history"))
+
+
 def measure(cfg: MeasureConfig) -> MeasureOutcome:
     """Replay the workload, write the run's files and return them with the result document."""
     workload = load_workload(cfg.workload_path)
@@ -272,36 +326,51 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     metrics_urls = [u.rstrip("/") + "/metrics" for u in cfg.endpoints] or [cfg.metrics_url or
                                                                           cfg.endpoint.rstrip("/") + "/metrics"]
     metrics_url = metrics_urls[0]
-    client = ClientConfig(endpoint=cfg.endpoint, model=cfg.model, api=cfg.api, timeout_s=cfg.timeout_s,
-                          ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens, keep_text=cfg.keep_text)
-    workers = cfg.client_workers or auto_workers(closed or cap or len(workload.requests))
-    shares = plan_shares(workload.requests, client, str(requests_path), workers=workers,
-                         closed_concurrency=closed, max_concurrency=cap, batch_barrier=cfg.batch_barrier,
-                         endpoints=cfg.endpoints)
+    shares = _shares(cfg, workload, requests_path, closed, cap)
 
-    before = scrape_all(metrics_urls)
-    before_path = _save_scrape(out_dir, METRICS_BEFORE, before)
-    poller = GaugePoller(metrics_url, POLLED_GAUGES, cfg.gauge_interval_s).start() if before.snapshot else None
-    sampler = PeakSampler(cfg.memory_probe).start() if cfg.memory_probe else None
-    following = cfg.reporter.task(cfg.run_label, len(workload.requests), requests_path) if cfg.reporter \
-        else contextlib.nullcontext()
-    try:
+    before, poller, sampler, run, peak_bytes = Scrape(None, None, "interrupted before the first scrape"), None, None, \
+        None, None
+    try:  # from here on, Ctrl-C (or a stop signal) ends the run and every request still gets a record
+        before = scrape_all(metrics_urls)
+        poller = GaugePoller(metrics_url, POLLED_GAUGES, cfg.gauge_interval_s).start() if before.snapshot else None
+        sampler = PeakSampler(cfg.memory_probe).start() if cfg.memory_probe else None
+        following = cfg.reporter.task(cfg.run_label, len(workload.requests), requests_path) if cfg.reporter \
+            else contextlib.nullcontext()
         with following:
             run = run_client(shares)
+    except KeyboardInterrupt:
+        pass
     finally:
-        if poller:
-            poller.stop()
-        peak_bytes = sampler.stop() if sampler else None
-    after = scrape_all(metrics_urls)
+        with deferred_interrupt():
+            if poller:
+                poller.stop()
+            peak_bytes = sampler.stop() if sampler else None
+    with deferred_interrupt() as late:  # writing what was measured takes bounded time: a second Ctrl-C waits for it
+        run = run or ClientRun(t0=time.monotonic(), stats=(), interrupted=True, workers=len(shares))
+        outcome = _write_outputs(cfg, workload, out_dir, run, before, poller, peak_bytes, references, closed, cap)
+    if run.interrupted or late.hit:
+        raise KeyboardInterrupt
+    return outcome
+
+
+def _write_outputs(cfg: MeasureConfig, workload: Workload, out_dir: Path, run: ClientRun, before: Scrape,
+                   poller: GaugePoller | None, peak_bytes: int | None, references: Any, closed: int | None,
+                   cap: int | None) -> MeasureOutcome:
+    """After the client: the second scrape, a record for every request, the gauges, the result and the summary."""
+    metrics_urls = [u.rstrip("/") + "/metrics" for u in cfg.endpoints] or [cfg.metrics_url or
+                                                                          cfg.endpoint.rstrip("/") + "/metrics"]
+    requests_path = out_dir / REQUESTS_FILE
+    before_path = _save_scrape(out_dir, METRICS_BEFORE, before)
+    # An interrupted run against a stalled server must not wait out the full scrape timeout.
+    after = scrape_all(metrics_urls, timeout_s=INTERRUPTED_SCRAPE_TIMEOUT_S if run.interrupted else SCRAPE_TIMEOUT_S)
     after_path = _save_scrape(out_dir, METRICS_AFTER, after)
     records = _fill_not_sent(requests_path, workload)
 
     ends = [r.end_s for r in records if r.end_s is not None]
     rows = occupancy_rows(poller.series, run.t0, max(ends, default=None)) if poller else []
-    if rows:
-        atomic_write_text(out_dir / GAUGES_FILE, "".join(json.dumps(r) + "\n" for r in rows))
     server = summarize(before.snapshot, after.snapshot, poller.readings if poller else None, rows)
-    server["url"] = metrics_url
+    server["url"] = metrics_urls[0]
+    server["gauges"] = gauges_entry(poller, rows)
     if len(metrics_urls) > 1:  # counters summed over the replicas; polled gauge peaks are the first replica's
         server["urls"] = metrics_urls
     if before.error or after.error:
@@ -312,10 +381,10 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
         references=references,
     )
     doc = build_serving_result(run_facts(cfg), inputs)
+    if rows:  # listed in the result (server_metrics.gauges) and written with it, never without it
+        atomic_write_text(out_dir / GAUGES_FILE, "".join(json.dumps(r) + "\n" for r in rows))
     result_path = write_result(out_dir / RESULT_FILE, doc)
     atomic_write_text(out_dir / SUMMARY_FILE, render_summary(doc))
     outcome = MeasureOutcome(result_path=result_path, requests_path=requests_path, metrics_before_path=before_path,
                              metrics_after_path=after_path, result=doc, records=tuple(records))
-    if run.interrupted:
-        raise KeyboardInterrupt
     return outcome

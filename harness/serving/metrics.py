@@ -5,7 +5,11 @@ Definitions (docs/measurement.md), over requests that completed (status ``stop``
 - TTFT = first content chunk − sent.
 - E2E = last content chunk (or stream end) − sent.
 - TPOT (per request) = (E2E − TTFT) / (output_tokens − 1), only when output_tokens > 1.
-- ITL = gaps between successive content chunks, pooled over requests.
+- ITL = gaps between successive content chunks, pooled over requests (``itl_ms``, also ``itl_chunk_ms``).
+- Per-token ITL (``itl_token_ms``) = each chunk gap divided by the tokens that chunk carried, one value
+  per token: a chunk of k tokens after a gap g gives k values g/k. Counts come from the server's
+  per-chunk usage, else from the tokenizer over each chunk's text (``chunk_tokens_source`` says which).
+- Non-streamed requests have no first token: TTFT, TPOT and ITL are null with the reason.
 - output_tokens = the server's ``usage.completion_tokens``; the count of content chunks
   when the server sent no usage.
 - Client queue wait = sent − scheduled, over every request that was sent.
@@ -19,7 +23,7 @@ percentiles, recorded as ``percentile_method: "linear"``), rounded to ``DECIMALS
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,13 +56,57 @@ def per_request(rec: RequestRecord) -> dict[str, float | None]:
     return {"ttft_ms": ttft, "e2e_ms": e2e, "tpot_ms": tpot, "itl_ms": float(gaps.max()) if gaps.size else None}
 
 
+TokenEnds = Callable[[str], list[int]]  # the character offset where each token of a text ends
+
+
+def chunk_token_counts(rec: RequestRecord, token_ends: TokenEnds | None = None) -> tuple[list[int] | None, str | None]:
+    """Tokens each content chunk carried and where the counts came from, or (None, None) when unknown."""
+    n = len(rec.chunk_s)
+    if n and len(rec.chunk_tokens) == n:
+        return list(rec.chunk_tokens), "server_usage"
+    if not (n and token_ends and rec.output_text is not None and len(rec.chunk_chars) == n):
+        return None, None
+    bounds = np.cumsum(rec.chunk_chars)
+    counts = np.bincount(np.searchsorted(bounds, np.asarray(token_ends(rec.output_text)) - 1, side="right"),
+                         minlength=n)[:n]
+    return counts.tolist(), "tokenizer"
+
+
+def token_gaps(chunk_s: Sequence[float], counts: Sequence[int]) -> list[float]:
+    """Per-token ITL (ms) of one request: chunk k's gap over its ``counts[k]`` tokens (a chunk without tokens
+    hands its gap on to the next)."""
+    out: list[float] = []
+    pending = 0.0
+    for k in range(1, len(chunk_s)):
+        pending += (chunk_s[k] - chunk_s[k - 1]) * 1e3
+        if counts[k] > 0:
+            out += [pending / counts[k]] * counts[k]
+            pending = 0.0
+    return out
+
+
+def _itl_token(done: Sequence[RequestRecord], token_ends: TokenEnds | None) -> tuple[dict[str, Any] | None, str | None]:
+    gaps: list[float] = []
+    sources = set()
+    for rec in done:
+        counts, source = chunk_token_counts(rec, token_ends)
+        if counts is not None:
+            gaps += token_gaps(rec.chunk_s, counts)
+            sources.add(source)
+    return distribution(gaps), "+".join(sorted(sources)) or None
+
+
 def meets_slo(values: Mapping[str, float | None], slo: Mapping[str, float]) -> bool:
     """A request meets the SLO when every stated bound holds; a value that does not apply passes."""
     return all(values.get(k) is None or values[k] <= bound for k, bound in slo.items())
 
 
-def performance(records: Sequence[RequestRecord], slo: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """The performance group's client-side fields (server queue wait and memory are added by the caller)."""
+def performance(records: Sequence[RequestRecord], slo: Mapping[str, float] | None = None, *, streamed: bool = True,
+                token_ends: TokenEnds | None = None) -> dict[str, Any]:
+    """The performance group's client-side fields (server queue wait and memory are added by the caller).
+
+    ``token_ends`` (a tokenizer) counts each chunk's tokens where the server sent no per-chunk usage.
+    """
     slo = dict(slo or {})
     unknown = sorted(set(slo) - set(SLO_KEYS))
     if unknown:
@@ -77,7 +125,10 @@ def performance(records: Sequence[RequestRecord], slo: Mapping[str, float] | Non
         "queue_wait_client_ms": distribution([max(0.0, w) for w in waits]),
         "throughput": None,
         "null_reasons": {},
+        "streamed": streamed,
     }
+    group["itl_chunk_ms"] = group["itl_ms"]
+    group["itl_token_ms"], group["chunk_tokens_source"] = _itl_token(done, token_ends)
     ends = [r.end_s for r in records if r.end_s is not None]
     if sent and ends and max(ends) > min(r.sent_s for r in sent):
         duration_s = max(ends) - min(r.sent_s for r in sent)
@@ -99,5 +150,11 @@ def performance(records: Sequence[RequestRecord], slo: Mapping[str, float] | Non
         "queue_wait_client_ms": "no request was sent",
         "throughput": "no request was sent and ended",
     }
+    reasons["itl_chunk_ms"] = reasons["itl_ms"]
+    reasons["itl_token_ms"] = reasons["itl_ms"] if group["itl_ms"] is None else (
+        "the server sent no per-chunk usage and no tokenizer was given to count each chunk's tokens")
+    if not streamed:
+        for key in ("ttft_ms", "tpot_ms", "itl_ms", "itl_chunk_ms", "itl_token_ms"):
+            reasons[key] = "requests were not streamed (--no-stream): one answer, no first-token or chunk times"
     group["null_reasons"] = {k: why for k, why in reasons.items() if group[k] is None}
     return group

@@ -20,7 +20,8 @@ from harness.contract import (
     build_result,
 )
 from harness.rundir import fingerprint
-from harness.serving.metrics import output_tokens, performance
+from harness.serving.metrics import TokenEnds, output_tokens, performance
+from harness.serving.turns import session_details
 from harness.serving.validity import (
     ClientHealth,
     ValidityLimits,
@@ -62,6 +63,8 @@ class RunFacts:
     requested: Mapping[str, Any]
     extra_details: Mapping[str, Any] = field(default_factory=dict)
     batch_barrier: bool = False
+    stream: bool = True
+    token_ends: TokenEnds | None = None  # a tokenizer for per-chunk token counts the server did not send
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ def _health(run: ClientRun) -> ClientHealth:
 
 
 def _performance(facts: RunFacts, inputs: ResultInputs) -> Performance:
-    group = performance(inputs.records, facts.slo)
+    group = performance(inputs.records, facts.slo, streamed=facts.stream, token_ends=facts.token_ends)
     reasons = group.pop("null_reasons")
     perf = Performance(**group, null_reasons=reasons)
     queue = inputs.server_metrics.get("queue_time_ms")
@@ -165,7 +168,7 @@ def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any
         "client": {
             "workers": inputs.run.workers, "event_loop": loop_name(), "loop_lag_p99_ms": health.loop_lag_p99_ms, "loop_lag_max_ms": health.loop_lag_max_ms,
             **schedule_stats(records, timed=timed), "api": facts.api, "ignore_eos": facts.ignore_eos, "min_tokens": facts.min_tokens,
-            "batch_barrier": facts.batch_barrier,
+            "batch_barrier": facts.batch_barrier, "stream": facts.stream,
             "schedule_reasons": schedule_reasons(records, health, facts.validity, timed=timed),
         },
         "usage": {"completed": done, "without_server_usage": usage_missing,
@@ -175,6 +178,7 @@ def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any
                   # server-reported values that were not sane were recorded as absent; requests.jsonl says why
                   "server_data_rejected": len(rejected),
                   "server_data_first_rejection": rejected[0].server_data_error if rejected else None},
+        **({"sessions": turns} if (turns := session_details(records)) is not None else {}),
         "validity_limits": facts.validity.to_dict(),
         "requested": _jsonable(dict(facts.requested)),
         **_jsonable(dict(facts.extra_details)),

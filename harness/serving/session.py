@@ -16,6 +16,7 @@ from harness.backends.cache_reset import CacheReset
 from harness.backends.layouts import Layout, group_spec
 from harness.models import PreparedModel
 from harness.progress import Progress
+from harness.runtime import reaper
 from harness.runtime.base import Runtime, ServerHandle, ServerStartError
 from harness.runtime.group import GroupHandle, GroupSpec, start_group
 from harness.runtime.local import free_port
@@ -73,6 +74,7 @@ class ServerSession:
                 "startup_s": round(self.startup_s, 1), "log": self.handle.log_path.name,
                 "prefix_caching": self.config.prefix_caching, "exit_status": self.exit_status,
                 "image": self.handle.image, "effective": self.effective, **self.group_record(),
+                "confinement": getattr(self.handle, "confinement", None),  # a container's isolation, exceptions named
                 "effective_source": f"GET {self.backend.effective_path}" if self.backend.effective_path else None,
                 "prefix_cache_resets": {"requested": sum(r.requested for r in self.resets),
                                         "confirmed": sum(r.confirmed is True for r in self.resets),
@@ -134,8 +136,8 @@ def server_session(name: str, backend: Backend, runtime: Runtime, config: Backen
     progress(f"server {name}: starting {backend.name} {backend.version()} {where} "
              f"(about a minute on 2 cores; a new engine configuration compiles for longer)")
     started = time.monotonic()
-    handle = (start_group(runtime, group, log_dir, name) if group is not None
-              else runtime.start(spec, log_dir, log_name=f"server-{name}.log"))
+    handle = reaper.track(start_group(runtime, group, log_dir, name) if group is not None
+                          else runtime.start(spec, log_dir, log_name=f"server-{name}.log"))
     session = ServerSession(name=name, backend=backend, handle=handle, config=config, command=list(spec.argv),
                             env=dict(spec.env), startup_s=0.0, settings=dict(settings or {}), group=group,
                             model=model)
@@ -148,6 +150,7 @@ def server_session(name: str, backend: Backend, runtime: Runtime, config: Backen
         yield session
     finally:
         session.exit_status = handle.stop()
+        reaper.untrack(handle)
         progress(f"server {name}: stopped")
         if on_stop:
             on_stop(session)

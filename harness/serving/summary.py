@@ -6,14 +6,14 @@ from typing import Any
 
 from tabulate import tabulate
 
-LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_wait_client_ms", "queue_wait_server_ms")
+LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "itl_token_ms", "e2e_ms", "queue_wait_client_ms", "queue_wait_server_ms")
 
 
 def render_summary(doc: dict[str, Any]) -> str:
     perf, concl, ident = doc["performance"], doc["conclusion"], doc["identity"]
     rows = []
     for name in LATENCIES:
-        d = perf[name]
+        d = perf.get(name)
         rows.append((name, *(f"{d[k]:.2f}" if d and k in d else "-" for k in ("n", "mean", "p50", "p90", "p99"))))
     lines = [f"{ident['semantic_id']} {ident['run_label']} run {ident['run_id']} workload {ident['workload_id'][:19]}", "",
              tabulate(rows, headers=["metric", "n", "mean", "p50", "p90", "p99"]), ""]

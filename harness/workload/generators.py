@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.contract.jsonio import is_finite_number, iter_json_lines, json_type
+from harness.contract.jsonio import is_finite_number
 from harness.errors import InvalidInput
 from harness.ids import sha256_file
 from harness.workload.arrival import Arrival, offsets
@@ -34,6 +34,7 @@ class Option:
     default: Any
     help: str
     minimum: int | None = None  # int options: the smallest value that makes sense
+    omit_default: bool = False  # left out of the header's generator parameters at its default (ids stay as they were)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ def priorities(count: int, fraction: float, seed: int) -> list[int]:
 
 Build = Callable[[Common, dict[str, Any], ExactTokenizer], tuple[list[Request], list[float] | None]]
 Count = Callable[[Common, dict[str, Any]], int]  # how many requests the options imply (checks them on the way)
+Describe = Callable[[Common, dict[str, Any], str], dict[str, Any]]  # extra header fields of a made workload
 
 
 @dataclass(frozen=True)
@@ -81,18 +83,22 @@ class Generator:
     paired_with: str | None = None
     help: str = ""
     count: Count | None = None  # None: --requests
+    describe: Describe | None = None
+    schedules: bool = False  # the generator gives every request's offset itself (sessions start by the arrival process)
 
 
 GENERATORS: dict[str, Generator] = {}
+INPUT_FILES = ("trace", "conversations")  # options that name a file the generator reads
 MAX_REQUESTS = 1_000_000
 MAX_TOKENS = 10_000_000  # per request: beyond any served context length
 MAX_SEED = 2**64
 
 
 def register_generator(kind: str, *options: Option, paired_with: str | None = None, help: str = "",
-                       count: Count | None = None) -> Callable[[Build], Build]:
+                       count: Count | None = None, describe: Describe | None = None,
+                       schedules: bool = False) -> Callable[[Build], Build]:
     def wrap(fn: Build) -> Build:
-        GENERATORS[kind] = Generator(kind, fn, tuple(options), paired_with, help, count)
+        GENERATORS[kind] = Generator(kind, fn, tuple(options), paired_with, help, count, describe, schedules)
         return fn
     return wrap
 
@@ -265,54 +271,6 @@ def _multi_turn(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tu
     return out, None
 
 
-def _trace_field(obj: dict[str, Any], names: tuple[str, ...], where: str) -> tuple[str, Any]:
-    for name in names:
-        if name in obj:
-            return name, obj[name]
-    raise InvalidInput(f"{where}: no {' or '.join(names)}",
-                       hint="a trace row needs timestamp_s (or timestamp in ms), input_tokens|input_length, "
-                       "output_tokens|output_length")
-
-
-def _trace_rows(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL trace, each checked: a finite timestamp, whole token counts in [1, MAX_TOKENS]."""
-    rows = []
-    for lineno, obj in iter_json_lines(path):
-        where = f"--trace {path}:{lineno}"
-        name, ts = _trace_field(obj, ("timestamp_s", "timestamp"), where)
-        if not is_finite_number(ts):
-            raise InvalidInput(f"{where}: {name} is {json_type(ts)} {ts!r:.40}, not a finite number")
-        row = {"t": ts / 1000.0 if name == "timestamp" else float(ts)}  # Mooncake traces are in ms
-        for key, names in (("in", ("input_tokens", "input_length")), ("out", ("output_tokens", "output_length"))):
-            name, value = _trace_field(obj, names, where)
-            if type(value) is not int or not 1 <= value <= MAX_TOKENS:
-                raise InvalidInput(f"{where}: {name} {value!r:.40} is not a whole number of tokens in [1, {MAX_TOKENS}]")
-            row[key] = value
-        rows.append(row)
-    if len(rows) > MAX_REQUESTS:
-        raise InvalidInput(f"--trace {path}: {len(rows)} rows; at most {MAX_REQUESTS} requests")
-    return rows
-
-
-def _trace_count(common: Common, opts: dict[str, Any]) -> int:
-    if not opts.get("trace"):
-        raise InvalidInput("kind 'trace' needs --trace FILE")
-    rows = len(_trace_rows(Path(opts["trace"])))
-    return min(rows, common.requests) if common.requests is not None else rows
-
-
-@register_generator("trace", Option("trace", str, None, "JSONL trace: timestamp_s|timestamp(ms), input/output lengths"),
-                    help="replay a trace's timestamps and token lengths with generated content", count=_trace_count)
-def _trace(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], list[float]]:
-    rows = sorted(_trace_rows(Path(opts["trace"])), key=lambda r: r["t"])
-    if common.requests is not None:
-        rows = rows[: common.requests]
-    content_seed = common.seed_for("content")
-    reqs = [Request(index=i, input_tokens=r["in"], output_tokens=r["out"], prompt=tok.text(r["in"], _rng(content_seed, "prompt", i)))
-            for i, r in enumerate(rows)]
-    return reqs, [r["t"] for r in rows]
-
-
 def check_options(kind: str, common: Common, options: dict[str, Any]) -> dict[str, Any]:
     """Every flag of a ``make`` checked before any work (tokenizer, model preparation) starts;
     returns the kind's options with defaults filled in."""
@@ -335,7 +293,7 @@ def check_options(kind: str, common: Common, options: dict[str, Any]) -> dict[st
     if common.requests is not None and not 1 <= common.requests <= MAX_REQUESTS:
         raise InvalidInput(f"--requests {common.requests}: must be in [1, {MAX_REQUESTS}]")
     for o in gen.options:
-        if o.minimum is not None and not o.minimum <= opts[o.name] <= MAX_TOKENS:
+        if o.minimum is not None and opts[o.name] is not None and not o.minimum <= opts[o.name] <= MAX_TOKENS:
             raise InvalidInput(f"--{o.name.replace('_', '-')} {opts[o.name]}: must be in [{o.minimum}, {MAX_TOKENS}]")
     (gen.count or _count)(common, opts)
     return opts
@@ -347,19 +305,22 @@ def make_workload(kind: str, common: Common, options: dict[str, Any], tokenizer_
     gen = GENERATORS[kind]
     tok = ExactTokenizer(tokenizer_dir)
     requests, trace_s = gen.build(common, opts, tok)
-    sched = offsets(common.arrival, len(requests), common.seed_for("arrival"), trace_s)
+    sched = trace_s if gen.schedules else offsets(common.arrival, len(requests), common.seed_for("arrival"), trace_s)
     requests = [Request(**{**r.__dict__, "offset_s": off}) for r, off in zip(requests, sched, strict=False)]
     if common.high_priority_fraction:
         tags = priorities(len(requests), common.high_priority_fraction, common.seed_for("priority"))
         requests = [Request(**{**r.__dict__, "priority": p}) for r, p in zip(requests, tags, strict=True)]
     params = {"version": GENERATOR_VERSION, "seed": common.seed, "input_tokens": common.input_tokens, "output_tokens": common.output_tokens,
               "input_range": common.input_range, "output_range": common.output_range, "requests": common.requests,
-              **{k: (Path(v).name if k == "trace" and v else v) for k, v in opts.items()}}
-    if opts.get("trace"):
-        params["trace_sha256"] = sha256_file(opts["trace"])
+              **{o.name: (Path(opts[o.name]).name if o.name in INPUT_FILES and isinstance(opts[o.name], (str, Path))
+                          else opts[o.name])
+                 for o in gen.options if not (o.omit_default and opts[o.name] == o.default)}}
+    for name in INPUT_FILES:  # an input file is named by its content, not its path
+        if isinstance(opts.get(name), (str, Path)):
+            params[f"{name}_sha256"] = sha256_file(opts[name])
     if common.high_priority_fraction:
         params["high_priority_fraction"] = common.high_priority_fraction
-    header = {
+    header: dict[str, Any] = {
         "workload_id": "",
         "kind": kind,
         "generator": params,
@@ -367,5 +328,6 @@ def make_workload(kind: str, common: Common, options: dict[str, Any], tokenizer_
         "seeds": {d: common.seed_for(d) for d in common.dimensions},
         "tokenizer": {"name": tok.ref.name, "sha256": tok.ref.sha256},
         "paired_with": gen.paired_with,
+        **(gen.describe(common, opts, kind) if gen.describe else {}),
     }
     return finish_workload(header, requests)

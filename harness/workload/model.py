@@ -49,6 +49,8 @@ class Request:
     conversation: int | None = None
     turn: int | None = None
     priority: int | None = None  # scheduling priority, vLLM's convention: lower is served first
+    hash_ids: tuple[int, ...] | None = None  # a trace's block ids, one per leading block of the prompt
+    think_s: float | None = None  # sessions: seconds after the previous turn ends before this one is sent
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -61,10 +63,12 @@ class Request:
             out["prompt"] = self.prompt
         if self.messages is not None:
             out["messages"] = [dict(m) for m in self.messages]
-        for name in ("group", "prefix_tokens", "conversation", "turn", "priority"):
+        for name in ("group", "prefix_tokens", "conversation", "turn", "priority", "think_s"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
+        if self.hash_ids is not None:
+            out["hash_ids"] = list(self.hash_ids)
         return out
 
     @classmethod
@@ -82,6 +86,8 @@ class Request:
             conversation=obj.get("conversation"),
             turn=obj.get("turn"),
             priority=obj.get("priority"),
+            hash_ids=tuple(obj["hash_ids"]) if obj.get("hash_ids") is not None else None,
+            think_s=obj.get("think_s"),
         )
 
 

@@ -56,8 +56,21 @@ class ExactTokenizer:
         spaced = self._tok.encode_batch([" " + w for w in words], add_special_tokens=False)
         return [w for w, enc in zip(words, spaced, strict=False) if len(enc.ids) == 1]
 
+    @property
+    def vocabulary(self) -> int:
+        """How many words ``word`` numbers (each one token after a space)."""
+        return len(self._words)
+
+    def word(self, i: int) -> str:
+        """Word ``i`` led by a space: exactly one token, and a run of them counts one token each."""
+        return " " + self._words[i]
+
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def token_ends(self, text: str) -> list[int]:
+        """The character offset in ``text`` where each of its tokens ends."""
+        return [end for _, end in self._tok.encode(text, add_special_tokens=False).offsets]
 
     def ids(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids

@@ -11,12 +11,12 @@ import pytest
 
 from harness.bench import bench_specs
 from harness.errors import InvalidInput
-from harness.knobs import add_config_arguments, check_config, config_from_args, knob, make_vars
+from harness.knobs import KnobConfig, add_config_arguments, check_config, config_from_args, knob, make_vars
 from tests.bench_runs import assert_bench_refuses
 
 
 @dataclass(frozen=True)
-class Knobs:
+class Knobs(KnobConfig):
     count: int = knob(3, "a count", min=1)
     ratio: float = knob(0.5, "a ratio", min=0, max=1)
     rates: tuple[float, ...] = knob((), "rates")

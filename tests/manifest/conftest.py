@@ -17,6 +17,7 @@ def key_home(tmp_path_factory, monkeypatch) -> Path:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
     monkeypatch.delenv("INFKIT_SIGNING_KEY", raising=False)
     monkeypatch.delenv("INFKIT_SIGNING_KEY_PEM", raising=False)
+    monkeypatch.delenv("INFKIT_TRUST_POLICY", raising=False)  # the local policy lives in this config dir
     return home
 
 

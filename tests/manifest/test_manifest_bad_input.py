@@ -125,4 +125,4 @@ def test_mixed_paths_audit_each_and_fail_overall(signed_run, capsys, tmp_path):
     rc, doc = audit_json(signed_run, capsys, manifest=good.parent)
     assert rc == 1
     verdicts = {Path(m["manifest"]).name: m["verdict"] for m in doc["manifests"]}
-    assert verdicts == {good.name: "VALID-UNTRUSTED", bad.name: "INVALID"}
+    assert verdicts == {good.name: "VALID", bad.name: "INVALID"}

@@ -29,11 +29,11 @@ from harness.manifest.keys import default_private_key_path, load_public_key
 
 
 def test_round_trip_is_valid(signed_run, capsys):
-    # Without a trust policy the key comes from the audited repository: intact, integrity only.
+    # The key this machine created is in its local trust policy: intact and trusted.
     assert audit(signed_run) == 0
     out = capsys.readouterr().out
-    assert f"{signed_run.manifest}: VALID-UNTRUSTED" in out
-    assert "1 manifest: 0 VALID, 1 VALID-UNTRUSTED, 0 INVALID" in out
+    assert f"{signed_run.manifest}: VALID\n" in out
+    assert "1 manifest: 1 VALID, 0 INVALID" in out
     # images are shown: the container by digest, the native role by package-list digest
     assert f"vllm/vllm-openai:v0.11.0@{IMAGE_DIGEST}" in out
     assert "INF-CPU: native python" in out
@@ -130,6 +130,7 @@ def test_sign_with_key_from_path_and_from_environment(tmp_path, monkeypatch, cap
     default = default_private_key_path()
     ci_key = tmp_path / "ci.pem"
     ci_key.write_bytes(default.read_bytes())
+    ci_key.chmod(0o600)
     default.unlink()
     manifest = sign_run(run.run_dir, root=run.root, key_path=ci_key)
     assert not default.exists()  # an explicit key never creates the default one

@@ -18,6 +18,12 @@ def root(tmp_path_factory) -> Root:
     return make_root(tmp_path_factory.mktemp("report-root"))
 
 
+@pytest.fixture(autouse=True)
+def local_trust_policy(root, monkeypatch):
+    """In-process audits read the root's local trust policy, never the user's."""
+    monkeypatch.setenv("INFKIT_TRUST_POLICY", str(root.policy))
+
+
 @pytest.fixture(scope="session")
 def mech_runs(root) -> dict[str, SignedRun]:
     return {name: run_mech(root, name) for name in ("budget", "kvcache")}

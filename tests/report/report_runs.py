@@ -33,8 +33,14 @@ class Root:
     key: Path
 
     @property
+    def policy(self) -> Path:
+        """The local trust policy `keys init` adds the root's key to (never the user's own)."""
+        return self.key.parent / "trust.json"
+
+    @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, "INFKIT_SIGNING_KEY": str(self.key), "PYTHONUNBUFFERED": "1",
+        return {**os.environ, "INFKIT_SIGNING_KEY": str(self.key), "INFKIT_TRUST_POLICY": str(self.policy),
+                "PYTHONUNBUFFERED": "1",
                 "PYTHONPATH": str(REPO), "MPLBACKEND": "Agg"}
 
     def infkit(self, *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess:

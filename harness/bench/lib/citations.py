@@ -91,3 +91,17 @@ def cite_choice(choice: str, root: Path, semantic_id: str) -> Citation | None:
         newest = latest_manifest(root, semantic_id)
         return cite(newest, root, semantic_id=semantic_id) if newest else None
     return cite(choice, root, semantic_id=semantic_id)
+
+
+def cited_saturation(result: dict[str, Any] | None, what: str) -> dict[str, Any]:
+    """A cited bench-66 result's saturation point (``details.baseline.saturation``: the last level that kept up,
+    with its bracket); an undetermined bracket, or a run from before the bracket rule, is an input error."""
+    baseline = ((result or {}).get("details") or {}).get("baseline") or {}
+    bracket = baseline.get("bracket")
+    if not bracket:
+        raise InvalidInput(f"{what}: that bench-66 run predates the saturation bracket (a fixed-list rule that "
+                           "measured the list's length)", hint="rerun make bench-66 and cite the new run")
+    if not bracket.get("determined") or not baseline.get("saturation"):
+        raise InvalidInput(f"{what}: its saturation bracket is undetermined ({bracket.get('reason')})",
+                           hint="rerun bench-66 with RATES=... around the transition, or cite nothing")
+    return baseline["saturation"]

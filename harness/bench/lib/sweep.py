@@ -12,6 +12,7 @@ never read as the server's. ``saturation`` states its rule in its result.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -21,6 +22,19 @@ import numpy as np
 from tabulate import tabulate
 
 from harness.bench.analysis import blocked_reading
+from harness.bench.lib.saturation import (
+    FALLS_BEHIND,
+    INVALID,
+    KEEPS_UP,
+    UNDETERMINED,
+    Bracket,
+    Level,
+    QueueGrowth,
+    Timeline,
+    bracket,
+    queue_growth,
+    steady_throughput,
+)
 from harness.bench.metrics import (
     E2E_P50,
     E2E_P99,
@@ -33,9 +47,10 @@ from harness.bench.metrics import (
 )
 from harness.bench.records import ArmRun, Reading
 from harness.bench.spec import Arm, History, Step, WorkloadPlan
+from harness.client.records import RequestRecord
 from harness.workload import Arrival, Common
 
-PROBE = "probe"
+PROBE, PROBE_LONG = "probe", "probe (long)"
 
 CURVE_METRICS = (TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, E2E_P50, E2E_P99)
 
@@ -55,10 +70,14 @@ class LoadPoint:
     output_tokens_per_s: float | None
     output_tokens_per_s_range: tuple[float, float] | None
     latency_ms: dict[str, float | None] = field(default_factory=dict)
+    scheduled_rps: float | None = None  # the rate the arrivals had (median over repeats); the sweep's x
+    growth: tuple[QueueGrowth, ...] = ()  # per repeat: TTFT and backlog slopes, and the verdict
+    verdict: str | None = None  # timed levels: keeps up / falls behind / undetermined / invalid
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["invalid_reasons"] = list(self.invalid_reasons)
+        out["growth"] = [g.to_dict() for g in self.growth]
         return out
 
 
@@ -69,56 +88,39 @@ def _spread(values: Sequence[float]) -> tuple[float | None, tuple[float, float] 
 
 
 def load_point(runs: Sequence[ArmRun], label: str, *, offered_rps: float | None = None,
-               concurrency: int | None = None) -> LoadPoint:
+               concurrency: int | None = None, tolerance: float = 0.05) -> LoadPoint:
     """Read one point from the arm runs with ``label`` (failed runs are left out and make the point invalid)."""
     mine = [r for r in runs if r.label == label]
     done = [r for r in mine if not r.failure and r.records]
     reasons = [f"repeat {r.repeat}: {reason}" for r in mine for reason in r.result["conclusion"]["invalid_reasons"]]
     rate, rate_range = _spread([v for v in (REQUEST_RATE.of_run(r) for r in done) if v is not None])
     tok, tok_range = _spread([v for v in (OUTPUT_TOKENS_PER_S.of_run(r) for r in done) if v is not None])
+    valid = bool(done) and not reasons and len(done) == len(mine)
+    growth = tuple(queue_growth(timeline(r.records), tolerance) for r in done) if offered_rps is not None else ()
+    scheduled, _ = _spread([g.scheduled_rps for g in growth if g.scheduled_rps is not None])
     return LoadPoint(label=label, offered_rps=offered_rps, concurrency=concurrency, repeats=len(mine),
-                     valid=bool(done) and not reasons and len(done) == len(mine), invalid_reasons=tuple(reasons),
+                     valid=valid, invalid_reasons=tuple(reasons),
                      achieved_rps=rate, achieved_rps_range=rate_range, output_tokens_per_s=tok,
                      output_tokens_per_s_range=tok_range,
-                     latency_ms={m.name: m.value(done) for m in CURVE_METRICS})
+                     latency_ms={m.name: m.value(done) for m in CURVE_METRICS}, scheduled_rps=scheduled,
+                     growth=growth, verdict=None if offered_rps is None else level_verdict(valid, growth))
 
 
-@dataclass(frozen=True)
-class Saturation:
-    """The saturation point by the stated rule, and each timed point's verdict."""
-
-    rule: str
-    light: LoadPoint | None
-    point: LoadPoint | None
-    verdicts: dict[str, str]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rule": self.rule, "light_load": self.light.to_dict() if self.light else None,
-                "point": self.point.to_dict() if self.point else None, "verdicts": self.verdicts}
+def timeline(records: Sequence[RequestRecord]) -> Timeline:
+    """The records' scheduled sends, first tokens and ends (records without a schedule left out)."""
+    timed = [r for r in records if r.scheduled_s is not None]
+    return Timeline(tuple(float(r.scheduled_s or 0.0) for r in timed), tuple(r.first_token_s for r in timed),
+                    tuple(r.end_s for r in timed))
 
 
-def saturation(points: Sequence[LoadPoint], *, tolerance: float, ttft_factor: float) -> Saturation:
-    """The highest offered rate whose achieved rate is within ``tolerance`` of offered and whose P99 TTFT
-    stays under ``ttft_factor`` x the lightest valid point's P99 TTFT (timed points only; invalid ones skipped)."""
-    rule = (f"highest valid offered rate with achieved req/s >= (1 - {tolerance:g}) x offered and P99 TTFT <= "
-            f"{ttft_factor:g} x the P99 TTFT of the lightest valid load")
-    timed = sorted((p for p in points if p.offered_rps is not None), key=lambda p: p.offered_rps or 0.0)
-    valid = [p for p in timed if p.valid and p.latency_ms.get(TTFT_P99.name) is not None]
-    verdicts = {p.label: "invalid: " + "; ".join(p.invalid_reasons) for p in timed if not p.valid}
-    if not valid:
-        return Saturation(rule, None, None, verdicts)
-    light = valid[0]
-    limit = ttft_factor * float(light.latency_ms[TTFT_P99.name] or 0.0)
-    best = None
-    for p in valid:
-        kept = p.achieved_rps is not None and p.achieved_rps >= (1 - tolerance) * float(p.offered_rps or 0.0)
-        fast = float(p.latency_ms[TTFT_P99.name] or 0.0) <= limit
-        verdicts[p.label] = ("keeps up" if kept and fast else
-                             ", ".join(filter(None, ["throughput falls behind the offered load" if not kept else "",
-                                                     f"P99 TTFT over {limit:.0f} ms" if not fast else ""])))
-        if kept and fast:
-            best = p
-    return Saturation(rule, light, best, verdicts)
+def level_verdict(valid: bool, growth: Sequence[QueueGrowth]) -> str:
+    """Invalid; falls behind when any repeat did; keeps up when every repeat did; else undetermined."""
+    verdicts = {g.verdict for g in growth}
+    if not valid or not growth:
+        return INVALID
+    if FALLS_BEHIND in verdicts:
+        return FALLS_BEHIND
+    return KEEPS_UP if verdicts == {KEEPS_UP} else UNDETERMINED
 
 
 def curve_png(points: Sequence[LoadPoint], path: Path, *, title: str, saturated: LoadPoint | None) -> Path:
@@ -152,47 +154,74 @@ def rate_label(rate: float) -> str:
     return f"rate={rate:.3g}/s"
 
 
+def level_requests(rate_rps: float, min_requests: int, min_span_s: float) -> int:
+    """Requests a level needs for its arrivals to span ``min_span_s`` at ``rate_rps`` (Poisson lists run short of
+    their nominal rate by chance, hence the 15 % margin), and at least ``min_requests``."""
+    return max(min_requests, math.ceil(1.15 * rate_rps * min_span_s) + 1)
+
+
 @dataclass(frozen=True)
 class LoadSweep:
-    """One request list at load levels on one server: a capacity probe (closed loop), then Poisson rates as
-    fractions of the probed capacity (or given rates) and closed-loop concurrencies, in rounds low to high,
-    ``repeats`` times; read by the saturation rule."""
+    """One request list at load levels on one server: a sustained closed-loop capacity probe, then Poisson rates
+    as fractions of the probed capacity (or given rates) and closed-loop concurrencies, low to high, ``repeats``
+    times. Every timed level's list is sized by duration (``level_requests``); read by queue growth
+    (``harness.bench.lib.saturation``)."""
 
-    requests: Common  # the request list (its arrival is replaced per level)
+    requests: Common  # the request list (its arrival is replaced, and its length sized, per level)
     server: str
     repeats: int
     rates: tuple[float, ...] = ()
     rate_fractions: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0, 1.25)
     concurrencies: tuple[int, ...] = ()
     probe_concurrency: int = 16
-    tolerance: float = 0.10
-    ttft_factor: float = 3.0
+    tolerance: float = 0.05  # largest share of the offered load that may queue up at a level that keeps up
+    min_level_s: float = 60.0  # a timed level's arrivals span at least this long ...
+    min_level_requests: int = 100  # ... with at least this many requests
+    probe_s: float = 60.0  # the closed-loop probe's steady-state window lasts at least this long
     label: str = "baseline"  # what the summary calls the curve (e.g. "bfloat16 baseline")
     title: str = "latency vs throughput"
     facts: tuple[tuple[str, Any], ...] = ()  # recorded in details.baseline (e.g. the served dtype)
 
     @property
     def planned_steps(self) -> int:
-        return (0 if self.rates else 1) + self.repeats * (len(self.rates or self.rate_fractions)
+        """The bound progress shows: two probes at most (the second lengthened to last ``probe_s``), then levels."""
+        return (0 if self.rates else 2) + self.repeats * (len(self.rates or self.rate_fractions)
                                                           + len(self.concurrencies))
 
-    def level(self, label: str, arrival: Arrival) -> Arm:
-        name = label.replace("/", "").replace("=", "-").replace(" ", "-")
-        return Arm(label, WorkloadPlan(name, "random", replace(self.requests, arrival=arrival)), self.server)
+    def level(self, label: str, arrival: Arrival, requests: int | None = None) -> Arm:
+        name = label.replace("/", "").replace("=", "-").replace(" ", "-").replace("(", "").replace(")", "")
+        common = replace(self.requests, arrival=arrival, requests=requests or self.requests.requests)
+        return Arm(label, WorkloadPlan(name, "random", common), self.server)
+
+    def probe(self, history: History) -> Iterator[Step]:
+        """Closed loop at ``probe_concurrency`` over a list long enough that it refills for ``probe_s`` seconds."""
+        size = max(self.min_level_requests, 4 * self.probe_concurrency)
+        for label in (PROBE, PROBE_LONG):
+            yield 1, self.level(label, Arrival("closed", concurrency=self.probe_concurrency), size)
+            runs = [r for r in history.of(label) if not r.failure and r.records]
+            capacity, window_s = (steady_throughput([r.sent_s for r in runs[-1].records if r.sent_s is not None],
+                                                    [r.end_s for r in runs[-1].records], self.probe_concurrency)
+                                  if runs else (None, 0.0))
+            history.notes["capacity_probe"] = {"label": label, "requests": size, "rps": capacity,
+                                               "window_s": round(window_s, 1), "concurrency": self.probe_concurrency}
+            if capacity is None or window_s >= self.probe_s:
+                return
+            size = math.ceil(1.2 * capacity * self.probe_s) + 2 * self.probe_concurrency
 
     def steps(self, history: History) -> Iterator[Step]:
         rates = tuple(self.rates)
         if not rates:
-            yield 1, self.level(PROBE, Arrival("closed", concurrency=self.probe_concurrency))
-            capacity = REQUEST_RATE.value([r for r in history.of(PROBE) if not r.failure])
+            yield from self.probe(history)
+            capacity = (history.notes.get("capacity_probe") or {}).get("rps")
             if not capacity:
                 return
             rates = tuple(round(f * capacity, 3) for f in self.rate_fractions)
             history.notes["capacity_probe_rps"] = capacity
         history.notes["offered_rps"] = {rate_label(r): r for r in sorted(rates)}
-        history.notes["concurrency"] = {PROBE: self.probe_concurrency,
+        history.notes["concurrency"] = {PROBE: self.probe_concurrency, PROBE_LONG: self.probe_concurrency,
                                         **{f"closed c={c}": c for c in self.concurrencies}}
-        levels = [self.level(rate_label(r), Arrival("poisson", rate_rps=r)) for r in sorted(rates)]
+        levels = [self.level(rate_label(r), Arrival("poisson", rate_rps=r),
+                             level_requests(r, self.min_level_requests, self.min_level_s)) for r in sorted(rates)]
         levels += [self.level(f"closed c={c}", Arrival("closed", concurrency=c)) for c in self.concurrencies]
         for repeat in range(1, self.repeats + 1):
             for arm in levels:
@@ -200,50 +229,70 @@ class LoadSweep:
 
     def points(self, history: History) -> list[LoadPoint]:
         offered, closed = history.notes.get("offered_rps", {}), history.notes.get("concurrency", {})
-        return [load_point(history.runs, label, offered_rps=offered.get(label), concurrency=closed.get(label))
-                for label in dict.fromkeys(r.label for r in history.runs)]
+        return [load_point(history.runs, label, offered_rps=offered.get(label), concurrency=closed.get(label),
+                           tolerance=self.tolerance) for label in dict.fromkeys(r.label for r in history.runs)]
+
+    def rule(self) -> str:
+        return (f"a level keeps up when the 95 % intervals of its TTFT slope (s/s) and backlog slope (share of the "
+                f"scheduled rate) both lie <= {self.tolerance:g}, falls behind when either lies wholly above; "
+                f"bracket [last level that kept up, first that fell behind] by scheduled rate, undetermined with "
+                f"invalid levels between; levels >= {self.min_level_s:g} s and >= {self.min_level_requests} requests")
 
     def read(self, history: History) -> Reading:
-        """Per-level table, the saturation point by the rule, the curve, and ``details.baseline`` for citing."""
+        """Per-level table, the saturation bracket, the curve, and ``details.baseline`` for citing benches."""
         points = self.points(history)
-        sat = saturation(points, tolerance=self.tolerance, ttft_factor=self.ttft_factor)
-        best, light = sat.point, sat.light
-        lines = ["", level_table(points, sat), "", f"saturation rule: {sat.rule}"]
-        headline: list[dict[str, Any]] = []
-        if best is not None:
-            lines.append(f"saturation point: {best.label}: {best.achieved_rps:.2f} req/s achieved, "
-                         f"{best.output_tokens_per_s:.1f} output tok/s, P99 TTFT "
-                         f"{best.latency_ms[TTFT_P99.name]:.0f} ms, P99 TPOT {best.latency_ms[TPOT_P99.name]:.1f} ms")
-            headline += [{"name": "saturation", "value": best.offered_rps, "unit": "req/s"},
-                         {"name": "saturation throughput", "value": best.output_tokens_per_s, "unit": "tok/s"}]
-        else:
-            lines.append("saturation point: none — no valid level kept up by the rule (lower --rates or "
-                         "--rate-fractions)")
+        timed = [p for p in points if p.offered_rps is not None]
+        sat = bracket([Level(p.label, p.scheduled_rps or float(p.offered_rps or 0.0), p.verdict or INVALID)
+                       for p in timed])
+        light = next((p for p in sorted(timed, key=lambda p: p.scheduled_rps or 0.0) if p.verdict == KEEPS_UP), None)
+        low = next((p for p in timed if sat.low and p.label == sat.low.label), None)
+        probe = history.notes.get("capacity_probe") or {}
+        lines = ["", level_table(points), "", f"saturation rule: {self.rule()}",
+                 f"saturation bracket: {sat.text}",
+                 f"closed-loop capacity (c={probe.get('concurrency')}, steady window {probe.get('window_s')} s): "
+                 f"{probe['rps']:.3g} req/s" if probe.get("rps") else "closed-loop capacity: not probed"]
+        headline: list[dict[str, Any]] = [
+            {"name": "saturation bracket low", "value": sat.low.scheduled_rps if sat.low else None, "unit": "req/s"},
+            {"name": "saturation bracket high", "value": sat.high.scheduled_rps if sat.high else None,
+             "unit": "req/s"}]
         if light is not None:
             headline += [{"name": f"light-load {m.title.removesuffix(' ms')}", "value": light.latency_ms[m.name],
                           "unit": "ms"} for m in (TTFT_P50, TTFT_P99, TPOT_P50)]
-        summary = (f"{self.label}: saturation at {best.offered_rps:g} req/s offered "
-                   f"({best.output_tokens_per_s:.1f} output tok/s)" if best else
-                   f"{self.label}: no level kept up by the saturation rule")
-        details = {"points": [p.to_dict() for p in points], "saturation": sat.to_dict(),
-                   "baseline": {"label": self.label, **dict(self.facts), "capacity_probe_rps": history.notes.get("capacity_probe_rps"),
-                                "light_load": light.to_dict() if light else None,
-                                "saturation": best.to_dict() if best else None}}
-        figures = {"latency_throughput.png": lambda path: curve_png(points, path, title=self.title, saturated=best)}
+        summary = f"{self.label}: saturation between {sat.text}"
+        details = {"points": [p.to_dict() for p in points], "saturation": {"rule": self.rule(), **sat.to_dict()},
+                   "baseline": {"label": self.label, **dict(self.facts), "capacity_probe": probe,
+                                "capacity_probe_rps": history.notes.get("capacity_probe_rps"),
+                                "light_load": light.to_dict() if light else None, "bracket": sat.to_dict(),
+                                "saturation": saturation_record(low, sat)}}
+        figures = {"latency_throughput.png": lambda path: curve_png(points, path, title=self.title, saturated=low)}
         blocked = blocked_reading(history, None, self.repeats)
         if blocked is not None:
             blocked = replace(blocked, details=details, lines=tuple(lines), figures=figures, kind="sweep")
             return blocked
-        return Reading(evidence_level="repeated" if self.repeats >= 3 and best is not None else "single",
+        return Reading(evidence_level="repeated" if self.repeats >= 3 and sat.determined else "single",
                        decision="inconclusive", summary=summary, repeats=self.repeats, details=details, lines=lines,
                        figures=figures, headline=headline, kind="sweep")
 
 
-def level_table(points: Sequence[LoadPoint], sat: Saturation) -> str:
-    rows = [[p.label, "-" if p.offered_rps is None else f"{p.offered_rps:.2f}",
+def saturation_record(low: LoadPoint | None, sat: Bracket) -> dict[str, Any] | None:
+    """What citing benches read: the last level that kept up, at its scheduled rate, with the bracket; None when
+    the bracket is undetermined (a citing bench refuses it)."""
+    if low is None or not sat.determined:
+        return None
+    return {**low.to_dict(), "offered_rps": low.scheduled_rps, "bracket": sat.to_dict()}
+
+
+def level_table(points: Sequence[LoadPoint]) -> str:
+    rows = [[p.label, "-" if p.scheduled_rps is None else f"{p.scheduled_rps:.3g}",
              "-" if p.achieved_rps is None or p.achieved_rps_range is None else
-             f"{p.achieved_rps:.2f} [{p.achieved_rps_range[0]:.2f}, {p.achieved_rps_range[1]:.2f}]",
-             OUTPUT_TOKENS_PER_S.format(p.output_tokens_per_s), "yes" if p.valid else "no",
-             sat.verdicts.get(p.label, "closed loop")] for p in points]
-    return tabulate(rows, headers=["level", "offered req/s", "achieved req/s [min, max]", "out tok/s", "valid",
-                                   "saturation rule"], tablefmt="github")
+             f"{p.achieved_rps:.3g} [{p.achieved_rps_range[0]:.3g}, {p.achieved_rps_range[1]:.3g}]",
+             OUTPUT_TOKENS_PER_S.format(p.output_tokens_per_s), _slope_text(p, "ttft_slope"),
+             _slope_text(p, "backlog_slope"), "yes" if p.valid else "no", p.verdict or "closed loop"] for p in points]
+    return tabulate(rows, headers=["level", "scheduled req/s", "achieved req/s [min, max]", "out tok/s",
+                                   "TTFT slope [95 %]", "backlog slope [95 %]", "valid", "verdict"],
+                    tablefmt="github")
+
+
+def _slope_text(point: LoadPoint, name: str) -> str:
+    slopes = [getattr(g, name) for g in point.growth if getattr(g, name) is not None]
+    return "; ".join(f"{s.value:+.3f} [{s.low:+.3f}, {s.high:+.3f}]" for s in slopes) or "-"

@@ -23,6 +23,7 @@ from harness.ids import sha256_canonical
 from harness.workload import Workload, load_workload
 
 _MASK64 = (1 << 64) - 1
+_BLOCK_SPACE = 1 << 62  # trace block ids live apart from prefix groups and request indices
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class SimRequest:
     prefix_tokens: int = 0
     priority: int = 0
     stop_after: int | None = None
+    blocks: tuple[int, ...] = ()  # a trace's block ids: the prompt's leading blocks of ``block_tokens`` each
+    block_tokens: int = 0
 
     @property
     def target_tokens(self) -> int:
@@ -64,6 +67,10 @@ def _mix(a: int, b: int) -> int:
 def prompt_token_ids(req: SimRequest, length: int | None = None) -> tuple[int, ...]:
     """The first ``length`` (default: all) prompt token ids of ``req`` (pure, so memoised)."""
     n = req.input_tokens if length is None else length
+    if req.blocks:  # block j's token i is the same in every request holding block id blocks[j]
+        covered = min(n, len(req.blocks) * req.block_tokens)
+        ids = [_mix(_BLOCK_SPACE + req.blocks[i // req.block_tokens], i % req.block_tokens) for i in range(covered)]
+        return tuple(ids + [_mix(-(2 + req.index) & _MASK64, i) for i in range(covered, n)])
     shared = min(req.prefix_tokens, n) if req.group is not None else 0
     ids = [_mix(1 + req.group, i) for i in range(shared)] if shared else []
     ids += [_mix(-(2 + req.index) & _MASK64, i) for i in range(shared, n)]
@@ -72,9 +79,11 @@ def prompt_token_ids(req: SimRequest, length: int | None = None) -> tuple[int, .
 
 def from_workload(workload: Workload) -> SimWorkload:
     """The simulator's view of a serving workload: lengths, offsets and prefix groups, no text."""
+    block = (workload.header.get("sharing") or {}).get("block_tokens", 0)
     reqs = tuple(SimRequest(index=r.index, arrival_s=r.offset_s, input_tokens=r.input_tokens,
                             output_tokens=r.output_tokens, group=r.group, prefix_tokens=r.prefix_tokens or 0,
-                            priority=r.priority or 0)
+                            priority=r.priority or 0, blocks=tuple(r.hash_ids or ()) if block else (),
+                            block_tokens=block if r.hash_ids else 0)
                  for r in workload.requests)
     bad = [r.index for r in reqs if r.prefix_tokens > r.input_tokens]
     if bad:

@@ -5,31 +5,18 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
+
 from harness.bench.benches.bench66 import SPEC, Config
-from harness.bench.lib.sweep import LoadPoint, saturation
 from harness.bench.runner import run_bench
 from harness.contract.schemas import validate_file
 from harness.progress import Reporter
 from tests.bench.test_bench_runner import bench_env  # noqa: F401  (fixtures)
 
 
-def point(label: str, offered: float, achieved: float, ttft_p99: float, valid: bool = True) -> LoadPoint:
-    return LoadPoint(label, offered, None, 3, valid, () if valid else ("send lag",), achieved, (achieved, achieved),
-                     achieved * 30, (achieved * 30, achieved * 30), {"ttft_ms.p99": ttft_p99})
-
-
-def test_the_saturation_rule_takes_the_highest_level_that_keeps_up_and_stays_fast():
-    points = [point("a", 1.0, 0.99, 100.0), point("b", 2.0, 1.95, 180.0), point("c", 3.0, 2.9, 290.0),
-              point("d", 4.0, 3.0, 250.0), point("e", 5.0, 4.9, 1000.0, valid=False)]
-    sat = saturation(points, tolerance=0.10, ttft_factor=3.0)
-    assert sat.light.label == "a" and sat.point.label == "c"  # d falls behind (3.0 < 3.6), c: 290 <= 300
-    assert sat.verdicts["d"] == "throughput falls behind the offered load" and sat.verdicts["e"].startswith("invalid")
-    assert saturation(points, tolerance=0.10, ttft_factor=1.5).point.label == "a"  # b's 180 ms > 150 ms
-
-
 def test_a_sweep_runs_levels_in_rounds_and_reads_the_curve(bench_env):  # noqa: F811
-    cfg = Config(backend="fake", runtime="local", repeats=2, requests=4, input_tokens=24, output_tokens=6,
-                 rates=(2.0, 8.0), concurrencies=(2,), warmup_requests=1, resamples=200)
+    cfg = Config(backend="fake", runtime="local", repeats=2, requests=4, min_level_s=0.5, input_tokens=24,
+                 output_tokens=6, rates=(2.0, 8.0), concurrencies=(2,), warmup_requests=1, resamples=200)
     outcome = run_bench(SPEC, cfg, root=bench_env, reporter=Reporter(io.StringIO(), every_s=60))
     run_dir = outcome.run_dir
     assert validate_file(run_dir / "sweep.json") == [] and not outcome.failed
@@ -39,6 +26,30 @@ def test_a_sweep_runs_levels_in_rounds_and_reads_the_curve(bench_env):  # noqa: 
                      ("closed c=2", 2)]  # no probe: the rates were given
     points = {p["label"]: p for p in doc["details"]["points"]}
     assert points["rate=2/s"]["offered_rps"] == 2.0 and points["closed c=2"]["concurrency"] == 2
-    assert doc["details"]["baseline"]["dtype"] == "bfloat16" and doc["details"]["saturation"]["light_load"]
-    assert json.loads((run_dir / "run.json").read_text())["outputs"]["figures"] == ["latency_throughput.png"]
+    run = json.loads((run_dir / "run.json").read_text())
+    assert doc["details"]["baseline"]["dtype"] == run["effective"]["dtype"] == "auto"  # not a CPU backend: the model's
+    assert run["effective"]["dtype_source"] == "backend" and run["requested"]["dtype"] is None
+    slow = points["rate=2/s"]
+    assert slow["scheduled_rps"] > 0 and slow["verdict"] == ("invalid" if not slow["valid"] else slow["verdict"])
+    assert points["closed c=2"]["verdict"] is None and "determined" in doc["details"]["saturation"]
+    assert doc["details"]["baseline"]["saturation"] is None  # 4-request levels decide nothing: nothing to cite
+    assert run["outputs"]["figures"] == ["latency_throughput.png"]
     assert doc["conclusion"]["decision"] == "inconclusive" and doc["kind"] == "sweep"
+
+
+def test_the_probe_refills_until_its_steady_window_lasts_and_sets_the_ladder(bench_env):  # noqa: F811
+    cfg = Config(backend="fake", runtime="local", repeats=1, requests=4, min_level_s=0.5, probe_s=1.0,
+                 probe_concurrency=2, rate_fractions=(0.5, 1.0), input_tokens=24, output_tokens=6,
+                 warmup_requests=1, resamples=200)
+    outcome = run_bench(SPEC, cfg, root=bench_env, reporter=Reporter(io.StringIO(), every_s=60))
+    doc = json.loads((outcome.run_dir / "sweep.json").read_text())
+    labels = [a["label"] for a in doc["details"]["arm_runs"]]
+    probe = doc["details"]["baseline"]["capacity_probe"]
+    # the first list (8 = 4 x concurrency requests) ends within a second here, so a longer one follows
+    assert labels[0] == "probe" and (labels[1] == "probe (long)") == (probe["label"] == "probe (long)")
+    assert probe["rps"] > 0 and probe["concurrency"] == 2
+    if probe["label"] == "probe (long)":
+        assert probe["requests"] > 8
+    rates = sorted(p["offered_rps"] for p in doc["details"]["points"] if p["offered_rps"] is not None)
+    assert rates == pytest.approx([round(0.5 * probe["rps"], 3), round(1.0 * probe["rps"], 3)])
+    assert len(labels) <= SPEC.plan(cfg, None).schedule.phases[0].planned_steps  # the progress bound holds

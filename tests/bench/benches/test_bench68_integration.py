@@ -36,6 +36,9 @@ def test_small_bench68_moves_the_acceptance_counters_and_keeps_greedy_outputs_id
     assert set(arms) == {"copy.off@ngram-k4", "copy.ngram-k4", "random.off@ngram-k4", "random.ngram-k4"}
     for label, doc in arms.items():
         spec = doc["details"]["server_metrics"]["spec_decode"]
+        perf = doc["performance"]
+        assert perf["chunk_tokens_source"] == "server_usage", label  # vLLM's per-chunk usage
+        assert perf["itl_token_ms"]["n"] >= perf["itl_chunk_ms"]["n"], label
         if "off@" in label:
             assert spec is None  # speculation off: no counters, never zeros
             continue
@@ -43,6 +46,10 @@ def test_small_bench68_moves_the_acceptance_counters_and_keeps_greedy_outputs_id
         assert 0 < spec["accepted_tokens"] <= spec["draft_tokens"], label
         assert len(spec["accepted_tokens_per_position"]) == 4 and sum(spec["accepted_tokens_per_position"]) == \
             spec["accepted_tokens"], label
+    # accepted drafts arrive together: on the copy workload fewer, longer chunk gaps than token gaps
+    copy_perf = arms["copy.ngram-k4"]["performance"]
+    assert copy_perf["itl_chunk_ms"]["n"] < copy_perf["itl_token_ms"]["n"]
+    assert copy_perf["itl_chunk_ms"]["mean"] > copy_perf["itl_token_ms"]["mean"]
     servers = json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]
     command = next(s["command"] for s in servers if s["name"] == "ngram-k4")
     assert json.loads(command[command.index("--speculative-config") + 1])["method"] == "ngram"
@@ -64,7 +71,7 @@ def test_small_bench68_moves_the_acceptance_counters_and_keeps_greedy_outputs_id
                                               "source": "positions of vllm:spec_decode_num_accepted_tokens_per_pos"}
     assert comparison["details"]["proposal"]["cited"] is None
     summary = (run_dir / "summary.txt").read_text()
-    assert "predicted vs served" in summary and "greedy identity: 4/4" in summary
+    assert "predicted vs served" in summary and "greedy identity: 4/4" in summary and "ITL/token p50 ms" in summary
 
     checked = audit(tmp_path, done.manifest)
     assert checked.returncode == 0 and "VALID" in checked.stdout, checked.stdout + checked.stderr

@@ -116,7 +116,8 @@ def signed_run(root: Path, files: dict[str, object]) -> Path:
                              requested={}, root=root, fingerprint=FINGERPRINT)
     for name, doc in files.items():
         rd.write_json(name, doc)
-    return rd.finish(summary="t", result=None, evidence_level="single", decision="inconclusive").manifest
+    # no result document: a precheck (evidence above it needs a verified result behind it)
+    return rd.finish(summary="t", result=None, evidence_level="precheck", decision="inconclusive").manifest
 
 
 def test_the_newest_proposal_run_is_cited_after_its_audit(model, tmp_path, monkeypatch):

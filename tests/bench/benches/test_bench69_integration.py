@@ -11,14 +11,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from harness.contract.schemas import validate_file
-from tests.bench_runs import audit, env_for, infkit
+from tests.bench_runs import audit, bench69_mid_arm
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = pytest.mark.slow
@@ -66,25 +64,9 @@ def test_small_bench69_is_valid_signed_and_shows_the_prefix_gain(small_bench69):
     assert checked.returncode == 0 and "VALID" in checked.stdout, checked.stdout + checked.stderr
 
 
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_server_killed_mid_arm_gives_a_server_crash_result_that_still_audits(prepared, tmp_path):
-    args = ["--repeats", "1", "--groups", "2", "--prompts-per-group", "8", "--warmup-requests", "1", "--no-control"]
-    bench = subprocess.Popen(infkit("bench", "69", *args), cwd=tmp_path, env=env_for(tmp_path),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    bench, run_dir, requests = bench69_mid_arm(tmp_path)
     try:
-        run_dir = wait_for(lambda: next(iter((tmp_path / "runs" / "69").glob("*")), None), 120, "the run dir")
-        requests = run_dir / "arms" / "unique-prefix.cache-on" / "r1" / "requests.jsonl"
-        wait_for(lambda: requests.is_file() and len(requests.read_text().splitlines()) >= 2, 900,
-                 "two completed requests in the first arm")
         servers = json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]
         os.killpg(servers[0]["pid"], signal.SIGKILL)
         out, _ = bench.communicate(timeout=600)

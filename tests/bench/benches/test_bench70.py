@@ -81,6 +81,11 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
     for label, p in details["predictions"].items():
         assert set(p["error"]) == set(p["measured"]) == set(p["predicted"]), label
         assert p["measured"]["ttft_ms.p50"] > 0 and p["predicted"]["ttft_ms.p50"] > 0
+        low, high = p["measured_interval"]["ttft_ms.p50"]  # the measured figure's own interval ...
+        assert low <= p["measured"]["ttft_ms.p50"] <= high
+        assert p["inside_interval"]["ttft_ms.p50"] == (low <= p["predicted"]["ttft_ms.p50"] <= high)  # ... judges it
+    ttft = details["prediction_summary"]["TTFT p50 ms"]  # across the arms: bias, MAPE and the inside count
+    assert ttft["n"] == len(measured) and ttft["mape"] >= abs(ttft["mean_signed_error"]) and ttft["with_interval"] == 5
     assert details["predictions"]["static"]["mode"] == "barrier" and details["predictions"]["priority"]["engine"][
         "policy"] == "priority"
     classes = details["priority_classes"]
@@ -89,8 +94,8 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
     claims = {c["name"] for c in details["claims"]}
     assert "priority vs FCFS: high-class TTFT P50" in claims and "continuous vs static: output tok/s" in claims
     summary = (run_dir / "summary.txt").read_text()
-    for text in ("predicted (simulator", "per priority class", "static-batching signature", "capability_missing: "
-                 "server variant overlap", "P/D disaggregation"):
+    for text in ("predicted (simulator", "inside the measured interval; mean signed error", "per priority class",
+                 "static-batching signature", "capability_missing: server variant overlap", "P/D disaggregation"):
         assert text in summary, text
     assert (run_dir / "occupancy.png").is_file() and (run_dir / "workloads" / "inputs" / "calibration-trace.jsonl").is_file()
     static = [json.loads(line) for line in (run_dir / "arms" / "static" / "r1" / "requests.jsonl").read_text().splitlines()]

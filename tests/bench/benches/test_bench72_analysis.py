@@ -32,6 +32,8 @@ from harness.bench.benches.bench72.capacity import (
     verdict,
 )
 from harness.bench.benches.bench72.decision import decide
+from harness.bench.benches.bench72.gate import agreement, changes_numerics, prefix_share
+from harness.bench.lib.capacity_fit import Estimate
 from harness.bench.lib.search import Capacity, Probe
 from harness.bench.metrics import TTFT_P99
 from harness.bench.placement import Placement
@@ -146,19 +148,27 @@ def test_a_probe_is_lengthened_so_its_arrivals_span_probe_seconds():
 
 
 def test_slos_scale_light_load_figures_and_explicit_limits_win():
-    light = LightLoad(ttft_p99_ms=120.0, tpot_p99_ms=20.0, rate_rps=2.0, source="bench-66 light load, m.json")
+    light = LightLoad(ttft_ms=120.0, tpot_ms=20.0, rate_rps=2.0, source="bench-66 light load, m.json")
     slo = scaled_slo(Knobs(), light)
     assert (slo.ttft_p99_ms, slo.tpot_p99_ms, slo.error_rate) == (360.0, 40.0, 0.01)
-    assert slo.basis == "P99 TTFT 3 x 120.0 ms; P99 TPOT 2 x 20.0 ms (bench-66 light load, m.json)"
+    assert slo.basis == ("P99 TTFT 3 x the light-load median 120.0 ms; P99 TPOT 2 x the light-load median 20.0 ms "
+                         "(bench-66 light load, m.json)")
     knobs = Knobs()
     knobs.slo_ttft_p99_ms = 500.0
     assert scaled_slo(knobs, light).ttft_p99_ms == 500.0 and "as set (--slo-ttft-p99-ms)" in scaled_slo(knobs, light).basis
     assert scaled_slo(Knobs(), None) is None
-    sweep = {"details": {"baseline": {"light_load": {"offered_rps": 0.8, "latency_ms": {"ttft_ms.p99": 90.0,
-                                                                                         "tpot_ms.p99": 15.0}},
-                                      "saturation": {"offered_rps": 3.2}}}}
+    sweep = {"details": {"baseline": {"light_load": {"offered_rps": 0.8, "latency_ms": {"ttft_ms.p50": 90.0,
+                                                                                         "tpot_ms.p50": 15.0}},
+                                      "bracket": {"determined": True}, "saturation": {"offered_rps": 3.2}}}}
     assert cited_light_load(sweep, "src") == LightLoad(90.0, 15.0, 3.2, "src")
     assert cited_light_load({"details": {}}, "src") is None
+    undetermined = {"details": {"baseline": {**sweep["details"]["baseline"], "saturation": None,
+                                             "bracket": {"determined": False, "reason": "invalid levels between"}}}}
+    with pytest.raises(InvalidInput, match="bracket is undetermined"):
+        cited_light_load(undetermined, "src")
+    old = {"details": {"baseline": {k: v for k, v in sweep["details"]["baseline"].items() if k != "bracket"}}}
+    with pytest.raises(InvalidInput, match="predates the saturation bracket"):
+        cited_light_load(old, "src")
 
 
 def arm_run(ttfts_ms, *, tokens=5, gap_ms=10.0, failed=0, client=()):
@@ -187,9 +197,10 @@ def test_a_probe_verdict_names_every_broken_limit():
     assert not late.passed and late.violated == ("client schedule",)  # a client that fell behind cannot pass
 
 
-def searched(name, lower, upper, binding=("TTFT P99",), confirmed=True):
-    cap = Capacity(capacity_rps=lower, upper_rps=upper, status="bracketed", probes=8, confirmed=confirmed, rates={})
-    return Searched(name, (Probe(lower or 1.0, True),), cap, binding, upper)
+def searched(name, cap, low, high, binding=("TTFT P99",)):
+    pf = Capacity(capacity_rps=low, upper_rps=high, status="bracketed", probes=6, confirmed=True, rates={})
+    est = Estimate(cap, low, high, "crossed" if cap is not None else "below the schedule", "ttft_ms.p99", 500)
+    return Searched(name, (Probe(low or 1.0, True),), pf, binding, high, est)
 
 
 def duel(ci_high, n=3):
@@ -201,31 +212,54 @@ def duel(ci_high, n=3):
 
 
 @pytest.mark.parametrize("a, b, d, decision, evidence, words", [
-    ((4.0, 5.0), (2.0, 3.0), duel(0.9), "adopt", "paired", "deploy a"),
-    ((4.0, 5.0), (3.0, 4.5), duel(0.9), "inconclusive", "paired", "the capacity intervals overlap"),
-    ((4.0, 5.0), (2.0, 3.0), duel(1.1), "inconclusive", "paired", "the paired duel does not confirm"),
-    ((4.0, 5.0), (2.0, 3.0), duel(0.9, n=2), "inconclusive", "repeated", "the paired duel does not confirm"),
-    ((4.0, 5.0), (2.0, 3.0), None, "inconclusive", "repeated", "the paired duel did not run"),
+    ((4.4, 4.0, 5.0), (2.5, 2.0, 3.0), duel(0.9), "adopt", "paired", "deploy a"),
+    ((4.4, 4.0, 5.0), (3.7, 3.0, 4.5), duel(0.9), "inconclusive", "repeated", "tie: the capacity intervals"),
+    ((4.4, 4.0, 5.0), (2.5, 2.0, 3.0), duel(1.1), "inconclusive", "paired", "the paired duel does not confirm"),
+    ((4.4, 4.0, 5.0), (2.5, 2.0, 3.0), duel(0.9, n=2), "inconclusive", "single", "the paired duel does not confirm"),
+    ((4.4, 4.0, 5.0), (2.5, 2.0, 3.0), None, "inconclusive", "single", "the paired duel did not run"),
 ])
-def test_the_decision_adopts_only_with_separate_intervals_and_a_confirming_duel(a, b, d, decision, evidence, words):
+def test_a_leader_alone_is_adopted_on_a_confirming_duel_and_a_tie_is_the_decision(a, b, d, decision, evidence,
+                                                                                   words):
     out = decide([searched("a", *a), searched("b", *b)], d, 4.0, repeats=3, costs={"a": 1.5, "b": 1.2})
     assert (out.decision, out.evidence_level) == (decision, evidence) and words in out.summary
     record = out.record
-    assert record["deploy"] == "a" and record["runner_up"] == "b" and record["margin_rps"] == a[0] - b[0]
-    assert record["cheaper"] == "b" and record["binding_constraint"] == ["TTFT P99"]
-    if decision == "inconclusive":
-        assert out.next_step.startswith("b is the cheaper") or "rerun" in out.next_step
+    tie = "tie" in words
+    assert record["deploy"] == ("b" if tie else "a") and record["binding_constraint"] == ["TTFT P99"]
+    assert record["tied"] == (["a", "b"] if tie else ["a"])
+    if tie:
+        assert "b is the cheaper by peak memory GiB" in record["reason"] and out.next_step.startswith("deploy b")
+
+
+def test_a_candidate_that_fails_the_greedy_gate_is_never_chosen():
+    gates = {"b": {"passed": False, "reason": "mean greedy prefix agreement 40% < 90%"}}
+    out = decide([searched("b", 4.4, 4.0, 5.0), searched("a", 2.5, 2.0, 3.0)], None, None, repeats=3,
+                 costs={"a": 1.5, "b": 1.2}, gates=gates)
+    assert out.record["deploy"] == "a" and "gate failed: b" in out.summary and out.decision == "inconclusive"
+
+
+def test_greedy_agreement_is_the_share_of_the_base_output_matched_before_the_first_difference():
+    def rec(i, text):
+        return RequestRecord(index=i, status="length", output_text=text)
+    base = [rec(0, "abcdefghij"), rec(1, "0123456789"), rec(2, "xx")]
+    same = agreement(base, [rec(0, "abcdefghij"), rec(1, "0123456789")], 0.9)
+    assert same["passed"] and same["exact_share"] == 1.0 and same["requests"] == 2
+    half = agreement(base, [rec(0, "abcdeXXXXX"), rec(1, "0123456789")], 0.9)
+    assert half["mean_prefix_share"] == 0.75 and not half["passed"] and half["exact_share"] == 0.5
+    assert prefix_share("abc", "abcdef") == 1.0 and prefix_share("abc", "") == 0.0
+    assert changes_numerics({"dtype": "float32"}, {"dtype": "bfloat16"})
+    assert not changes_numerics({"dtype": "float32", "max_num_seqs": 4}, {"dtype": "float32", "max_num_seqs": 16})
 
 
 def test_a_lone_or_failing_field_is_inconclusive():
-    lone = decide([searched("a", 4.0, 5.0)], None, None, repeats=3, costs={})
-    assert lone.decision == "inconclusive" and lone.evidence_level == "repeated" and "only candidate" in lone.summary
-    none = decide([searched("a", None, 0.5)], None, None, repeats=3, costs={})
-    assert none.decision == "inconclusive" and "no candidate met every SLO" in none.summary
+    lone = decide([searched("a", 4.4, 4.0, 5.0)], None, None, repeats=3, costs={})
+    assert lone.decision == "inconclusive" and "only candidate" in lone.summary
+    none = decide([searched("a", None, None, None)], None, None, repeats=3, costs={})
+    assert none.decision == "inconclusive" and "no candidate's fitted P99" in none.summary
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["--rel-tol", "0"], "--rel-tol must be at least 0.01, got 0.0"),
+    (["--growth", "1"], "--growth must be at least 1.1, got 1.0"),
+    (["--slo-tier", "gold"], "--slo-tier: 'gold' is not one of"),
     (["--dtypes", "bfloat16,int4"], "--dtypes: 'int4' is not one of"),
     (["--min-rps", "5", "--max-rps", "1"], "--min-rps must be below --max-rps"),
     (["--slo-error-rate", "2"], "--slo-error-rate must be at most 1"),
@@ -241,3 +275,14 @@ def test_make_bench_72_runs_the_bench_with_make_variables():
     out = subprocess.run(["make", "-n", "-C", str(root), "bench-72", "SLO_TTFT_P99_MS=800"], capture_output=True,
                          text=True, timeout=60).stdout
     assert "infkit bench 72 --scale 1" in out and "--make-vars 'SLO_TTFT_P99_MS=800'" in out, out
+
+
+def test_relative_slos_take_a_reference_of_at_least_100_unqueued_requests():
+    from harness.bench.spec import History
+
+    cfg = bench72.Config(light_requests=8)
+    history = History(cfg=cfg, model=None, run_dir=Path("."))
+    for tier, want in (("relative", 100), ("cpu-server", 8)):
+        step = next(iter(Campaign(cfg, ("a",), None, tier).light_steps(history, "a")))
+        plan = step[1].workload
+        assert plan.common.requests == want and plan.common.arrival.concurrency == 1, tier  # one at a time

@@ -21,6 +21,7 @@ from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = pytest.mark.slow
 SMALL = ["--layouts", "nodes-pp2,ray-dp2", "--no-baseline", "--rate-rps", "4", "--requests", "4", "--repeats", "1",
+         "--starts", "1",
          "--warmup-requests", "1", "--resamples", "200", "--max-model-len", "1024"]
 
 

@@ -16,7 +16,6 @@ from harness.bench.benches.bench81 import SPEC, Config
 from harness.bench.benches.bench81 import parallel as dist
 from harness.contract.schemas import validate_file
 from harness.errors import InvalidInput
-from harness.knobs import check_config
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.progress import Reporter
 from tests.bench.test_bench_runner import FakeBackend, bench_env  # noqa: F401
@@ -25,7 +24,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def test_bench81_measures_a_replica_group_against_the_baseline_and_signs_it(bench_env):  # noqa: F811
-    cfg = Config(backend="fake", runtime="local", layouts=("dp2-replicas",), requests=8, repeats=3,
+    cfg = Config(backend="fake", runtime="local", layouts=("dp2-replicas",), requests=8, starts=3,
                  warmup_requests=1, resamples=300, probe_concurrency=4)
     outcome = runner_mod.run_bench(SPEC, cfg, root=bench_env, reporter=Reporter(io.StringIO(), every_s=60))
     run_dir, result = outcome.run_dir, outcome.result
@@ -36,6 +35,11 @@ def test_bench81_measures_a_replica_group_against_the_baseline_and_signs_it(benc
     assert set(rows) == {"single", "dp2-replicas"} and rows["dp2-replicas"]["devices"] == 2
     eff = rows["dp2-replicas"]["efficiency"]
     assert eff["ci_low"] <= eff["value"] <= eff["ci_high"] and rows["dp2-replicas"]["repeats"] == 3
+    assert rows["dp2-replicas"]["starts"] == rows["single"]["starts"] == 3
+    # ABAB restarts: the baseline's start, then the layout's, three rounds; each a server start of its own
+    order = [(a["label"], a["repeat"]) for a in details["arm_runs"]]
+    assert order == [("probe", 1), ("single", 1), ("dp2-replicas", 1), ("single", 2), ("dp2-replicas", 2),
+                     ("single", 3), ("dp2-replicas", 3)]
     # every replica served: the arm's server metrics sum both replicas' counters
     arm = json.loads((run_dir / "arms" / "dp2-replicas" / "r1" / "result.json").read_text())
     assert len(arm["details"]["server_metrics"]["urls"]) == 2
@@ -57,10 +61,8 @@ def test_bench81_measures_a_replica_group_against_the_baseline_and_signs_it(benc
     (dict(load_factor=0), "--load-factor must be at least 0.1"),
 ])
 def test_bad_bench81_values_are_one_line_errors(values, message):
-    cfg = Config(**values)
-    with pytest.raises(InvalidInput, match=message):
-        check_config(cfg)
-        cfg.check()
+    with pytest.raises(InvalidInput, match=message):  # a config checks itself as it is made
+        Config(**values)
 
 
 def test_gpu_forms_make_the_engines_own_multi_node_command_lines():

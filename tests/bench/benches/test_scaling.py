@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from harness.backends.layouts import node_args
-from harness.bench.benches.bench81.scaling import layout_scaling, ratio_of_means, scaling_table
+from harness.bench.benches.bench81.scaling import (
+    core_scale,
+    layout_scaling,
+    paired_ratio_of_means,
+    ratio_of_means,
+    scaling_table,
+)
 from harness.bench.records import ArmRun
 
 
@@ -64,3 +70,28 @@ def test_a_repeat_that_completed_nothing_is_counted_not_averaged_as_zero():
     row = layout_scaling(runs, "tp2", 2, "single", resamples=200)
     assert row.throughput_tok_s == 14.0 and row.empty_repeats == 1 and row.repeats == 1 and not row.valid
     assert "(1 empty)" in scaling_table([row])[0][2]
+
+
+def test_rounds_are_resampled_jointly_and_starts_are_the_unit():
+    # two runs per start; start means: baseline 10, 20, 30; layout 20, 40, 60 -> every round's ratio is 2
+    runs = [run("single", r, v) for r, v in zip(range(1, 7), (9.0, 11.0, 19.0, 21.0, 29.0, 31.0), strict=True)]
+    runs += [run("pp2", r, v) for r, v in zip(range(1, 7), (18.0, 22.0, 38.0, 42.0, 58.0, 62.0), strict=True)]
+    row = layout_scaling(runs, "pp2", 2, "single", resamples=500, per_start=2)
+    assert row.starts == 3 and row.repeats == 6
+    # paired by round the ratio never moves (each round doubles); unpaired it would spread from 2/3 to 6
+    assert (row.speedup.value, row.speedup.ci_low, row.speedup.ci_high) == pytest.approx((2.0, 2.0, 2.0))
+    assert paired_ratio_of_means([1.0], [1.0, 2.0]) is None
+
+
+def test_every_core_of_the_stack_is_counted_or_the_layout_is_not_measurable():
+    assert core_scale(2, cpu=False, host_cores=2) == (2.0, "2 GPU(s)")
+    scale, text = core_scale(2, cpu=True, host_cores=4)
+    assert scale == pytest.approx(1.5) and "3 cores (2 engine + 1 stack) over the baseline's 2" == text
+    none, why = core_scale(2, cpu=True, host_cores=2)
+    assert none is None and why.startswith("not measurable on 2 cores")
+    runs = [run("single", r, 10.0) for r in (1, 2, 3)] + [run("pp2", r, 20.0) for r in (1, 2, 3)]
+    row = layout_scaling(runs, "pp2", 2, "single", resamples=200, cpu=True, host_cores=2)
+    assert row.speedup.value == 2.0 and row.efficiency is None and row.cores.startswith("not measurable")
+    assert scaling_table([row])[0][5] == "n/m"
+    four = layout_scaling(runs, "pp2", 2, "single", resamples=200, cpu=True, host_cores=4)
+    assert four.efficiency.value == pytest.approx(2.0 / 1.5)

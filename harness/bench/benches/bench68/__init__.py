@@ -36,6 +36,7 @@ from harness.bench.metrics import (
     ACCEPTANCE_RATE,
     E2E_P50,
     ITL_P50,
+    ITL_TOKEN_P50,
     MEAN_ACCEPTANCE_LENGTH,
     OUTPUT_TOKENS_PER_S,
     TPOT_P50,
@@ -80,8 +81,8 @@ class Config(BenchConfig):
     proposal_manifest: str | None = knob(None, "cuda-proposal manifest to cite (default: the newest INF-PROPOSAL "
                                          "run holding proposal.json under manifests/; 'none': cite nothing)")
     mc_passes: int = knob(20_000, "Monte-Carlo verification passes of the prediction", min=100)
-    dtype: str = knob("auto", "served dtype of every server (auto: the checkpoint's, bfloat16 for SmolLM2)",
-                      choices=("auto", "bfloat16", "float16", "float32"))
+    control_max_acceptance: float = knob(0.5, "negative control: n-gram acceptance on the random workload must stay "
+                                         "at or below this for it to count as a control", min=0, max=1)
 
     def check(self) -> None:
         if self.prompt_lookup_min > self.prompt_lookup_max:
@@ -103,7 +104,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     common = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed, requests=cfg.requests * cfg.scale,
                     input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens)
     workloads = [WorkloadPlan(w, w, common) for w in WORKLOADS]
-    common_settings = {"kv_cache_space_gib": cfg.kv_cache_space_gib, "dtype": cfg.dtype}
+    common_settings = {"kv_cache_space_gib": cfg.kv_cache_space_gib, **({"dtype": cfg.dtype} if cfg.dtype else {})}
     base = ServerVariant("off", common_settings)
     servers, bench_arms, phases, claims = [base], [], [], []
     for sa in arms:
@@ -122,7 +123,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
                         "alternating per repeat")
     return Plan(workloads=tuple(workloads), servers=tuple(servers), arms=tuple(bench_arms), schedule=schedule,
                 claims=tuple(claims), read=read_speculative(cfg, arms, citation), run_label="speculative decoding vs off",
-                columns=(TTFT_P50, TPOT_P50, ITL_P50, E2E_P50, OUTPUT_TOKENS_PER_S, ACCEPTANCE_RATE,
+                columns=(TTFT_P50, TPOT_P50, ITL_P50, ITL_TOKEN_P50, E2E_P50, OUTPUT_TOKENS_PER_S, ACCEPTANCE_RATE,
                          MEAN_ACCEPTANCE_LENGTH),
                 notes=("greedy (temperature 0) with ignore_eos: every request generates exactly --output-tokens",
                        "two servers are up at once (baseline + one variant), each with --kv-cache-space-gib",

@@ -11,12 +11,15 @@ Acceptance, pooled over an arm's completed repeats:
   Monte-Carlo take.
 
 Prediction (Leviathan et al.): a pass with γ̄ drafted tokens costs γ̄·c + 1 target passes and
-yields L tokens, S = E / (γ·c + 1). A step without a draft (n-gram lookup found no match)
-costs one pass for one token. Over a run's decode tokens T (generated minus one per request,
-which comes with the prefill), with D passes that had a draft:
-  S_pred = T / (D·(γ̄·c + 1) + (T − D·L))
-which is E / (γ·c + 1) when every pass drafts. The served speedup is the inverse of the paired
-TPOT ratio; the error is served / predicted − 1.
+yields L tokens, S = E / (γ·c + 1) — where verifying γ̄ + 1 tokens costs what one decode step
+does. On a CPU that holds only while the pass is memory-bound; the verification pass then
+costs 1 + β·γ̄ decode steps, and β is a property of the host, fitted here from the self-draft arm
+(c = 1, acceptance near 1: ``fit_verify_cost``). A step without a draft (n-gram lookup found no
+match) costs one pass for one token. Over a run's decode tokens T (generated minus one per
+request, which comes with the prefill), with D passes that had a draft:
+  S_pred = T / (D·(γ̄·c + 1 + β·γ̄) + (T − D·L))
+which is E / (γ·c + 1 + β·γ) when every pass drafts. The served speedup is the inverse of the
+paired ratio of mean TPOT (a mean, as the prediction is); the error is served / predicted − 1.
 """
 
 from __future__ import annotations
@@ -128,6 +131,7 @@ class Prediction:
     formula_speedup: float  # E_iid / (γ·c + 1): every pass drafts γ tokens
     speedup: float  # S_pred over the run's decode tokens, undrafted passes included
     drafted_fraction: float  # share of decode passes that had a draft
+    verify_cost: float = 0.0  # β: extra decode steps per drafted token a verification pass costs on this host
 
     def to_dict(self) -> dict[str, Any]:
         return {"gamma": self.gamma, "cost_ratio": round(self.cost_ratio, 6), "cost_source": self.cost_source,
@@ -136,11 +140,21 @@ class Prediction:
                 "monte_carlo": None if self.monte_carlo is None else
                 {"mean_tokens": round(self.monte_carlo[0], 6), "stderr": round(self.monte_carlo[1], 6)},
                 "formula_speedup": round(self.formula_speedup, 6), "predicted_speedup": round(self.speedup, 6),
-                "drafted_fraction": round(self.drafted_fraction, 6)}
+                "drafted_fraction": round(self.drafted_fraction, 6), "verify_cost": round(self.verify_cost, 6)}
+
+
+def fit_verify_cost(acc: Acceptance, served_speedup: float) -> float | None:
+    """β from the self-draft arm (c = 1): the extra decode steps a verification pass costs per drafted token,
+    solved from S_served = T / (D·(γ̄ + 1 + β·γ̄) + undrafted); None without drafts; >= 0."""
+    if not acc.drafts or not acc.mean_draft_length or acc.mean_length is None or served_speedup <= 0:
+        return None
+    undrafted = max(0.0, acc.decode_tokens - acc.drafts * acc.mean_length)
+    per_pass = (acc.decode_tokens / served_speedup - undrafted) / acc.drafts  # γ̄ + 1 + β·γ̄
+    return max(0.0, (per_pass - acc.mean_draft_length - 1) / acc.mean_draft_length)
 
 
 def predict(acc: Acceptance, gamma: int, cost_ratio: float, cost_source: str, *, passes: int = 20_000,
-            seed: int = 0) -> Prediction | None:
+            seed: int = 0, verify_cost: float = 0.0) -> Prediction | None:
     """The prediction for a run with acceptance ``acc``; None without drafts or decode tokens."""
     if not acc.drafts or acc.rate is None or acc.mean_length is None or not acc.decode_tokens:
         return None
@@ -148,11 +162,11 @@ def predict(acc: Acceptance, gamma: int, cost_ratio: float, cost_source: str, *,
     alphas = acc.conditional_alphas
     positional = expected_tokens_positional(alphas) if alphas else None
     mc = simulate_acceptance(alphas, passes, seed) if alphas else None
-    drafted_cost = acc.drafts * ((acc.mean_draft_length or 0.0) * cost_ratio + 1)
+    drafted_cost = acc.drafts * ((acc.mean_draft_length or 0.0) * (cost_ratio + verify_cost) + 1)
     undrafted = max(0.0, acc.decode_tokens - acc.drafts * acc.mean_length)
     return Prediction(gamma=gamma, cost_ratio=cost_ratio, cost_source=cost_source, expected_iid=iid,
                       expected_positional=positional, monte_carlo=(mc.mean_tokens, mc.stderr) if mc else None,
-                      formula_speedup=iid / (gamma * cost_ratio + 1),
+                      formula_speedup=iid / (gamma * (cost_ratio + verify_cost) + 1), verify_cost=verify_cost,
                       speedup=acc.decode_tokens / (drafted_cost + undrafted),
                       drafted_fraction=acc.drafts / (acc.drafts + undrafted))
 

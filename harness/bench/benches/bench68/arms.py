@@ -17,17 +17,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from harness.bench.analysis import arm_values, blocked_reading, claim_effect, claim_figures
 from harness.bench.benches.bench68.acceptance import (
     agreement,
     draft_cost_ratio,
+    fit_verify_cost,
     pooled_acceptance,
     predict,
     reference_outputs,
 )
 from harness.bench.benches.bench68.table import Row, decide_top, row_lines
 from harness.bench.lib.citations import Citation, cite, latest_manifest
-from harness.bench.metrics import E2E_P50, TPOT_P50
+from harness.bench.lib.prediction import summarise
+from harness.bench.metrics import E2E_P50, TPOT, TPOT_P50, Metric
 from harness.bench.placement import planning_only
 from harness.bench.records import Reading
 from harness.bench.spec import Arm, Claim, History, Plan, Step
@@ -157,34 +161,18 @@ def read_speculative(cfg: Any, arms: Sequence[SpecArm],
                      proposal: tuple[Citation | None, str]) -> Callable[[History], Reading]:
     """The reading: one row per workload x variant, the predictions, the proposal citation, the decision."""
     def reading(history: History) -> Reading:
-        runs = history.runs
-        rows: list[Row] = []
-        claims: list[dict[str, Any]] = []
-        for i, sa in enumerate(arms):
-            for j, workload in enumerate(("copy", "random")):
-                base, spec = f"{workload}/off@{sa.name}", f"{workload}/{sa.name}"
-                seed = cfg.seed + 10 * i + j
-                e2e = claim_effect(runs, Claim(E2E_P50, base, spec), seed=seed, resamples=cfg.resamples)
-                tpot = claim_effect(runs, Claim(TPOT_P50, base, spec), seed=seed + 5, resamples=cfg.resamples)
-                claims += [c.to_dict() for c in (e2e, tpot) if c]
-                acc = pooled_acceptance(runs, spec)
-                pred = predict(acc, sa.gamma, sa.cost_ratio, sa.cost_source, passes=cfg.mc_passes,
-                               seed=cfg.seed + 100 * i + j) if acc else None
-                ref = reference_outputs(runs, [f"{workload}/off@{a.name}" for a in arms])
-                rows.append(Row(workload=workload, arm=sa.name, refused=history.refused.get(sa.name), e2e=e2e,
-                                tpot=tpot, tpot_ms=tuple(arm_values(runs, x, [TPOT_P50])[TPOT_P50.name]
-                                                         for x in (base, spec)),
-                                e2e_ms=tuple(arm_values(runs, x, [E2E_P50])[E2E_P50.name] for x in (base, spec)),
-                                acceptance=acc, prediction=pred, agreement=agreement(runs, spec, ref),
-                                baseline_agreement=agreement(runs, base, ref), requested_tokens=sa.gamma))
+        rows, claims, beta = speculative_rows(history, cfg, arms)
         top = decide_top(rows)
         prop_lines, prop_details = proposal_lines(*proposal, arms, cfg)
-        lines = ["", *row_lines(rows), "", *prop_lines, "", *top.lines]
+        control = negative_control(rows, cfg.control_max_acceptance)
+        lines = ["", *row_lines(rows), f"verification cost fitted on self-draft: {beta}", control["text"], "",
+                 *prop_lines, "", *top.lines]
         details = {"speculative": [r.to_dict() for r in rows], "claims": claims, "decision_rule": top.rule,
                    "arms": [{"name": a.name, "speculative_config": a.config, "kind": a.kind, "gamma": a.gamma,
                              "cost_ratio": a.cost_ratio, "cost_source": a.cost_source, "note": a.note,
                              "draft": a.draft or None} for a in arms],
-                   "proposal": prop_details}
+                   "proposal": prop_details, "verify_cost": beta, "negative_control": control,
+                   "prediction_summary": summarise([j for j in (r.judged() for r in rows) if j is not None])}
         cdf = tuple(Claim(E2E_P50, f"{r.workload}/off@{r.arm}", f"{r.workload}/{r.arm}") for r in rows)
         figures = claim_figures(history, Plan((), (), (), (), claims=cdf), "bench-68 INF-SPECULATIVE-BENCH")
         blocked = blocked_reading(history, None, cfg.repeats)
@@ -202,3 +190,54 @@ def read_speculative(cfg: Any, arms: Sequence[SpecArm],
                        invalid_reasons=[failure.message] if failure else [], details=details, lines=lines,
                        figures=figures, headline=top.headline, quality=top.quality)
     return reading
+
+
+TPOT_MEAN = Metric("tpot_ms.mean", "TPOT mean ms", "lower", ".1f", TPOT, lambda a: float(np.mean(a)))
+
+
+def speculative_rows(history: History, cfg: Any, arms: Sequence[SpecArm]) -> tuple[list[Row], list[dict], dict]:
+    """One row per workload x variant: paired effects (E2E p50, TPOT p50, mean TPOT), acceptance, agreement and
+    the prediction with the verification cost β fitted on the self-draft arm (``fit_verify_cost``)."""
+    runs, parts, claims = history.runs, [], []
+    for i, sa in enumerate(arms):
+        for j, workload in enumerate(("copy", "random")):
+            base, spec, seed = f"{workload}/off@{sa.name}", f"{workload}/{sa.name}", cfg.seed + 10 * i + j
+            e2e, tpot, mean = (claim_effect(runs, Claim(m, base, spec), seed=seed + k, resamples=cfg.resamples)
+                               for k, m in ((0, E2E_P50), (5, TPOT_P50), (7, TPOT_MEAN)))
+            claims += [c.to_dict() for c in (e2e, tpot) if c]
+            parts.append((i, j, sa, workload, base, spec, e2e, tpot, mean, pooled_acceptance(runs, spec)))
+    fits = [b for b in (fit_verify_cost(acc, 1 / mean.effect.value)
+                        for _, _, sa, _, _, _, _, _, mean, acc in parts if sa.kind == "self" and acc and mean)
+            if b is not None]
+    beta = float(np.mean(fits)) if fits else 0.0
+    fitted = {"value": round(beta, 6), "from": [f"{w}/{sa.name}" for _, _, sa, w, *_ in parts if sa.kind == "self"],
+              "source": "self-draft arm (c = 1)" if fits else "no self-draft arm measured: 0 assumed"}
+    rows = []
+    for i, j, sa, workload, base, spec, e2e, tpot, mean, acc in parts:
+        pred = predict(acc, sa.gamma, sa.cost_ratio, sa.cost_source, passes=cfg.mc_passes,
+                       seed=cfg.seed + 100 * i + j, verify_cost=beta) if acc else None
+        ref = reference_outputs(runs, [f"{workload}/off@{a.name}" for a in arms])
+        rows.append(Row(workload=workload, arm=sa.name, refused=history.refused.get(sa.name), e2e=e2e, tpot=tpot,
+                        tpot_ms=tuple(arm_values(runs, x, [TPOT_P50])[TPOT_P50.name] for x in (base, spec)),
+                        e2e_ms=tuple(arm_values(runs, x, [E2E_P50])[E2E_P50.name] for x in (base, spec)),
+                        acceptance=acc, prediction=pred, agreement=agreement(runs, spec, ref),
+                        baseline_agreement=agreement(runs, base, ref), requested_tokens=sa.gamma, tpot_mean=mean,
+                        calibration=sa.kind == "self" and bool(fits)))
+    return rows, claims, fitted
+
+
+def negative_control(rows: Sequence[Row], max_acceptance: float) -> dict[str, Any]:
+    """n-gram acceptance on the ``random`` workload must stay low for it to be a negative control."""
+    checked = {r.arm: r.acceptance.rate for r in rows if r.workload == "random" and r.arm.startswith("ngram")
+               and r.acceptance is not None and r.acceptance.rate is not None}
+    high = {k: v for k, v in checked.items() if v > max_acceptance}
+    if not checked:
+        text = "negative control (random workload): no n-gram acceptance measured"
+    elif high:
+        shown = ", ".join(f"{k} {v:.0%}" for k, v in high.items())
+        text = (f"negative control (random workload) fails: n-gram acceptance {shown} > {max_acceptance:.0%} "
+                "(greedy outputs loop under ignore_eos): it is not a control here")
+    else:
+        text = f"negative control (random workload): n-gram acceptance <= {max_acceptance:.0%}: holds"
+    return {"workload": "random", "max_acceptance": max_acceptance, "acceptance": checked,
+            "passed": bool(checked) and not high, "text": text}

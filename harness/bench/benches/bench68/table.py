@@ -14,6 +14,7 @@ from tabulate import tabulate
 
 from harness.bench.analysis import ClaimResult
 from harness.bench.benches.bench68.acceptance import Acceptance, Agreement, Prediction
+from harness.bench.lib.prediction import Judged, summarise, summary_line
 from harness.contract import Effect
 
 RULE = ("per workload x speculative variant, the paired E2E p50 ratio (variant / baseline measured alongside) "
@@ -37,6 +38,8 @@ class Row:
     agreement: Agreement
     baseline_agreement: Agreement
     requested_tokens: int | None = None  # num_speculative_tokens asked for
+    tpot_mean: ClaimResult | None = None  # paired mean-TPOT ratio: the served speedup (a mean, as predicted)
+    calibration: bool = False  # the arm β was fitted on: its prediction matches by construction
 
     @property
     def effective_tokens(self) -> int | None:
@@ -63,11 +66,21 @@ class Row:
 
     @property
     def served_speedup(self) -> tuple[float, float, float] | None:
-        """1 / paired TPOT ratio, with its interval (low, high)."""
-        if self.tpot is None:
+        """1 / paired mean-TPOT ratio (the p50 ratio where no mean was read), with its interval (low, high)."""
+        claim = self.tpot_mean or self.tpot
+        if claim is None:
             return None
-        eff = self.tpot.effect
+        eff = claim.effect
         return 1 / eff.value, 1 / eff.ci_high, 1 / eff.ci_low
+
+    def judged(self) -> Judged | None:
+        """The prediction against the served speedup's interval; mismatched outputs and the fit's arm left out."""
+        served = self.served_speedup
+        if served is None or self.prediction is None:
+            return None
+        why = ("outputs differ from the baseline's" if self.mismatched else
+               "verification cost fitted on it" if self.calibration else "")
+        return Judged(self.label, self.prediction.speedup, served[0], served[1], served[2], why)
 
     @property
     def prediction_error(self) -> float | None:
@@ -88,8 +101,9 @@ class Row:
                 "prediction": self.prediction.to_dict() if self.prediction else None,
                 "served_speedup": None if served is None else
                 {"value": round(served[0], 6), "ci_low": round(served[1], 6), "ci_high": round(served[2], 6),
-                 "estimator": "1 / paired TPOT p50 ratio"},
+                 "estimator": "1 / paired mean TPOT ratio" if self.tpot_mean else "1 / paired TPOT p50 ratio"},
                 "prediction_error": None if self.prediction_error is None else round(self.prediction_error, 6),
+                "prediction_judged": self.judged().to_dict() if self.judged() else None,
                 "greedy_agreement": self.agreement.to_dict(),
                 "baseline_repeatability": self.baseline_agreement.to_dict()}
 
@@ -118,8 +132,8 @@ def row_lines(rows: Sequence[Row]) -> list[str]:
     lines = [tabulate(table, headers=["workload", "variant", "acceptance", "mean accept len", "TPOT p50 ms off->var",
                                       "E2E p50 ms off->var", "TPOT ratio [95% CI]", "E2E ratio [95% CI]",
                                       "identical", "decision"], tablefmt="github"),
-             "", "predicted vs served speedup (served = 1 / paired TPOT ratio; predicted = T / (D(g*c+1) + undrafted "
-             "passes), E = mean acceptance length, c as stated):"]
+             "", "predicted vs served speedup (served = 1 / paired mean-TPOT ratio; predicted = T / (D(g(c+b)+1) + "
+             "undrafted passes), E = mean acceptance length, c as stated, b fitted on self-draft):"]
     for r in rows:
         p, served = r.prediction, r.served_speedup
         if r.refused is not None:
@@ -132,7 +146,11 @@ def row_lines(rows: Sequence[Row]) -> list[str]:
             mc = f", MC E {p.monte_carlo[0]:.2f}±{p.monte_carlo[1]:.2f}" if p.monte_carlo else ""
             lines.append(f"  {r.label}: predicted {p.speedup:.2f}x (E {r.acceptance.mean_length:.2f}{mc}, c {p.cost_ratio:.2f}, "
                          f"{p.drafted_fraction:.0%} of passes drafted; iid formula {p.formula_speedup:.2f}x), served "
-                         f"{served[0]:.2f}x [{served[1]:.2f}, {served[2]:.2f}], error {r.prediction_error:+.0%}")
+                         f"{served[0]:.2f}x [{served[1]:.2f}, {served[2]:.2f}], error {r.prediction_error:+.0%}, "
+                         f"{'inside' if r.judged().inside else 'outside'} the served interval"
+                         + (f" (left out: {r.judged().excluded})" if r.judged().excluded else ""))
+    judged = [j for j in (r.judged() for r in rows) if j is not None]
+    lines.append(summary_line("  predictions", summarise(judged)))
     return lines
 
 

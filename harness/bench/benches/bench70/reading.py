@@ -5,7 +5,9 @@ the priority classes side by side, and the static-batching signature.
 - Predictions (``schedsim``): the step-cost model is fitted from the calibration arm (the profiling
   plan replayed on the bench's own server, at its start) or read from a cited ``step_cost.json``;
   each arm's workload is simulated with that arm's effective engine settings. The table states
-  predicted, measured and the error (predicted / measured − 1) per arm, large or small.
+  predicted, measured and the error (predicted / measured − 1) per arm, large or small; each prediction is
+  judged against the measured figure's own 95 % interval (requests resampled), and per figure the arms'
+  mean signed error and MAPE are stated with how many predictions fell inside (``bench.lib.prediction``).
 - Static signature: the client-driven static batches must leave slots idle (lower mean running,
   running below the concurrency in more of the samples: the saw-tooth in ``occupancy.png``) and
   make requests wait in the client (higher client queue wait) against continuous batching at the
@@ -32,6 +34,7 @@ from harness.bench.benches.bench70.predict import (
     fit_from_profile,
     predict,
 )
+from harness.bench.lib.prediction import Judged, bootstrap_interval, summarise, summary_line
 from harness.bench.metrics import (
     E2E_P50,
     QUEUE_WAIT_P50,
@@ -40,6 +43,7 @@ from harness.bench.metrics import (
     TPOT_P99,
     TTFT_P50,
     TTFT_P99,
+    Metric,
     priority_class,
 )
 from harness.bench.records import ArmRun, Reading, completed_runs
@@ -75,7 +79,10 @@ class SchedulerReading:
                        for label, mode in self.modes.items() if cost and completed_runs(history.runs, label)}
         lines = ["", "predicted (simulator, calibrated step costs) vs measured, error = predicted/measured - 1:",
                  prediction_table(predictions) if predictions else f"no prediction: {why}"]
+        judged = judged_predictions(predictions)
+        lines += [summary_line(f"  {name}", summary) for name, summary in judged.items()]
         details: dict[str, Any] = {"cost_model": cost.to_dict() if cost else None, "predictions": predictions,
+                                   "prediction_summary": judged,
                                    "pd_disaggregation": {"served": False, "note": PD_NOTE}}
         if not cost:
             details["prediction_missing"] = why
@@ -116,8 +123,35 @@ class SchedulerReading:
         predicted = predict(path, engine, cost, mode, self.classes if label in (self.policy_pair or ()) else None)
         measured = {m.name: m.value(runs) for m in COMPARED}
         flat = {m.name: predicted_value(predicted, m.name) for m in COMPARED}
-        return {**predicted, "predicted": flat, "measured": measured,
-                "error": {k: error(flat[k], measured[k]) for k in flat}}
+        seed, resamples = history.cfg.seed, min(history.cfg.resamples, 2000)
+        intervals = {m.name: measured_interval(m, runs, resamples=resamples, seed=seed) for m in COMPARED}
+        inside = {k: (None if v is None or flat[k] is None else v[0] <= flat[k] <= v[1]) for k, v in intervals.items()}
+        return {**predicted, "predicted": flat, "measured": measured, "measured_interval": intervals,
+                "inside_interval": inside, "error": {k: error(flat[k], measured[k]) for k in flat}}
+
+
+def measured_interval(metric: Metric, runs: Sequence[ArmRun], *, resamples: int, seed: int
+                      ) -> tuple[float, float] | None:
+    """The measured figure's 95 % interval: its requests resampled (pooled over the repeats) for a per-request
+    percentile, its repeats resampled for a per-run figure (the gauges' mean running)."""
+    if metric.per_request and metric.samples is not None and metric.statistic is not None:
+        pooled = [v for run in runs for v in metric.samples(run.records)]
+        return bootstrap_interval(pooled, metric.statistic, resamples=resamples, seed=seed)
+    per_run = [v for v in (metric.of_run(run) for run in runs) if v is not None] if metric.of_run else []
+    return bootstrap_interval(per_run, np.median, resamples=resamples, seed=seed)
+
+
+def judged_predictions(predictions: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per compared figure, across arms: inside the measured interval or not, mean signed error and MAPE."""
+    out = {}
+    for m in COMPARED:
+        rows = [Judged(label, p["predicted"][m.name], p["measured"][m.name], *(p["measured_interval"][m.name] or
+                                                                               (None, None)))
+                for label, p in predictions.items()
+                if p["predicted"][m.name] is not None and p["measured"][m.name]]
+        if rows:
+            out[m.title] = summarise(rows)
+    return out
 
 
 def run_effective(run: ArmRun) -> dict[str, Any] | None:

@@ -4,16 +4,18 @@ Candidates are server variants: on the CPU default, dtype x max_num_seqs x KV-ca
 (one factor at a time around the first values, or --full-grid); on a GPU, backend (vLLM,
 SGLang) x max_num_seqs x quantization, each with the same KV pool (--gpu-kv-pool-gib,
 mapped to vLLM's gpu_memory_utilization and SGLang's --mem-fraction-static; the mapping
-is recorded). SLOs: P99 TTFT and P99 TPOT limits scaled from bench-66's light-load
-figures (the cited manifest, --baseline) or, without one, from a light-load probe; or set
-(--slo-ttft-p99-ms, --slo-tpot-p99-ms); plus an error-rate limit.
+is recorded). SLOs: a named absolute tier (--slo-tier: cpu-server on the CPU default, server on a GPU, from
+MLPerf's scenarios; bench72/tiers.py), an explicit --slo-ttft-p99-ms / --slo-tpot-p99-ms, or on request limits
+scaled from a light-load P99 (--slo-tier relative); plus an error-rate limit.
 
-Per candidate, one server start: the capacity search (Poisson rate; bracket, bisect,
-repeat both ends of the bracket) on one fixed request list. A probe passes when the client
-kept its schedule and every SLO held. Then the duel: the top two, interleaved over the
-repeats at the leader's capacity. On the CPU the best candidate so far stays up, so the duel
-runs on live servers; on a GPU one engine runs at a time (the KV pool mapping assumes an
-engine alone on its device) and the duel restarts them in turn.
+Per candidate, one server start and the same probe schedule: Poisson rates start x growth^k around one start
+rate (--start-rps, bench-66's saturation point, or a light-load probe's rate), low to high, stopping after two
+probes in a row broke a limit. Capacity is fitted from every probe (bench/lib/capacity_fit.py) with a resampled
+interval; overlapping intervals are a tie and the tie is the decision. A candidate that changes numerics passes
+the greedy-agreement gate first (bench72/gate.py). A leader standing alone then duels the runner-up, the two
+interleaved over the repeats just inside its capacity. On the CPU the best candidate so far stays up, so the duel
+runs on live servers; on a GPU one engine runs at a time (the KV pool mapping assumes an engine alone on its
+device) and the duel restarts them in turn. Progress counts against the schedule's bound.
 Read: the decision record (harness/bench/benches/bench72/decision.py states the rule).
 """
 
@@ -25,6 +27,8 @@ from pathlib import Path
 from harness.bench.benches.bench72.candidates import cpu_candidates, gpu_candidates, parameter_count
 from harness.bench.benches.bench72.capacity import Campaign, cited_light_load
 from harness.bench.benches.bench72.decision import deployment_reading
+from harness.bench.benches.bench72.tiers import CHOICES as TIER_CHOICES
+from harness.bench.benches.bench72.tiers import default_tier
 from harness.bench.devices import alone
 from harness.bench.lib.citations import cite_choice
 from harness.bench.metrics import E2E_P99, PEAK_MEMORY_GIB, REQUEST_RATE, TPOT_P99, TTFT_P99
@@ -64,19 +68,28 @@ class Config(BenchConfig):
     gpu_kv_pool_gib: float = knob(8.0, "GPU: the KV pool every candidate gets, in GiB", min=0.1)
     gpu_activation_gib: float = knob(2.0, "GPU: vLLM's activation reserve inside its budget (mapping estimate)", min=0)
     gpu_in_use_gib: float = knob(1.0, "GPU: memory in use before SGLang loads, e.g. the CUDA context", min=0)
-    baseline: str = knob("latest", "bench-66 manifest to scale the SLOs from: a path, latest or none")
-    slo_ttft_p99_ms: float | None = knob(None, "P99 TTFT limit in ms (unset: scaled from light load)", min=1)
-    slo_tpot_p99_ms: float | None = knob(None, "P99 TPOT limit in ms (unset: scaled from light load)", min=0.1)
-    slo_ttft_factor: float = knob(3.0, "unset P99 TTFT limit = this x the light-load P99 TTFT", min=1)
-    slo_tpot_factor: float = knob(2.0, "unset P99 TPOT limit = this x the light-load P99 TPOT", min=1)
+    baseline: str = knob("latest", "bench-66 manifest whose saturation point centres the probe schedule (and, "
+                         "with --slo-tier relative, scales the SLOs): a path, latest or none")
+    slo_tier: str = knob("auto", "named absolute SLO tier (auto: cpu-server on the CPU default, server on a GPU); "
+                         "relative: limits scaled from a light-load P99", choices=TIER_CHOICES)
+    slo_ttft_p99_ms: float | None = knob(None, "P99 TTFT limit in ms (unset: the tier's)", min=1)
+    slo_tpot_p99_ms: float | None = knob(None, "P99 TPOT limit in ms (unset: the tier's)", min=0.1)
+    slo_ttft_factor: float = knob(3.0, "--slo-tier relative: P99 TTFT limit = this x the light-load median TTFT "
+                                  "(>= 100 unqueued requests)", min=1)
+    slo_tpot_factor: float = knob(2.0, "--slo-tier relative: P99 TPOT limit = this x the light-load median TPOT",
+                                  min=1)
     slo_error_rate: float = knob(0.01, "largest share of requests that may fail in a passing probe", min=0, max=1)
-    start_rps: float | None = knob(None, "first probed rate (unset: bench-66's saturation or the light probe's)",
-                                   min=0.001)
-    growth: float = knob(2.0, "bracketing factor between probed rates", min=1.1)
-    rel_tol: float = knob(0.5, "bisect until the bracket's ends are within this ratio (1 + x)", min=0.01)
-    max_probes: int = knob(7, "largest number of probes per candidate", min=2)
-    min_rps: float = knob(0.25, "lowest rate the search probes (each probe there lasts a minute or more); a "
-                          "candidate failing at it has no capacity worth deploying on this grid", min=0.001)
+    start_rps: float | None = knob(None, "centre of the probe schedule (unset: bench-66's saturation point or the "
+                                   "light probe's rate)", min=0.001)
+    growth: float = knob(2.0, "factor between neighbouring rates of the probe schedule", min=1.1)
+    schedule_below: int = knob(2, "schedule rates below its centre (start / growth^k)", min=0)
+    schedule_above: int = knob(3, "schedule rates above its centre (start x growth^k); every candidate gets the "
+                               "same schedule", min=1)
+    min_agreement: float = knob(0.9, "greedy-agreement gate: a candidate that changes numerics (dtype, "
+                                "quantization) needs this mean share of the base's greedy output text, matched "
+                                "before the first difference, or it cannot be adopted", min=0, max=1)
+    min_rps: float = knob(0.25, "lowest rate the schedule probes (each probe there lasts a minute or more)",
+                          min=0.001)
     max_rps: float = knob(1000.0, "highest rate the search probes", min=0.01)
     servers_up: str = knob("auto", "two: the best so far stays up while the next is searched and the top two are "
                            "both up for the duel; one: one server at a time (auto: two on CPU, one on a GPU)",
@@ -116,12 +129,14 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     cited = citation.to_dict(Path.cwd()) if citation else None
     light = cited_light_load(citation.result, f"bench-66 light load, {cited['manifest']}") if citation else None
     names = [c.name for c in candidates]
-    campaign = Campaign(cfg, names, light)
+    tier = default_tier(placement.backend) if cfg.slo_tier == "auto" else cfg.slo_tier
+    campaign = Campaign(cfg, names, light, tier)
     one = (cfg.servers_up if cfg.servers_up != "auto" else "one" if mappings else "two") == "one"
     phase = Phase("searches and duel", tuple(names), campaign.steps, still_needed=alone if one else campaign.keep,
-                  planned_steps=len(names) * (cfg.max_probes - 2) + 2 * cfg.repeats)
-    protocol = ("each candidate searched on its own server start" + ("" if one else ", the best so far kept up") +
-                "; the top two interleaved (A B / B A) at the leader's capacity" +
+                  planned_steps=1 + len(names) * (cfg.schedule_below + cfg.schedule_above + 1) + 2 * cfg.repeats)
+    protocol = ("every candidate probed on one shared schedule of rates on its own server start" +
+                ("" if one else ", the best so far kept up") +
+                "; a leader standing alone duels the runner-up, interleaved (A B / B A) inside its capacity" +
                 (" across restarts" if one else " on live servers"))
     return Plan(
         workloads=(), servers=tuple(c.variant() for c in candidates), arms=(), schedule=Schedule((phase,), protocol),

@@ -19,11 +19,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from harness.bench.lib.search import Capacity, Probe, SearchConfig, binding, capacity, next_rate
+from harness.bench.benches.bench72.tiers import RELATIVE, TIERS
+from harness.bench.lib.capacity_fit import Estimate, ProbeSample, estimate_capacity, probe_schedule
+from harness.bench.lib.citations import cited_saturation
+from harness.bench.lib.saturation import scheduled_rate
+from harness.bench.lib.search import Capacity, Probe, SearchConfig, binding, capacity
 from harness.bench.metrics import (
     PEAK_MEMORY_GIB,
     REQUEST_RATE,
+    TPOT_P50,
     TPOT_P99,
+    TTFT_P50,
     TTFT_P99,
     server_metric,
 )
@@ -33,6 +39,7 @@ from harness.workload import Arrival, Common
 
 TTFT, TPOT, ERRORS, CLIENT = "TTFT P99", "TPOT P99", "error rate", "client schedule"
 LIGHT = "light load"
+MIN_REFERENCE = 100  # unqueued requests a relative SLO's median reference needs (DESIGN.md: no P99 below ~100)
 KV_USAGE_PEAK = server_metric("kv_cache_usage_peak")
 RUNNING_PEAK = server_metric("running_peak")
 
@@ -56,26 +63,28 @@ class SLO:
 
 @dataclass(frozen=True)
 class LightLoad:
-    """Light-load figures the SLOs scale from: a cited bench-66 run's, or this bench's own probe."""
+    """Light-load medians relative SLOs scale from (unqueued requests: a cited bench-66 run's lightest level that
+    kept up, or this bench's own one-at-a-time probe), and a rate known to be served."""
 
-    ttft_p99_ms: float | None
-    tpot_p99_ms: float | None
+    ttft_ms: float | None  # median TTFT: a median is stable where a P99 of a few requests is their maximum
+    tpot_ms: float | None  # median TPOT
     rate_rps: float | None  # a rate known to be served (bench-66's saturation point, or the probe's)
     source: str
 
 
 def scaled_slo(cfg: Any, light: LightLoad | None) -> SLO | None:
-    """Explicit limits win; the others are the light-load P99 times the factors; None while one is missing."""
+    """Explicit limits win; the others are the light-load median times the factors; None while one is missing."""
     parts, basis = {}, []
-    for key, factor, name in (("ttft_p99_ms", cfg.slo_ttft_factor, "TTFT"), ("tpot_p99_ms", cfg.slo_tpot_factor, "TPOT")):
+    for key, ref, factor, name in (("ttft_p99_ms", "ttft_ms", cfg.slo_ttft_factor, "TTFT"),
+                                   ("tpot_p99_ms", "tpot_ms", cfg.slo_tpot_factor, "TPOT")):
         given = getattr(cfg, f"slo_{key}")
-        measured = getattr(light, key) if light else None
+        measured = getattr(light, ref) if light else None
         if given is not None:
             parts[key] = given
             basis.append(f"P99 {name} {given:g} ms as set (--slo-{key.replace('_', '-')})")
         elif measured:
             parts[key] = factor * measured
-            basis.append(f"P99 {name} {factor:g} x {measured:.1f} ms")
+            basis.append(f"P99 {name} {factor:g} x the light-load median {measured:.1f} ms")
         else:
             return None
     source = f" ({light.source})" if light and any(getattr(cfg, f"slo_{k}") is None for k in parts) else ""
@@ -83,14 +92,16 @@ def scaled_slo(cfg: Any, light: LightLoad | None) -> SLO | None:
 
 
 def cited_light_load(result: Mapping[str, Any] | None, source: str) -> LightLoad | None:
-    """bench-66's light-load P99s and saturation rate from its sweep result (details.baseline)."""
+    """bench-66's light-load P99s and saturation rate from its sweep result (details.baseline); an undetermined
+    saturation bracket is refused (``cited_saturation``)."""
     baseline = ((result or {}).get("details") or {}).get("baseline") or {}
-    light = baseline.get("light_load") or {}
-    latency = light.get("latency_ms") or {}
-    if not latency.get(TTFT_P99.name) or not latency.get(TPOT_P99.name):
+    if not baseline:
         return None
-    served = (baseline.get("saturation") or {}).get("offered_rps") or light.get("offered_rps")
-    return LightLoad(latency[TTFT_P99.name], latency[TPOT_P99.name], served, source)
+    served = cited_saturation(result, source).get("offered_rps")
+    latency = (baseline.get("light_load") or {}).get("latency_ms") or {}
+    if not latency.get(TTFT_P50.name) or not latency.get(TPOT_P50.name):
+        return None
+    return LightLoad(latency[TTFT_P50.name], latency[TPOT_P50.name], served, source)
 
 
 def verdict(run: ArmRun, slo: SLO, rate: float) -> Probe:
@@ -120,9 +131,10 @@ class Searched:
 
     name: str
     probes: tuple[Probe, ...]
-    capacity: Capacity
+    capacity: Capacity  # the pass/fail reading of the probes (kept beside the estimate)
     binding: tuple[str, ...]
     binding_rate_rps: float | None
+    estimate: Estimate | None = None  # capacity fitted from every probe, with its resampled interval
 
     def at(self, rate: float | None) -> list[Probe]:
         return [p for p in self.probes if p.rate_rps == rate]
@@ -137,8 +149,8 @@ class Searched:
 class Campaign:
     """The steps of bench-72 as functions of the History, for any set of candidate server variants."""
 
-    def __init__(self, cfg: Any, candidates: Sequence[str], light: LightLoad | None):
-        self.cfg, self.candidates, self.light = cfg, tuple(candidates), light
+    def __init__(self, cfg: Any, candidates: Sequence[str], light: LightLoad | None, tier: str = RELATIVE):
+        self.cfg, self.candidates, self.light, self.tier = cfg, tuple(candidates), light, tier
 
     def request_list(self, arrival: Arrival, seed: int | None = None) -> Common:
         cfg = self.cfg
@@ -155,62 +167,105 @@ class Campaign:
 
     def search_config(self, start_rps: float) -> SearchConfig:
         cfg = self.cfg
-        return SearchConfig(start_rps=start_rps, growth=cfg.growth, rel_tol=cfg.rel_tol, repeats=cfg.repeats,
-                            max_probes=cfg.max_probes, min_rps=cfg.min_rps, max_rps=cfg.max_rps)
+        # the pass/fail reading of a fixed schedule: one run per rate, the whole schedule as its budget
+        return SearchConfig(start_rps=start_rps, growth=cfg.growth, repeats=1,
+                            max_probes=cfg.schedule_below + cfg.schedule_above + 1, min_rps=cfg.min_rps,
+                            max_rps=cfg.max_rps)
 
     def slo(self, history: History) -> SLO | None:
-        return scaled_slo(self.cfg, history.notes.get("light") or self.light)
+        """The named tier's absolute limits (an explicit --slo-* wins); scaled from light load only if asked."""
+        if self.tier == RELATIVE:
+            return scaled_slo(self.cfg, history.notes.get("light") or self.light)
+        tier, cfg = TIERS[self.tier], self.cfg
+        ttft, tpot = cfg.slo_ttft_p99_ms or tier.ttft_p99_ms, cfg.slo_tpot_p99_ms or tier.tpot_p99_ms
+        changed = [f"{k} {v:g} ms as set" for k, v, given in (("TTFT", ttft, cfg.slo_ttft_p99_ms),
+                                                             ("TPOT", tpot, cfg.slo_tpot_p99_ms)) if given]
+        basis = f"tier {tier.name}: {tier.source}" + (f"; {', '.join(changed)}" if changed else "")
+        return SLO(ttft_p99_ms=ttft, tpot_p99_ms=tpot, error_rate=cfg.slo_error_rate, basis=basis)
+
+    def samples(self, runs: Sequence[ArmRun], slo: SLO) -> list[ProbeSample]:
+        """Each probe's per-request TTFT (from the scheduled send) and TPOT, at the rate its arrivals had."""
+        out = []
+        for run in runs:
+            probe = verdict(run, slo, 0.0)
+            done = [r for r in run.records if r.completed and r.first_token_s is not None and r.end_s is not None]
+            ttft = [1000 * (r.first_token_s - (r.scheduled_s if r.scheduled_s is not None else r.sent_s or 0.0))
+                    for r in done]
+            tpot = [1000 * (r.end_s - r.first_token_s) / (r.completion_tokens - 1) for r in done
+                    if r.completion_tokens and r.completion_tokens > 1]
+            rate = scheduled_rate([r.scheduled_s for r in run.records if r.scheduled_s is not None])
+            out.append(ProbeSample(rate or probe.rate_rps, {TTFT_P99.name: ttft, TPOT_P99.name: tpot},
+                                   broken=bool({CLIENT, ERRORS} & set(probe.violated))))
+        return out
 
     def searched(self, history: History, name: str) -> Searched | None:
         """``name``'s search read from its probe runs (None before the SLOs are known)."""
         slo, labels = self.slo(history), history.notes.get("probes", {})
         if slo is None:
             return None
-        probes = tuple(verdict(run, slo, labels[run.label]["rate_rps"]) for run in history.runs
-                       if run.label in labels and labels[run.label]["candidate"] == name and not run.failure)
+        runs = [run for run in history.runs
+                if run.label in labels and labels[run.label]["candidate"] == name and not run.failure]
+        probes = tuple(verdict(run, slo, labels[run.label]["rate_rps"]) for run in runs)
         names, rate = binding(probes)  # the start rate does not change how probes are read
-        return Searched(name, probes, capacity(self.search_config(1.0), probes), names, rate)
+        estimate = estimate_capacity(self.samples(runs, slo), {TTFT_P99.name: slo.ttft_p99_ms,
+                                                               TPOT_P99.name: slo.tpot_p99_ms},
+                                     resamples=min(self.cfg.resamples, 2000), seed=self.cfg.seed)
+        return Searched(name, probes, capacity(self.search_config(1.0), probes), names, rate, estimate)
 
     def light_steps(self, history: History, server: str) -> Iterator[Step]:
         """A light-load probe (one request at a time) when no cited run gives the SLOs or a start rate."""
         if self.slo(history) is not None and (self.cfg.start_rps or self.light):
             return
-        light = replace(self.request_list(Arrival("closed", concurrency=1)), requests=self.cfg.light_requests)
+        # relative SLOs need a reference of >= 100 unqueued requests; a start rate alone needs a few
+        count = max(MIN_REFERENCE, self.cfg.light_requests) if self.tier == RELATIVE else self.cfg.light_requests
+        light = replace(self.request_list(Arrival("closed", concurrency=1)), requests=count)
         arm = Arm(LIGHT, WorkloadPlan("light", "random", light), server)
         yield 1, arm
         run = next((r for r in history.of(LIGHT) if not r.failure), None)
         if run is not None:
             caveat = "" if run.valid else f"; the probe was invalid: {'; '.join(run.result['conclusion']['invalid_reasons'])}"
             history.notes["light"] = LightLoad(
-                TTFT_P99.value([run]), TPOT_P99.value([run]), REQUEST_RATE.of_run(run),
+                TTFT_P50.value([run]), TPOT_P50.value([run]), REQUEST_RATE.of_run(run),
                 f"a light-load probe on {server}: {run.completed} requests one at a time; no bench-66 run was "
                 f"cited{caveat}")
 
     def start_rps(self, history: History) -> float | None:
-        """Where a search starts: the capacity of a candidate already searched, else a rate known to be served."""
-        found = [s.capacity.capacity_rps for s in (self.searched(history, n) for n in self.candidates)
-                 if s is not None and s.capacity.capacity_rps]
+        """The schedule's centre: --start-rps, else the cited bench-66 saturation point, else the light probe's."""
         light = history.notes.get("light") or self.light
-        return self.cfg.start_rps or (max(found) if found else None) or (light.rate_rps if light else None)
+        return self.cfg.start_rps or (light.rate_rps if light else None)
+
+    def schedule(self, history: History) -> tuple[float, ...]:
+        """The probe rates every candidate gets (fixed at the first candidate's start; empty without a start)."""
+        if "schedule" not in history.notes:
+            start = self.start_rps(history)
+            if start is None:
+                return ()
+            cfg = self.cfg
+            history.notes["schedule"] = [r for r in probe_schedule(start, cfg.growth, cfg.schedule_below,
+                                                                   cfg.schedule_above)
+                                         if cfg.min_rps <= r <= cfg.max_rps]
+        return tuple(history.notes["schedule"])
 
     def search(self, history: History, name: str, first: bool) -> Iterator[Step]:
-        """One candidate's capacity search; the first candidate's starts with the light-load probe if needed."""
+        """One candidate on the shared schedule, low to high; it stops after two probes in a row broke a limit
+        (latency does not fall as load grows, so higher rates would break it too)."""
         if first:
             yield from self.light_steps(history, name)
-        start = self.start_rps(history)
-        slo = self.slo(history)
-        if slo is None or start is None:
+        slo, schedule = self.slo(history), self.schedule(history)
+        if slo is None or not schedule:
             return
-        history.notes.setdefault("start_rps", {})[name] = start
-        search, probes = self.search_config(start), []
-        while (rate := next_rate(search, probes)) is not None:
+        history.notes.setdefault("start_rps", {})[name] = schedule[0]
+        broke = 0
+        for rate in schedule:
             arm = Arm(f"{name} rate={rate:g}/s", self.rate_workload(rate), name)
             history.notes.setdefault("probes", {})[arm.label] = {"candidate": name, "rate_rps": rate}
             done = len(history.runs)
             yield len(history.of(arm.label)) + 1, arm
             if len(history.runs) == done:  # the engine refused this variant: nothing to search
                 return
-            probes.append(verdict(history.runs[-1], slo, rate))
+            broke = 0 if verdict(history.runs[-1], slo, rate).passed else broke + 1
+            if broke == 2:
+                return
 
     def steps(self, history: History) -> Iterator[Step]:
         """Every candidate's search in grid order, then the duel of the top two."""
@@ -224,21 +279,29 @@ class Campaign:
         return [duel["leader"], duel["runner_up"]] if duel else [s.name for s in self.ranked(history)[:1]]
 
     def ranked(self, history: History) -> list[Searched]:
-        """Searched candidates, best first: higher capacity, then lower peak memory at capacity, then grid order."""
+        """Searched candidates, best first: higher fitted capacity, then lower peak memory, then grid order."""
         found = [s for s in (self.searched(history, n) for n in self.candidates) if s is not None and s.probes]
-        return sorted(found, key=lambda s: (-(s.capacity.capacity_rps or 0.0), s.peak("peak_memory_gib") or 0.0,
-                                            self.candidates.index(s.name)))
+        return sorted(found, key=lambda s: (-((s.estimate.capacity_rps if s.estimate else None) or 0.0),
+                                            s.peak("peak_memory_gib") or 0.0, self.candidates.index(s.name)))
 
     def duel(self, history: History) -> Iterator[Step]:
         """The top two at the leader's capacity, interleaved A B / B A by round over the repeats."""
         top = self.ranked(history)[:2]
-        if len(top) < 2 or top[0].capacity.capacity_rps is None:
-            return
-        rate = top[0].capacity.capacity_rps
+        if len(top) < 2 or not top[0].estimate or top[0].estimate.capacity_rps is None or tied(top[0], top[1]):
+            return  # a tie is the decision: no duel can order what the intervals cannot
+        rate = self.cfg.growth ** -0.5 * top[0].estimate.capacity_rps  # inside the leader's capacity
         history.notes["duel"] = {"leader": top[0].name, "runner_up": top[1].name, "rate_rps": rate}
         for r in range(1, self.cfg.repeats + 1):
             for s in (top if r % 2 else top[::-1]):
                 yield r, Arm(duel_label(s.name), self.rate_workload(rate), s.name)
+
+
+def tied(a: Searched, b: Searched) -> bool:
+    """The two capacity intervals overlap (or either is missing)."""
+    ea, eb = a.estimate, b.estimate
+    if not ea or not eb or None in (ea.low_rps, ea.high_rps, eb.low_rps, eb.high_rps):
+        return True
+    return not (ea.low_rps > eb.high_rps or eb.low_rps > ea.high_rps)  # type: ignore[operator]
 
 
 def duel_label(name: str) -> str:

@@ -1,14 +1,14 @@
-"""The deployment decision: which candidate to deploy, at what capacity, by how much, and what limits it.
+"""The deployment decision: which candidate to deploy, at what capacity, and what limits it.
 
-Rule (stated in the result): candidates rank by capacity (the highest rate at which every
-SLO held in every run), then by lower peak memory at capacity. The leader is adopted only
-when (1) its capacity interval lies wholly above the runner-up's — the lowest rate where
-the runner-up failed in every run is at or below the leader's capacity — and (2) the
-paired duel, the two interleaved at the leader's capacity over the repeats, shows the
-leader's latency on the runner-up's binding SLO lower with a confidence interval that
-excludes no effect (``stats.decide``; >= 3 pairs, else the decision is capped). Otherwise
-the decision is inconclusive and the cheaper of the two (lower peak memory at capacity)
-is named. The binding constraint is the limit that broke at the lowest probed rate.
+Rule (stated in the result): every candidate is probed on one shared schedule of rates; its capacity is fitted
+from all its probes (``harness.bench.lib.capacity_fit``: the rate where the isotonic fit of P99 against rate
+crosses the SLO, with a 95 % interval from resampled requests). Candidates whose intervals overlap the leader's
+are tied, and the tie is the decision: inconclusive between them, the cheapest of the tie (lower peak memory)
+named with its reason. A leader whose interval lies above every other candidate's is adopted when the paired
+duel — the top two interleaved just inside the leader's capacity — shows its latency on the runner-up's binding
+SLO lower (``stats.decide``; >= 3 pairs, else capped). A candidate that changes numerics (dtype, quantization)
+must pass the greedy-agreement gate (``gate``), or it can be neither adopted nor named. The binding constraint
+is the limit whose crossing sets the capacity.
 """
 
 from __future__ import annotations
@@ -37,14 +37,17 @@ from harness.bench.benches.bench72.capacity import (
     Searched,
     duel_label,
 )
+from harness.bench.benches.bench72.gate import agreement, changes_numerics
+from harness.bench.lib.capacity_fit import rank
 from harness.bench.metrics import TPOT_P99, TTFT_P99, Metric
 from harness.bench.records import Reading
 from harness.bench.spec import Claim, History
 
-RULE = ("adopt the leader only when its capacity interval lies above the runner-up's (the runner-up failed every run "
-        "at a rate <= the leader's capacity) and the paired duel at the leader's capacity shows the leader's P99 on "
-        "the runner-up's binding SLO lower (CI excludes 1, >= 3 interleaved pairs); otherwise inconclusive, naming "
-        "the cheaper of the two (lower peak memory at capacity)")
+RULE = ("capacity fitted from every probe of one shared schedule (isotonic P99 vs rate crossing the SLO, 95 % "
+        "interval from resampled requests); candidates whose intervals overlap the leader's are tied and the tie is "
+        "the decision (inconclusive, the cheapest of the tie by peak memory named); a leader standing alone is "
+        "adopted when the paired duel inside its capacity shows its P99 on the runner-up's binding SLO lower (CI "
+        "excludes 1, >= 3 pairs); a candidate that changes numerics must pass the greedy-agreement gate")
 HINTS = {
     TTFT: "prefill and queueing give way first: try a larger max_num_batched_tokens or more max_num_seqs",
     TPOT: "decode gives way first: try fewer max_num_seqs (smaller decode batches) or a faster dtype",
@@ -58,11 +61,6 @@ def duel_metric(runner_up: Searched | None) -> Metric:
     return TPOT_P99 if runner_up is not None and runner_up.binding[:1] == (TPOT,) else TTFT_P99
 
 
-def separated(leader: Searched, runner_up: Searched) -> bool:
-    upper = runner_up.capacity.upper_rps
-    return leader.capacity.capacity_rps is not None and upper is not None and upper <= leader.capacity.capacity_rps
-
-
 @dataclass(frozen=True)
 class Decision:
     decision: str
@@ -73,66 +71,69 @@ class Decision:
 
 
 def interval(s: Searched) -> list[float | None]:
-    return [s.capacity.capacity_rps, s.capacity.upper_rps]
+    e = s.estimate
+    return [e.low_rps, e.high_rps] if e else [None, None]
+
+
+def _capacity(s: Searched) -> float | None:
+    return s.estimate.capacity_rps if s.estimate else None
 
 
 def decide(ranked: Sequence[Searched], duel: ClaimResult | None, duel_rate: float | None, *, repeats: int,
-           costs: Mapping[str, float | None]) -> Decision:
-    """The decision record from the ranked searches and the duel's paired effect (module docstring)."""
-    if not ranked or ranked[0].capacity.capacity_rps is None:
-        why = "no candidate met every SLO at any probed rate"
-        return Decision("inconclusive", "single", why, "relax the SLOs (SLO_TTFT_P99_MS=..., SLO_TPOT_P99_MS=...) or "
-                        "lower --min-rps, then rerun", {"deploy": None, "rule": RULE, "reason": why})
-    lead = ranked[0]
-    hint = HINTS.get(lead.binding[0] if lead.binding else "", "no SLO broke below the search's ceiling: raise --max-rps")
+           costs: Mapping[str, float | None], gates: Mapping[str, dict[str, Any]] | None = None) -> Decision:
+    """The decision record from the fitted capacities, the gate and the duel's paired effect (module docstring)."""
+    gates = gates or {}
+    ok = [s for s in ranked if _capacity(s) is not None and gates.get(s.name, {}).get("passed", True)]
+    failed = [s.name for s in ranked if not gates.get(s.name, {}).get("passed", True)]
+    gate_text = f"; greedy-agreement gate failed: {', '.join(failed)}" if failed else ""
+    if not ok:
+        why = "no candidate's fitted P99 stays under the SLOs on the schedule" + gate_text
+        return Decision("inconclusive", "single", why, "relax the SLOs (SLO_TIER=..., SLO_TTFT_P99_MS=...) or lower "
+                        "START_RPS, then rerun", {"deploy": None, "rule": RULE, "reason": why, "gates": dict(gates)})
+    estimates = {s.name: s.estimate for s in ok if s.estimate is not None}
+    ranking = rank(estimates, costs, "peak memory GiB")
+    lead = next(s for s in ok if s.name == ranking.best)
+    chosen = next(s for s in ok if s.name == ranking.chosen)
+    hint = HINTS.get(lead.binding[0] if lead.binding else "", "no SLO broke on the schedule: raise --schedule-above")
     record: dict[str, Any] = {
-        "rule": RULE, "deploy": lead.name, "capacity_rps": lead.capacity.capacity_rps, "interval_rps": interval(lead),
-        "binding_constraint": list(lead.binding), "binding_rate_rps": lead.binding_rate_rps,
-        "confirmed": lead.capacity.confirmed}
-    evidence = "repeated" if lead.capacity.confirmed and repeats >= 3 else "single"
-    if len(ranked) < 2:
-        summary = f"{lead.name} is the only candidate searched: capacity {lead.capacity.text()}"
-        return Decision("inconclusive", evidence, summary, f"add candidates to compare; {hint}", record)
-    second = ranked[1]
-    cheaper = min((lead, second), key=lambda s: (costs.get(s.name) is None, costs.get(s.name) or 0.0)).name
-    apart = separated(lead, second)
-    margin = (lead.capacity.capacity_rps - second.capacity.capacity_rps) if second.capacity.capacity_rps else None
-    record.update(runner_up=second.name, runner_up_capacity_rps=second.capacity.capacity_rps,
-                  runner_up_interval_rps=interval(second), runner_up_binding=list(second.binding),
-                  margin_rps=margin, margin_ratio=(lead.capacity.capacity_rps / second.capacity.capacity_rps
-                                                   if second.capacity.capacity_rps else None),
-                  intervals_separate=apart, cheaper=cheaper, peak_memory_gib=dict(costs))
-    gap = (f"{lead.name} {lead.capacity.text()} vs {second.name} {second.capacity.text()}")
+        "rule": RULE, "deploy": chosen.name, "capacity_rps": _capacity(chosen), "interval_rps": interval(chosen),
+        "binding_constraint": list(chosen.binding), "binding_limit": chosen.estimate.binding if chosen.estimate else
+        None, "tied": list(ranking.tied), "reason": ranking.reason + gate_text, "gates": dict(gates),
+        "fit_status": chosen.estimate.status if chosen.estimate else None, "peak_memory_gib": dict(costs)}
+    text = "; ".join(f"{s.name} {s.estimate.text()}" for s in ok if s.estimate)
+    if len(ok) < 2:
+        summary = f"{lead.name} is the only candidate that qualifies: capacity {lead.estimate.text()}{gate_text}"
+        return Decision("inconclusive", "single", summary, f"add candidates to compare; {hint}", record)
+    if len(ranking.tied) > 1:
+        summary = f"{ranking.reason}: deploy {chosen.name} up to {_capacity(chosen):.3g} req/s ({text}){gate_text}"
+        step = (f"deploy {chosen.name}; to separate the tie, lengthen the probes (--requests, --probe-seconds) for "
+                "narrower intervals")
+        return Decision("inconclusive", "repeated" if repeats >= 3 else "single", summary, step, record)
+    record["duel"] = None if duel is None else {"rate_rps": duel_rate, **duel.to_dict()}
     if duel is None:
-        record["duel"] = None
-        summary = f"{gap}; the paired duel did not run, so the decision is capped"
-        return Decision("inconclusive", evidence, summary, f"rerun for the paired duel; {cheaper} is the cheaper",
-                        record)
-    record["duel"] = {"rate_rps": duel_rate, **duel.to_dict()}
+        summary = f"{lead.name} stands alone ({text}); the paired duel did not run, so the decision is capped"
+        return Decision("inconclusive", "single", summary, f"rerun for the paired duel; {hint}", record)
     shown = effect_text(duel.effect, duel.claim.metric.title)
-    if apart and duel.decision == "adopt":
-        summary = f"deploy {lead.name}: {gap}; intervals separate; duel at {duel_rate:g} req/s: {shown}"
-        step = f"deploy {lead.name} at up to {lead.capacity.capacity_rps:g} req/s; {hint}"
+    if duel.decision == "adopt":
+        summary = f"deploy {lead.name}: {text}; it stands alone; duel at {duel_rate:.3g} req/s: {shown}{gate_text}"
+        step = f"deploy {lead.name} at up to {_capacity(lead):.3g} req/s; {hint}"
         return Decision("adopt", duel.evidence_level, summary, step, record)
-    why = ("the capacity intervals overlap" if not apart else f"the paired duel does not confirm it ({duel.reason})")
-    summary = (f"inconclusive: {gap}; {why}; duel at {duel_rate:g} req/s: {shown}; the cheaper of the two is {cheaper}")
-    step = (f"{cheaper} is the cheaper of the two: deploy it unless the margin matters; to separate them raise "
-            "--repeats and --requests (narrower intervals) or lower --rel-tol")
-    evidence = duel.evidence_level if duel.evidence_level == "paired" else evidence
-    return Decision("inconclusive", evidence, summary, step, record)
+    summary = f"inconclusive: {text}; the paired duel does not confirm {lead.name} ({duel.reason}); {shown}"
+    return Decision("inconclusive", duel.evidence_level, summary, f"raise --repeats for the duel; {hint}", record)
 
 
 def capacity_rows(searched: Sequence[Searched], settings: Mapping[str, Mapping[str, Any]]) -> list[list[Any]]:
     def fmt(v: float | None, spec: str = ".2f") -> str:
         return "-" if v is None else format(v, spec)
     return [[s.name, ", ".join(f"{k}={v}" for k, v in settings.get(s.name, {}).items() if k != "extra_args" or v),
-             s.capacity.text(), s.capacity.status, (", ".join(s.binding) or "-") +
-             (f" @ {s.binding_rate_rps:g}/s" if s.binding_rate_rps else ""), s.capacity.probes,
+             s.estimate.text() if s.estimate else "-", s.estimate.status if s.estimate else "-",
+             (", ".join(s.binding) or "-") +
+             (f" @ {s.binding_rate_rps:g}/s" if s.binding_rate_rps else ""), len(s.probes),
              fmt(s.peak("peak_memory_gib")), fmt(s.peak("kv_cache_usage_peak"), ".1%"),
              fmt(s.peak("running_peak"), ".0f")] for s in searched]
 
 
-CAPACITY_HEADERS = ["candidate", "settings", "capacity [interval]", "search", "binding SLO", "probes",
+CAPACITY_HEADERS = ["candidate", "settings", "capacity [95 % interval]", "fit", "first broken SLO", "probes",
                     "peak mem GiB", "KV peak", "running peak"]
 
 
@@ -144,16 +145,15 @@ def capacity_png(searched: Sequence[Searched], slo: SLO, path: Path, *, title: s
     fig, axes = plt.subplots(1, 3, figsize=(14.0, 4.4), dpi=110)
     ax = axes[0]
     for y, s in enumerate(searched):
-        lo, hi = s.capacity.capacity_rps, s.capacity.upper_rps
-        if lo is None:
-            ax.plot([hi or 0], [y], "x", color="grey")
+        est = s.estimate
+        if est is None or est.capacity_rps is None:
+            ax.plot([0], [y], "x", color="grey")
             continue
-        ax.plot([lo, hi if hi is not None else lo * 1.5], [y, y], "-" if hi is not None else "--", color="C0", lw=3,
-                alpha=0.5)
-        ax.plot([lo], [y], "o", color="C0")
+        ax.plot([est.low_rps, est.high_rps], [y, y], "-", color="C0", lw=3, alpha=0.5)
+        ax.plot([est.capacity_rps], [y], "o", color="C0")
     ax.set_yticks(range(len(searched)), [s.name for s in searched])
     ax.invert_yaxis()
-    ax.set_xlabel("Poisson rate (req/s): capacity (dot) to first all-fail rate")
+    ax.set_xlabel("scheduled rate (req/s): fitted capacity (dot), 95 % interval (bar)")
     ax.set_title("capacity under the SLOs")
     ax.grid(True, alpha=0.3)
     for ax, key, limit, name in ((axes[1], "ttft_p99_ms", slo.ttft_p99_ms, "P99 TTFT (ms)"),
@@ -189,7 +189,9 @@ def deployment_reading(history: History, campaign: Campaign, *, candidates: Sequ
                                                  duel_label(duel["leader"]), name="duel"),
                              seed=cfg.seed, resamples=cfg.resamples)
     costs = {s.name: s.peak("peak_memory_gib") for s in ranked}
-    verdict = decide(ranked, claim, duel["rate_rps"] if duel else None, repeats=cfg.repeats, costs=costs) if slo else \
+    gates = numerics_gates(history, candidates, cfg.min_agreement)
+    verdict = decide(ranked, claim, duel["rate_rps"] if duel else None, repeats=cfg.repeats, costs=costs,
+                     gates=gates) if slo else \
         Decision("inconclusive", "single", "no SLOs: the light-load probe gave no latency figures to scale",
                  "set SLO_TTFT_P99_MS=... and SLO_TPOT_P99_MS=..., or cite a bench-66 run (BASELINE=...)",
                  {"deploy": None, "rule": RULE})
@@ -199,7 +201,8 @@ def deployment_reading(history: History, campaign: Campaign, *, candidates: Sequ
                                 per_token) for s in ranked} if mappings else {}
     per_candidate = [{"name": s.name, "settings": {k: list(v) if isinstance(v, tuple) else v
                                                     for k, v in settings[s.name].items()},
-                      "capacity": s.capacity.to_dict(), "binding": list(s.binding),
+                      "capacity": s.estimate.to_dict() if s.estimate else None,
+                      "pass_fail": s.capacity.to_dict(), "binding": list(s.binding), "gate": gates.get(s.name),
                       "binding_rate_rps": s.binding_rate_rps,
                       "start_rps": history.notes.get("start_rps", {}).get(s.name),
                       "at_capacity": {k: s.peak(k) for k in ("peak_memory_gib", "kv_cache_usage_peak", "running_peak")},
@@ -208,7 +211,10 @@ def deployment_reading(history: History, campaign: Campaign, *, candidates: Sequ
                                  for p in s.probes]} for s in ranked]
     details = {"slo": slo.to_dict() if slo else None, "baseline_citation": cited, "decision_record": verdict.record,
                "candidates": per_candidate, "kv_pool_mapping": dict(mappings) or None,
-               "search": {k: getattr(cfg, k) for k in ("growth", "rel_tol", "max_probes", "min_rps", "max_rps")},
+               "schedule": {"rates_rps": history.notes.get("schedule"),
+                            **{k: getattr(cfg, k) for k in ("growth", "schedule_below", "schedule_above", "min_rps",
+                                                            "max_rps")}},
+               "slo_tier": campaign.tier,
                "duel": duel, "not_searched": sorted(set(settings) - {s.name for s in ranked})}
     table = tabulate(capacity_rows(ranked, settings), headers=CAPACITY_HEADERS, tablefmt="github")
     lines = ["", f"SLOs: {slo.text()}; {slo.basis}" if slo else "SLOs: not set (no light-load figures)", "",
@@ -216,7 +222,7 @@ def deployment_reading(history: History, campaign: Campaign, *, candidates: Sequ
              *(f"kv pool mismatch: {n} runs {p['engine_gib']} GiB of KV, sized for {p['estimated_gib']} GiB "
                f"(beyond ±{p['tolerance']:.0%}): its capacity is not like-for-like" for n, p in pools.items()
                if p and not p["matches"])]
-    headline = [{"name": f"capacity {s.name}", "metric": "request_rate_rps", "value": s.capacity.capacity_rps,
+    headline = [{"name": f"capacity {s.name}", "metric": "request_rate_rps", "value": _capacity(s),
                  "unit": "req/s", "interval": interval(s)} for s in ranked]
     figures = {"capacity.png": lambda path: capacity_png(ranked, slo, path, title=title)} if slo and ranked else {}
     blocked = blocked_reading(history, None, cfg.repeats)
@@ -227,3 +233,18 @@ def deployment_reading(history: History, campaign: Campaign, *, candidates: Sequ
     return Reading(evidence_level=verdict.evidence_level, decision=verdict.decision, summary=verdict.summary,
                    effect=claim.effect if claim else None, repeats=cfg.repeats, details=details, lines=lines,
                    figures=figures, headline=headline, kind="sweep", next_step=verdict.next_step)
+
+
+def numerics_gates(history: History, candidates: Sequence[Candidate], min_agreement: float) -> dict[str, dict]:
+    """The gate for every candidate whose numerics differ from the first (the base), at the schedule's lowest rate."""
+    schedule = history.notes.get("schedule") or []
+    if not candidates or not schedule:
+        return {}
+    base, rate = candidates[0], schedule[0]
+
+    def records(name: str) -> list:
+        return [r for run in history.of(f"{name} rate={rate:g}/s") if not run.failure for r in run.records]
+
+    return {c.name: {"against": base.name, "rate_rps": rate, **agreement(records(base.name), records(c.name),
+                                                                          min_agreement)}
+            for c in candidates[1:] if changes_numerics(c.settings, base.settings)}

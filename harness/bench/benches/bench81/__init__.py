@@ -5,23 +5,27 @@ bench-66's saturation point when --cite-66 names its manifest, else a closed-loo
 baseline), on each layout: one instance on one device (the baseline), vLLM's pipeline, tensor
 and data parallel 2, data parallel across the nodes of a local Ray cluster, pipeline parallel 2
 across two "nodes" through vLLM's multi-node launcher, and vLLM's Ray executor where the engine
-runs it. Each layout's server starts once and its repeats run back to back (layouts are not
-interleaved). On the CPU default a device is one core. Read: per layout, output tok/s, per
-device, speedup and scaling efficiency (speedup / devices) with bootstrap intervals over the
-repeats, and TTFT/TPOT/E2E at that equal offered load. A layout the engine refuses here is
+runs it. Every layout is started --starts times (3), alternating with the single-device baseline
+(ABAB restarts: round s starts the baseline, then each layout); --repeats runs per start, back to
+back. The server start is the unit of replication. On the CPU default a device is one core, and
+the API server, scheduler and client need one more. Read: per layout, output tok/s, per device,
+speedup and scaling efficiency (speedup over the ratio of every core the two stacks use) with
+intervals from resampled rounds, and TTFT/TPOT/E2E at that equal offered load; a layout whose
+stack needs more cores than the host has is "not measurable on N cores", and invalid rows stay
+out of the headline. A layout the engine refuses here is
 capability_missing with the engine's message. Real nodes: RAY_ADDRESS=... or NNODES=2
 NODE_RANK=0 MASTER_ADDR=... with followers from docker/comm-parallel (docs/bench-81.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.backends import get_backend
 from harness.bench.benches.bench81 import parallel as dist
 from harness.bench.placement import resolve_placement
-from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, Schedule
+from harness.bench.spec import BenchConfig, BenchSpec, Plan, Schedule
 from harness.errors import InvalidInput
 from harness.knobs import knob
 from harness.models import PreparedModel
@@ -34,6 +38,9 @@ class Config(BenchConfig):
 
     layouts: tuple[str, ...] = knob(("pp2", "tp2", "dp2", "nodes-pp2", "ray-dp2", "ray-executor"),
                                     "layouts past the single-device baseline", choices=dist.CHOICES)
+    repeats: int = knob(1, "runs per server start, back to back (the start is the unit of replication)", min=1)
+    starts: int = knob(3, "server starts of every layout, alternating with the baseline's (< 3: single evidence)",
+                       min=1)
     requests: int = knob(16, "requests in the list (x --scale); every layout replays it", min=2)
     input_tokens: int = knob(256, "mean prompt length in tokens", min=1)
     output_tokens: int = knob(32, "mean generated tokens per request (ignore_eos: exact)", min=2)
@@ -45,7 +52,6 @@ class Config(BenchConfig):
                                 "or --cite-66)")
     probe_concurrency: int = knob(8, "closed-loop concurrency of the capacity probe", min=1)
     cite_66: Path | None = knob(None, "a bench-66 manifest whose saturation point sets the load (audited first)")
-    dtype: str = knob("bfloat16", "served dtype", choices=("bfloat16", "float16", "float32", "auto"))
     ray_address: str | None = knob(None, "a running Ray cluster for the ray-executor layout (RAY_ADDRESS)")
     nnodes: int = knob(1, "real nodes for vLLM's multi-node launcher; this machine is the head", min=1)
     node_rank: int = knob(0, "this machine's node rank (the bench runs on node 0)", min=0)
@@ -71,15 +77,15 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
     cpu = placement.backend == "vllm-cpu"
     left: dict[str, str] = {}
+    layouts: tuple[str, ...] | None = None  # None: cfg.layouts as given
     if cfg.layouts == Config.layouts:  # the default list names only what the selected engine can run
         layouts, left = dist.default_layouts(cfg, cpu, get_backend(placement.backend), placement.runtime)
-        cfg = replace(cfg, layouts=layouts)
-    servers = dist.variants(cfg, cpu)
-    phases = tuple(Phase(s.name, (s.name,), dist.steps(cfg, s.name, cited), planned_steps=cfg.repeats)
-                   for s in servers)
+    servers = dist.variants(cfg, cpu, layouts)
+    phases = dist.phases(cfg, servers, cited)
     shape = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed, input_tokens=cfg.input_tokens,
                    output_tokens=cfg.output_tokens)
-    protocol = "each layout's server started once, in turn; its repeats back to back (layouts not interleaved)"
+    protocol = (f"ABAB restarts: {cfg.starts} rounds, each starting the baseline then every layout; "
+                f"{cfg.repeats} run(s) per start, back to back")
     return Plan(workloads=(), servers=servers, arms=(), schedule=Schedule(phases, protocol), read=dist.read(cfg, cpu),
                 warmup=shape, run_label="parallel layouts at equal offered load",
                 notes=("every layout replays the same request list at the same Poisson offered load",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from tabulate import tabulate
@@ -29,10 +29,11 @@ from harness.backends.gating import refusal
 from harness.backends.layouts import Layout, node_args
 from harness.bench.analysis import blocked_reading
 from harness.bench.benches.bench81.scaling import SCALING_HEADERS, layout_scaling, scaling_table
+from harness.bench.lib.saturation import steady_throughput
 from harness.bench.metrics import REQUEST_RATE
 from harness.bench.placement import planning_only
 from harness.bench.records import Reading
-from harness.bench.spec import Arm, History, ServerVariant, Step, WorkloadPlan
+from harness.bench.spec import Arm, History, Phase, ServerVariant, Step, WorkloadPlan
 from harness.workload import Arrival, Common
 
 BIND = "VLLM_CPU_OMP_THREADS_BIND"
@@ -76,7 +77,7 @@ def variants(cfg, cpu: bool, layouts: tuple[str, ...] | None = None) -> tuple[Se
     (``harness.bench.devices``); on the CPU default each rank, node or replica gets its own core.
     """
     one, two = ({BIND: "0"}, {BIND: "0|1"}) if cpu else ({}, {})
-    base = {"dtype": cfg.dtype}
+    base = {"dtype": cfg.dtype} if cfg.dtype else {}  # the runner resolves the host-aware default
     layouts = cfg.layouts if layouts is None else layouts
 
     def engine(*args: str, env=two) -> dict:
@@ -175,13 +176,12 @@ def cited_capacity(cfg) -> Cited | None:
         return None
     from pathlib import Path
 
-    from harness.bench.lib.citations import cite
+    from harness.bench.lib.citations import cite, cited_saturation
     from harness.errors import InvalidInput
 
     got = cite(cfg.cite_66, Path.cwd(), semantic_id="INF-FLOAT-BASELINE")
     result = got.result or {}
-    saturation = ((result.get("details") or {}).get("baseline") or {}).get("saturation") or {}
-    capacity = saturation.get("achieved_rps")
+    capacity = cited_saturation(result, f"--cite-66 {cfg.cite_66}").get("offered_rps")
     if not capacity:
         raise InvalidInput(f"--cite-66 {cfg.cite_66}: that run found no saturation point; cite another or leave "
                            "--cite-66 out to probe")
@@ -195,8 +195,10 @@ def cited_capacity(cfg) -> Cited | None:
                  f"bench-66 run {got.run['run_id']}'s saturation point, cited by manifest")
 
 
-def steps(cfg, variant: str, cited: Cited | None):
-    """A layout's arm runs; the first layout probes the baseline's capacity when no bench-66 run is cited."""
+def steps(cfg, variant: str, cited: Cited | None, start: int = 1):
+    """A layout's runs on its ``start``-th server start; the first start of the first layout probes the baseline's
+    capacity when no bench-66 run is cited. Repeats are numbered across starts: start s holds
+    (s-1) x repeats + 1 ... s x repeats."""
     def gen(history: History) -> Iterator[Step]:
         if "offered_rps" not in history.notes and cfg.rate_rps is not None:
             history.notes["offered_rps"], history.notes["capacity_source"] = cfg.rate_rps, "set by --rate-rps"
@@ -205,21 +207,41 @@ def steps(cfg, variant: str, cited: Cited | None):
             if cited is not None:
                 history.notes["citation"], history.notes["capacity_source"] = cited.record, cited.source
             if capacity is None:
+                # a refilling loop several times the concurrency long, read over its steady window (ramp and
+                # drain left out): one wave of requests prefilled together is a makespan, not a rate
                 probe = Common(arrival=Arrival("closed", concurrency=cfg.probe_concurrency), seed=cfg.seed,
-                               requests=cfg.requests * cfg.scale, input_tokens=cfg.input_tokens,
-                               output_tokens=cfg.output_tokens, input_range=cfg.length_range,
-                               output_range=cfg.length_range)
+                               requests=max(cfg.requests * cfg.scale, 6 * cfg.probe_concurrency),
+                               input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens,
+                               input_range=cfg.length_range, output_range=cfg.length_range)
                 yield 1, Arm(PROBE, WorkloadPlan("probe", "random", probe), variant)
-                capacity = REQUEST_RATE.value([r for r in history.of(PROBE) if not r.failure])
+                capacity = probe_capacity([r for r in history.of(PROBE) if not r.failure], cfg.probe_concurrency)
                 if not capacity:
                     return
             history.notes["baseline_capacity_rps"] = capacity
             history.notes["offered_rps"] = round(cfg.load_factor * capacity, 3)
         arm = Arm(variant, request_list(cfg, history.notes["offered_rps"]), variant)
-        for repeat in range(1, cfg.repeats + 1):
+        for repeat in range((start - 1) * cfg.repeats + 1, start * cfg.repeats + 1):
             history.notes.setdefault("loadavg_1m", {}).setdefault(variant, []).append(round(os.getloadavg()[0], 2))
             yield repeat, arm
     return gen
+
+
+def probe_capacity(runs: Sequence, concurrency: int) -> float | None:
+    """The probe's steady-state completion rate (``steady_throughput``), else its achieved request rate."""
+    if not runs:
+        return None
+    records = runs[-1].records
+    rate, _ = steady_throughput([r.sent_s for r in records if r.sent_s is not None], [r.end_s for r in records],
+                                concurrency)
+    return rate or REQUEST_RATE.value(runs)
+
+
+def phases(cfg, servers: Sequence[ServerVariant], cited: Cited | None) -> tuple[Phase, ...]:
+    """ABAB restarts: round s starts every baseline, then every layout, each for its s-th time."""
+    base = [s.name for s in servers if s.name.startswith("single")]
+    order = base + [s.name for s in servers if s.name not in base]
+    return tuple(Phase(f"{name} start {start}", (name,), steps(cfg, name, cited, start), planned_steps=cfg.repeats)
+                 for start in range(1, cfg.starts + 1) for name in order)
 
 
 def communication(server: dict) -> dict:
@@ -230,14 +252,15 @@ def communication(server: dict) -> dict:
 def read(cfg, cpu: bool):
     def reading(history: History) -> Reading:
         labels = [label for label in dict.fromkeys(r.label for r in history.runs) if label != PROBE]
+        host_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         rows = [layout_scaling(history.runs, label, devices_of(label, cfg), baseline_of(label),
-                               resamples=cfg.resamples, seed=cfg.seed) for label in labels]
+                               resamples=cfg.resamples, seed=cfg.seed, per_start=cfg.repeats, cpu=cpu,
+                               host_cores=host_cores) for label in labels]
         table = tabulate(scaling_table(rows), headers=SCALING_HEADERS, tablefmt="github")
         loads = history.notes.get("loadavg_1m", {})
-        host_cores = os.cpu_count() or 1
-        bound = (f"each device is one CPU core ({BIND} pins every rank, node or replica to its own); the host has "
-                 f"{host_cores} logical core(s), so a 2-device layout has no core left for its API server, "
-                 "scheduler and this client: they share the ranks' cores" if cpu else
+        bound = (f"each device is one CPU core ({BIND} pins every rank, node or replica to its own) and the API "
+                 f"server, scheduler and client need one more; the host has {host_cores} usable core(s), and the "
+                 "efficiency denominator counts every core a stack uses" if cpu else
                  "each device is one GPU; interconnect as in fingerprint.json's topology")
         offered = history.notes.get("offered_rps")
         source = history.notes.get("capacity_source", "a closed-loop probe of the baseline")
@@ -246,29 +269,36 @@ def read(cfg, cpu: bool):
         lines = ["", table, "", f"offered load: Poisson {offered} req/s = {how}, the same request list for every "
                  "layout", f"bounded by: {bound}",
                  "load average (1 min) at each repeat: " + json.dumps(loads)]
-        eff = [r for r in rows if r.efficiency is not None]
+        base_ok = {r.layout: r.valid for r in rows if r.layout == r.baseline}
+        eff = [r for r in rows if r.efficiency is not None and r.valid and base_ok.get(r.baseline, False)]
+        left_out = [f"{r.layout} ({r.cores})" if r.cores.startswith("not measurable") else f"{r.layout} (invalid)"
+                    for r in rows if r.layout != r.baseline and r not in eff]
+        if left_out:
+            lines.append("not in the headline: " + "; ".join(left_out))
         headline = [{"name": f"{r.layout} efficiency", "metric": "scaling_efficiency", "value": r.efficiency.value,
                      "unit": "ratio", "ci_low": r.efficiency.ci_low, "ci_high": r.efficiency.ci_high, "arm": r.layout}
                     for r in eff]
         summary = ("scaling efficiency " + "; ".join(f"{r.layout} {r.efficiency.text()}" for r in eff)
-                   if eff else "no layout past the baseline ran here")
+                   if eff else "no valid, measurable layout past the baseline here" +
+                   (f" ({'; '.join(left_out)})" if left_out else ""))
         servers = history.servers
         details = {"layouts": [r.to_dict() for r in rows], "offered_rps": offered,
                    "baseline_capacity_rps": history.notes.get("baseline_capacity_rps"), "capacity_source": source,
                    "load_factor": cfg.load_factor, "device": "cpu core" if cpu else "gpu", "bounded_by": bound,
                    "loadavg_1m": loads, "layout_notes": {k: v.note for k, v in LAYOUTS.items()},
                    "communication": {name: communication(s) for name, s in servers.items()},
-                   "citation": history.notes.get("citation")}
+                   "citation": history.notes.get("citation"), "starts": cfg.starts, "runs_per_start": cfg.repeats,
+                   "host_cores": host_cores, "not_in_headline": left_out}
         derived = {name: s["model"] for name, s in servers.items() if (s.get("model") or {}).get("derived")}
         if derived:
             details["random_weights"] = derived
             lines.append("random weights: " + ", ".join(f"{n} serves {m['name']} ({m['version'][:19]}...)"
                                                         for n, m in derived.items()))
-        evidence = "repeated" if cfg.repeats >= 3 and eff else "single"
-        blocked = blocked_reading(history, None, cfg.repeats)
+        evidence = "repeated" if cfg.starts >= 3 and eff else "single"
+        blocked = blocked_reading(history, None, cfg.starts)  # the start is the unit of replication
         if blocked is not None:
             blocked = replace(blocked, details=details, lines=tuple(lines), headline=tuple(headline), kind="sweep")
             return blocked
-        return Reading(evidence_level=evidence, decision="inconclusive", summary=summary, repeats=cfg.repeats,
+        return Reading(evidence_level=evidence, decision="inconclusive", summary=summary, repeats=cfg.starts,
                        details=details, lines=lines, headline=headline, kind="sweep")
     return reading

@@ -1,16 +1,21 @@
 """Scaling efficiency of parallel layouts against a single-device instance of the same model.
 
-A layout on ``d`` devices serves the same request list at the same offered load as its
-baseline (one instance on one device). Per repeat, its throughput is the arm run's output
-tokens per second. Then:
+A layout on ``d`` devices serves the same request list at the same offered load as its baseline (one instance on
+one device). Every layout is started ``starts`` times, alternating with the baseline (round s: the baseline's
+s-th start, then each layout's s-th start), so drift of the host between rounds hits both sides. The unit of
+replication is the server start: a start's throughput is the mean output tok/s of its runs. Then:
 
 - speedup      S = mean throughput / mean baseline throughput
 - per device   T_d = mean throughput / d
-- efficiency   E = S / d  (1.0: every added device adds a whole baseline; < 1: something is shared)
+- efficiency   E = S / (cores of the layout's stack / cores of the baseline's stack)
 
-Intervals: the layouts and their baseline ran on different server starts (not interleaved), so
-the interval is an unpaired percentile bootstrap — each side's repeats resampled on their own,
-the ratio of the resampled means, seeded. With three repeats it is coarse, and says so by its width.
+Every core the serving stack and the client use is counted: on the CPU default a device is one core and the API
+server, scheduler and client need one more (``STACK_CORES``), so the baseline uses 2 and a d-device layout d + 1.
+A layout whose stack needs more cores than the host has is "not measurable on N cores": it runs, its throughput
+is shown, and it has no efficiency. On GPUs a device is a GPU and E = S / d.
+
+Intervals: the rounds are resampled (a round pairs a baseline start with the layout's start of the same round),
+the ratio of the resampled means, seeded percentile bootstrap; unpaired when the rounds do not line up.
 Latencies (TTFT, TPOT, E2E) pool each layout's requests at that equal offered load.
 """
 
@@ -27,6 +32,7 @@ from harness.bench.records import ArmRun
 
 LATENCIES = (TTFT_P50, TTFT_P99, TPOT_P50, E2E_P50)
 CONFIDENCE = 0.95
+STACK_CORES = 1  # API server, scheduler and client beside the engine's devices (CPU default)
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,42 @@ def ratio_of_means(num: Sequence[float], den: Sequence[float], *, scale: float =
     return Ratio(value, min(float(lo), value), max(float(hi), value))
 
 
+def paired_ratio_of_means(num: Sequence[float], den: Sequence[float], *, scale: float = 1.0, resamples: int = 10_000,
+                          seed: int = 0, confidence: float = CONFIDENCE) -> Ratio | None:
+    """``scale * mean(num) / mean(den)`` with rounds (index i of both) resampled jointly; None without data."""
+    a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    if a.size == 0 or a.size != b.size or b.mean() <= 0:
+        return None
+    value = scale * float(a.mean() / b.mean())
+    idx = np.random.default_rng(seed).integers(0, a.size, size=(resamples, a.size))
+    boot = scale * a[idx].mean(axis=1) / b[idx].mean(axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(boot, [alpha, 1.0 - alpha])
+    return Ratio(value, min(float(lo), value), max(float(hi), value))
+
+
+def core_scale(devices: int, cpu: bool, host_cores: int) -> tuple[float | None, str]:
+    """The efficiency denominator (the layout's cores over the baseline's) and what it counts; None where the
+    layout's stack needs more cores than the host has."""
+    if not cpu:
+        return float(devices), f"{devices} GPU(s)"
+    mine, base = devices + STACK_CORES, 1 + STACK_CORES
+    if mine > host_cores:
+        return None, (f"not measurable on {host_cores} cores: {devices} engine core(s) + {STACK_CORES} for the API "
+                      f"server, scheduler and client need {mine}")
+    return mine / base, f"{mine} cores ({devices} engine + {STACK_CORES} stack) over the baseline's {base}"
+
+
+def by_start(runs: Sequence[ArmRun], label: str, per_start: int) -> dict[int, float]:
+    """Mean output tok/s of each server start of ``label`` (start s holds repeats (s-1)*per_start+1 ...)."""
+    out: dict[int, list[float]] = {}
+    for run in measured(runs, label):
+        value = OUTPUT_TOKENS_PER_S.of_run(run)
+        if value is not None:
+            out.setdefault((run.repeat - 1) // per_start + 1, []).append(value)
+    return {s: float(np.mean(v)) for s, v in sorted(out.items())}
+
+
 @dataclass(frozen=True)
 class LayoutScaling:
     """One layout against its baseline."""
@@ -73,6 +115,8 @@ class LayoutScaling:
     latency_ms: dict[str, float | None] = field(default_factory=dict)
     empty_repeats: int = 0  # repeats in which no request completed (e.g. all timed out): not in the mean
     valid: bool = True
+    starts: int = 0  # server starts measured (the unit of replication)
+    cores: str = ""  # what the efficiency denominator counts, or why there is none
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,20 +134,31 @@ def throughputs(runs: Sequence[ArmRun], label: str) -> list[float]:
 
 
 def layout_scaling(runs: Sequence[ArmRun], label: str, devices: int, baseline: str, *, resamples: int = 10_000,
-                   seed: int = 0) -> LayoutScaling:
-    mine, base = throughputs(runs, label), throughputs(runs, baseline)
+                   seed: int = 0, per_start: int = 1, cpu: bool = False, host_cores: int = 1) -> LayoutScaling:
+    mine_by, base_by = by_start(runs, label, per_start), by_start(runs, baseline, per_start)
     done = measured(runs, label)
+    mine = [v for v in (OUTPUT_TOKENS_PER_S.of_run(r) for r in done) if v is not None]
     empty = sum(1 for r in runs if r.label == label and not r.failure and r.records and not r.completed)
-    speedup = ratio_of_means(mine, base, resamples=resamples, seed=seed) if label != baseline else None
-    efficiency = (ratio_of_means(mine, base, scale=1.0 / devices, resamples=resamples, seed=seed)
-                  if label != baseline else None)
-    mean = float(np.mean(mine)) if mine else None
+    rounds = sorted(set(mine_by) & set(base_by))
+    scale, cores = core_scale(devices, cpu, host_cores)
+    speedup = efficiency = None
+    if label != baseline:
+        if rounds and len(rounds) == len(mine_by) == len(base_by):
+            num, den = [mine_by[s] for s in rounds], [base_by[s] for s in rounds]
+            speedup = paired_ratio_of_means(num, den, resamples=resamples, seed=seed)
+            efficiency = (paired_ratio_of_means(num, den, scale=1.0 / scale, resamples=resamples, seed=seed)
+                          if scale else None)
+        else:  # the rounds do not line up (a start failed or was refused): starts resampled on each side
+            num, den = list(mine_by.values()), list(base_by.values())
+            speedup = ratio_of_means(num, den, resamples=resamples, seed=seed)
+            efficiency = ratio_of_means(num, den, scale=1.0 / scale, resamples=resamples, seed=seed) if scale else None
+    mean = float(np.mean(list(mine_by.values()))) if mine_by else None
     return LayoutScaling(
         layout=label, devices=devices, baseline=baseline, repeats=len(done), throughput_tok_s=mean,
         throughput_range=(min(mine), max(mine)) if mine else None,
         per_device_tok_s=mean / devices if mean is not None else None, speedup=speedup, efficiency=efficiency,
         latency_ms={m.name: m.value(done) for m in LATENCIES}, empty_repeats=empty,
-        valid=bool(done) and not empty and all(r.valid for r in done))
+        valid=bool(done) and not empty and all(r.valid for r in done), starts=len(mine_by), cores=cores)
 
 
 def scaling_table(rows: Sequence[LayoutScaling]) -> list[list[str]]:
@@ -118,11 +173,12 @@ def scaling_table(rows: Sequence[LayoutScaling]) -> list[list[str]]:
         empty = f" ({row.empty_repeats} empty)" if row.empty_repeats else ""
         out.append([row.layout, f"{row.devices}", f"{num(row.throughput_tok_s)}{spread}{empty}", num(row.per_device_tok_s),
                     row.speedup.text() if row.speedup else "1 (baseline)" if row.layout == row.baseline else "-",
-                    row.efficiency.text() if row.efficiency else "1 (baseline)" if row.layout == row.baseline else "-",
+                    row.efficiency.text() if row.efficiency else "1 (baseline)" if row.layout == row.baseline else
+                    ("n/m" if row.cores.startswith("not measurable") else "-"), f"{row.starts}",
                     *(num(row.latency_ms.get(m.name), m.fmt) for m in LATENCIES),
                     "yes" if row.valid else "no"])
     return out
 
 
 SCALING_HEADERS = ["layout", "devices", "out tok/s (mean [min, max])", "tok/s per device", "speedup [95% CI]",
-                   "efficiency [95% CI]", *(m.title for m in LATENCIES), "valid"]
+                   "efficiency [95% CI]", "starts", *(m.title for m in LATENCIES), "valid"]

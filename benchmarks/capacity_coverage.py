@@ -1,0 +1,95 @@
+"""Coverage of the designs' intervals, by simulation: how often each 95 % interval holds the true value.
+
+- bench-72's capacity (``harness.bench.lib.capacity_fit``): probes of a queue-like server, per-request TTFT
+  lognormal around base / (1 - rate / mu) on the schedule 0.25 .. 8 req/s, 200 requests a probe; the truth is
+  the rate where the P99 reaches the limit.
+- bench-66's saturation bracket (``harness.bench.lib.saturation``): a 60-s-per-level sweep of the simulated
+  engine at fractions of its sustained capacity; how often the bracket is determined and holds the capacity
+  (exactly, and with the rule's tolerance on its low end).
+
+Prints the figures; no assertion (the tests check single cases).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import numpy as np
+
+from harness.bench.lib.capacity_fit import ProbeSample, estimate_capacity, probe_schedule
+from harness.bench.lib.saturation import Level, Timeline, bracket, queue_growth, steady_throughput
+from harness.bench.lib.sweep import level_requests
+from harness.mech.engine.costmodel import StepCostModel
+from harness.mech.engine.simulate import run_continuous
+from harness.mech.engine.types import EngineConfig
+from harness.mech.engine.workload import SyntheticSpec, synthetic
+
+TTFT = "ttft_ms.p99"
+
+
+def capacity_coverage(trials: int, resamples: int, requests: int, mu: float = 5.0, limit_ms: float = 600.0) -> dict:
+    schedule = probe_schedule(1.0, 2.0, below=2, above=3)
+    truth = mu * (1 - 100.0 * np.exp(0.4 * 2.3263) / limit_ms)
+    inside = widths = 0.0
+    for seed in range(trials):
+        rng = np.random.default_rng(seed)
+        probes = [ProbeSample(r, {TTFT: tuple((100.0 / (1 - r / mu) if r < mu else 5000.0)
+                                              * rng.lognormal(0.0, 0.4, size=requests))}) for r in schedule]
+        est = estimate_capacity(probes, {TTFT: limit_ms}, resamples=resamples, seed=seed)
+        inside += est.low_rps <= truth <= est.high_rps
+        widths += (est.high_rps - est.low_rps) / truth
+    return {"trials": trials, "requests_per_probe": requests, "coverage": inside / trials,
+            "mean_relative_width": widths / trials, "truth_rps": round(truth, 4)}
+
+
+def _sim(rate: float, requests: int, seed: int, cost: StepCostModel, closed: int = 0) -> list:
+    wl = synthetic(SyntheticSpec(requests=requests, rate_rps=rate, input_mean=128, output_mean=16, spread=0.25,
+                                 seed=seed))
+    if closed:
+        wl = replace(wl, requests=tuple(replace(r, arrival_s=None) for r in wl.requests), concurrency=closed)
+    run, _ = run_continuous(wl, EngineConfig(max_num_seqs=8, max_num_batched_tokens=512), cost)
+    return sorted(run.records, key=lambda r: r.index)
+
+
+def bracket_coverage(trials: int, tolerance: float = 0.05) -> dict:
+    determined = held = within = 0
+    for seed in range(trials):
+        cost = StepCostModel(base_ms=20.0 + seed % 7, prefill_ms_per_token=0.5, decode_ms_per_seq=4.0)
+        long = _sim(1.0, 3000, 1000 + seed, cost, closed=16)
+        mu, _ = steady_throughput([r.admitted_s or 0.0 for r in long], [r.finish_s for r in long], 16)
+        short = _sim(1.0, level_requests(mu, 100, 60.0), 2000 + seed, cost, closed=16)
+        probe, _ = steady_throughput([r.admitted_s or 0.0 for r in short], [r.finish_s for r in short], 16)
+        levels = []
+        for k, fraction in enumerate((0.25, 0.5, 0.75, 1.0, 1.25)):
+            rs = _sim(fraction * probe, level_requests(fraction * probe, 100, 60.0), 10 * seed + k, cost)
+            growth = queue_growth(Timeline(tuple(r.arrival_s for r in rs), tuple(r.first_token_s for r in rs),
+                                           tuple(r.finish_s for r in rs)), tolerance)
+            levels.append(Level(f"{fraction}", growth.scheduled_rps or 0.0, growth.verdict))
+        sat = bracket(levels)
+        determined += sat.determined
+        held += sat.determined and sat.low.scheduled_rps <= mu <= sat.high.scheduled_rps
+        # a level leaving less than ``tolerance`` of its load queued keeps up by the rule: the low end may lie
+        # up to mu / (1 - tolerance)
+        within += sat.determined and sat.low.scheduled_rps <= mu / (1 - tolerance) and mu <= sat.high.scheduled_rps
+    return {"trials": trials, "determined": determined, "held": held, "within_tolerance": within}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=100)
+    parser.add_argument("--resamples", type=int, default=500)
+    args = parser.parse_args()
+    for requests in (100, 200, 800):
+        got = capacity_coverage(args.trials, args.resamples, requests)
+        print(f"bench-72 capacity interval, {requests} requests/probe: coverage {got['coverage']:.0%} over "
+              f"{got['trials']} trials (nominal 95 %), mean width {got['mean_relative_width']:.0%} of the truth "
+              f"{got['truth_rps']} req/s")
+    sat = bracket_coverage(max(5, args.trials // 5))
+    print(f"bench-66 saturation bracket (simulated engine, 60-s levels at 0.25..1.25 x the probe): determined in "
+          f"{sat['determined']}/{sat['trials']} sweeps, holding the sustained capacity in {sat['held']} of them, "
+          f"within the 5 % tolerance of it in {sat['within_tolerance']}")
+
+
+if __name__ == "__main__":
+    main()

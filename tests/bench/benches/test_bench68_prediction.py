@@ -1,0 +1,79 @@
+"""bench-68's prediction held to the served figures: β fitted on self-draft, inside the interval or not, means
+against means, divergent rows and the fit's own arm left out, and the negative control's acceptance checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.bench.benches.bench68.acceptance import Acceptance, Agreement, fit_verify_cost, predict
+from harness.bench.benches.bench68.arms import negative_control
+from harness.bench.benches.bench68.table import Row
+from harness.bench.lib.prediction import Judged, summarise, summary_line
+
+# 100 decode passes, every one drafting 3 tokens and accepting all: 400 decode tokens, L = 4
+SELF = Acceptance(drafts=100, draft_tokens=300, accepted_tokens=300, accepted_per_position=(100, 100, 100),
+                  generated_tokens=410, requests=10)
+
+
+def test_the_verification_cost_is_solved_from_the_self_draft_speedup():
+    # with c = 1 and beta = 0 a pass costs 3 + 1 = 4 steps for 4 tokens: S = 1.0; served 0.8 -> a pass costs 5
+    assert fit_verify_cost(SELF, 1.0) == pytest.approx(0.0)
+    beta = fit_verify_cost(SELF, 0.8)
+    assert beta == pytest.approx((400 / 0.8 / 100 - 4) / 3)  # (5 - 4) / 3
+    back = predict(SELF, 3, 1.0, "self", verify_cost=beta, passes=200)
+    assert back.speedup == pytest.approx(0.8) and back.verify_cost == pytest.approx(beta)
+    assert fit_verify_cost(SELF, 2.0) == 0.0  # faster than free verification: clamped, never negative
+    ngram = predict(SELF, 3, 0.0, "ngram", verify_cost=beta, passes=200)
+    assert ngram.speedup == pytest.approx(400 / (100 * (3 * beta + 1)))  # c = 0, but verification is not free
+
+
+def judged(name, predicted, served, low, high, excluded=""):
+    return Judged(name, predicted, served, low, high, excluded)
+
+
+def test_predictions_are_judged_against_the_interval_and_summarised_over_what_counts():
+    rows = [judged("a", 1.0, 1.1, 0.9, 1.3), judged("b", 2.0, 1.5, 1.4, 1.6),
+            judged("c", 1.0, 3.0, 2.0, 4.0, excluded="outputs differ from the baseline's")]
+    assert rows[0].inside and not rows[1].inside and rows[1].error == pytest.approx(2.0 / 1.5 - 1)
+    s = summarise(rows)
+    assert s["n"] == 2 and s["inside"] == 1 and s["with_interval"] == 2
+    errors = (1.0 / 1.1 - 1, 2.0 / 1.5 - 1)
+    assert s["mean_signed_error"] == pytest.approx(sum(errors) / 2, abs=1e-6)
+    assert s["mape"] == pytest.approx(sum(map(abs, errors)) / 2, abs=1e-6)
+    assert s["excluded"] == {"c": "outputs differ from the baseline's"}
+    assert "1/2 inside" in summary_line("predictions", s) and "left out: c" in summary_line("predictions", s)
+
+
+def row(workload, arm, rate, identical=3):
+    acc = Acceptance(10, 40, 40 * rate, (), 100, 2)
+    return Row(workload=workload, arm=arm, refused=None, e2e=None, tpot=None, tpot_ms=(None, None),
+               e2e_ms=(None, None), acceptance=acc, prediction=None, agreement=Agreement(3, identical, None),
+               baseline_agreement=Agreement(3, 3, None))
+
+
+def test_the_negative_control_fails_when_n_gram_acceptance_on_it_is_high():
+    looping = negative_control([row("random", "ngram-k4", 0.95), row("copy", "ngram-k4", 0.9)], 0.5)
+    assert not looping["passed"] and looping["acceptance"] == {"ngram-k4": pytest.approx(0.95)}
+    assert "not a control here" in looping["text"]
+    assert negative_control([row("random", "ngram-k2", 0.1)], 0.5)["passed"]
+    assert not negative_control([row("random", "self-draft", 1.0)], 0.5)["passed"]  # no n-gram row: unchecked
+
+
+def test_a_row_whose_outputs_differ_or_that_fitted_beta_is_judged_but_left_out():
+    from dataclasses import replace
+
+    from harness.bench.analysis import ClaimResult
+    from harness.bench.metrics import TPOT_P50
+    from harness.bench.spec import Claim
+    from harness.contract import Effect
+
+    eff = Effect(metric="tpot_ms.mean", estimator="ratio", value=0.5, ci_low=0.4, ci_high=0.625, confidence=0.95,
+                 no_effect=1.0, better="lower", method="m", n_pairs=3, arm_a="b", arm_b="v")
+    mean = ClaimResult(Claim(TPOT_P50, "b", "v"), eff, "adopt", "paired", "r", (0.5,) * 3)
+    base = replace(row("copy", "ngram-k4", 0.8), tpot_mean=mean,
+                   prediction=predict(SELF, 3, 0.0, "ngram", passes=200))
+    j = base.judged()
+    assert (j.measured, j.low, j.high) == pytest.approx((2.0, 1.6, 2.5)) and j.excluded == ""
+    assert j.inside is (1.6 <= j.predicted <= 2.5)
+    assert replace(base, agreement=Agreement(3, 2, None)).judged().excluded == "outputs differ from the baseline's"
+    assert replace(base, calibration=True).judged().excluded == "verification cost fitted on it"

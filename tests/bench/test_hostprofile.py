@@ -1,0 +1,59 @@
+"""The host profile's arithmetic from recorded request timings (no server: the rates are given)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.backends.host_dtype import DtypeChoice
+from harness.bench.lib.hostprofile import (
+    BenchLoad,
+    HostProfile,
+    bench_costs,
+    decode_rate,
+    load_scale,
+    prefill_rate,
+    read_profile,
+    write_profile,
+)
+from harness.client.records import RequestRecord
+from harness.commands.doctor import Target, profile_from, report
+
+
+def rec(i: int, sent: float, first: float, end: float, prompt: int, out: int, status: str = "length") -> RequestRecord:
+    return RequestRecord(index=i, status=status, sent_s=sent, first_token_s=first, end_s=end, prompt_tokens=prompt,
+                         input_tokens=prompt, completion_tokens=out)
+
+
+# as a 2-core host recorded them: 512-token prompts in 0.40 / 0.50 / 0.64 s; 64 tokens decoded in 2.1 / 2.52 s
+PREFILL = [rec(0, 0.0, 0.40, 0.45, 512, 2), rec(1, 1.0, 1.50, 1.55, 512, 2), rec(2, 2.0, 2.64, 2.7, 512, 2)]
+DECODE = [rec(0, 0.0, 0.1, 2.2, 32, 64), rec(1, 3.0, 3.1, 5.62, 32, 64)]
+DTYPE = DtypeChoice("float32", "no native bf16", "host")
+
+
+def test_rates_are_medians_of_tokens_over_seconds():
+    assert prefill_rate(PREFILL) == pytest.approx(512 / 0.5)  # median of 1280, 1024, 800
+    assert decode_rate(DECODE) == pytest.approx((63 / 2.1 + 63 / 2.52) / 2)  # 30 and 25 tokens/s
+    failed = rec(3, 0.0, 0.01, 0.02, 512, 2, status="error")
+    assert prefill_rate([failed]) is None and decode_rate([rec(0, 0, 0.1, 0.2, 32, 1)]) is None  # 1 token: no TPOT
+
+
+def test_the_profile_prices_each_bench_from_its_rates():
+    profile = profile_from({"prefill": PREFILL, "decode": DECODE}, Target("http://h", "m", 60.0), DTYPE)
+    assert profile.prefill_tokens_per_s == 1024.0 and profile.decode_tokens_per_s == 27.5
+    assert profile.request_s(1024, 56) == pytest.approx(1.0 + 55 / 27.5)  # 1 s prefill + 2 s decode
+    load = BenchLoad("x", server_starts=2, requests=30, input_tokens=1024, output_tokens=56, concurrency=3)
+    assert load.cost_s(profile, start_s=60.0) == pytest.approx(2 * 60 + 30 * 3.0 / 3)
+    assert BenchLoad("y", 0, 1, 1024, 56, fixed_s=300).cost_s(profile, 60.0) == 300  # a design-fixed duration wins
+    costs = bench_costs(profile)
+    assert set(costs) == {"66", "68", "69", "70", "72", "81"} and all(c > 0 for c in costs.values())
+    text = report(profile)
+    assert "prefill: 1024 tokens/s" in text and "decode: 27.5 tokens/s" in text and "make bench-72: ~" in text
+
+
+def test_the_profile_round_trips_and_scales_loads_within_bounds(tmp_path):
+    profile = profile_from({"prefill": PREFILL, "decode": DECODE}, Target("http://h", "m", None), DTYPE)
+    path = write_profile(profile, tmp_path / "p.json")
+    assert read_profile(path) == profile and read_profile(tmp_path / "missing.json") is None
+    assert load_scale(None) == 1.0 and load_scale(profile) == pytest.approx(27.5 / 30)
+    fast = HostProfile(**{**profile.__dict__, "decode_tokens_per_s": 3000.0})
+    assert load_scale(fast) == 8.0  # bounded
