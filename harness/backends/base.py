@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.backends.cache_reset import CacheReset, post, probe_around, verdict_in_body
+from harness.errors import InvalidInput
 from harness.runtime.base import ServerSpec
 
 
@@ -126,6 +127,13 @@ def get_backend(name: str) -> Backend:
     from harness.registry import lookup
 
     return lookup("harness.backends", "BACKEND", Backend, name, "backend")()
+
+
+def gpu_devices(backend: str, cfg: BackendConfig) -> tuple[int, ...]:
+    """A GPU backend's devices: the ones the bench placed it on; never a silent default device."""
+    if not cfg.gpus:
+        raise InvalidInput(f"the {backend} backend needs a device: GPU=N (or GPU=N,M) selects it")
+    return cfg.gpus
 
 
 def vllm_server_args(cfg: BackendConfig) -> list[str]:

@@ -62,7 +62,11 @@ def effective(log_text: str) -> dict[str, Any]:
     assigned = [{"rank": int(r), "world_size": int(w), "dp_rank": int(dp), "pp_rank": int(pp), "tp_rank": int(tp)}
                 for r, w, dp, pp, tp in ASSIGNED.findall(log_text)]
     out: dict[str, Any] = {"ranks": ranks, "assignments": assigned}
-    if ranks:
-        out["world_size"] = max(r["world_size"] for r in ranks)
-        out["backends"] = sorted({r["backend"] for r in ranks})
+    # vLLM logs the world_size/backend line at DEBUG and the rank assignments at INFO (the default level)
+    seen = ranks or assigned
+    if seen:
+        out["world_size"] = max(r["world_size"] for r in seen)
+        out["backends"] = sorted({r["backend"] for r in ranks}) or None
+        out["source"] = ("rank lines (DEBUG)" if ranks else
+                         "rank assignments (INFO); the backend is logged at DEBUG only (VLLM_LOGGING_LEVEL=DEBUG)")
     return out

@@ -22,7 +22,7 @@ from typing import Literal
 
 from harness.backends.base import Backend, BackendConfig
 from harness.errors import CapabilityMissing, InvalidInput
-from harness.runtime.base import ServerSpec
+from harness.runtime.base import HARNESS_MOUNT, ServerSpec
 from harness.runtime.group import GroupMember, GroupSpec
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -40,18 +40,22 @@ class Layout:
     env: tuple[Mapping[str, str], ...] = ()  # per node / replica, e.g. ({"VLLM_CPU_OMP_THREADS_BIND": "0"}, ...)
     master_addr: str = "127.0.0.1"
     settings: Mapping[str, object] = field(default_factory=dict)  # extra facts for the record
+    gpus: tuple[tuple[int, ...], ...] = ()  # per node / replica: its devices (placed by the bench); () = the config's
 
     def __post_init__(self) -> None:
         if self.kind not in ("nodes", "replicas", "ray"):
             raise InvalidInput(f"unknown layout {self.kind!r}: choose nodes, replicas or ray")
         if self.count < 1:
             raise InvalidInput(f"a {self.kind} layout needs at least one member, got {self.count}")
-        if self.env and len(self.env) != self.count:
-            raise InvalidInput(f"a {self.kind} layout of {self.count} needs {self.count} environments, "
-                               f"got {len(self.env)}")
+        for what, given in (("environments", self.env), ("device lists", self.gpus)):
+            if given and len(given) != self.count:
+                raise InvalidInput(f"a {self.kind} layout of {self.count} needs {self.count} {what}, got {len(given)}")
 
     def env_of(self, index: int) -> dict[str, str]:
         return dict(self.env[index]) if self.env else {}
+
+    def gpus_of(self, index: int, cfg: BackendConfig) -> tuple[int, ...]:
+        return self.gpus[index] if self.gpus else cfg.gpus
 
 
 def node_args(nnodes: int, node_rank: int, master_addr: str, master_port: int | None = None) -> tuple[str, ...]:
@@ -62,16 +66,20 @@ def node_args(nnodes: int, node_rank: int, master_addr: str, master_port: int | 
     return args + (("--master-port", str(master_port)) if master_port else ())
 
 
-def headless_argv(spec: ServerSpec) -> tuple[str, ...]:
-    """A follower's command: the head's engine flags under ``vllm serve --headless``."""
+def headless_argv(spec: ServerSpec, in_container: bool = False) -> tuple[str, ...]:
+    """A follower's command: the head's engine flags under ``vllm serve --headless`` (in a container, the shim
+    by its path under the read-only harness mount: the host path is not there)."""
     argv = spec.argv
     if len(argv) < 3 or argv[1:3] != ("-m", API_SERVER_MODULE):
         raise CapabilityMissing(f"no headless follower form for the command {' '.join(argv[:3])}")
-    return (argv[0], str(SERVE_SHIM), *argv[3:], "--headless")
+    shim = f"{HARNESS_MOUNT}/harness/backends/{SERVE_SHIM.name}" if in_container else str(SERVE_SHIM)
+    return (argv[0], shim, *argv[3:], "--headless")
 
 
-def _with(cfg: BackendConfig, port: int, env: Mapping[str, str], extra: tuple[str, ...] = ()) -> BackendConfig:
-    return replace(cfg, port=port, extra_env={**cfg.extra_env, **env}, extra_args=(*cfg.extra_args, *extra))
+def _with(cfg: BackendConfig, port: int, env: Mapping[str, str], extra: tuple[str, ...] = (),
+          gpus: tuple[int, ...] | None = None) -> BackendConfig:
+    return replace(cfg, port=port, extra_env={**cfg.extra_env, **env}, extra_args=(*cfg.extra_args, *extra),
+                   gpus=cfg.gpus if gpus is None else gpus)
 
 
 def _url(spec: ServerSpec) -> str:
@@ -82,11 +90,13 @@ def nodes_group(backend: Backend, cfg: BackendConfig, layout: Layout, master_por
     members = []
     for rank in range(layout.count):
         flags = node_args(layout.count, rank, layout.master_addr, master_port)
-        spec = backend.server_spec(_with(cfg, cfg.port, layout.env_of(rank), flags))
+        spec = backend.server_spec(_with(cfg, cfg.port, layout.env_of(rank), flags, layout.gpus_of(rank, cfg)))
+        # nodes reach each other's torch.distributed port and shared memory: host network and IPC in containers
+        spec = replace(spec, host_network=True)
         if rank == 0:
             members.append(GroupMember("node0", spec, urls=(_url(spec),), role="head"))
         else:
-            follower = replace(spec, argv=headless_argv(spec))
+            follower = replace(spec, argv=headless_argv(spec, cfg.in_container))
             members.append(GroupMember(f"node{rank}", follower, role="follower"))
     return GroupSpec(tuple(members), "one", f"{layout.count} nodes through vLLM's multi-node launcher "
                      f"(head + {layout.count - 1} headless follower(s), master {layout.master_addr}:{master_port})",
@@ -97,7 +107,8 @@ def nodes_group(backend: Backend, cfg: BackendConfig, layout: Layout, master_por
 def replica_specs(backend: Backend, cfg: BackendConfig, layout: Layout, ports: list[int],
                   node_env: bool = False) -> list[ServerSpec]:
     """One server per replica on its own port; ``node_env`` leaves the per-member environment to the node."""
-    return [backend.server_spec(_with(cfg, port, {} if node_env else layout.env_of(i))) for i, port in enumerate(ports)]
+    return [backend.server_spec(_with(cfg, port, {} if node_env else layout.env_of(i), gpus=layout.gpus_of(i, cfg)))
+            for i, port in enumerate(ports)]
 
 
 def group_spec(backend: Backend, cfg: BackendConfig, layout: Layout, free_port: Callable[[], int],

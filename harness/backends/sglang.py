@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.backends.base import Backend, BackendConfig
+from harness.backends.base import Backend, BackendConfig, gpu_devices
 from harness.runtime.base import ServerSpec
 
 SGLANG_VERSION = "0.5.5"  # as pinned by images/sglang.lock.json (torch 2.8.0)
@@ -38,7 +38,7 @@ class SglangBackend(Backend):
             args += ["--max-running-requests", str(cfg.max_num_seqs)]
         argv = ("python3", "-m", "sglang.launch_server", *args, *cfg.extra_args)
         env = {"HF_HUB_OFFLINE": "1", **cfg.extra_env}
-        return ServerSpec(argv=argv, port=cfg.port, env=env, role=self.role, gpus=cfg.gpus or (0,),
+        return ServerSpec(argv=argv, port=cfg.port, env=env, role=self.role, gpus=gpu_devices(self.name, cfg),
                           shm_bytes=8 << 30, host=cfg.host)
 
     def version(self) -> str:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from harness.backends.base import VLLM_EFFECTIVE_KEYS, Backend, BackendConfig, vllm_server_args
+from harness.backends.base import (
+    VLLM_EFFECTIVE_KEYS,
+    Backend,
+    BackendConfig,
+    gpu_devices,
+    vllm_server_args,
+)
 from harness.runtime.base import ServerSpec
 
 VLLM_GPU_VERSION = "0.11.0"  # vllm/vllm-openai:v0.11.0 (torch 2.8.0, CUDA 12.8)
@@ -23,7 +29,7 @@ class VllmBackend(Backend):
         args = [*vllm_server_args(cfg), "--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
         argv = ("python3", "-m", "vllm.entrypoints.openai.api_server", *args)
         env = {"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", **cfg.extra_env}
-        return ServerSpec(argv=argv, port=cfg.port, env=env, role=self.role, gpus=cfg.gpus or (0,),
+        return ServerSpec(argv=argv, port=cfg.port, env=env, role=self.role, gpus=gpu_devices(self.name, cfg),
                           shm_bytes=8 << 30, host=cfg.host)
 
     def version(self) -> str:

@@ -19,7 +19,11 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirna
 
 def main(argv: list[str]) -> None:
     from vllm.entrypoints.cli.serve import ServeSubcommand
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # vLLM <= 0.11.x keeps it in vllm/utils/__init__.py
+        from vllm.utils import FlexibleArgumentParser
 
     parser = FlexibleArgumentParser(description="vllm serve")
     command = ServeSubcommand()

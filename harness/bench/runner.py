@@ -25,10 +25,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.backends import Backend, BackendConfig, get_backend
+from harness.backends import Backend, get_backend
 from harness.backends.host_dtype import choose_dtype
 from harness.bench.analysis import claim_figures, read_claims, top_result
 from harness.bench.arms import ArmContext, arm_dir, measure_arm, warm_up
+from harness.bench.launch import base_config, model_dir_of, prepare
 from harness.bench.outputs import arm_table, summary_text
 from harness.bench.placement import Placement, resolve_placement
 from harness.bench.records import ArmRun, Workload
@@ -124,9 +125,7 @@ class Bench:
         self.ctx = ArmContext(semantic_id=spec.semantic_id, run_id=rd.run_id, run_dir=rd.path, model=model,
                               request_timeout_s=cfg.request_timeout_s, runtime=placement.runtime,
                               ignore_eos=plan.ignore_eos)
-        self.base = BackendConfig(model_dir=str(model.path), served_model_name=cfg.model, port=0, seed=cfg.seed,
-                                  kv_cache_space_gib=cfg.kv_cache_space_gib, max_model_len=cfg.max_model_len,
-                                  dtype=cfg.dtype or "auto", in_container=placement.runtime == "docker")
+        self.base = base_config(cfg, placement, model)  # GPU='s devices reach every server's config
 
     def backend_of(self, name: str) -> Backend:
         return get_backend(self.plan.server(name).backend or self.placement.backend)
@@ -333,6 +332,8 @@ def run_bench(spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), repo
     started = time.monotonic()
     model = ensure_model(cfg.model, progress=reporter)
     plan = early[1] if early and early[0].path == model.path else checked_plan(spec, cfg, model)
+    plan, refused = prepare(plan, placement, base_config(cfg, placement, model),
+                            lambda v: get_backend(v.backend or placement.backend), model_dir_of)
     rd = RunDirectory.create(root / spec.out_root(cfg), semantic_id=spec.semantic_id,
                              run_label=plan.run_label or spec.title, requested=requested, root=root,
                              sign=cfg.sign, effective={"backend": placement.backend, "runtime": placement.runtime,
@@ -340,6 +341,9 @@ def run_bench(spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), repo
                              model=model.run_entry(), tokenizer=model.tokenizer_ref)
     reporter(f"bench-{spec.name}: run {rd.run_id} -> {rd.path.relative_to(root) if rd.path.is_relative_to(root) else rd.path}")
     bench = Bench(spec, cfg, placement, model, plan, rd, reporter)
+    bench.refused.update(refused)  # decided before any start: devices, or what the engine release lacks
+    for name, why in refused.items():
+        reporter(f"server {name}: capability_missing here, not started: {why}")
     try:
         for w in plan.workloads:
             bench.workload(w)

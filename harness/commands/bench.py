@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from harness.bench import bench_specs, get_bench
@@ -20,6 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         b = names.add_parser(name, help=spec.help, description=spec.doc,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
         add_config_arguments(b, spec.config)
+        b.add_argument("--dry-run", action="store_true",
+                       help="check the flags and print the whole plan as JSON (servers, argv, devices, refusals, "
+                            "arms in run order); start nothing, write nothing")
         b.add_argument("--make-vars", default="", help=argparse.SUPPRESS)  # Make's MAKEOVERRIDES (mk/bench.mk)
         b.set_defaults(func=run)
 
@@ -32,6 +36,11 @@ def _relative(path: Path) -> Path:
 def run(args: argparse.Namespace) -> int:
     spec = get_bench(args.bench)
     cfg = config_from_args(spec.config, args, make_overrides=args.make_vars)
+    if args.dry_run:
+        from harness.bench.dryrun import dry_run
+
+        print(json.dumps(dry_run(spec, cfg), indent=2, default=str))
+        return 0
     outcome = run_bench(spec, cfg, root=Path.cwd(), reporter=reporter(f"bench-{spec.name}"))
     done = outcome.finished
     print()

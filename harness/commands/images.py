@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q = s.add_parser("run", help="run `infkit ARGS...` inside a role image with the harness mounted read-only")
     q.add_argument("role")
     q.add_argument("--run-dir", type=Path, required=True, help="mounted read-write; the container log goes here")
-    q.add_argument("--gpu", type=int, action="append", default=[], help="GPU index (repeatable)")
+    q.add_argument("--gpu", action="append", default=[], help="GPU index or list, e.g. 0 or 0,1 (repeatable)")
     q.add_argument("--network", action="store_true", help="give the container a network (default: none)")
     q.add_argument("args", nargs=argparse.REMAINDER, metavar="ARG",
                    help="infkit arguments (options for `images run` go before ROLE, as with docker run)")
@@ -223,6 +223,7 @@ def run_in_image(args: argparse.Namespace) -> int:
     from harness.commands._runargs import relative
     from harness.ids import new_run_id
     from harness.rundir.directory import sign_queued
+    from harness.runtime.base import parse_gpus
     from harness.runtime.docker_run import run_harness
 
     inner = args.args[1:] if args.args[:1] == ["--"] else args.args
@@ -230,7 +231,8 @@ def run_in_image(args: argparse.Namespace) -> int:
         raise InvalidInput("no infkit arguments to run", hint="infkit images run --run-dir DIR ROLE mech budget ...")
     # Runs finished in the container are signed here, with the host's key, once it exits.
     queue = args.run_dir.resolve() / f".sign-queue-{new_run_id()}"
-    outcome = run_harness(args.role, inner, args.run_dir, gpus=tuple(args.gpu), network=args.network,
+    gpus = parse_gpus(",".join(args.gpu)) if args.gpu else ()
+    outcome = run_harness(args.role, inner, args.run_dir, gpus=gpus, network=args.network,
                           sign_queue=queue)
     sys.stdout.write(outcome.output)
     for manifest in sign_queued(queue, Path.cwd()):

@@ -65,9 +65,18 @@ def kv_cache_bytes(cache: Any) -> int:
 
 
 def forward_step(model, ids, cache=None):
-    """One forward pass; returns (cache, greedy next token). transformers >= 5 names the cache ``cache``."""
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    """One forward pass; returns (cache, greedy next token). transformers >= 5 names the cache ``cache``.
+
+    Logits for the last position only (``logits_to_keep=1``): a prefill computing them for every position
+    holds batch x context x vocab floats (for SmolLM2's 49k vocabulary about 4.3x the KV bytes per token), and
+    the OOM boundary would then not be KV-bound.
+    """
+    params = inspect.signature(model.forward).parameters
+    name = "cache" if "cache" in params else "past_key_values"
     kwargs = {"input_ids": ids, "use_cache": True}
+    keep = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
+    if keep:
+        kwargs[keep] = 1
     if cache is not None:
         kwargs[name] = cache
     out = model(**kwargs)

@@ -159,6 +159,10 @@ def generate_once(loaded: LoadedModel, counter: PassCounter, ids, mask, arm: str
     """One greedy generate call: new token ids, latency, target passes."""
     torch = import_torch()
     tok = loaded.tokenizer
+    draft = drafts.get(arm)
+    if draft is not None:  # transformers writes the heuristic length and the ROC-fitted threshold back: reset per call
+        for key, value in arm_settings(arm, config).items():
+            setattr(draft.generation_config, key, value)
     before = counter.count
     synchronize(device)
     t0 = time.perf_counter()
@@ -174,8 +178,10 @@ def generate_once(loaded: LoadedModel, counter: PassCounter, ids, mask, arm: str
     # comparison covers the requested tokens and the excess is recorded, not hidden.
     overshoot = max(0, len(new) - config.max_new_tokens)
     new = new[: config.max_new_tokens]
+    after = ({k: getattr(draft.generation_config, k, None)
+              for k in ("num_assistant_tokens", "assistant_confidence_threshold")} if draft is not None else None)
     return {"tokens": new, "latency_ms": latency_ms, "target_passes": counter.count - before,
-            "tokens_past_max": overshoot,
+            "tokens_past_max": overshoot, "draft_state_after": after,
             "stopped": bool(new) and tok.eos_token_id is not None and new[-1] == tok.eos_token_id}
 
 
@@ -188,6 +194,7 @@ def run(requested: ProposalConfig, ctx: RunContext) -> Outcome:
     torch = import_torch()
     loaded = load_causal_lm(config.model, device=ctx.device, dtype=config.dtype, seed=config.seed)
     drafts = _make_drafts(loaded, config)
+    sklearn = _sklearn_version()
     arms = list(dict.fromkeys(("target", *config.arms)))
     prompts = [loaded.tokenizer(p, return_tensors="pt") for p in PROMPTS[: config.prompts]]
     counter = PassCounter(loaded.model)
@@ -210,6 +217,7 @@ def run(requested: ProposalConfig, ctx: RunContext) -> Outcome:
                               "prompt_tokens": int(ids.shape[1]), "new_tokens": len(call["tokens"]),
                               "latency_ms": call["latency_ms"], "target_passes": call["target_passes"],
                               "stopped": call["stopped"], "tokens_past_max": call["tokens_past_max"],
+                              "draft_state_after": call["draft_state_after"], "scikit_learn": sklearn,
                               "identical_to_target": call["tokens"] == reference[p_idx],
                               "first_divergence": _first_divergence(call["tokens"], reference[p_idx])}
                     ctx.samples.write(record)
@@ -218,6 +226,19 @@ def run(requested: ProposalConfig, ctx: RunContext) -> Outcome:
         counter.remove()
     return build_outcome(config, ctx, loaded, arms, calls, [int(e.input_ids.shape[1]) for e in prompts],
                          {a: arm_settings(a, config) for a in arms}, torch.__version__, size)
+
+
+def _sklearn_version() -> str | None:
+    """transformers re-fits the confidence threshold by ROC only when scikit-learn imports: it is recorded."""
+    try:
+        from importlib.metadata import version
+
+        import sklearn  # noqa: F401
+
+        return version("scikit-learn")
+    except Exception:
+        return None
+
 
 
 def _first_divergence(tokens: list[int], reference: list[int]) -> int | None:

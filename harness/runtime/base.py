@@ -18,6 +18,8 @@ from typing import Any
 from harness.errors import InvalidInput
 from harness.images.engine import docker_engine_present
 
+HARNESS_MOUNT = "/opt/infkit"  # where every container sees the harness, read-only
+
 
 @dataclass(frozen=True)
 class ServerSpec:
@@ -31,6 +33,7 @@ class ServerSpec:
     gpus: tuple[int, ...] = ()  # device indexes; empty = CPU only
     shm_bytes: int | None = None
     host: str = "127.0.0.1"
+    host_network: bool = False  # containers: the host's network and IPC namespaces (group members that talk)
 
 
 class ServerHandle(abc.ABC):
@@ -82,6 +85,19 @@ def get_runtime(name: str) -> Runtime:
     from harness.registry import lookup
 
     return lookup("harness.runtime", "RUNTIME", Runtime, name, "runtime")()
+
+
+def parse_gpus(gpu: str | None) -> tuple[int, ...]:
+    """``GPU=0`` -> (0,), ``GPU=2,3`` -> (2, 3); anything else is an input error."""
+    if gpu in (None, ""):
+        return ()
+    parts = [p.strip() for p in str(gpu).split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise InvalidInput(f"GPU={gpu!r}: need device indexes such as 0 or 0,1 (non-negative integers)")
+    ids = tuple(int(p) for p in parts)
+    if len(set(ids)) != len(ids):
+        raise InvalidInput(f"GPU={gpu!r} names a device twice")
+    return ids
 
 
 def nvidia_gpu_present() -> bool:

@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import InfkitError
+from harness.errors import CapabilityMissing, InfkitError
 from harness.images.locks import REPO_ROOT, load_lock
 from harness.runtime.base import (
+    HARNESS_MOUNT,
     Runtime,
     ServerHandle,
     ServerSpec,
@@ -52,7 +53,6 @@ from harness.runtime.docker_image import (
     resolve_image,
 )
 
-HARNESS_MOUNT = "/opt/infkit"
 DEFAULT_SHM_BYTES = 1 << 30
 CONTAINER_USER_NAME = "infkit"
 
@@ -152,6 +152,32 @@ def device_requests(gpus: tuple[int, ...]) -> list:
     import docker
 
     return [docker.types.DeviceRequest(device_ids=[str(g) for g in gpus], capabilities=[["gpu"]])]
+
+
+def network_options(spec: ServerSpec) -> dict[str, Any]:
+    """Group members that talk to each other (torch.distributed, shared memory) share the host's network and IPC;
+    a lone server has its own namespace and its port published on host loopback."""
+    if spec.host_network:
+        return {"network_mode": "host", "ipc_mode": "host"}
+    return {"ports": {f"{spec.port}/tcp": ("127.0.0.1", spec.port)}}
+
+
+def engine_is_podman(api) -> bool:
+    """Whether the Engine API answering is podman's compatibility service (``GET /version``'s components)."""
+    try:
+        info = api.version()
+    except Exception:
+        return False
+    return any("podman" in str(c.get("Name", "")).lower() for c in info.get("Components") or [])
+
+
+def refuse_podman_gpus(api) -> None:
+    """Podman's Docker-compatible API ignores DeviceRequests: a GPU role started there would have no GPU."""
+    if engine_is_podman(api):
+        raise CapabilityMissing(
+            "podman's Docker-compatible API ignores GPU device requests (podman issue 22645), so this GPU role "
+            "would start without a GPU: use Docker with the NVIDIA container toolkit, or podman's own CLI with CDI "
+            "(podman run --device nvidia.com/gpu=N)")
 
 
 def memory_in_use_bytes(mem: dict[str, Any]) -> int | None:
@@ -281,7 +307,10 @@ class DockerRuntime(Runtime):
         image = resolve_image(self.api, lock, s.image, pull_only=s.pull_only, log_dir=run_dir,
                               base_image=s.base_image, notify=self.notify)
         shm = spec.shm_bytes or (lock.server.shm_bytes if lock.server else DEFAULT_SHM_BYTES)
-        argv = container_argv(spec.argv)
+        if spec.gpus:
+            refuse_podman_gpus(self.api)
+        argv = list(spec.argv) if spec.host_network else container_argv(spec.argv)
+        where = network_options(spec)
         log = HostLog(run_dir, log_name)  # before the container exists; never opened by path again
         folder = run_dir / log.stem
         try:
@@ -296,8 +325,7 @@ class DockerRuntime(Runtime):
             log.write(f"[infkit] {driver.mechanism}: {driver.warning}\n".encode())
         try:
             container = self.api.containers.run(
-                image.id, entrypoint=argv[:1], command=argv[1:], detach=True,
-                ports={f"{spec.port}/tcp": ("127.0.0.1", spec.port)},
+                image.id, entrypoint=argv[:1], command=argv[1:], detach=True, **where,
                 device_requests=device_requests(spec.gpus), shm_size=shm,
                 labels={"io.infkit.run-dir": str(run_dir)}, **opts,
             )

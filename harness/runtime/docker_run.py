@@ -28,6 +28,7 @@ from harness.runtime.docker import (
     DockerSettings,
     container_options,
     device_requests,
+    refuse_podman_gpus,
 )
 from harness.runtime.docker_confine import Confinement, HostLog
 from harness.runtime.docker_image import (
@@ -72,6 +73,8 @@ def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, .
     lock = load_lock(role)
     check_gpu_request(lock, gpus, settings.forward_compat)
     api = api or client()
+    if gpus:
+        refuse_podman_gpus(api)
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     image = resolve_image(api, lock, settings.image, pull_only=settings.pull_only, log_dir=run_dir,

@@ -48,3 +48,13 @@ def test_cap_below_the_smallest_cell_reports_instead_of_crashing(run_cuda, valid
     failure = out.result["conclusion"]["failure"]
     assert failure["kind"] == "oom" and failure["recovered"] is True
     assert out.result["conclusion"]["decision"] == "inconclusive"
+
+
+def test_prefill_computes_logits_for_the_last_position_only(torch):
+    """Logits for every prompt position would dwarf the KV cache (SmolLM2: about 4.3x its bytes per token)."""
+    model = random_llama("tiny", seed=0, device="cpu")
+    seen = []
+    model.register_forward_hook(lambda module, args, out: seen.append(tuple(out.logits.shape)))
+    ids = torch.randint(0, model.config.vocab_size, (2, 16))
+    cache, nxt = forward_step(model, ids)
+    assert seen == [(2, 1, model.config.vocab_size)] and tuple(nxt.shape) == (2, 1)

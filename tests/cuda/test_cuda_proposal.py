@@ -125,3 +125,28 @@ def test_cpu_run_records_requested_and_effective_size(run_cuda, valid):
     run = json.loads((out.run_dir / "run.json").read_text())
     assert run["requested"]["max_new_tokens"] is None and run["effective"]["max_new_tokens"] == 24
     assert "size: 1 prompts x 24 tokens" in (out.run_dir / "summary.txt").read_text()
+
+
+def test_heuristic_draft_length_and_threshold_are_reset_before_every_call(torch):
+    """transformers writes the heuristic length back onto the draft: the next prompt would start from it."""
+    from harness.cuda.proposal import ProposalConfig, _make_drafts, generate_once
+
+    loaded = load_causal_lm("tiny", device="cpu")
+    config = ProposalConfig(model="tiny", draft_layers=2, prompts=1, max_new_tokens=12, arms=("heuristic",))
+    drafts = _make_drafts(loaded, config)
+    counter = PassCounter(loaded.model)
+    enc = loaded.tokenizer("the cat sat on the mat", return_tensors="pt")
+    drafts["heuristic"].generation_config.num_assistant_tokens = 17  # what an earlier call may leave behind
+    try:
+        seen = []
+        original = loaded.model.generate
+
+        def spy(*args, **kwargs):
+            seen.append(kwargs["assistant_model"].generation_config.num_assistant_tokens)
+            return original(*args, **kwargs)
+        loaded.model.generate = spy
+        call = generate_once(loaded, counter, enc.input_ids, enc.attention_mask, "heuristic", config, drafts, "cpu")
+    finally:
+        counter.remove()
+    assert seen == [config.num_assistant_tokens]
+    assert set(call["draft_state_after"]) == {"num_assistant_tokens", "assistant_confidence_threshold"}

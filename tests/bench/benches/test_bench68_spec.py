@@ -64,7 +64,7 @@ def test_gpu_arms_launch_commands_name_their_heads_and_mount_them(model, tmp_pat
                  eagle3_model=str(eagle3), mtp=True, draft_tokens=2, backend="vllm")
     plan = SPEC.plan(cfg, model)
     assert [s.name for s in plan.servers] == ["off", "eagle", "eagle3", "mtp"]
-    base = BackendConfig(model_dir=str(model.path), served_model_name="m", port=8000)
+    base = BackendConfig(model_dir=str(model.path), served_model_name="m", port=8000, gpus=(0,))
     expected = {"eagle": {"method": "eagle", "model": str(eagle), "num_speculative_tokens": 2},
                 "eagle3": {"method": "eagle3", "model": str(eagle3), "num_speculative_tokens": 2},
                 "mtp": {"method": "mtp", "num_speculative_tokens": 2}}

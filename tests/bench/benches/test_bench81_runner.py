@@ -71,7 +71,7 @@ def test_gpu_forms_make_the_engines_own_multi_node_command_lines():
     variants = {v.name: v for v in dist.variants(cfg, cpu=False)}
     assert list(variants) == ["single", "ray-executor", "nodes-head"]
     backend = VllmBackend()
-    base = dict(model_dir="/m", served_model_name="m", port=8000)
+    base = dict(model_dir="/m", served_model_name="m", port=8000, gpus=(0, 1))
     from harness.backends.base import BackendConfig
 
     ray = backend.server_spec(BackendConfig(**base, **variants["ray-executor"].settings))

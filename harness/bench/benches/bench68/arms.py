@@ -32,13 +32,14 @@ from harness.bench.benches.bench68.table import Row, decide_top, row_lines
 from harness.bench.lib.citations import Citation, cite, latest_manifest
 from harness.bench.lib.prediction import summarise
 from harness.bench.metrics import E2E_P50, TPOT, TPOT_P50, Metric
+from harness.bench.placement import planning_only
 from harness.bench.records import Reading
 from harness.bench.spec import Arm, Claim, History, Plan, Step
 from harness.contract import Failure
 from harness.contract.schemas import validate_document
 from harness.errors import InvalidInput
 from harness.mech.specdec.formulas import get_topology
-from harness.models.draft import ensure_draft
+from harness.models.draft import draft_dir, ensure_draft
 
 PROPOSAL_ID, PROPOSAL_FILE = "INF-PROPOSAL", "proposal.json"
 
@@ -66,7 +67,7 @@ def spec_arms(cfg: Any, model: Any) -> list[SpecArm]:
             for k in dict.fromkeys(cfg.ngram_tokens)]
     target = json.loads((Path(model.path) / "config.json").read_text(encoding="utf-8"))
     if cfg.draft_layers:
-        draft = ensure_draft(model, cfg.draft_layers)
+        draft = planned_draft(model, cfg.draft_layers) if planning_only() else ensure_draft(model, cfg.draft_layers)
         arms.append(SpecArm(
             f"draft-{cfg.draft_layers}L", {"method": "draft_model", "model": str(draft.path),
                                            "num_speculative_tokens": cfg.draft_tokens},
@@ -90,6 +91,14 @@ def spec_arms(cfg: Any, model: Any) -> list[SpecArm]:
                                 f"stated: the simulator's illustrative {topo.name} cost ratio", kind,
                                 "written for the GPU image (vllm backend)"))
     return arms
+
+
+def planned_draft(model: Any, layers: int) -> Any:
+    """The draft a run would make, named and not made (a dry run writes nothing); its hashes are unknown yet."""
+    from dataclasses import replace
+
+    return replace(model, name=f"{model.name}-{layers}L", path=draft_dir(model, layers), checkpoint_sha256="",
+                   tokenizer_sha256="")
 
 
 def paired_steps(pairs: Sequence[tuple[Arm, Arm]], repeats: int, variant: str) -> Callable[[History], Iterator[Step]]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from harness.bench import metrics as m
 from harness.bench.benches.bench70.predict import cited_cost_model
 from harness.bench.benches.bench70.reading import SchedulerReading
+from harness.bench.placement import resolve_placement
 from harness.bench.spec import (
     Arm,
     BenchConfig,
@@ -91,19 +92,39 @@ class Config(BenchConfig):
             raise InvalidInput(f"the longest prompt plus output may exceed --max-model-len {self.max_model_len}")
 
 
-def variants(cfg: Config) -> dict[str, ServerVariant]:
+# Each scheduler setting in each backend's own flags; a backend without one gets vLLM's, which its release
+# refuses before any start (harness.backends.gating: the variant is capability_missing there, with the reason).
+SETTING_FLAGS = {
+    "priority": {"vllm": ("--scheduling-policy", "priority"), "sglang": ("--enable-priority-scheduling",)},
+    "overlap": {"vllm": ("--async-scheduling",)},  # SGLang 0.5.5 has no such flag
+}
+
+
+NO_EFFECTIVE_CONFIG = ("sglang",)  # backends that expose no effective configuration to read settings back from
+
+
+def setting_flags(setting: str, backend: str) -> tuple[str, ...]:
+    flags = SETTING_FLAGS[setting]
+    return flags.get(backend, flags.get("vllm", ()))
+
+
+def variants(cfg: Config, backend: str = "vllm-cpu") -> dict[str, ServerVariant]:
+    """The server variants, each setting in ``backend``'s flags; read back where the engine reports its config."""
+    reports = backend not in NO_EFFECTIVE_CONFIG
+
     def variant(name: str, seqs: int, chunk: int, *extra: str, expect=None, optional=False) -> ServerVariant:
         settings = {"max_num_seqs": seqs, "max_num_batched_tokens": chunk, "prefix_caching": False,
                     "extra_args": extra}
         wanted = {"scheduler_config.max_num_seqs": seqs, "scheduler_config.max_num_batched_tokens": chunk,
                   **(expect or {})}
-        return ServerVariant(name, settings, optional=optional, expect=wanted)
+        return ServerVariant(name, settings, optional=optional, expect=wanted if reports else {})
     hi, lo, big = cfg.seqs_high, cfg.seqs_low, cfg.chunk_large
     return {v.name: v for v in (
         variant("base", hi, big), variant("seqs-low", lo, big), variant("chunk-small", hi, cfg.chunk_small),
-        variant("priority", lo, big, "--scheduling-policy", "priority", expect={"scheduler_config.policy": "priority"}),
-        variant("overlap", hi, big, "--async-scheduling", expect={"scheduler_config.async_scheduling": True},
-                optional=True))}
+        variant("priority", lo, big, *setting_flags("priority", backend),
+                expect={"scheduler_config.policy": "priority"}),
+        variant("overlap", hi, big, *setting_flags("overlap", backend),
+                expect={"scheduler_config.async_scheduling": True}, optional=True))}
 
 
 def groups(cfg: Config) -> dict[str, tuple[tuple[Arm, ...], tuple[Claim, ...]]]:
@@ -140,7 +161,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     poll = {"gauge_interval_s": cfg.gauge_interval_s}
     arms = tuple(replace(a, client={**a.client, **poll}) for a in
                  {a.label: a for g in chosen.values() for a in g[0]}.values())
-    servers = variants(cfg)
+    servers = variants(cfg, resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend)
     schedule = phases_for(arms, cfg.repeats, cfg.order)  # type: ignore[arg-type]
     cited = cited_cost_model(cfg.cost_model_manifest, Path(".")) if cfg.cost_model_manifest else None
     if cited is None:  # the calibration arm opens the first phase, on its first server

@@ -29,14 +29,16 @@ from harness.bench.benches.bench72.capacity import Campaign, cited_light_load
 from harness.bench.benches.bench72.decision import deployment_reading
 from harness.bench.benches.bench72.tiers import CHOICES as TIER_CHOICES
 from harness.bench.benches.bench72.tiers import default_tier
+from harness.bench.devices import alone
 from harness.bench.lib.citations import cite_choice
 from harness.bench.metrics import E2E_P99, PEAK_MEMORY_GIB, REQUEST_RATE, TPOT_P99, TTFT_P99
-from harness.bench.placement import resolve_placement
+from harness.bench.placement import planning_only, resolve_placement
 from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, Schedule
 from harness.errors import InvalidInput
 from harness.knobs import knob
 from harness.models import PreparedModel
 from harness.rundir.fingerprint import gpu_info
+from harness.runtime.base import parse_gpus
 from harness.workload import Arrival
 
 DTYPES = ("bfloat16", "float32", "float16", "auto")
@@ -100,12 +102,14 @@ class Config(BenchConfig):
             raise InvalidInput("--min-rps must be below --max-rps")
 
 
+PLANNED_DEVICE_GIB = 141  # a dry run on a machine without the GPU maps the pool onto an H200's memory (stated)
+
+
 def device_bytes(cfg: Config) -> int:
     _, gpus, why = gpu_info()
-    try:
-        index = int(str(cfg.gpu or 0).split(",")[0])
-    except ValueError:
-        raise InvalidInput(f"--gpu {cfg.gpu!r}: need a GPU index such as 0") from None
+    index = (parse_gpus(cfg.gpu) or (0,))[0]
+    if index >= len(gpus) and planning_only():
+        return PLANNED_DEVICE_GIB << 30
     if index >= len(gpus):
         raise InvalidInput(f"GPU {index}: cannot read its memory for the KV pool mapping ({why or 'no such GPU'})")
     return gpus[index]["memory_total_bytes"]
@@ -128,7 +132,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     tier = default_tier(placement.backend) if cfg.slo_tier == "auto" else cfg.slo_tier
     campaign = Campaign(cfg, names, light, tier)
     one = (cfg.servers_up if cfg.servers_up != "auto" else "one" if mappings else "two") == "one"
-    phase = Phase("searches and duel", tuple(names), campaign.steps, still_needed=(lambda h: ()) if one else campaign.keep,
+    phase = Phase("searches and duel", tuple(names), campaign.steps, still_needed=alone if one else campaign.keep,
                   planned_steps=1 + len(names) * (cfg.schedule_below + cfg.schedule_above + 1) + 2 * cfg.repeats)
     protocol = ("every candidate probed on one shared schedule of rates on its own server start" +
                 ("" if one else ", the best so far kept up") +

@@ -142,6 +142,29 @@ KV_TOKENS = (re.compile(r"(?:GPU|CPU) KV cache size: ([\d,]+) tokens"),  # vLLM 
 DTYPE = re.compile(r"dtype=torch\.(\w+)")
 
 
+POOL_TOLERANCE = 0.10  # the engine's KV pool may differ from the like-for-like estimate by this share of it
+
+
+def kv_bytes_per_token_of(model_dir: Path, dtype: str = "auto") -> int:
+    """KV bytes per token of a checkpoint from its config.json (2 x layers x KV heads x head dim x dtype bytes)."""
+    config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    heads = config.get("num_key_value_heads") or config["num_attention_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    return 2 * config["num_hidden_layers"] * heads * head_dim * DTYPE_BYTES.get(dtype, 2)
+
+
+def pool_check(mapping: dict[str, Any] | None, kv_tokens: int | None, bytes_per_token: int,
+               tolerance: float = POOL_TOLERANCE) -> dict[str, Any] | None:
+    """The KV pool the engine reports (tokens x bytes per token) against the pool its share was sized for."""
+    if not mapping or not kv_tokens:
+        return None
+    wanted = mapping["kv_pool_gib"]
+    got = kv_tokens * bytes_per_token / GIB
+    return {"estimated_gib": wanted, "engine_gib": round(got, 3), "ratio": round(got / wanted, 3),
+            "tolerance": tolerance, "matches": abs(got / wanted - 1) <= tolerance,
+            "rule": "engine pool = KV tokens the engine logs x KV bytes per token (config.json)"}
+
+
 def effective_settings(log_text: str) -> dict[str, Any]:
     """What the engine says it applied: KV pool in tokens and model dtype (None where its log does not say)."""
     tokens = next((int(m.group(1).replace(",", "")) for rx in KV_TOKENS for m in [rx.search(log_text)] if m), None)

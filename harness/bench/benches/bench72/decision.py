@@ -21,7 +21,12 @@ from typing import Any
 from tabulate import tabulate
 
 from harness.bench.analysis import ClaimResult, blocked_reading, claim_effect, effect_text
-from harness.bench.benches.bench72.candidates import Candidate, effective_settings
+from harness.bench.benches.bench72.candidates import (
+    Candidate,
+    effective_settings,
+    kv_bytes_per_token_of,
+    pool_check,
+)
 from harness.bench.benches.bench72.capacity import (
     CLIENT,
     ERRORS,
@@ -191,6 +196,9 @@ def deployment_reading(history: History, campaign: Campaign, *, candidates: Sequ
                  "set SLO_TTFT_P99_MS=... and SLO_TPOT_P99_MS=..., or cite a bench-66 run (BASELINE=...)",
                  {"deploy": None, "rule": RULE})
     settings = {c.name: c.settings for c in candidates}
+    per_token = kv_bytes_per_token_of(history.model.path) if mappings else 0
+    pools = {s.name: pool_check(mappings.get(s.name), effective_settings(history.server_log(s.name))["kv_cache_tokens"],
+                                per_token) for s in ranked} if mappings else {}
     per_candidate = [{"name": s.name, "settings": {k: list(v) if isinstance(v, tuple) else v
                                                     for k, v in settings[s.name].items()},
                       "capacity": s.estimate.to_dict() if s.estimate else None,
@@ -198,7 +206,7 @@ def deployment_reading(history: History, campaign: Campaign, *, candidates: Sequ
                       "binding_rate_rps": s.binding_rate_rps,
                       "start_rps": history.notes.get("start_rps", {}).get(s.name),
                       "at_capacity": {k: s.peak(k) for k in ("peak_memory_gib", "kv_cache_usage_peak", "running_peak")},
-                      "effective": effective_settings(history.server_log(s.name)),
+                      "effective": effective_settings(history.server_log(s.name)), "kv_pool_check": pools.get(s.name),
                       "probes": [{"rate_rps": p.rate_rps, "passed": p.passed, "violated": list(p.violated), **p.detail}
                                  for p in s.probes]} for s in ranked]
     details = {"slo": slo.to_dict() if slo else None, "baseline_citation": cited, "decision_record": verdict.record,
@@ -210,7 +218,10 @@ def deployment_reading(history: History, campaign: Campaign, *, candidates: Sequ
                "duel": duel, "not_searched": sorted(set(settings) - {s.name for s in ranked})}
     table = tabulate(capacity_rows(ranked, settings), headers=CAPACITY_HEADERS, tablefmt="github")
     lines = ["", f"SLOs: {slo.text()}; {slo.basis}" if slo else "SLOs: not set (no light-load figures)", "",
-             table, "", f"decision rule: {RULE}", f"decision: {verdict.summary}"]
+             table, "", f"decision rule: {RULE}", f"decision: {verdict.summary}",
+             *(f"kv pool mismatch: {n} runs {p['engine_gib']} GiB of KV, sized for {p['estimated_gib']} GiB "
+               f"(beyond ±{p['tolerance']:.0%}): its capacity is not like-for-like" for n, p in pools.items()
+               if p and not p["matches"])]
     headline = [{"name": f"capacity {s.name}", "metric": "request_rate_rps", "value": _capacity(s),
                  "unit": "req/s", "interval": interval(s)} for s in ranked]
     figures = {"capacity.png": lambda path: capacity_png(ranked, slo, path, title=title)} if slo and ranked else {}

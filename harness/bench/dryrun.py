@@ -1,0 +1,93 @@
+"""``infkit bench NN --dry-run``: the whole plan as one JSON document, starting nothing and writing nothing.
+
+The same flags as a run, checked the same way (a config checks itself as it is made); placements as a GPU host
+with a container engine would resolve them (so ``--gpu 0,1`` plans the GPU path on a laptop); one entry per
+server process the bench would start (group members included) with its exact argv, environment (secret values
+masked), devices, memory share and, where the selected engine release cannot run it, the reason it would be
+``capability_missing``; the sets of servers up at the same time; the arms in run order. Ports are placeholders
+(a run picks free ports at each start); a variant's own model that is not prepared yet is named, not made.
+Needs the bench's prepared model (``make model``), nothing else: no GPU, engine or container runtime."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from harness.backends import Backend, get_backend
+from harness.backends.host_dtype import choose_dtype
+from harness.bench.devices import SHARE_LIMIT, co_resident
+from harness.bench.launch import (
+    FIRST_PORT,
+    base_config,
+    launch_entries,
+    members_of,
+    model_dir_of,
+    prepare,
+    variant_config,
+)
+from harness.bench.placement import Placement, planning, resolve_placement
+from harness.bench.spec import BenchConfig, BenchSpec, Plan
+from harness.errors import InvalidInput
+from harness.knobs import config_dict
+from harness.rundir.fingerprint import host_isa
+
+DRY_RUN_SCHEMA = "infkit.bench.dry-run/1"
+
+
+def image_of(backend: Backend, placement: Placement) -> str | None:
+    """The image a docker run would start (pinned by digest where the lock has one), None for a local run."""
+    if placement.runtime != "docker":
+        return None
+    from harness.images.locks import load_lock
+
+    lock = load_lock(backend.role)
+    return f"{lock.registry_ref}@{lock.digest}" if lock.digest else f"{lock.tag_ref} (no digest locked yet)"
+
+
+def run_order(plan: Plan) -> list[dict[str, Any]]:
+    """Each phase's servers and its steps: (repeat, arm, server) when fixed, else the arms it chooses among."""
+    out = []
+    for phase in plan.phases:
+        entry: dict[str, Any] = {"phase": phase.name, "servers": list(phase.servers), "keep": list(phase.keep)}
+        if callable(phase.steps):
+            entry["steps"] = None
+            entry["planned_steps"] = phase.planned_steps
+            entry["arms"] = [a.label for a in plan.arms if a.server in phase.servers]
+            entry["chosen_while_running"] = True
+        else:
+            entry["steps"] = [{"repeat": r, "arm": a.label, "server": a.server, "workload": a.workload_name}
+                              for r, a in phase.steps]
+        out.append(entry)
+    return out
+
+
+def dry_run(spec: BenchSpec, cfg: BenchConfig) -> dict[str, Any]:
+    """The plan of ``spec`` at ``cfg`` as a JSON-ready document (module docstring)."""
+    from harness.models import find_model
+
+    with planning():
+        placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
+        model = find_model(cfg.model)
+        if model is None:
+            raise InvalidInput(f"model {cfg.model} is not prepared: a dry run reads its checkpoint's config",
+                               hint=f"infkit model prepare {cfg.model} (make model)")
+        cfg = replace(cfg, dtype=choose_dtype(placement.backend, host_isa(), cfg.dtype).dtype)  # as a run does
+        plan = spec.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
+        plan.check()
+        base = base_config(cfg, placement, model)
+        plan, refused = prepare(plan, placement, base, lambda v: get_backend(v.backend or placement.backend),
+                                model_dir_of)
+        servers = []
+        for i, variant in enumerate(plan.servers):
+            backend = get_backend(variant.backend or placement.backend)
+            config = variant_config(base, variant, model_dir_of(variant), FIRST_PORT + 10 * i)
+            if variant.name in refused and "gpus" not in variant.settings:  # not placed: shown on every device offered
+                config = replace(config, gpus=placement.gpus)
+            servers += launch_entries(backend, members_of(backend, config, variant), variant, placement,
+                                      refused.get(variant.name), image_of(backend, placement))
+    return {"schema": DRY_RUN_SCHEMA, "bench": spec.name, "semantic_id": spec.semantic_id,
+            "requested": config_dict(cfg),
+            "placement": {"backend": placement.backend, "runtime": placement.runtime, "gpus": list(placement.gpus),
+                          "notice": placement.notice, "share_limit": SHARE_LIMIT if placement.gpus else None},
+            "servers": servers, "co_resident": [list(s) for s in co_resident(plan)],
+            "refused": refused, "order": plan.order, "arms": run_order(plan), "notes": list(plan.notes)}

@@ -1,0 +1,162 @@
+"""``infkit bench NN --dry-run``: the plan a GPU user reads before spending GPU time, and what placement tests read.
+
+No GPU, engine or container runtime is needed; the bench's model is a stand-in with SmolLM2's config.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+import harness.models
+from harness.bench import bench_specs, get_bench
+from harness.bench.dryrun import dry_run
+from harness.bench.spec import BenchConfig
+from harness.errors import InvalidInput
+from harness.runtime import base as runtime_base
+from tests.bench.dry_run_model import write_model
+
+REPO = Path(__file__).resolve().parents[2]
+FORMS = {"gpu-one": {"gpu": "1"}, "gpu-two": {"gpu": "2,3"}, "docker": {"runtime": "docker"},
+         "sglang": {"gpu": "0", "backend": "sglang"}}
+
+
+@pytest.fixture
+def planned(tmp_path, monkeypatch):
+    """A dry run of bench ``name`` with ``options``, in an empty folder on a machine with no GPU and no engine."""
+    model = write_model(tmp_path / "cache")
+    monkeypatch.setattr(harness.models, "find_model", lambda key, root=None: model if key == model.key else None)
+    monkeypatch.setattr(runtime_base, "nvidia_gpu_present", lambda: False)
+    monkeypatch.setattr(runtime_base, "docker_engine_present", lambda: False)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+
+    def run(name: str, **options) -> dict:
+        spec = get_bench(name)
+        options.setdefault("proposal_manifest", "none") if name == "68" else None
+        doc = dry_run(spec, spec.config(**options))
+        assert list(work.iterdir()) == [], "a dry run writes nothing"
+        return json.loads(json.dumps(doc, default=str))
+    return run
+
+
+def device_sums(doc: dict) -> list[float]:
+    """For every co-resident set and device: the sum of the memory shares of the processes on it."""
+    by_variant = defaultdict(list)
+    for s in doc["servers"]:
+        by_variant[s["variant"]].append(s)
+    sums = []
+    for names in doc["co_resident"]:
+        per_device: dict[int, float] = defaultdict(float)
+        for s in (s for n in names for s in by_variant[n] if not s["refused"]):
+            for g in s["gpus"]:
+                per_device[g] += s["gpu_memory_utilization"]
+        sums += per_device.values()
+    return sums
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("bench", sorted(bench_specs()))
+def test_every_bench_plans_every_gpu_form_without_a_gpu(planned, bench, form):
+    doc = planned(bench, **FORMS[form])
+    assert doc["placement"]["runtime"] == "docker" and doc["placement"]["backend"] in ("vllm", "sglang")
+    assert doc["servers"] and doc["arms"]
+    offered = {"gpu-one": {1}, "gpu-two": {2, 3}, "docker": {0}, "sglang": {0}}[form]
+    for server in doc["servers"]:
+        assert server["image"] and server["venv"] is None
+        if server["refused"]:
+            continue
+        assert server["gpus"] and set(server["gpus"]) <= offered, server["name"]
+        flag = "--mem-fraction-static" if server["backend"] == "sglang" else "--gpu-memory-utilization"
+        argv = server["argv"]
+        assert float(argv[argv.index(flag) + 1]) == server["gpu_memory_utilization"]
+    assert all(total <= 0.9 + 1e-9 for total in device_sums(doc))
+
+
+def test_gpu_n_reaches_every_server_and_two_devices_spread_a_two_member_layout(planned):
+    doc = planned("81", gpu="2,3", layouts=("dp2-replicas", "pp2"))
+    gpus = {s["name"]: s["gpus"] for s in doc["servers"]}
+    assert gpus == {"single": [2], "dp2-replicas/replica0": [2], "dp2-replicas/replica1": [3], "pp2": [2, 3]}
+    one = planned("81", gpu="1", layouts=("dp2-replicas",))
+    shares = {s["name"]: (s["gpus"], s["gpu_memory_utilization"]) for s in one["servers"]}
+    assert shares == {"single": ([1], 0.85), "dp2-replicas/replica0": ([1], 0.45), "dp2-replicas/replica1": ([1], 0.45)}
+
+
+def test_co_resident_servers_split_one_device_and_take_two_when_offered(planned):
+    one = planned("68", gpu="0", draft_layers=0, self_draft=False)
+    assert one["co_resident"] == [["off", "ngram-k2"], ["off", "ngram-k4"]]
+    assert {s["name"]: s["gpu_memory_utilization"] for s in one["servers"]} == {
+        "off": 0.45, "ngram-k2": 0.45, "ngram-k4": 0.45}  # the old code gave each 0.85 on GPU 0
+    two = planned("68", gpu="0,1", draft_layers=0, self_draft=False)
+    assert {s["name"]: (s["gpus"], s["gpu_memory_utilization"]) for s in two["servers"]} == {
+        "off": ([0], 0.85), "ngram-k2": ([1], 0.85), "ngram-k4": ([1], 0.85)}
+    concurrent = planned("70", gpu="0", order="concurrent")
+    assert len(concurrent["co_resident"][0]) == 5 and max(device_sums(concurrent)) <= 0.9
+
+
+def test_layouts_the_pinned_vllm_cannot_start_are_left_out_of_the_default_and_refused_when_asked(planned):
+    default = planned("81", gpu="0,1")
+    names = [s["variant"] for s in default["servers"]]
+    assert "nodes-pp2" not in names and "ray-dp2" not in names
+    assert any("nodes-pp2 left out" in n and "PR 23691" in n for n in default["notes"])
+    asked = planned("81", gpu="0,1", layouts=("nodes-pp2", "ray-dp2"))
+    refused = asked["refused"]
+    assert "--nnodes" in refused["nodes-pp2"] and "no container form" in refused["ray-dp2"]
+    nodes = [s for s in asked["servers"] if s["variant"] == "nodes-pp2"]
+    assert [s["gpus"] for s in nodes] == [[0], [1]] and all(s["host_network"] for s in nodes)
+    assert nodes[1]["argv"][1] == "/opt/infkit/harness/backends/vllm_serve.py"  # the shim inside the container
+    assert planned("81", gpu="0", layouts=("pp2",))["refused"]["pp2"].startswith("needs 2 devices")
+
+
+def test_bench68_arms_the_pinned_vllm_refuses_are_capability_missing_before_any_start(planned, tmp_path):
+    head = tmp_path / "eagle-head"
+    head.mkdir()
+    doc = planned("68", gpu="0", eagle_model=str(head), mtp=True)
+    refused = doc["refused"]
+    assert set(refused) == {"draft-10L", "self-draft", "mtp"}
+    assert "NotImplementedError" in refused["draft-10L"] and "MTP layers" in refused["mtp"]
+    assert not (Path(refused["draft-10L"]) / "x").exists()  # the draft is named, not made
+    assert "eagle" not in refused
+
+
+def test_sglang_gets_its_own_scheduler_flags_and_refuses_what_it_lacks(planned):
+    doc = planned("70", gpu="0", backend="sglang")
+    argv = {s["name"]: s["argv"] for s in doc["servers"]}
+    assert "--enable-priority-scheduling" in argv["priority"] and "--scheduling-policy" not in argv["priority"]
+    assert "no async-scheduling flag" in doc["refused"]["overlap"]
+    assert set(doc["refused"]) == {"overlap"}
+
+
+def test_secret_values_are_masked(planned, monkeypatch):
+    from harness.bench.launch import masked
+
+    assert masked({"HF_TOKEN": "hf_abc", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}) == {
+        "HF_TOKEN": "***", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.mark.parametrize("gpu", ["abc", "-1"])
+def test_a_bad_gpu_is_one_line_and_nonzero_before_anything(tmp_path, gpu):
+    proc = subprocess.run([sys.executable, "-m", "harness", "bench", "69", "--dry-run", "--gpu", gpu], cwd=tmp_path,
+                          capture_output=True, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode != 0 and proc.stdout == "" and list(tmp_path.iterdir()) == []
+    assert len(proc.stderr.strip().splitlines()) == 1 and "GPU=" in proc.stderr
+
+
+def test_make_dry_run_passes_the_flag():
+    proc = subprocess.run(["make", "-n", "-C", str(REPO), "bench-69", "DRY_RUN=1", "GPU=0"], capture_output=True,
+                          text=True)
+    assert "--dry-run" in proc.stdout and "--gpu '0'" in proc.stdout
+
+
+def test_an_unprepared_model_is_an_input_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(harness.models, "find_model", lambda key, root=None: None)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidInput, match="not prepared"):
+        dry_run(get_bench("69"), get_bench("69").config())
+    assert isinstance(get_bench("69").config(), BenchConfig)
