@@ -81,7 +81,10 @@ def install(lock: Path, wheels: Path, site: Path, skip: tuple[str, ...] = ()) ->
         if digest not in wanted and any(wheel.name.lower().startswith(n.replace("-", "_") + "-") for n in skip):
             continue
         if digest not in wanted:
-            print(f"bundle_python: {wheel.name} is not in {lock.name} (sha256 {digest[:12]}…): refusing it", file=sys.stderr)
+            print(
+                f"bundle_python: {wheel.name} is not in {lock.name} (sha256 {digest[:12]}…): refusing it",
+                file=sys.stderr,
+            )
             return 5
         found[digest] = wheel
     missing = sorted(name for digest, name in wanted.items() if digest not in found)
@@ -139,8 +142,9 @@ def verify(lock: Path, site: Path) -> int:
         return 5
     listed = dict(line.split("  ", 1)[::-1] for line in sums.read_text().splitlines() if line)
     present = {str(p.relative_to(site)) for p in files(site)}
-    bad = sorted(n for n in present | set(listed) if n not in listed or n not in present or
-                 sha256(site / n) != listed[n])
+    bad = sorted(
+        n for n in present | set(listed) if n not in listed or n not in present or sha256(site / n) != listed[n]
+    )
     if bad:
         print(f"bundle_python: {len(bad)} file(s) of {site} differ from {SUMS}, e.g. {bad[0]}", file=sys.stderr)
         return 5

@@ -23,8 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.errors import InfkitError  # noqa: E402
-from harness.mech.calibrate.live import record_live  # noqa: E402
 from harness.mech.calibrate.config import CalibrateConfig  # noqa: E402
+from harness.mech.calibrate.live import record_live  # noqa: E402
 
 
 def main() -> int:

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from dataclasses import dataclass
 import math
 import types
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -216,12 +216,14 @@ def config_from_args(cls: type, args: argparse.Namespace, *, make_overrides: str
 
 def config_dict(cfg: Any) -> dict[str, Any]:
     """A config as JSON-ready values (paths as strings, tuples as lists)."""
+
     def plain(v: Any) -> Any:
         if isinstance(v, Path):
             return str(v)
         if isinstance(v, (tuple, list)):
             return [plain(x) for x in v]
         return v
+
     return {f.name: plain(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
 
 

@@ -211,6 +211,9 @@ class LiveReporter(Reporter):
 def reporter(name: str = "infkit", out: TextIO | None = None) -> Reporter:
     """A live view on an interactive terminal outside CI, plain lines otherwise (``INFKIT_PROGRESS=plain`` forces them)."""
     stream = out or sys.stdout
-    plain = (os.environ.get("INFKIT_PROGRESS") == "plain" or os.environ.get("CI")
-             or not getattr(stream, "isatty", lambda: False)())
+    plain = (
+        os.environ.get("INFKIT_PROGRESS") == "plain"
+        or os.environ.get("CI")
+        or not getattr(stream, "isatty", lambda: False)()
+    )
     return Reporter(stream, name=name) if plain else LiveReporter(stream, name=name)

@@ -239,8 +239,12 @@ class FakeOpenAIServer:
         if cfg.usage_raw is not None:
             await resp.write(b'data: {"id": "fake", "choices": [], "usage": ' + cfg.usage_raw + b"}\n\n")
         elif cfg.usage and (body.get("stream_options") or {}).get("include_usage"):
-            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens, "total_tokens": prompt_tokens + max_tokens,
-                     "prompt_tokens_details": {"cached_tokens": cached}}
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": max_tokens,
+                "total_tokens": prompt_tokens + max_tokens,
+                "prompt_tokens_details": {"cached_tokens": cached},
+            }
             await resp.write(b"data: " + json.dumps({"id": "fake", "choices": [], "usage": usage}).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
@@ -256,33 +260,55 @@ class FakeOpenAIServer:
     def metrics_text(self) -> str:
         st, cfg = self.state, self.config
         if cfg.metrics == "sglang":
-            return "\n".join([
-                "# TYPE sglang:prompt_tokens_total counter", f'sglang:prompt_tokens_total{{model_name="fake"}} {st.prompt_tokens}',
-                "# TYPE sglang:cached_tokens_total counter", f'sglang:cached_tokens_total{{model_name="fake"}} {st.prefix_hits}',
-                "# TYPE sglang:token_usage gauge", f'sglang:token_usage{{model_name="fake"}} {st.running / cfg.kv_capacity}',
-                "# TYPE sglang:num_running_reqs gauge", f'sglang:num_running_reqs{{model_name="fake"}} {st.running}', ""])
+            return "\n".join(
+                [
+                    "# TYPE sglang:prompt_tokens_total counter",
+                    f'sglang:prompt_tokens_total{{model_name="fake"}} {st.prompt_tokens}',
+                    "# TYPE sglang:cached_tokens_total counter",
+                    f'sglang:cached_tokens_total{{model_name="fake"}} {st.prefix_hits}',
+                    "# TYPE sglang:token_usage gauge",
+                    f'sglang:token_usage{{model_name="fake"}} {st.running / cfg.kv_capacity}',
+                    "# TYPE sglang:num_running_reqs gauge",
+                    f'sglang:num_running_reqs{{model_name="fake"}} {st.running}',
+                    "",
+                ]
+            )
         lab = 'model_name="fake"'
         lines = [
-            "# HELP vllm:prompt_tokens_total Prompt tokens.", "# TYPE vllm:prompt_tokens_total counter",
+            "# HELP vllm:prompt_tokens_total Prompt tokens.",
+            "# TYPE vllm:prompt_tokens_total counter",
             f"vllm:prompt_tokens_total{{{lab}}} {st.prompt_tokens}",
-            "# TYPE vllm:generation_tokens_total counter", f"vllm:generation_tokens_total{{{lab}}} {st.generation_tokens}",
-            "# TYPE vllm:prefix_cache_queries_total counter", f"vllm:prefix_cache_queries_total{{{lab}}} {st.prefix_queries}",
-            "# TYPE vllm:prefix_cache_hits_total counter", f"vllm:prefix_cache_hits_total{{{lab}}} {st.prefix_hits}",
-            "# TYPE vllm:num_preemptions_total counter", f"vllm:num_preemptions_total{{{lab}}} 0",
-            "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{lab}}} {st.running}",
-            "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{lab}}} {st.running / cfg.kv_capacity}",
+            "# TYPE vllm:generation_tokens_total counter",
+            f"vllm:generation_tokens_total{{{lab}}} {st.generation_tokens}",
+            "# TYPE vllm:prefix_cache_queries_total counter",
+            f"vllm:prefix_cache_queries_total{{{lab}}} {st.prefix_queries}",
+            "# TYPE vllm:prefix_cache_hits_total counter",
+            f"vllm:prefix_cache_hits_total{{{lab}}} {st.prefix_hits}",
+            "# TYPE vllm:num_preemptions_total counter",
+            f"vllm:num_preemptions_total{{{lab}}} 0",
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{lab}}} {st.running}",
+            "# TYPE vllm:kv_cache_usage_perc gauge",
+            f"vllm:kv_cache_usage_perc{{{lab}}} {st.running / cfg.kv_capacity}",
             "# TYPE vllm:request_queue_time_seconds histogram",
         ]
         cum = 0
         for bound, count in zip((*QUEUE_BUCKETS_S, "+Inf"), st.queue_counts, strict=False):
             cum += count
             lines.append(f'vllm:request_queue_time_seconds_bucket{{{lab},le="{bound}"}} {cum}')
-        lines += [f"vllm:request_queue_time_seconds_sum{{{lab}}} {st.queue_sum_s}",
-                  f"vllm:request_queue_time_seconds_count{{{lab}}} {cum}"]
+        lines += [
+            f"vllm:request_queue_time_seconds_sum{{{lab}}} {st.queue_sum_s}",
+            f"vllm:request_queue_time_seconds_count{{{lab}}} {cum}",
+        ]
         if cfg.spec_decode:
-            lines += ["# TYPE vllm:spec_decode_num_drafts_total counter", f"vllm:spec_decode_num_drafts_total{{{lab}}} {st.generation_tokens // 4}",
-                      "# TYPE vllm:spec_decode_num_draft_tokens_total counter", f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} {st.generation_tokens}",
-                      "# TYPE vllm:spec_decode_num_accepted_tokens_total counter", f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {st.generation_tokens // 2}"]
+            lines += [
+                "# TYPE vllm:spec_decode_num_drafts_total counter",
+                f"vllm:spec_decode_num_drafts_total{{{lab}}} {st.generation_tokens // 4}",
+                "# TYPE vllm:spec_decode_num_draft_tokens_total counter",
+                f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} {st.generation_tokens}",
+                "# TYPE vllm:spec_decode_num_accepted_tokens_total counter",
+                f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {st.generation_tokens // 2}",
+            ]
         return "\n".join(lines) + "\n"
 
     def crash(self) -> None:
@@ -350,8 +376,9 @@ def main() -> None:
     ap.add_argument("--gap-ms", type=float, default=10.0)
     ap.add_argument("--jitter-ms", type=float, default=0.0)
     args = ap.parse_args()
-    server = FakeOpenAIServer(FakeConfig(ttft_s=args.ttft_ms / 1e3, gap_s=args.gap_ms / 1e3, jitter_s=args.jitter_ms / 1e3),
-                              port=args.port)
+    server = FakeOpenAIServer(
+        FakeConfig(ttft_s=args.ttft_ms / 1e3, gap_s=args.gap_ms / 1e3, jitter_s=args.jitter_ms / 1e3), port=args.port
+    )
 
     async def serve() -> None:
         await server._start()  # noqa: SLF001

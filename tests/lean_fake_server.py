@@ -53,7 +53,10 @@ def _choice(api: str, text: str | None, finish: str | None) -> dict:
 def _token_frames(api: str, finish_reason: str) -> tuple[bytes, bytes]:
     """(one token's frame, the finish chunk's frame), built once per API."""
     def chunk(text: str | None, finish: str | None) -> bytes:
-        return _frame(_event({"id": "fake", "object": "chunk", "model": "fake", "choices": [_choice(api, text, finish)]}))
+        return _frame(
+            _event({"id": "fake", "object": "chunk", "model": "fake", "choices": [_choice(api, text, finish)]})
+        )
+
     return chunk(" tok", None), chunk(None, finish_reason)
 
 
@@ -61,7 +64,11 @@ def _plain(status: str, text: str, *, close: bool = False) -> bytes:
     body = text.encode()
     conn = b"Connection: close\r\n" if close else b""
     return b"HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n%s\r\n%s" % (
-        status.encode(), len(body), conn, body)
+        status.encode(),
+        len(body),
+        conn,
+        body,
+    )
 
 
 class _Ticker:
@@ -130,7 +137,7 @@ class _Connection(asyncio.Protocol):
                 length = int(value)
         if len(self.buf) < end + 4 + length:
             return  # the body is still on its way
-        body, self.buf = self.buf[end + 4:end + 4 + length], self.buf[end + 4 + length:]
+        body, self.buf = self.buf[end + 4 : end + 4 + length], self.buf[end + 4 + length :]
         api = PATHS.get(path.split(b"?", 1)[0])
         if method != b"POST" or api is None:
             self.transport.write(_plain("404 Not Found", "not found"))
@@ -147,8 +154,12 @@ class _Connection(asyncio.Protocol):
         prompt_tokens, n = len(text.split()), int(body.get("max_tokens") or 16)
         tail = srv.finish[api]
         if (body.get("stream_options") or {}).get("include_usage"):
-            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n,
-                     "prompt_tokens_details": {"cached_tokens": 0}}
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": n,
+                "total_tokens": prompt_tokens + n,
+                "prompt_tokens_details": {"cached_tokens": 0},
+            }
             tail += _frame(_event({"id": "fake", "choices": [], "usage": usage}))
         tail += _frame(b"data: [DONE]\n\n") + b"0\r\n\r\n"
         self.transport.write(STREAM_HEAD)
@@ -189,8 +200,9 @@ class LeanServer:
 
     async def serve(self, host: str, port: int) -> asyncio.AbstractServer:
         ticker = _Ticker(asyncio.get_running_loop())
-        return await ticker.loop.create_server(lambda: _Connection(self, ticker), host, port, reuse_port=True,
-                                               backlog=4096)
+        return await ticker.loop.create_server(
+            lambda: _Connection(self, ticker), host, port, reuse_port=True, backlog=4096
+        )
 
 
 def main() -> None:

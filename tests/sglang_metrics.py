@@ -59,19 +59,51 @@ def exposition(*, prompt: float, generation: float, requests: float, cached: flo
     ]
     for bound, count in zip(QUEUE_BOUNDS, queue_counts, strict=True):
         lines.append(f'sglang:queue_time_seconds_bucket{{{SCHED},le="{bound}"}} {count:.1f}')
-    lines += [f"sglang:queue_time_seconds_count{{{SCHED}}} {queue_counts[-1]:.1f}",
-              f"sglang:queue_time_seconds_sum{{{SCHED}}} {queue_sum_s}"]
+    lines += [
+        f"sglang:queue_time_seconds_count{{{SCHED}}} {queue_counts[-1]:.1f}",
+        f"sglang:queue_time_seconds_sum{{{SCHED}}} {queue_sum_s}",
+    ]
     return "\n".join(lines) + "\n"
 
 
 # After start-up and an unmeasured warm-up of 2 unique prompts: no cache hit yet, and the
 # scheduler's last log still shows the warm-up's batch.
-BEFORE = exposition(prompt=2112, generation=32, requests=2, cached=None, running=1, queued=0, token_usage=0.02,
-                    retracted=0, queue_counts=(0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2), queue_sum_s=0.0031)
+BEFORE = exposition(
+    prompt=2112,
+    generation=32,
+    requests=2,
+    cached=None,
+    running=1,
+    queued=0,
+    token_usage=0.02,
+    retracted=0,
+    queue_counts=(0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2),
+    queue_sum_s=0.0031,
+)
 # After a shared-prefix arm of 6 requests (3 per group of a 1024-token prefix): the second
 # and third request of each group hit 1024 cached tokens; one decode batch was retracted.
-AFTER_HITS = exposition(prompt=8448, generation=128, requests=8, cached=4096, running=0, queued=0, token_usage=0.05,
-                        retracted=2, queue_counts=(0, 7, 8, 8, 8, 8, 8, 8, 8, 8, 8), queue_sum_s=0.1374)
+AFTER_HITS = exposition(
+    prompt=8448,
+    generation=128,
+    requests=8,
+    cached=4096,
+    running=0,
+    queued=0,
+    token_usage=0.05,
+    retracted=2,
+    queue_counts=(0, 7, 8, 8, 8, 8, 8, 8, 8, 8, 8),
+    queue_sum_s=0.1374,
+)
 # After a unique-prefix arm of 6 requests: still no hit, so still no cached-tokens series.
-AFTER_NO_HITS = exposition(prompt=8448, generation=128, requests=8, cached=None, running=1, queued=0, token_usage=0.02,
-                           retracted=0, queue_counts=(0, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8), queue_sum_s=0.0412)
+AFTER_NO_HITS = exposition(
+    prompt=8448,
+    generation=128,
+    requests=8,
+    cached=None,
+    running=1,
+    queued=0,
+    token_usage=0.02,
+    retracted=0,
+    queue_counts=(0, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8),
+    queue_sum_s=0.0412,
+)

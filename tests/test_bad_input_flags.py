@@ -25,7 +25,10 @@ RUN_FLAGS = {
     "run-id-path": (["--run-id", "../../evil"], "--run-id: '../../evil' does not match"),
     "semantic-id-spaces": (["--semantic-id", "not valid"], "--semantic-id: 'not valid' does not match"),
     "run-label-empty": (["--run-label", ""], "--run-label: '' should be non-empty"),
-    "run-label-undecodable": (["--run-label", "caf\udce9"], "lone UTF-16 surrogate (not encodable as UTF-8) at /run_label"),
+    "run-label-undecodable": (
+        ["--run-label", "caf\udce9"],
+        "lone UTF-16 surrogate (not encodable as UTF-8) at /run_label",
+    ),
     "profile-id-unknown": (["--profile-id", "INF-NOPE"], "--profile-id: 'INF-NOPE' is not one of"),
     "backend-version-empty": (["--backend-version", ""], "--backend-version: '' should be non-empty"),
     "max-concurrency-zero": (["--max-concurrency", "0"], "--max-concurrency 0: must be >= 1"),
@@ -49,8 +52,9 @@ def test_run_refuses_each_flag_before_the_first_request(server, tmp_path, case):
     flags, expected = RUN_FLAGS[case]
     before = server.state.requests
     out = tmp_path / "run"
-    proc = infkit("run", "--endpoint", server.url, "--model", "fake", "--workload", str(WORKLOAD), "--out", str(out),
-                  *flags)
+    proc = infkit(
+        "run", "--endpoint", server.url, "--model", "fake", "--workload", str(WORKLOAD), "--out", str(out), *flags
+    )
     assert_clean_error(proc, expected)
     assert server.state.requests == before, "a request was sent before the flag was refused"
     assert_nothing_left(out)
@@ -58,9 +62,29 @@ def test_run_refuses_each_flag_before_the_first_request(server, tmp_path, case):
 
 def test_the_same_run_with_good_flags_measures(server, tmp_path):
     out = tmp_path / "run"
-    proc = infkit("run", "--endpoint", server.url, "--model", "fake", "--workload", str(WORKLOAD), "--out", str(out),
-                  "--timeout", "30", "--slo", "ttft_ms=500", "--run-id", "r-1.a", "--semantic-id", "INF-X-2",
-                  "--max-send-lag-ms", "100000", "--max-loop-lag-ms", "100000")
+    proc = infkit(
+        "run",
+        "--endpoint",
+        server.url,
+        "--model",
+        "fake",
+        "--workload",
+        str(WORKLOAD),
+        "--out",
+        str(out),
+        "--timeout",
+        "30",
+        "--slo",
+        "ttft_ms=500",
+        "--run-id",
+        "r-1.a",
+        "--semantic-id",
+        "INF-X-2",
+        "--max-send-lag-ms",
+        "100000",
+        "--max-loop-lag-ms",
+        "100000",
+    )
     assert proc.returncode == 0, proc.stderr
     assert (out / "result.json").is_file() and len((out / "requests.jsonl").read_text().splitlines()) == 2
 
@@ -74,10 +98,14 @@ MAKE_FLAGS = {
     "burstiness-inf": (["--arrival", "gamma", "--rate", "1", "--burstiness", "inf"], "--burstiness inf"),
     "concurrency-zero": (["--arrival", "closed", "--concurrency", "0"], "--concurrency 0"),
     "range-nan": (["--arrival", "closed", "--concurrency", "1", "--input-range", "nan"], "--input-range nan"),
-    "requests-huge": (["--arrival", "closed", "--concurrency", "1", "--requests", "99999999999"],
-                      "--requests 99999999999: must be in [1, 1000000]"),
-    "tokens-huge": (["--arrival", "closed", "--concurrency", "1", "--output-tokens", "99999999999"],
-                    "--output-tokens 99999999999"),
+    "requests-huge": (
+        ["--arrival", "closed", "--concurrency", "1", "--requests", "99999999999"],
+        "--requests 99999999999: must be in [1, 1000000]",
+    ),
+    "tokens-huge": (
+        ["--arrival", "closed", "--concurrency", "1", "--output-tokens", "99999999999"],
+        "--output-tokens 99999999999",
+    ),
     "seed-huge": (["--arrival", "closed", "--concurrency", "1", "--seed", "9" * 30], "must be within +-2**64"),
 }
 
@@ -91,15 +119,30 @@ def test_workload_make_refuses_each_flag_before_the_tokenizer(tmp_path, case):
     assert_nothing_left(out)
 
 
-@pytest.mark.parametrize("kind, flags, expected", [
-    ("shared-prefix", ["--groups", "0"], "--groups 0: must be in [1, 10000000]"),
-    ("shared-prefix", ["--groups", "100000", "--prompts-per-group", "100000"], "10000000000 requests; at most"),
-    ("multi-turn", ["--conversations", "2", "--turns", "2", "--requests", "3"], "--requests 3 disagrees"),
-    ("long-context", ["--requests", "1", "--context-tokens", "0"], "--context-tokens 0"),
-])
+@pytest.mark.parametrize(
+    "kind, flags, expected",
+    [
+        ("shared-prefix", ["--groups", "0"], "--groups 0: must be in [1, 10000000]"),
+        ("shared-prefix", ["--groups", "100000", "--prompts-per-group", "100000"], "10000000000 requests; at most"),
+        ("multi-turn", ["--conversations", "2", "--turns", "2", "--requests", "3"], "--requests 3 disagrees"),
+        ("long-context", ["--requests", "1", "--context-tokens", "0"], "--context-tokens 0"),
+    ],
+)
 def test_kind_options_are_checked_before_the_tokenizer(tmp_path, kind, flags, expected):
     out = tmp_path / "w.jsonl"
-    proc = infkit("workload", "make", kind, "--arrival", "closed", "--concurrency", "1",
-                  "--tokenizer", str(tmp_path / "no-tokenizer"), "-o", str(out), *flags)
+    proc = infkit(
+        "workload",
+        "make",
+        kind,
+        "--arrival",
+        "closed",
+        "--concurrency",
+        "1",
+        "--tokenizer",
+        str(tmp_path / "no-tokenizer"),
+        "-o",
+        str(out),
+        *flags,
+    )
     assert_clean_error(proc, expected)
     assert_nothing_left(out)

@@ -95,7 +95,10 @@ def test_workload_show_and_run_refuse_each_workload(tmp_path, case):
 
 
 TRACES = {
-    "nan-timestamp": ('{"timestamp_s": NaN, "input_tokens": 5, "output_tokens": 3}\n', "NaN (JSON numbers must be finite)"),
+    "nan-timestamp": (
+        '{"timestamp_s": NaN, "input_tokens": 5, "output_tokens": 3}\n',
+        "NaN (JSON numbers must be finite)",
+    ),
     "string-timestamp": ('{"timestamp_s": "1", "input_tokens": 5, "output_tokens": 3}\n', "timestamp_s is string"),
     "boolean-length": ('{"timestamp_s": 1, "input_tokens": true, "output_tokens": 3}\n', "input_tokens True is not"),
     "negative-length": ('{"timestamp_s": 1, "input_tokens": -5, "output_tokens": 3}\n', "input_tokens -5 is not"),
@@ -112,8 +115,22 @@ def test_workload_make_refuses_each_trace(tmp_path, case):
     trace = _write(tmp_path, "trace.jsonl", content)
     out = tmp_path / "w.jsonl"
     # --tokenizer does not exist: the trace must be refused before any tokenizer is looked at
-    assert_clean_error(infkit("workload", "make", "trace", "--trace", str(trace), "--arrival", "trace",
-                              "--tokenizer", str(tmp_path / "no-tokenizer"), "-o", str(out)), expected)
+    assert_clean_error(
+        infkit(
+            "workload",
+            "make",
+            "trace",
+            "--trace",
+            str(trace),
+            "--arrival",
+            "trace",
+            "--tokenizer",
+            str(tmp_path / "no-tokenizer"),
+            "-o",
+            str(out),
+        ),
+        expected,
+    )
     assert_nothing_left(out)
 
 
@@ -132,8 +149,22 @@ def test_run_refuses_each_reference_file_before_any_work(tmp_path, case):
     workload = _write(tmp_path, "w.jsonl", "\n".join(WORKLOAD) + "\n")
     reference = _write(tmp_path, "ref.jsonl", content)
     out = tmp_path / "run"
-    assert_clean_error(infkit("run", "--endpoint", "http://127.0.0.1:9", "--model", "m", "--workload", str(workload),
-                              "--out", str(out), "--reference", str(reference)), expected)
+    assert_clean_error(
+        infkit(
+            "run",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--model",
+            "m",
+            "--workload",
+            str(workload),
+            "--out",
+            str(out),
+            "--reference",
+            str(reference),
+        ),
+        expected,
+    )
     assert_nothing_left(out)
 
 
@@ -167,24 +198,31 @@ def test_the_intact_workload_passes_both():
 def test_sign_refuses_a_run_record_with_nan_in_requested(tmp_path):
     run_dir = tmp_path / "runs" / "r1"
     run_dir.mkdir(parents=True)
-    text = ('{"schema": "infkit/run/v1", "semantic_id": "INF-X", "run_id": "r1", "run_label": "a", "workload_ids": [], '
-            '"command": ["x"], "requested": {"timeout_s": NaN}, "effective": {}, "images": [], "model": null, '
-            '"tokenizer": null, "started_utc": "2026-01-01T00:00:00Z", "ended_utc": null, "evidence_level": "single", '
-            '"decision": "inconclusive"}')
+    text = (
+        '{"schema": "infkit/run/v1", "semantic_id": "INF-X", "run_id": "r1", "run_label": "a", "workload_ids": [], '
+        '"command": ["x"], "requested": {"timeout_s": NaN}, "effective": {}, "images": [], "model": null, '
+        '"tokenizer": null, "started_utc": "2026-01-01T00:00:00Z", "ended_utc": null, "evidence_level": "single", '
+        '"decision": "inconclusive"}'
+    )
     (run_dir / "run.json").write_text(text)
     proc = infkit("sign", str(run_dir), "--root", str(tmp_path), env={"XDG_CONFIG_HOME": str(tmp_path / "cfg")})
     assert_clean_error(proc, "NaN (JSON numbers must be finite) at /requested/timeout_s")
     assert_nothing_left(tmp_path / "manifests", tmp_path / "cfg", run_dir / "fingerprint.json")
 
 
-@pytest.mark.parametrize("value, pointer", [
-    ({"a": [1, float("nan")]}, "NaN (JSON numbers must be finite) at /a/1"),
-    ({"a": {"b": float("inf")}}, "an infinite number (JSON numbers must be finite) at /a/b"),
-    ({"prompt": "x\ud800"}, "a string with a lone UTF-16 surrogate (not encodable as UTF-8) at /prompt"),
-    ({"seed": 10**50}, "an integer of more than 40 digits at /seed"),
-])
+@pytest.mark.parametrize(
+    "value, pointer",
+    [
+        ({"a": [1, float("nan")]}, "NaN (JSON numbers must be finite) at /a/1"),
+        ({"a": {"b": float("inf")}}, "an infinite number (JSON numbers must be finite) at /a/b"),
+        ({"prompt": "x\ud800"}, "a string with a lone UTF-16 surrogate (not encodable as UTF-8) at /prompt"),
+        ({"seed": 10**50}, "an integer of more than 40 digits at /seed"),
+    ],
+)
 def test_writers_refuse_what_readers_would_refuse(tmp_path, value, pointer):
-    with pytest.raises(InvalidInput, match="cannot write .* as JSON: " + pointer.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(
+        InvalidInput, match="cannot write .* as JSON: " + pointer.replace("(", r"\(").replace(")", r"\)")
+    ):
         canonical_json(value)
     with pytest.raises(InvalidInput, match="cannot write"):
         atomic_write_json(tmp_path / "doc.json", value)

@@ -73,8 +73,10 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/v1/models":
             self._send(200, json.dumps({"data": [{"id": "m"}]}).encode())
         elif self.path == "/metrics":
-            text = (f"# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total{{engine=\"0\"}} {self.server.hits}\n"
-                    f"# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total{{engine=\"0\"}} {self.server.queries}\n")
+            text = (
+                f'# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total{{engine="0"}} {self.server.hits}\n'
+                f'# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total{{engine="0"}} {self.server.queries}\n'
+            )
             self._send(200, text.encode(), "text/plain; version=0.0.4")
         else:
             self._send(404, b"{}")
@@ -121,8 +123,9 @@ def test_a_probe_that_never_hits_cannot_confirm(engine):
     assert got.requested is True and got.confirmed is None and "never hit" in got.evidence
 
 
-@pytest.mark.parametrize("engine, confirmed", [(("vllm-cpu", False), True), (("vllm-cpu", True), False)],
-                         indirect=["engine"])
+@pytest.mark.parametrize(
+    "engine, confirmed", [(("vllm-cpu", False), True), (("vllm-cpu", True), False)], indirect=["engine"]
+)
 def test_vllm_cpu_reports_its_own_verdict(engine, confirmed):
     from harness.backends.vllm_cpu import VllmCpuBackend
 
@@ -132,8 +135,9 @@ def test_vllm_cpu_reports_its_own_verdict(engine, confirmed):
     assert "the engine's verdict" in got.evidence
 
 
-@pytest.mark.parametrize("engine, confirmed", [(("sglang", False), True), (("sglang", True), False)],
-                         indirect=["engine"])
+@pytest.mark.parametrize(
+    "engine, confirmed", [(("sglang", False), True), (("sglang", True), False)], indirect=["engine"]
+)
 def test_sglang_status_is_its_verdict(engine, confirmed):
     got = get_backend("sglang").reset_prefix_cache(engine.url)
     assert (got.requested, got.confirmed) == (True, confirmed)

@@ -38,17 +38,22 @@ def workload_file(tokenizer_dir, tmp_path_factory) -> Path:
     return write_workload(tmp_path_factory.mktemp("wl") / "random.jsonl", w)
 
 
-def _run(server: FakeOpenAIServer, requests, path: Path, *, workers=1, concurrency=4, timeout_s=10.0, api="completions"):
+def _run(
+    server: FakeOpenAIServer, requests, path: Path, *, workers=1, concurrency=4, timeout_s=10.0, api="completions"
+):
     client = ClientConfig(endpoint=server.url, model="fake", api=api, timeout_s=timeout_s)
     path.write_bytes(b"")
-    return run_client(plan_shares(tuple(requests), client, str(path), workers=workers, closed_concurrency=concurrency,
-                                  max_concurrency=None))
+    return run_client(
+        plan_shares(
+            tuple(requests), client, str(path), workers=workers, closed_concurrency=concurrency, max_concurrency=None
+        )
+    )
 
 
 def test_sse_parser_handles_split_reads_comments_and_done():
     p = SSEParser()
     assert p.feed(b': keep-alive\n\ndata: {"a"') == []
-    assert p.feed(b': 1}\n\nda') == [{"a": 1}]
+    assert p.feed(b": 1}\n\nda") == [{"a": 1}]
     assert p.feed(b'ta: {"b": 2}\r\n\ndata: [DONE]\n\n') == [{"b": 2}, DONE]
 
 
@@ -146,8 +151,27 @@ def test_worker_processes_share_one_file(workload_file, tmp_path):
 
 def _start_cli_run(srv: FakeOpenAIServer, workload: Path, out: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", "--endpoint", srv.url, "--model", "fake", "--workload", str(workload),
-         "--out", str(out), "--max-concurrency", "2"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--endpoint",
+            srv.url,
+            "--model",
+            "fake",
+            "--workload",
+            str(workload),
+            "--out",
+            str(out),
+            "--max-concurrency",
+            "2",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for_records(path: Path, n: int, deadline_s: float = 30.0) -> None:

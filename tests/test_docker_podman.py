@@ -124,8 +124,12 @@ def _free_port() -> int:
 
 def test_server_lifecycle_through_the_runtime(inf_cpu, tmp_path: Path):
     port = _free_port()
-    spec = ServerSpec(argv=("python3", "-m", "http.server", str(port), "--bind", "0.0.0.0", "--directory", str(tmp_path)),
-                      port=port, role="inf-cpu", health_path="/")
+    spec = ServerSpec(
+        argv=("python3", "-m", "http.server", str(port), "--bind", "0.0.0.0", "--directory", str(tmp_path)),
+        port=port,
+        role="inf-cpu",
+        health_path="/",
+    )
     handle = get_runtime("docker").start(spec, tmp_path)
     try:
         handle.wait_healthy(60)
@@ -137,12 +141,13 @@ def test_server_lifecycle_through_the_runtime(inf_cpu, tmp_path: Path):
     finally:
         code = handle.stop(timeout_s=10)
     assert code == 0  # SIGINT: the server shut down cleanly
-    assert "GET / HTTP/1.1\" 200" in handle.log_path.read_text()
+    assert 'GET / HTTP/1.1" 200' in handle.log_path.read_text()
 
 
 def test_server_that_dies_fails_with_its_log(inf_cpu, tmp_path: Path):
-    spec = ServerSpec(argv=("python3", "-c", "import sys; print('bad flag --x'); sys.exit(3)"), port=_free_port(),
-                      role="inf-cpu")
+    spec = ServerSpec(
+        argv=("python3", "-c", "import sys; print('bad flag --x'); sys.exit(3)"), port=_free_port(), role="inf-cpu"
+    )
     handle = get_runtime("docker").start(spec, tmp_path)
     try:
         with pytest.raises(ServerStartError, match="bad flag --x"):

@@ -68,22 +68,42 @@ def test_a_draft_model_named_inside_a_json_argument_is_mounted_too(tmp_path: Pat
 
 
 def test_server_listens_inside_the_container_namespace():
-    assert container_argv(("vllm", "--host", "127.0.0.1", "--port", "8000")) == ["vllm", "--host", "0.0.0.0", "--port", "8000"]
+    assert container_argv(("vllm", "--host", "127.0.0.1", "--port", "8000")) == [
+        "vllm",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+    ]
     assert container_argv(("x", "--host=127.0.0.1")) == ["x", "--host=0.0.0.0"]
 
 
 def test_image_record_local_build_vs_locked_digest():
     lock = load_lock("inf-cpu")
-    local = FakeImage("sha256:" + "1" * 64, [lock.local_ref], {"io.infkit.base.substituted-for": lock.base_image},
-                      {"RepoDigests": [f"{lock.local_ref.split(':')[0]}@{DIGEST}"]})
-    assert image_record(lock, local) == {"role": "inf-cpu", "ref": lock.local_ref, "digest": local.id,
-                                         "base_substituted": lock.base_image, "source": "local build"}
+    local = FakeImage(
+        "sha256:" + "1" * 64,
+        [lock.local_ref],
+        {"io.infkit.base.substituted-for": lock.base_image},
+        {"RepoDigests": [f"{lock.local_ref.split(':')[0]}@{DIGEST}"]},
+    )
+    assert image_record(lock, local) == {
+        "role": "inf-cpu",
+        "ref": lock.local_ref,
+        "digest": local.id,
+        "base_substituted": lock.base_image,
+        "source": "local build",
+    }
     doc = json.loads(json.dumps(lock.doc))
     doc["image"]["digest"] = DIGEST
     pushed_lock = type(lock)(lock.role, lock.path, doc)
     pulled = FakeImage("sha256:" + "2" * 64, [], {}, {"RepoDigests": [f"{lock.registry_ref}@{DIGEST}"]})
-    assert image_record(pushed_lock, pulled) == {"role": "inf-cpu", "ref": lock.registry_ref, "digest": DIGEST,
-                                                 "base_substituted": None, "source": "registry"}
+    assert image_record(pushed_lock, pulled) == {
+        "role": "inf-cpu",
+        "ref": lock.registry_ref,
+        "digest": DIGEST,
+        "base_substituted": None,
+        "source": "registry",
+    }
 
 
 def test_cuda_role_needs_a_gpu_and_a_new_enough_driver():
@@ -94,8 +114,14 @@ def test_cuda_role_needs_a_gpu_and_a_new_enough_driver():
 
 
 def test_settings_from_env():
-    s = DockerSettings.from_env({"INFKIT_IMAGE": "localhost/x:1", "INFKIT_CUDA_FORWARD_COMPAT": "1",
-                                 "INFKIT_PULL_ONLY": "1", "INFKIT_LOCAL_BASE_IMAGE": "localhost/base:1"})
+    s = DockerSettings.from_env(
+        {
+            "INFKIT_IMAGE": "localhost/x:1",
+            "INFKIT_CUDA_FORWARD_COMPAT": "1",
+            "INFKIT_PULL_ONLY": "1",
+            "INFKIT_LOCAL_BASE_IMAGE": "localhost/base:1",
+        }
+    )
     assert s.image == "localhost/x:1" and s.forward_compat and s.pull_only and s.base_image == "localhost/base:1"
     assert DockerSettings.from_env({}) == DockerSettings()
     assert DockerSettings(user="54321:54322").uid_gid == (54321, 54322)
@@ -107,10 +133,17 @@ def test_inside_a_role_image_the_run_records_the_container_image(monkeypatch):
     monkeypatch.setenv(CONTAINER_IMAGE_ENV, json.dumps(image))
     entry = native_image("INF-CPU")  # the role keeps the experiment's spelling
     assert entry == {**image, "role": "INF-CPU"}
-    record = RunRecord(semantic_id="INF-ITERATION-BUDGET", run_id="r1", run_label="t", requested={}, effective={},
-                       evidence_level="single", decision="inconclusive", images=[entry])
+    record = RunRecord(
+        semantic_id="INF-ITERATION-BUDGET",
+        run_id="r1",
+        run_label="t",
+        requested={},
+        effective={},
+        evidence_level="single",
+        decision="inconclusive",
+        images=[entry],
+    )
     assert validate_document(record.to_dict()) == []
-
 
 
 def test_every_container_knows_its_user_home_and_caches(tmp_path: Path):
@@ -129,16 +162,19 @@ def test_every_container_knows_its_user_home_and_caches(tmp_path: Path):
         assert run_dir.stat().st_uid == 54321  # the container's uid can write its own folder
 
 
-@pytest.mark.parametrize("mem, expected", [
-    # cgroup v1: total_inactive_file (hierarchical) is the reclaimable cache; inactive_file is local only
-    ({"usage": 900, "stats": {"total_inactive_file": 300, "inactive_file": 100}}, 600),
-    # cgroup v2: inactive_file
-    ({"usage": 900, "stats": {"inactive_file": 250, "file": 400}}, 650),
-    # docker CLI: a cache figure not below usage is ignored
-    ({"usage": 100, "stats": {"total_inactive_file": 200}}, 100),
-    ({"usage": 512, "stats": {}}, 512),
-    ({}, None),
-])
+@pytest.mark.parametrize(
+    "mem, expected",
+    [
+        # cgroup v1: total_inactive_file (hierarchical) is the reclaimable cache; inactive_file is local only
+        ({"usage": 900, "stats": {"total_inactive_file": 300, "inactive_file": 100}}, 600),
+        # cgroup v2: inactive_file
+        ({"usage": 900, "stats": {"inactive_file": 250, "file": 400}}, 650),
+        # docker CLI: a cache figure not below usage is ignored
+        ({"usage": 100, "stats": {"total_inactive_file": 200}}, 100),
+        ({"usage": 512, "stats": {}}, 512),
+        ({}, None),
+    ],
+)
 def test_container_memory_as_the_docker_cli_computes_it(mem, expected):
     assert memory_in_use_bytes(mem) == expected
 
@@ -214,8 +250,9 @@ def test_missing_role_image_is_built_on_first_use_unless_pull_only(tmp_path: Pat
 
     monkeypatch.setattr("harness.images.build.build_image", fake_build)
     notices: list[str] = []
-    image = resolve_image(api, lock, pull_only=False, log_dir=tmp_path, base_image="localhost/base:1",
-                          notify=notices.append)
+    image = resolve_image(
+        api, lock, pull_only=False, log_dir=tmp_path, base_image="localhost/base:1", notify=notices.append
+    )
     assert image is built
     assert calls[0].base_image == "localhost/base:1"
     assert calls[0].log_path == tmp_path / docker_image.build_log_name("inf-vllm-cpu")

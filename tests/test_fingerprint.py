@@ -6,9 +6,9 @@ import json
 import types
 from collections import namedtuple
 
-from harness.rundir import fingerprint
 from harness.cli import main
 from harness.contract.schemas import validate_document
+from harness.rundir import fingerprint
 
 
 def fake_nvml(devices=1, fail_init=False, fail_serial=False):

@@ -102,7 +102,9 @@ def test_locks_state_unverified_digests_honestly():
     for role in ROLES:
         base = load_lock(role).doc["base"]
         if not base["digest_verified"]:
-            assert "not resolved against the registry" in base["digest_source"] or "PLACEHOLDER" in base["digest_source"]
+            assert (
+                "not resolved against the registry" in base["digest_source"] or "PLACEHOLDER" in base["digest_source"]
+            )
     assert load_lock("sglang").base_placeholder
 
 
@@ -144,7 +146,9 @@ def test_unknown_role_is_a_user_error():
 
 def test_build_argv_records_a_base_substitution():
     lock = load_lock("inf-cpu")
-    argv = build_argv(lock, BuildConfig("inf-cpu", base_image="localhost/base:1", ca_bundle=Path("/ca.pem")), "podman", DIGEST)
+    argv = build_argv(
+        lock, BuildConfig("inf-cpu", base_image="localhost/base:1", ca_bundle=Path("/ca.pem")), "podman", DIGEST
+    )
     assert argv[:2] == ["podman", "build"] and "--format" in argv
     assert "--secret" in argv and "id=cabundle,src=/ca.pem" in argv
     assert "BASE_IMAGE=localhost/base:1" in argv and f"BASE_DIGEST={DIGEST}" in argv
@@ -165,11 +169,19 @@ def test_dependency_locks_are_hash_locked():
 
 def test_dists_from_pip_report_excludes_base_packages():
     def item(name, version, digest):
-        return {"metadata": {"name": name, "version": version},
-                "download_info": {"url": f"https://x/{name}.whl", "archive_info": {"hashes": {"sha256": digest}}}}
+        return {
+            "metadata": {"name": name, "version": version},
+            "download_info": {"url": f"https://x/{name}.whl", "archive_info": {"hashes": {"sha256": digest}}},
+        }
 
-    report = {"install": [item("Torch", "2.8.0", "1" * 64), item("nvidia-nccl-cu12", "2.27", "2" * 64),
-                          item("nvidia-ml-py", "13.0", "3" * 64), item("Jinja2", "3.1", "4" * 64)]}
+    report = {
+        "install": [
+            item("Torch", "2.8.0", "1" * 64),
+            item("nvidia-nccl-cu12", "2.27", "2" * 64),
+            item("nvidia-ml-py", "13.0", "3" * 64),
+            item("Jinja2", "3.1", "4" * 64),
+        ]
+    }
     dists = deplock.dists_from_report(report, ("torch", "nvidia-*-cu12"))
     assert [(d.name, d.version) for d in dists] == [("jinja2", "3.1"), ("nvidia-ml-py", "13.0")]
     text = deplock.render_lock(dists, "requirements/x.in", deplock.LockTarget(exclude=("torch",)))
@@ -205,8 +217,10 @@ def test_refresh_and_base_resolution_keep_the_lock_valid(tmp_path: Path):
     from harness.images.locks import refreshed, with_base_digest, with_registry_ref, write_lock
 
     lock = load_lock("inf-cpu")
-    pushed = with_registry_ref(refreshed(lock, image_digest=DIGEST, built_utc="2026-01-01T00:00:00Z", revision="abc"),
-                               "ghcr.io/someone/inf-cpu")
+    pushed = with_registry_ref(
+        refreshed(lock, image_digest=DIGEST, built_utc="2026-01-01T00:00:00Z", revision="abc"),
+        "ghcr.io/someone/inf-cpu",
+    )
     assert pushed.pull_ref() == f"ghcr.io/someone/inf-cpu@{DIGEST}"
     assert lock.digest is None  # the original is untouched
     out = write_lock(type(pushed)(pushed.role, tmp_path / "inf-cpu.lock.json", pushed.doc))
@@ -223,13 +237,16 @@ def test_refresh_and_base_resolution_keep_the_lock_valid(tmp_path: Path):
     assert lock_problems(resolved, root) == []
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["images", "build", "inf-nope"], "unknown environment role 'inf-nope'"),
-    (["images", "pull", "inf-cpu"], "has no image digest yet"),
-    (["images", "build", "sglang"], "placeholder base digest"),
-    (["images", "lock", "inf-cpu", "--digest", "sha256:xyz"], "is not sha256:<64 hex>"),
-    (["images", "run", "--run-dir", "/tmp", "inf-cpu"], "no infkit arguments to run"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["images", "build", "inf-nope"], "unknown environment role 'inf-nope'"),
+        (["images", "pull", "inf-cpu"], "has no image digest yet"),
+        (["images", "build", "sglang"], "placeholder base digest"),
+        (["images", "lock", "inf-cpu", "--digest", "sha256:xyz"], "is not sha256:<64 hex>"),
+        (["images", "run", "--run-dir", "/tmp", "inf-cpu"], "no infkit arguments to run"),
+    ],
+)
 def test_cli_bad_input_is_one_line(argv, message, capsys):
     from harness.cli import main
 
@@ -294,7 +311,14 @@ def test_bundle_python_installs_only_locked_wheels(tmp_path: Path):
     digest = hashlib.sha256(good.read_bytes()).hexdigest()
     lock = tmp_path / "x.lock"
     lock.write_text(f"pkg==1.0 \\\n    --hash=sha256:{digest}\n")
-    tool = [sys.executable, str(REPO_ROOT / "benchmarks" / "bundle_python.py"), "install", str(lock), str(wheels), str(site)]
+    tool = [
+        sys.executable,
+        str(REPO_ROOT / "benchmarks" / "bundle_python.py"),
+        "install",
+        str(lock),
+        str(wheels),
+        str(site),
+    ]
     assert subprocess.run(tool, capture_output=True, text=True).returncode == 0
     assert (site / "pkg" / "__init__.py").is_file() and (site / "pkg_extra.py").is_file()
     assert not list(site.glob("*.data"))

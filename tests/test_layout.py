@@ -86,5 +86,7 @@ def test_modules_and_functions_stay_short(root):
 
 
 def test_the_layer_table_names_every_room():
-    rooms = {p.name.removesuffix(".py") for p in HARNESS.iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()}
+    rooms = {
+        p.name.removesuffix(".py") for p in HARNESS.iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()
+    }
     assert rooms <= set().union(*LAYERS), sorted(rooms - set().union(*LAYERS))

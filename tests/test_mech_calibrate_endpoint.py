@@ -15,9 +15,9 @@ from fake_openai_server import FakeConfig, FakeOpenAIServer
 from harness.cli import main
 from harness.contract import validate_file
 from harness.errors import InvalidInput
-from harness.mech.calibrate.live import make_workloads, plan_trace, record_live
 from harness.ids import sha256_file
 from harness.mech.calibrate.config import CalibrateConfig
+from harness.mech.calibrate.live import make_workloads, plan_trace, record_live
 from harness.mech.calibrate.plan import profiling_plan, read_measured
 from harness.workload import load_workload
 

@@ -150,15 +150,20 @@ def test_make_mech_budget_signs_an_audit_valid_run(tmp_path, repo_root) -> None:
     assert record["requested"]["batches"] == [1, 8] and record["requested"]["model"] == "SmolLM2-135M"
     (manifest,) = (tmp_path / "manifests/INF-ITERATION-BUDGET").glob("*.intoto.json")
     assert manifest.name == f"{run_dir.name}.intoto.json" and f"manifest: {manifest.relative_to(tmp_path)}" in run.stdout
-    audit = subprocess.run([str(venv / "bin/infkit"), "audit", str(manifest)], cwd=tmp_path, env=env,
-                           capture_output=True, text=True)
+    audit = subprocess.run(
+        [str(venv / "bin/infkit"), "audit", str(manifest)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     assert audit.returncode == 0 and "VALID" in audit.stdout and "INVALID" not in audit.stdout.split("\n")[0]
 
 
 def test_an_edited_workload_file_is_refused(tmp_path, capsys) -> None:
     path = tmp_path / "w.jsonl"
-    write_workload_file(path, [{"index": 0, "offset_s": 0.0, "input_tokens": 30, "output_tokens": 4}],
-                        kind="random", arrival={"process": "poisson", "rate_rps": 1.0})
+    write_workload_file(
+        path,
+        [{"index": 0, "offset_s": 0.0, "input_tokens": 30, "output_tokens": 4}],
+        kind="random",
+        arrival={"process": "poisson", "rate_rps": 1.0},
+    )
     path.write_text(path.read_text().replace('"input_tokens":30', '"input_tokens":31'))
     assert main(["mech", "batching", "--workload", str(path), "--out", str(tmp_path / "out"), "--no-sign"]) != 0
     assert "does not match its content" in capsys.readouterr().err

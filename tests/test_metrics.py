@@ -30,9 +30,19 @@ def test_ttft_e2e_tpot_itl():
     p = performance(RECORDS)
     assert p["percentile_method"] == "linear"
     assert (p["ttft_ms"]["n"], p["ttft_ms"]["mean"], p["ttft_ms"]["p99"]) == (2, 150.0, 199.0)
-    assert (p["e2e_ms"]["mean"], p["e2e_ms"]["p50"], p["e2e_ms"]["p90"], p["e2e_ms"]["p99"]) == (275.0, 275.0, 295.0, 299.5)
+    assert (p["e2e_ms"]["mean"], p["e2e_ms"]["p50"], p["e2e_ms"]["p90"], p["e2e_ms"]["p99"]) == (
+        275.0,
+        275.0,
+        295.0,
+        299.5,
+    )
     # TPOT: A (250-100)/(3-1) = 75, B (300-200)/(2-1) = 100
-    assert (p["tpot_ms"]["min"], p["tpot_ms"]["max"], p["tpot_ms"]["mean"], p["tpot_ms"]["p99"]) == (75.0, 100.0, 87.5, 99.75)
+    assert (p["tpot_ms"]["min"], p["tpot_ms"]["max"], p["tpot_ms"]["mean"], p["tpot_ms"]["p99"]) == (
+        75.0,
+        100.0,
+        87.5,
+        99.75,
+    )
     # ITL pooled: A 50, 100; B 100
     assert p["itl_ms"]["n"] == 3
     assert p["itl_ms"]["mean"] == pytest.approx(83.3333, abs=1e-4)
@@ -63,16 +73,32 @@ def test_throughput_and_goodput():
 
 
 def test_output_tokens_fall_back_to_chunks_without_usage():
-    no_usage = RequestRecord(index=0, status="stop", scheduled_s=0.0, sent_s=0.0, first_token_s=0.1, end_s=0.4,
-                             chunk_s=(0.1, 0.2, 0.3, 0.4), input_tokens=5)
+    no_usage = RequestRecord(
+        index=0,
+        status="stop",
+        scheduled_s=0.0,
+        sent_s=0.0,
+        first_token_s=0.1,
+        end_s=0.4,
+        chunk_s=(0.1, 0.2, 0.3, 0.4),
+        input_tokens=5,
+    )
     p = performance([no_usage])
     assert p["tpot_ms"]["mean"] == pytest.approx(100.0)  # (400 - 100) / (4 - 1)
     assert p["throughput"]["output_tokens_per_s"] == pytest.approx(4 / 0.4, abs=1e-4)
 
 
 def test_single_token_outputs_have_no_tpot_and_nothing_completed_has_reasons():
-    one = RequestRecord(index=0, status="length", scheduled_s=0.0, sent_s=0.0, first_token_s=0.1, end_s=0.1,
-                        chunk_s=(0.1,), completion_tokens=1)
+    one = RequestRecord(
+        index=0,
+        status="length",
+        scheduled_s=0.0,
+        sent_s=0.0,
+        first_token_s=0.1,
+        end_s=0.1,
+        chunk_s=(0.1,),
+        completion_tokens=1,
+    )
     p = performance([one])
     assert p["tpot_ms"] is None and "tpot_ms" in p["null_reasons"] and p["itl_ms"] is None
     empty = performance([C, D])

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from fake_openai_server import FakeConfig, FakeOpenAIServer
 
+from harness.bench.metrics import E2E_SCHEDULED_P50, TTFT_P50, priority_class
 from harness.client import ClientConfig, build_payload, plan_shares, read_records, run_client
 from harness.client.records import RequestRecord
 from harness.errors import InvalidInput
-from harness.bench.metrics import E2E_SCHEDULED_P50, TTFT_P50, priority_class
 from harness.serving.measure import GAUGES_FILE, MeasureConfig, measure
 from harness.telemetry import occupancy, occupancy_rows
 from harness.workload import (

@@ -86,7 +86,9 @@ def test_ray_layout_is_a_head_a_worker_and_a_driver_that_places_one_replica_per_
     head, worker, driver = group.members
     assert head.spec.argv[1:4] == ("start", "--head", "--block") and head.ready_port == 9101
     assert "--num-cpus" in head.spec.argv and head.spec.env[BIND] == "0"
-    assert worker.spec.argv[worker.spec.argv.index("--address") + 1] == "127.0.0.1:9101" and worker.spec.env[BIND] == "1"
+    assert (
+        worker.spec.argv[worker.spec.argv.index("--address") + 1] == "127.0.0.1:9101" and worker.spec.env[BIND] == "1"
+    )
     plan = json.loads(driver.spec.argv[driver.spec.argv.index("--plan") + 1])
     assert [p["url"] for p in plan] == list(driver.urls) == list(group.endpoints)
     assert all(BIND not in p["env"] for p in plan)  # the replica takes its node's cores, not its own
@@ -97,11 +99,14 @@ def test_ray_layout_is_a_head_a_worker_and_a_driver_that_places_one_replica_per_
     assert replicas_report(f"noise\n{line}\n") == {"nodes": ["a", "b"], "replicas": []}
 
 
-@pytest.mark.parametrize("layout, message", [
-    (dict(kind="mesh"), "unknown layout 'mesh'"),
-    (dict(kind="nodes", count=0), "at least one member"),
-    (dict(kind="replicas", count=2, env=({},)), "needs 2 environments"),
-])
+@pytest.mark.parametrize(
+    "layout, message",
+    [
+        (dict(kind="mesh"), "unknown layout 'mesh'"),
+        (dict(kind="nodes", count=0), "at least one member"),
+        (dict(kind="replicas", count=2, env=({},)), "needs 2 environments"),
+    ],
+)
 def test_a_bad_layout_is_one_line(layout, message):
     with pytest.raises(InvalidInput, match=message):
         Layout(**layout)
@@ -113,8 +118,13 @@ def fake(port: int, *extra: str) -> ServerSpec:
 
 def test_a_group_of_real_processes_is_healthy_measured_and_stopped_together(tmp_path):
     a, b = free_port(), free_port()
-    group = GroupSpec((GroupMember("replica0", fake(a), urls=(f"http://127.0.0.1:{a}",)),
-                       GroupMember("replica1", fake(b), urls=(f"http://127.0.0.1:{b}",))), "client")
+    group = GroupSpec(
+        (
+            GroupMember("replica0", fake(a), urls=(f"http://127.0.0.1:{a}",)),
+            GroupMember("replica1", fake(b), urls=(f"http://127.0.0.1:{b}",)),
+        ),
+        "client",
+    )
     handle = start_group(get_runtime("local"), group, tmp_path, "dp")
     try:
         handle.wait_healthy(60)
@@ -132,8 +142,12 @@ def test_a_group_of_real_processes_is_healthy_measured_and_stopped_together(tmp_
 def test_a_member_that_exits_before_health_names_itself_and_stops_the_others(tmp_path):
     a, b = free_port(), free_port()
     waits = ServerSpec(argv=(sys.executable, "-c", "import time; time.sleep(120)"), port=a)  # a head that waits
-    group = GroupSpec((GroupMember("node0", waits, urls=(f"http://127.0.0.1:{a}",)),
-                       GroupMember("node1", fake(b, "--refuse", "collective_rpc should not be called"))))
+    group = GroupSpec(
+        (
+            GroupMember("node0", waits, urls=(f"http://127.0.0.1:{a}",)),
+            GroupMember("node1", fake(b, "--refuse", "collective_rpc should not be called")),
+        )
+    )
     handle = start_group(get_runtime("local"), group, tmp_path, "nodes")
     try:
         with pytest.raises(ServerStartError, match="group member node1 exited") as err:
@@ -146,37 +160,66 @@ def test_a_member_that_exits_before_health_names_itself_and_stops_the_others(tmp
 
 def test_the_client_deals_request_i_to_endpoint_i_mod_e():
     reqs = tuple(Request(index=i, input_tokens=4, output_tokens=2, prompt="x") for i in range(7))
-    shares = plan_shares(reqs, ClientConfig(endpoint="http://a", model="m"), "r.jsonl", workers=3,
-                         closed_concurrency=4, max_concurrency=None, endpoints=("http://a", "http://b"))
+    shares = plan_shares(
+        reqs,
+        ClientConfig(endpoint="http://a", model="m"),
+        "r.jsonl",
+        workers=3,
+        closed_concurrency=4,
+        max_concurrency=None,
+        endpoints=("http://a", "http://b"),
+    )
     assert len(shares) == 2 and sum(s.closed_concurrency for s in shares) == 4
     sent = {r.index: s.client.endpoint for s in shares for r in s.requests}
     assert sent == {i: ("http://a", "http://b")[i % 2] for i in range(7)}
-    warm = plan_shares(reqs[:2], ClientConfig(endpoint="http://a", model="m"), "r.jsonl", workers=1,
-                       closed_concurrency=1, max_concurrency=None, endpoints=("http://a", "http://b"))
+    warm = plan_shares(
+        reqs[:2],
+        ClientConfig(endpoint="http://a", model="m"),
+        "r.jsonl",
+        workers=1,
+        closed_concurrency=1,
+        max_concurrency=None,
+        endpoints=("http://a", "http://b"),
+    )
     assert [(s.client.endpoint, s.closed_concurrency) for s in warm] == [("http://a", 1), ("http://b", 1)]
-    one = plan_shares(reqs[:1], ClientConfig(endpoint="http://a", model="m"), "r.jsonl", workers=4,
-                      closed_concurrency=1, max_concurrency=None, endpoints=("http://a", "http://b"))
+    one = plan_shares(
+        reqs[:1],
+        ClientConfig(endpoint="http://a", model="m"),
+        "r.jsonl",
+        workers=4,
+        closed_concurrency=1,
+        max_concurrency=None,
+        endpoints=("http://a", "http://b"),
+    )
     assert [(s.client.endpoint, len(s.requests)) for s in one] == [("http://a", 1)]
 
 
 def test_effective_settings_come_from_the_engine_log():
-    log = ("(Worker pid=1) INFO [parallel_state.py:1906] world_size=2 rank=1 local_rank=0 "
-           "distributed_init_method=tcp://127.0.0.1:29611 backend=gloo\n"
-           "(Worker pid=1) INFO rank 1 in world size 2 is assigned as DP rank 0, PP rank 1, PCP rank 0, TP rank 0, "
-           "ETP rank 0, EP rank N/A\n")
+    log = (
+        "(Worker pid=1) INFO [parallel_state.py:1906] world_size=2 rank=1 local_rank=0 "
+        "distributed_init_method=tcp://127.0.0.1:29611 backend=gloo\n"
+        "(Worker pid=1) INFO rank 1 in world size 2 is assigned as DP rank 0, PP rank 1, PCP rank 0, TP rank 0, "
+        "ETP rank 0, EP rank N/A\n"
+    )
     got = comm.effective(log)
     assert got["world_size"] == 2 and got["backends"] == ["gloo"]
     assert got["assignments"] == [{"rank": 1, "world_size": 2, "dp_rank": 0, "pp_rank": 1, "tp_rank": 0}]
     assert comm.comm_env({"NCCL_DEBUG": "WARN", "GLOO_SOCKET_IFNAME": "eth0", "HOME": "/root", BIND: "0|1"}) == {
-        "GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN", BIND: "0|1"}
-    req = comm.requested(["--data-parallel-size=2", "--tensor-parallel-size", "2", "--distributed-executor-backend",
-                          "ray"])
+        "GLOO_SOCKET_IFNAME": "eth0",
+        "NCCL_DEBUG": "WARN",
+        BIND: "0|1",
+    }
+    req = comm.requested(
+        ["--data-parallel-size=2", "--tensor-parallel-size", "2", "--distributed-executor-backend", "ray"]
+    )
     assert (req["world_size"], req["ranks_per_node"], req["distributed_executor_backend"]) == (4, 4, "ray")
 
 
 def test_world_size_is_read_at_the_default_log_level():
     """vLLM logs the world_size/backend line at DEBUG: at INFO only the rank assignments show."""
-    log = ("(Worker pid=1) INFO rank 0 in world size 2 is assigned as DP rank 0, PP rank 0, TP rank 0, EP rank 0\n"
-           "(Worker pid=2) INFO rank 1 in world size 2 is assigned as DP rank 0, PP rank 1, TP rank 0, EP rank 0\n")
+    log = (
+        "(Worker pid=1) INFO rank 0 in world size 2 is assigned as DP rank 0, PP rank 0, TP rank 0, EP rank 0\n"
+        "(Worker pid=2) INFO rank 1 in world size 2 is assigned as DP rank 0, PP rank 1, TP rank 0, EP rank 0\n"
+    )
     got = comm.effective(log)
     assert got["world_size"] == 2 and got["backends"] is None and "DEBUG" in got["source"]

@@ -39,8 +39,15 @@ def workloads(tokenizer_dir, tmp_path_factory) -> dict[str, Path]:
 
 
 def _cfg(srv: FakeOpenAIServer, workload: Path, out: Path, **kw) -> MeasureConfig:
-    return MeasureConfig(endpoint=srv.url, model="fake", workload_path=workload, out_dir=out, semantic_id="INF-PREFIX-CACHE",
-                         run_label="shared-prefix/test", **kw)
+    return MeasureConfig(
+        endpoint=srv.url,
+        model="fake",
+        workload_path=workload,
+        out_dir=out,
+        semantic_id="INF-PREFIX-CACHE",
+        run_label="shared-prefix/test",
+        **kw,
+    )
 
 
 def test_reproduces_injected_ttft_and_tpot(workloads, tmp_path):
@@ -59,7 +66,9 @@ def test_reproduces_injected_ttft_and_tpot(workloads, tmp_path):
     assert doc["identity"]["workload_id"] == json.loads(workloads["shared"].read_text().splitlines()[0])["workload_id"]
     assert doc["workload"]["concurrency"] == 4 and doc["workload"]["arrival"] == {"process": "closed"}
     assert doc["correctness"]["termination_counts"] == {"length": 16}
-    assert doc["correctness"]["output_tokens_reported"] == doc["correctness"]["output_tokens_requested"] == 16 * OUT_TOKENS
+    assert (
+        doc["correctness"]["output_tokens_reported"] == doc["correctness"]["output_tokens_requested"] == 16 * OUT_TOKENS
+    )
     assert doc["conclusion"]["valid"] is True and doc["conclusion"]["decision"] == "inconclusive"
     hit = doc["details"]["server_metrics"]["prefix_cache"]
     # 2 groups x 8 prompts with a 64-token prefix: the fake's 16-word blocks hit 64 of 72 words after each group's first
@@ -74,7 +83,10 @@ def test_timed_schedule_and_peak_memory(workloads, tmp_path):
     assert doc["workload"]["arrival"] == {"process": "poisson", "rate_rps": 40.0}
     assert doc["workload"]["concurrency"] is None and "concurrency" in doc["workload"]["null_reasons"]
     assert doc["details"]["client"]["rate_fraction"] >= 0.95
-    assert doc["performance"]["peak_memory_bytes"] >= 200 and doc["performance"]["peak_memory_source"] == "rss_process_tree"
+    assert (
+        doc["performance"]["peak_memory_bytes"] >= 200
+        and doc["performance"]["peak_memory_source"] == "rss_process_tree"
+    )
     recs = read_records(out.requests_path)
     offsets = [json.loads(line)["offset_s"] for line in workloads["poisson"].read_text().splitlines()[1:]]
     assert all(r.sent_s >= off - 0.002 for r, off in zip(recs, offsets, strict=False))  # nothing goes out early
@@ -105,7 +117,14 @@ def test_errors_without_crash_are_invalid_but_not_a_failure(workloads, tmp_path)
 
 def test_client_bottleneck_makes_the_run_invalid(workloads, tmp_path):
     with FakeOpenAIServer(FakeConfig(ttft_s=0.005, gap_s=0.001)) as srv:
-        doc = measure(_cfg(srv, workloads["shared"], tmp_path, validity=ValidityLimits(loop_lag_p99_ms=-1.0, lag_fraction=0.0, min_lag_samples=0))).result
+        doc = measure(
+            _cfg(
+                srv,
+                workloads["shared"],
+                tmp_path,
+                validity=ValidityLimits(loop_lag_p99_ms=-1.0, lag_fraction=0.0, min_lag_samples=0),
+            )
+        ).result
     assert doc["conclusion"]["valid"] is False
     assert any("event-loop lag" in r for r in doc["conclusion"]["invalid_reasons"])
 
@@ -133,24 +152,64 @@ def test_no_metrics_endpoint_is_absent_not_zero(workloads, tmp_path):
 
 def test_bad_config_is_invalid_input(workloads, tmp_path):
     with pytest.raises(InvalidInput, match="--api chat"):
-        measure(MeasureConfig(endpoint="http://127.0.0.1:9", model="m", workload_path=workloads["chat"], out_dir=tmp_path))
+        measure(
+            MeasureConfig(endpoint="http://127.0.0.1:9", model="m", workload_path=workloads["chat"], out_dir=tmp_path)
+        )
     with pytest.raises(InvalidInput, match="base URL"):
-        measure(MeasureConfig(endpoint="localhost:8000", model="m", workload_path=workloads["shared"], out_dir=tmp_path))
+        measure(
+            MeasureConfig(endpoint="localhost:8000", model="m", workload_path=workloads["shared"], out_dir=tmp_path)
+        )
     with pytest.raises(InvalidInput, match="unknown SLO"):
-        measure(MeasureConfig(endpoint="http://127.0.0.1:9", model="m", workload_path=workloads["shared"],
-                              out_dir=tmp_path, slo={"latency": 1}))
+        measure(
+            MeasureConfig(
+                endpoint="http://127.0.0.1:9",
+                model="m",
+                workload_path=workloads["shared"],
+                out_dir=tmp_path,
+                slo={"latency": 1},
+            )
+        )
 
 
 def test_cli_run(workloads, tmp_path, capsys):
     with FakeOpenAIServer(FakeConfig(ttft_s=0.01, gap_s=0.002)) as srv:
-        code = main(["run", "--endpoint", srv.url, "--model", "fake", "--workload", str(workloads["shared"]),
-                     "--out", str(tmp_path), "--slo", "ttft_ms=200"])
+        code = main(
+            [
+                "run",
+                "--endpoint",
+                srv.url,
+                "--model",
+                "fake",
+                "--workload",
+                str(workloads["shared"]),
+                "--out",
+                str(tmp_path),
+                "--slo",
+                "ttft_ms=200",
+            ]
+        )
     out = capsys.readouterr().out
     assert code == 0 and "VALID" in out and "ttft_ms" in out and "prefix-cache hit rate" in out
     assert (tmp_path / "summary.txt").read_text().splitlines()[-1] == "VALID"
     assert validate_file(tmp_path / "result.json") == []
-    assert main(["run", "--endpoint", "http://x", "--model", "m", "--workload", str(workloads["shared"]),
-                 "--out", str(tmp_path), "--slo", "oops"]) == 1
+    assert (
+        main(
+            [
+                "run",
+                "--endpoint",
+                "http://x",
+                "--model",
+                "m",
+                "--workload",
+                str(workloads["shared"]),
+                "--out",
+                str(tmp_path),
+                "--slo",
+                "oops",
+            ]
+        )
+        == 1
+    )
     assert "KEY=MS" in capsys.readouterr().err
 
 

@@ -36,16 +36,19 @@ vllm:request_queue_time_seconds_count{model_name="m"} 10
 vllm:kv_cache_usage_perc{model_name="m"} 0.1
 """
 
-VLLM_AFTER = VLLM_BEFORE.replace("} 1000", "} 1600").replace('engine="1",model_name="m"} 500', 'engine="1",model_name="m"} 900') \
-    .replace('hits_total{engine="0",model_name="m"} 100', 'hits_total{engine="0",model_name="m"} 400') \
-    .replace('hits_total{engine="1",model_name="m"} 0', 'hits_total{engine="1",model_name="m"} 200') \
-    .replace('num_preemptions_total{model_name="m"} 2', 'num_preemptions_total{model_name="m"} 5') \
-    .replace('le="0.01",model_name="m"} 10', 'le="0.01",model_name="m"} 12') \
-    .replace('le="0.1",model_name="m"} 10', 'le="0.1",model_name="m"} 16') \
-    .replace('le="1.0",model_name="m"} 10', 'le="1.0",model_name="m"} 20') \
-    .replace('le="+Inf",model_name="m"} 10', 'le="+Inf",model_name="m"} 20') \
-    .replace("_sum{model_name=\"m\"} 0.05", "_sum{model_name=\"m\"} 1.05") \
-    .replace("_count{model_name=\"m\"} 10", "_count{model_name=\"m\"} 20")
+VLLM_AFTER = (
+    VLLM_BEFORE.replace("} 1000", "} 1600")
+    .replace('engine="1",model_name="m"} 500', 'engine="1",model_name="m"} 900')
+    .replace('hits_total{engine="0",model_name="m"} 100', 'hits_total{engine="0",model_name="m"} 400')
+    .replace('hits_total{engine="1",model_name="m"} 0', 'hits_total{engine="1",model_name="m"} 200')
+    .replace('num_preemptions_total{model_name="m"} 2', 'num_preemptions_total{model_name="m"} 5')
+    .replace('le="0.01",model_name="m"} 10', 'le="0.01",model_name="m"} 12')
+    .replace('le="0.1",model_name="m"} 10', 'le="0.1",model_name="m"} 16')
+    .replace('le="1.0",model_name="m"} 10', 'le="1.0",model_name="m"} 20')
+    .replace('le="+Inf",model_name="m"} 10', 'le="+Inf",model_name="m"} 20')
+    .replace('_sum{model_name="m"} 0.05', '_sum{model_name="m"} 1.05')
+    .replace('_count{model_name="m"} 10', '_count{model_name="m"} 20')
+)
 
 
 def test_parse_sums_label_sets():
@@ -72,11 +75,14 @@ def test_deltas_across_the_run():
 
 def spec_text(drafts: int, drafted: int, accepted: int, per_pos: list[int]) -> str:
     lab = 'engine="0",model_name="m"'
-    lines = [f"# TYPE vllm:spec_decode_num_{name}_total counter\nvllm:spec_decode_num_{name}_total{{{lab}}} {value}"
-             for name, value in (("drafts", drafts), ("draft_tokens", drafted), ("accepted_tokens", accepted))]
+    lines = [
+        f"# TYPE vllm:spec_decode_num_{name}_total counter\nvllm:spec_decode_num_{name}_total{{{lab}}} {value}"
+        for name, value in (("drafts", drafts), ("draft_tokens", drafted), ("accepted_tokens", accepted))
+    ]
     lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter")
-    lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{k}"}} {v}'
-              for k, v in enumerate(per_pos)]
+    lines += [
+        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{k}"}} {v}' for k, v in enumerate(per_pos)
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -86,8 +92,9 @@ def test_spec_decode_deltas_with_acceptance_per_position():
     assert (spec["drafts"], spec["draft_tokens"], spec["accepted_tokens"]) == (20, 80, 30)
     assert spec["acceptance_rate"] == 0.375 and spec["mean_acceptance_length"] == 2.5
     assert spec["accepted_tokens_per_position"] == [18, 9, 3, 0]
-    assert parse(spec_text(1, 1, 1, [1, 0])).by_label("vllm:spec_decode_num_accepted_tokens_per_pos_total",
-                                                        "position") == {"0": 1.0, "1": 0.0}
+    assert parse(spec_text(1, 1, 1, [1, 0])).by_label(
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total", "position"
+    ) == {"0": 1.0, "1": 0.0}
     older = summarize(parse(spec_text(1, 4, 2, [])), parse(spec_text(2, 8, 3, [])))
     assert older["spec_decode"]["accepted_tokens_per_position"] is None
     assert "spec_decode.accepted_tokens_per_position" in older["absent"]
@@ -142,8 +149,10 @@ def test_peak_sampler_keeps_the_peak_and_counts_failures():
 
 def test_histogram_below_its_first_bucket_is_unresolved_not_interpolated():
     def snap(count: int, total_s: float):
-        return parse(f'h_bucket{{le="0.3"}} {count}\nh_bucket{{le="1.0"}} {count}\nh_bucket{{le="+Inf"}} {count}\n'
-                     f"h_sum {total_s}\nh_count {count}\n")
+        return parse(
+            f'h_bucket{{le="0.3"}} {count}\nh_bucket{{le="1.0"}} {count}\nh_bucket{{le="+Inf"}} {count}\n'
+            f"h_sum {total_s}\nh_count {count}\n"
+        )
 
     from harness.telemetry.server_metrics import histogram_delta_ms
 
@@ -158,8 +167,12 @@ def test_sglang_cached_tokens_absent_until_the_first_hit_counts_as_zero():
     before = parse(BEFORE)
     assert before.total("sglang:cached_tokens_total") is None  # lazily created: no hit yet
     hits = summarize(before, parse(AFTER_HITS))
-    assert hits["prefix_cache"] == {"hits": 4096, "queries": 6336, "hit_rate": round(4096 / 6336, 6),
-                                    "series": ["sglang:cached_tokens_total", "sglang:prompt_tokens_total"]}
+    assert hits["prefix_cache"] == {
+        "hits": 4096,
+        "queries": 6336,
+        "hit_rate": round(4096 / 6336, 6),
+        "series": ["sglang:cached_tokens_total", "sglang:prompt_tokens_total"],
+    }
     none = summarize(before, parse(AFTER_NO_HITS))
     assert none["prefix_cache"]["hits"] == 0 and none["prefix_cache"]["hit_rate"] == 0
     assert "prefix_cache" not in none["absent"]
@@ -173,8 +186,11 @@ def test_sglang_gauge_peaks_leave_out_the_before_run_value():
 
     before, after = parse(BEFORE), parse(AFTER_HITS)
     # the scheduler logs late: the first polls still show the warm-up's values (running 1, usage 0.02)
-    polled = {"sglang:num_running_reqs": [1, 1, 3, 2, 1], "sglang:token_usage": [0.02, 0.02, 0.04, 0.05],
-              "sglang:num_queue_reqs": [0, 0, 0]}
+    polled = {
+        "sglang:num_running_reqs": [1, 1, 3, 2, 1],
+        "sglang:token_usage": [0.02, 0.02, 0.04, 0.05],
+        "sglang:num_queue_reqs": [0, 0, 0],
+    }
     s = summarize(before, after, polled)
     assert s["running_peak"] == 3 and s["kv_cache_usage_peak"] == 0.05
     # a stale value above everything the run did is not its peak
@@ -196,14 +212,17 @@ def test_sglang_retractions_are_its_preemptions():
     assert s["preemptions"] == 2 and s["preemptions_series"].startswith("sglang:num_retracted_reqs")
     assert "preemptions" not in s["absent"]
     # no retraction, and the scheduler did log (its running gauge moved): a real 0
-    quiet = summarize(parse(BEFORE), parse(AFTER_NO_HITS), {"sglang:num_retracted_reqs": [0, 0],
-                                                            "sglang:num_running_reqs": [1, 2, 1]})
+    quiet = summarize(
+        parse(BEFORE), parse(AFTER_NO_HITS), {"sglang:num_retracted_reqs": [0, 0], "sglang:num_running_reqs": [1, 2, 1]}
+    )
     assert quiet["preemptions"] == 0 and quiet["waiting_peak"] == 0
     # nothing the scheduler sets moved: it did not log during the run, so nothing is known
     silent = summarize(parse(BEFORE), parse(BEFORE), {"sglang:num_retracted_reqs": [0, 0]})
     assert silent["preemptions"] is None and "not refreshed" in silent["absent"]["preemptions"]
     # a retraction counter, where the engine has one, is a plain delta
-    counted = summarize(parse("sglang:num_retracted_requests_total 3\n"), parse("sglang:num_retracted_requests_total 7\n"))
+    counted = summarize(
+        parse("sglang:num_retracted_requests_total 3\n"), parse("sglang:num_retracted_requests_total 7\n")
+    )
     assert counted["preemptions"] == 4
 
 

@@ -45,7 +45,10 @@ def test_random_lengths_exact_and_within_range(tokenizer_dir):
     assert all(25 <= r.input_tokens <= 75 and 10 <= r.output_tokens <= 30 for r in w.requests)
     assert len({r.input_tokens for r in w.requests}) > 5  # the range is used, not collapsed
     assert w.header["token_counts"]["input"]["total"] == sum(r.input_tokens for r in w.requests)
-    assert w.header["tokenizer"]["sha256"] == "sha256:" + hashlib.sha256((tokenizer_dir / "tokenizer.json").read_bytes()).hexdigest()
+    assert (
+        w.header["tokenizer"]["sha256"]
+        == "sha256:" + hashlib.sha256((tokenizer_dir / "tokenizer.json").read_bytes()).hexdigest()
+    )
 
 
 def test_shared_and_unique_prefix_twins_have_identical_lengths(tokenizer_dir):
@@ -54,8 +57,9 @@ def test_shared_and_unique_prefix_twins_have_identical_lengths(tokenizer_dir):
     unique = make_workload("unique-prefix", _closed(seed=5, output_tokens=8), opts, tokenizer_dir)
     tok = ExactTokenizer(tokenizer_dir)
     assert len(shared.requests) == len(unique.requests) == 12
-    assert [(r.input_tokens, r.output_tokens, r.group) for r in shared.requests] == \
-        [(r.input_tokens, r.output_tokens, r.group) for r in unique.requests]
+    assert [(r.input_tokens, r.output_tokens, r.group) for r in shared.requests] == [
+        (r.input_tokens, r.output_tokens, r.group) for r in unique.requests
+    ]
     assert all(r.input_tokens == 49 and tok.count(r.prompt) == 49 for r in shared.requests + unique.requests)
     assert {r.prefix_tokens for r in shared.requests} == {40} and {r.prefix_tokens for r in unique.requests} == {0}
     # Shared: every member of a group starts with the group's 40 prefix tokens; unique: no two share them.
@@ -72,8 +76,9 @@ def test_copy_prompts_are_exact_restate_their_passage_and_twin_random_lengths(to
     tok = ExactTokenizer(tokenizer_dir)
     assert [tok.count(r.prompt) for r in copy.requests] == [r.input_tokens for r in copy.requests]
     twin = make_workload("random", common, {}, tokenizer_dir)
-    assert [(r.input_tokens, r.output_tokens) for r in copy.requests] == \
-        [(r.input_tokens, r.output_tokens) for r in twin.requests]
+    assert [(r.input_tokens, r.output_tokens) for r in copy.requests] == [
+        (r.input_tokens, r.output_tokens) for r in twin.requests
+    ]
     assert copy.header["paired_with"] == "random" and copy.header["generator"]["primer_words"] == 3
     for r in copy.requests:
         body, _, tail = r.prompt.partition("\n\nText:")[2].partition("\n\nRepeated text:")
@@ -90,7 +95,9 @@ def test_copy_prompt_too_short_is_an_input_error(tokenizer_dir):
 
 
 def test_multi_turn_resends_history(tokenizer_dir):
-    w = make_workload("multi-turn", _closed(input_tokens=10, output_tokens=5), {"conversations": 2, "turns": 3}, tokenizer_dir)
+    w = make_workload(
+        "multi-turn", _closed(input_tokens=10, output_tokens=5), {"conversations": 2, "turns": 3}, tokenizer_dir
+    )
     tok = ExactTokenizer(tokenizer_dir)
     assert len(w.requests) == 6
     for r in w.requests:
@@ -103,31 +110,49 @@ def test_multi_turn_resends_history(tokenizer_dir):
 
 def test_trace_replays_timestamps_and_lengths(tokenizer_dir, tmp_path):
     trace = tmp_path / "trace.jsonl"
-    trace.write_text("\n".join(json.dumps(r) for r in [
-        {"timestamp": 1500, "input_length": 12, "output_length": 3},
-        {"timestamp": 1000, "input_length": 20, "output_length": 4},
-        {"timestamp": 4000, "input_length": 7, "output_length": 5}]) + "\n")
+    trace.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"timestamp": 1500, "input_length": 12, "output_length": 3},
+                {"timestamp": 1000, "input_length": 20, "output_length": 4},
+                {"timestamp": 4000, "input_length": 7, "output_length": 5},
+            ]
+        )
+        + "\n"
+    )
     w = make_workload("trace", Common(arrival=Arrival("trace")), {"trace": str(trace)}, tokenizer_dir)
-    assert [(r.offset_s, r.input_tokens, r.output_tokens) for r in w.requests] == [(0.0, 20, 4), (0.5, 12, 3), (3.0, 7, 5)]
+    assert [(r.offset_s, r.input_tokens, r.output_tokens) for r in w.requests] == [
+        (0.0, 20, 4),
+        (0.5, 12, 3),
+        (3.0, 7, 5),
+    ]
 
 
 def test_same_parameters_give_byte_identical_files(tokenizer_dir, tmp_path):
     args = ("random", Common(arrival=Arrival("poisson", rate_rps=3.0), requests=12, seed=11), {}, tokenizer_dir)
-    a, b = write_workload(tmp_path / "a.jsonl", make_workload(*args)), write_workload(tmp_path / "b.jsonl", make_workload(*args))
+    a, b = (
+        write_workload(tmp_path / "a.jsonl", make_workload(*args)),
+        write_workload(tmp_path / "b.jsonl", make_workload(*args)),
+    )
     assert a.read_bytes() == b.read_bytes()
-    other = make_workload("random", Common(arrival=Arrival("poisson", rate_rps=3.0), requests=12, seed=12), {}, tokenizer_dir)
+    other = make_workload(
+        "random", Common(arrival=Arrival("poisson", rate_rps=3.0), requests=12, seed=12), {}, tokenizer_dir
+    )
     assert other.workload_id != load_workload(a).workload_id
 
 
 @pytest.mark.parametrize("arrival", [Arrival("poisson", rate_rps=3.0), Arrival("gamma", rate_rps=3.0, burstiness=0.5)])
 def test_a_longer_list_starts_with_the_same_requests(tokenizer_dir, arrival):
     """Capacity probes lengthen the list at faster rates (bench-72 --probe-seconds) and rely on this."""
-    common = Common(arrival=arrival, requests=8, seed=5, input_tokens=40, output_tokens=10, input_range=0.5,
-                    output_range=0.5)
+    common = Common(
+        arrival=arrival, requests=8, seed=5, input_tokens=40, output_tokens=10, input_range=0.5, output_range=0.5
+    )
     short = make_workload("random", common, {}, tokenizer_dir).requests
     long = make_workload("random", replace(common, requests=30), {}, tokenizer_dir).requests
-    assert [(r.prompt, r.input_tokens, r.output_tokens, r.offset_s) for r in short] == \
-        [(r.prompt, r.input_tokens, r.output_tokens, r.offset_s) for r in long[:8]]
+    assert [(r.prompt, r.input_tokens, r.output_tokens, r.offset_s) for r in short] == [
+        (r.prompt, r.input_tokens, r.output_tokens, r.offset_s) for r in long[:8]
+    ]
 
 
 def test_workload_id_is_sha256_of_canonical_bytes_with_id_blanked(tokenizer_dir, tmp_path):
@@ -136,7 +161,11 @@ def test_workload_id_is_sha256_of_canonical_bytes_with_id_blanked(tokenizer_dir,
     lines = path.read_bytes().split(b"\n")
     header = json.loads(lines[0])
     header["workload_id"] = ""
-    blank = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() + b"\n" + b"\n".join(lines[1:])
+    blank = (
+        json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        + b"\n"
+        + b"\n".join(lines[1:])
+    )
     assert w.workload_id == "sha256:" + hashlib.sha256(blank).hexdigest()
 
 
@@ -164,16 +193,34 @@ def test_arrival_offsets():
     assert offsets(Arrival("poisson", rate_rps=10.0), 5, seed=1) == poisson[:5]
 
 
-@pytest.mark.parametrize("arrival", [dict(process="poisson"), dict(process="gamma", rate_rps=1.0), dict(process="closed"),
-                                     dict(process="sometimes")])
+@pytest.mark.parametrize(
+    "arrival",
+    [dict(process="poisson"), dict(process="gamma", rate_rps=1.0), dict(process="closed"), dict(process="sometimes")],
+)
 def test_arrival_rejects_missing_parameters(arrival):
     with pytest.raises(InvalidInput):
         Arrival(**arrival)
 
 
 def test_cli_make_twins_and_show(tokenizer_dir, tmp_path, capsys):
-    common = ["--tokenizer", str(tokenizer_dir), "--arrival", "poisson", "--rate", "5", "--seed", "2",
-              "--groups", "2", "--prompts-per-group", "3", "--prefix-tokens", "30", "--suffix-tokens", "5"]
+    common = [
+        "--tokenizer",
+        str(tokenizer_dir),
+        "--arrival",
+        "poisson",
+        "--rate",
+        "5",
+        "--seed",
+        "2",
+        "--groups",
+        "2",
+        "--prompts-per-group",
+        "3",
+        "--prefix-tokens",
+        "30",
+        "--suffix-tokens",
+        "5",
+    ]
     for kind in ("shared-prefix", "unique-prefix"):
         assert main(["workload", "make", kind, *common, "-o", str(tmp_path / f"{kind}.jsonl")]) == 0
     assert main(["workload", "make", "shared-prefix", *common, "-o", str(tmp_path / "again.jsonl")]) == 0
@@ -186,12 +233,15 @@ def test_cli_make_twins_and_show(tokenizer_dir, tmp_path, capsys):
     assert shared.workload_id in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["random", "--requests", "2", "--arrival", "poisson"], "needs --rate"),
-    (["random", "--arrival", "closed", "--concurrency", "1"], "--requests must be >= 1"),
-    (["trace", "--arrival", "trace"], "needs --trace FILE"),
-    (["random", "--requests", "2", "--concurrency", "1", "--input-range", "1.5"], "must be in [0, 1)"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["random", "--requests", "2", "--arrival", "poisson"], "needs --rate"),
+        (["random", "--arrival", "closed", "--concurrency", "1"], "--requests must be >= 1"),
+        (["trace", "--arrival", "trace"], "needs --trace FILE"),
+        (["random", "--requests", "2", "--concurrency", "1", "--input-range", "1.5"], "must be in [0, 1)"),
+    ],
+)
 def test_cli_bad_input_is_one_line(tokenizer_dir, tmp_path, capsys, argv, message):
     code = main(["workload", "make", *argv, "--tokenizer", str(tokenizer_dir), "-o", str(tmp_path / "w.jsonl")])
     err = capsys.readouterr().err

@@ -31,5 +31,8 @@ def train_tokenizer(directory: Path, vocab_size: int = 1000, seed: int = 7) -> P
 
 def session_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Train once per session into a temporary folder (call from a session-scoped fixture)."""
-    return train_tokenizer(tmp_path_factory.getbasetemp() / "tiny-bpe") if not (
-        tmp_path_factory.getbasetemp() / "tiny-bpe" / "tokenizer.json").exists() else tmp_path_factory.getbasetemp() / "tiny-bpe"
+    return (
+        train_tokenizer(tmp_path_factory.getbasetemp() / "tiny-bpe")
+        if not (tmp_path_factory.getbasetemp() / "tiny-bpe" / "tokenizer.json").exists()
+        else tmp_path_factory.getbasetemp() / "tiny-bpe"
+    )

@@ -21,7 +21,11 @@ class VllmBackend(Backend):
     hit_counter = "vllm:prefix_cache_hits_total"
     query_counter = "vllm:prefix_cache_queries_total"
     reset_path = "/reset_prefix_cache"
-    effective_path, effective_root, effective_keys = "/server_info?config_format=json", "vllm_config", VLLM_EFFECTIVE_KEYS
+    effective_path, effective_root, effective_keys = (
+        "/server_info?config_format=json",
+        "vllm_config",
+        VLLM_EFFECTIVE_KEYS,
+    )
 
     def server_spec(self, cfg: BackendConfig) -> ServerSpec:
         # The docker runtime rewrites --host so the server listens inside the container and
@@ -29,8 +33,15 @@ class VllmBackend(Backend):
         args = [*vllm_server_args(cfg), "--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
         argv = ("python3", "-m", "vllm.entrypoints.openai.api_server", *args)
         env = {"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", **cfg.extra_env}
-        return ServerSpec(argv=argv, port=cfg.port, env=env, role=self.role, gpus=gpu_devices(self.name, cfg),
-                          shm_bytes=8 << 30, host=cfg.host)
+        return ServerSpec(
+            argv=argv,
+            port=cfg.port,
+            env=env,
+            role=self.role,
+            gpus=gpu_devices(self.name, cfg),
+            shm_bytes=8 << 30,
+            host=cfg.host,
+        )
 
     def version(self) -> str:
         return VLLM_GPU_VERSION

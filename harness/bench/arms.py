@@ -52,33 +52,65 @@ def crash_failure(srv: ServerSession, label: str, failure: Failure) -> Failure:
 
 def measure_config(ctx: ArmContext, srv: ServerSession, workload: Workload, out_dir: Path, label: str,
                    client: Mapping[str, Any]) -> MeasureConfig:
-    token_budget = {"max_num_batched_tokens": srv.config.max_num_batched_tokens, "max_num_seqs": srv.config.max_num_seqs}
+    token_budget = {
+        "max_num_batched_tokens": srv.config.max_num_batched_tokens,
+        "max_num_seqs": srv.config.max_num_seqs,
+    }
     settings = {**ctx.client, **client}
     model = srv.model or ctx.model
-    details = {"server": srv.name, "server_settings": srv.settings, "server_effective": srv.effective,
-               "prefix_caching": srv.config.prefix_caching}
+    details = {
+        "server": srv.name,
+        "server_settings": srv.settings,
+        "server_effective": srv.effective,
+        "prefix_caching": srv.config.prefix_caching,
+    }
     if srv.group is not None:
-        details["server_group"] = {"description": srv.group.description, "settings": srv.group.settings,
-                                   "endpoints": list(srv.endpoints)}
+        details["server_group"] = {
+            "description": srv.group.description,
+            "settings": srv.group.settings,
+            "endpoints": list(srv.endpoints),
+        }
     if srv.model is not None:
         details["model"] = srv.model.run_entry()
     return MeasureConfig(
-        endpoint=srv.base_url, endpoints=srv.endpoints if len(srv.endpoints) > 1 else (),
-        model=srv.config.served_model_name, workload_path=workload.path, out_dir=out_dir,
-        api=settings.pop("api", "completions"), timeout_s=ctx.request_timeout_s, semantic_id=ctx.semantic_id,
-        run_label=label, run_id=ctx.run_id, profile_id=PROFILE_ID.get(srv.backend.name, "INF-VLLM-CPU"),
-        backend_name=srv.backend.name, backend_version=srv.backend.version(), backend_command=tuple(srv.command),
-        runtime=ctx.runtime, image=srv.handle.image, model_ref=model.model_ref,
-        tokenizer_ref=model.tokenizer_ref, metrics_url=srv.metrics_url, memory_probe=srv.handle.memory_bytes,
-        ignore_eos=ctx.ignore_eos, token_budget=token_budget, server_alive=srv.handle.alive,
+        endpoint=srv.base_url,
+        endpoints=srv.endpoints if len(srv.endpoints) > 1 else (),
+        model=srv.config.served_model_name,
+        workload_path=workload.path,
+        out_dir=out_dir,
+        api=settings.pop("api", "completions"),
+        timeout_s=ctx.request_timeout_s,
+        semantic_id=ctx.semantic_id,
+        run_label=label,
+        run_id=ctx.run_id,
+        profile_id=PROFILE_ID.get(srv.backend.name, "INF-VLLM-CPU"),
+        backend_name=srv.backend.name,
+        backend_version=srv.backend.version(),
+        backend_command=tuple(srv.command),
+        runtime=ctx.runtime,
+        image=srv.handle.image,
+        model_ref=model.model_ref,
+        tokenizer_ref=model.tokenizer_ref,
+        metrics_url=srv.metrics_url,
+        memory_probe=srv.handle.memory_bytes,
+        ignore_eos=ctx.ignore_eos,
+        token_budget=token_budget,
+        server_alive=srv.handle.alive,
         failure_refiner=lambda failure: crash_failure(srv, label, failure),
         extra_details=details,
         **settings,
     )
 
 
-def measure_arm(ctx: ArmContext, srv: ServerSession, workload: Workload, out_dir: Path, label: str,
-                client: Mapping[str, Any] | None = None, reporter: Reporter | None = None) -> MeasureOutcome:
+def measure_arm(
+    ctx: ArmContext,
+    srv: ServerSession,
+    workload: Workload,
+    out_dir: Path,
+    label: str,
+    client: Mapping[str, Any] | None = None,
+    reporter: Reporter | None = None,
+) -> MeasureOutcome:
     out_dir.mkdir(parents=True, exist_ok=True)
     return measure(replace(measure_config(ctx, srv, workload, out_dir, label, client or {}), reporter=reporter))
 

@@ -146,8 +146,12 @@ def where(metric: Metric, suffix: str, keep: Callable[[RequestRecord], bool]) ->
     if metric.samples is None:
         raise ValueError(f"{metric.name} is a per-run metric: it has no requests to select")
     inner = metric.samples
-    return dataclasses.replace(metric, name=f"{metric.name}[{suffix}]", title=f"{metric.title} {suffix}",
-                               samples=lambda records: inner([r for r in records if keep(r)]))
+    return dataclasses.replace(
+        metric,
+        name=f"{metric.name}[{suffix}]",
+        title=f"{metric.title} {suffix}",
+        samples=lambda records: inner([r for r in records if keep(r)]),
+    )
 
 
 def priority_class(metric: Metric, name: str, priority: int) -> Metric:
@@ -157,8 +161,11 @@ def priority_class(metric: Metric, name: str, priority: int) -> Metric:
 
 def _ttft_from_scheduled(records: Sequence[RequestRecord]) -> list[float]:
     """First token − scheduled send (MLPerf LoadGen's latency): the client's own lateness counts against it."""
-    return [(r.first_token_s - r.scheduled_s) * 1e3 for r in records
-            if r.completed and r.first_token_s is not None and r.scheduled_s is not None]
+    return [
+        (r.first_token_s - r.scheduled_s) * 1e3
+        for r in records
+        if r.completed and r.first_token_s is not None and r.scheduled_s is not None
+    ]
 
 
 TTFT, TPOT, E2E = _per_request("ttft_ms"), _per_request("tpot_ms"), _per_request("e2e_ms")
@@ -177,38 +184,100 @@ TTFT_SCHEDULED_P50 = _latency("ttft_from_scheduled_ms", "TTFT+wait", 50, _ttft_f
 TTFT_SCHEDULED_P99 = _latency("ttft_from_scheduled_ms", "TTFT+wait", 99, _ttft_from_scheduled)
 E2E_SCHEDULED_P50 = _latency("e2e_from_scheduled_ms", "E2E+wait", 50, _e2e_from_scheduled)
 E2E_SCHEDULED_P99 = _latency("e2e_from_scheduled_ms", "E2E+wait", 99, _e2e_from_scheduled)
-OUTPUT_TOKENS_PER_S = Metric("output_tokens_per_s", "out tok/s", "higher", ".1f",
-                             of_run=_perf("throughput", "output_tokens_per_s"), unit="tok/s")
-REQUEST_RATE = Metric("request_rate_rps", "req/s", "higher", ".2f", of_run=_perf("throughput", "request_rate_rps"),
-                      unit="req/s")
-GOODPUT = Metric("goodput_rps", "goodput req/s", "higher", ".2f", of_run=_perf("throughput", "goodput_rps"),
-                 unit="req/s")
-PEAK_MEMORY_GIB = Metric("peak_memory_gib", "peak mem GiB", "lower", ".2f",
-                         of_run=lambda run: (lambda b: b / 2**30 if b is not None else None)(
-                             _perf("peak_memory_bytes")(run)), unit="GiB")
-PREFIX_HIT_RATE = Metric("prefix_cache_hit_rate", "prefix hit rate", "higher", ".0%",
-                         of_run=server_metric("prefix_cache", "hit_rate"), unit="fraction")
+OUTPUT_TOKENS_PER_S = Metric(
+    "output_tokens_per_s", "out tok/s", "higher", ".1f", of_run=_perf("throughput", "output_tokens_per_s"), unit="tok/s"
+)
+REQUEST_RATE = Metric(
+    "request_rate_rps", "req/s", "higher", ".2f", of_run=_perf("throughput", "request_rate_rps"), unit="req/s"
+)
+GOODPUT = Metric(
+    "goodput_rps", "goodput req/s", "higher", ".2f", of_run=_perf("throughput", "goodput_rps"), unit="req/s"
+)
+PEAK_MEMORY_GIB = Metric(
+    "peak_memory_gib",
+    "peak mem GiB",
+    "lower",
+    ".2f",
+    of_run=lambda run: (lambda b: b / 2**30 if b is not None else None)(_perf("peak_memory_bytes")(run)),
+    unit="GiB",
+)
+PREFIX_HIT_RATE = Metric(
+    "prefix_cache_hit_rate",
+    "prefix hit rate",
+    "higher",
+    ".0%",
+    of_run=server_metric("prefix_cache", "hit_rate"),
+    unit="fraction",
+)
 # Speculative decoding, from the run's vllm:spec_decode_* counter deltas (absent when speculation is off).
-ACCEPTANCE_RATE = Metric("spec_decode_acceptance_rate", "acceptance", "higher", ".0%",
-                         of_run=server_metric("spec_decode", "acceptance_rate"), unit="fraction")
-MEAN_ACCEPTANCE_LENGTH = Metric("spec_decode_mean_acceptance_length", "mean accept len", "higher", ".2f",
-                                of_run=server_metric("spec_decode", "mean_acceptance_length"), unit="tokens")
+ACCEPTANCE_RATE = Metric(
+    "spec_decode_acceptance_rate",
+    "acceptance",
+    "higher",
+    ".0%",
+    of_run=server_metric("spec_decode", "acceptance_rate"),
+    unit="fraction",
+)
+MEAN_ACCEPTANCE_LENGTH = Metric(
+    "spec_decode_mean_acceptance_length",
+    "mean accept len",
+    "higher",
+    ".2f",
+    of_run=server_metric("spec_decode", "mean_acceptance_length"),
+    unit="tokens",
+)
 
-SERVER_QUEUE_MEAN = Metric("queue_wait_server_ms.mean", "server queue mean ms", "lower", ".1f",
-                           of_run=server_metric("queue_time_ms", "mean_ms"))
+SERVER_QUEUE_MEAN = Metric(
+    "queue_wait_server_ms.mean",
+    "server queue mean ms",
+    "lower",
+    ".1f",
+    of_run=server_metric("queue_time_ms", "mean_ms"),
+)
 PREEMPTIONS = Metric("preemptions", "preempt", "lower", ".0f", of_run=server_metric("preemptions"), unit="count")
-RUNNING_MEAN = Metric("running.mean", "running mean", "higher", ".2f", of_run=server_metric("occupancy", "running_mean"),
-                      unit="requests")
-WAITING_MEAN = Metric("waiting.mean", "waiting mean", "lower", ".2f", of_run=server_metric("occupancy", "waiting_mean"),
-                      unit="requests")
-RUNNING_PEAK = Metric("running.peak", "running peak", "higher", ".0f", of_run=server_metric("running_peak"),
-                      unit="requests")
-WAITING_PEAK = Metric("waiting.peak", "waiting peak", "lower", ".0f", of_run=server_metric("waiting_peak"),
-                      unit="requests")
+RUNNING_MEAN = Metric(
+    "running.mean", "running mean", "higher", ".2f", of_run=server_metric("occupancy", "running_mean"), unit="requests"
+)
+WAITING_MEAN = Metric(
+    "waiting.mean", "waiting mean", "lower", ".2f", of_run=server_metric("occupancy", "waiting_mean"), unit="requests"
+)
+RUNNING_PEAK = Metric(
+    "running.peak", "running peak", "higher", ".0f", of_run=server_metric("running_peak"), unit="requests"
+)
+WAITING_PEAK = Metric(
+    "waiting.peak", "waiting peak", "lower", ".0f", of_run=server_metric("waiting_peak"), unit="requests"
+)
 
-METRICS = {m.name: m for m in (TTFT_P50, TTFT_P95, TTFT_P99, TPOT_P50, TPOT_P99, ITL_P50, ITL_TOKEN_P50, E2E_P50,
-                                E2E_P99, QUEUE_WAIT_P50, QUEUE_WAIT_P99, TTFT_SCHEDULED_P50, TTFT_SCHEDULED_P99,
-                                E2E_SCHEDULED_P50, E2E_SCHEDULED_P99,
-                                OUTPUT_TOKENS_PER_S, REQUEST_RATE, GOODPUT, PEAK_MEMORY_GIB, PREFIX_HIT_RATE,
-                                SERVER_QUEUE_MEAN, PREEMPTIONS, RUNNING_MEAN, WAITING_MEAN, RUNNING_PEAK, WAITING_PEAK,
-                                ACCEPTANCE_RATE, MEAN_ACCEPTANCE_LENGTH)}
+METRICS = {
+    m.name: m
+    for m in (
+        TTFT_P50,
+        TTFT_P95,
+        TTFT_P99,
+        TPOT_P50,
+        TPOT_P99,
+        ITL_P50,
+        ITL_TOKEN_P50,
+        E2E_P50,
+        E2E_P99,
+        QUEUE_WAIT_P50,
+        QUEUE_WAIT_P99,
+        TTFT_SCHEDULED_P50,
+        TTFT_SCHEDULED_P99,
+        E2E_SCHEDULED_P50,
+        E2E_SCHEDULED_P99,
+        OUTPUT_TOKENS_PER_S,
+        REQUEST_RATE,
+        GOODPUT,
+        PEAK_MEMORY_GIB,
+        PREFIX_HIT_RATE,
+        SERVER_QUEUE_MEAN,
+        PREEMPTIONS,
+        RUNNING_MEAN,
+        WAITING_MEAN,
+        RUNNING_PEAK,
+        WAITING_PEAK,
+        ACCEPTANCE_RATE,
+        MEAN_ACCEPTANCE_LENGTH,
+    )
+}

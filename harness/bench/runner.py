@@ -277,21 +277,30 @@ class Bench:
 
 
 def protocol_record(cfg: BenchConfig, plan: Plan, resets: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"repeats": cfg.repeats, "order": plan.order,
-            "warmup_requests_per_server_start": cfg.warmup_requests if plan.warmup_name else 0,
-            "prefix_cache_reset_before_each_arm_run": plan.reset_prefix_cache,
-            "prefix_cache_resets": {"before_arm_runs": len(resets),
-                                    "confirmed": sum(r["confirmed"] is True for r in resets),
-                                    "unconfirmed": sum(r["requested"] and r["confirmed"] is None for r in resets),
-                                    "not_offered": sum(not r["requested"] for r in resets),
-                                    "declined": [r for r in resets if r["requested"] and r["confirmed"] is False]},
-            "ignore_eos": plan.ignore_eos, "notes": list(plan.notes)}
+    return {
+        "repeats": cfg.repeats,
+        "order": plan.order,
+        "warmup_requests_per_server_start": cfg.warmup_requests if plan.warmup_name else 0,
+        "prefix_cache_reset_before_each_arm_run": plan.reset_prefix_cache,
+        "prefix_cache_resets": {
+            "before_arm_runs": len(resets),
+            "confirmed": sum(r["confirmed"] is True for r in resets),
+            "unconfirmed": sum(r["requested"] and r["confirmed"] is None for r in resets),
+            "not_offered": sum(not r["requested"] for r in resets),
+            "declined": [r for r in resets if r["requested"] and r["confirmed"] is False],
+        },
+        "ignore_eos": plan.ignore_eos,
+        "notes": list(plan.notes),
+    }
 
 
 def protocol_violations(protocol: dict[str, Any]) -> list[str]:
     """A reset the engine declined before an arm run breaks the protocol: that arm did not start from an empty cache."""
-    return [f"protocol violation: prefix cache not reset before {r['arm']} repeat {r['repeat']} on server "
-            f"{r['server']} ({r['evidence']})" for r in protocol["prefix_cache_resets"]["declined"]]
+    return [
+        f"protocol violation: prefix cache not reset before {r['arm']} repeat {r['repeat']} on server "
+        f"{r['server']} ({r['evidence']})"
+        for r in protocol["prefix_cache_resets"]["declined"]
+    ]
 
 
 def checked_plan(spec: BenchSpec, cfg: BenchConfig, model: PreparedModel) -> Plan:
@@ -317,8 +326,9 @@ def early_plan(spec: BenchSpec, cfg: BenchConfig) -> tuple[PreparedModel, Plan] 
     return (cached, checked_plan(spec, cfg, cached)) if cached is not None else None
 
 
-def run_bench(spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), reporter: Reporter | None = None
-              ) -> BenchOutcome:
+def run_bench(
+    spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), reporter: Reporter | None = None
+) -> BenchOutcome:
     """Run the whole bench; the outcome says where everything is."""
     reporter = reporter or Reporter(name=f"bench-{spec.name}")
     check_run_target(root / spec.out_root(cfg), None, sign=cfg.sign, root=root, flag="--out-root")
@@ -332,14 +342,32 @@ def run_bench(spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), repo
     started = time.monotonic()
     model = ensure_model(cfg.model, progress=reporter)
     plan = early[1] if early and early[0].path == model.path else checked_plan(spec, cfg, model)
-    plan, refused = prepare(plan, placement, base_config(cfg, placement, model),
-                            lambda v: get_backend(v.backend or placement.backend), model_dir_of)
-    rd = RunDirectory.create(root / spec.out_root(cfg), semantic_id=spec.semantic_id,
-                             run_label=plan.run_label or spec.title, requested=requested, root=root,
-                             sign=cfg.sign, effective={"backend": placement.backend, "runtime": placement.runtime,
-                                                       "notice": placement.notice, **dtype.record()},
-                             model=model.run_entry(), tokenizer=model.tokenizer_ref)
-    reporter(f"bench-{spec.name}: run {rd.run_id} -> {rd.path.relative_to(root) if rd.path.is_relative_to(root) else rd.path}")
+    plan, refused = prepare(
+        plan,
+        placement,
+        base_config(cfg, placement, model),
+        lambda v: get_backend(v.backend or placement.backend),
+        model_dir_of,
+    )
+    rd = RunDirectory.create(
+        root / spec.out_root(cfg),
+        semantic_id=spec.semantic_id,
+        run_label=plan.run_label or spec.title,
+        requested=requested,
+        root=root,
+        sign=cfg.sign,
+        effective={
+            "backend": placement.backend,
+            "runtime": placement.runtime,
+            "notice": placement.notice,
+            **dtype.record(),
+        },
+        model=model.run_entry(),
+        tokenizer=model.tokenizer_ref,
+    )
+    reporter(
+        f"bench-{spec.name}: run {rd.run_id} -> {rd.path.relative_to(root) if rd.path.is_relative_to(root) else rd.path}"
+    )
     bench = Bench(spec, cfg, placement, model, plan, rd, reporter)
     bench.refused.update(refused)  # decided before any start: devices, or what the engine release lacks
     for name, why in refused.items():
@@ -367,27 +395,46 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
         if failure is not None:  # the spec's blocked/aborted step, not the rule's for what it read
             reading = reading.blocked_by(failure)
     else:
-        reading = read_claims(history, plan, seed=cfg.seed, resamples=cfg.resamples, repeats=cfg.repeats,
-                              failure=failure).with_figures(claim_figures(history, plan, spec.title))
+        reading = read_claims(
+            history, plan, seed=cfg.seed, resamples=cfg.resamples, repeats=cfg.repeats, failure=failure
+        ).with_figures(claim_figures(history, plan, spec.title))
     reading = reading.with_capability_missing(bench.refused)
     labels = list(dict.fromkeys([*(a.label for a in plan.arms), *(r.label for r in history.runs)]))
-    extra = {"servers": list(bench.servers.values()), "workloads": {
-        k: {"path": str(w.path.relative_to(rd.path)), "workload_id": w.workload_id} for k, w in history.workloads.items()}}
+    extra = {
+        "servers": list(bench.servers.values()),
+        "workloads": {
+            k: {"path": str(w.path.relative_to(rd.path)), "workload_id": w.workload_id}
+            for k, w in history.workloads.items()
+        },
+    }
     protocol = protocol_record(cfg, plan, bench.resets)
     reading = reading.capped_by(protocol_violations(protocol))  # a protocol the run did not keep decides nothing
-    result = top_result(history, plan, reading, semantic_id=spec.semantic_id, run_id=rd.run_id,
-                        next_steps=spec.steps, protocol=protocol, extra=extra)
+    result = top_result(
+        history,
+        plan,
+        reading,
+        semantic_id=spec.semantic_id,
+        run_id=rd.run_id,
+        next_steps=spec.steps,
+        protocol=protocol,
+        extra=extra,
+    )
     result_name = f"{reading.kind}.json"
     rd.write_result(result_name, result)
     for name, draw in reading.figures.items():
         rd.figure(name, draw)
-    summary = summary_text(spec.title, arm_table(history.runs, labels, plan.columns),
-                           reading, result, wall_s)
+    summary = summary_text(spec.title, arm_table(history.runs, labels, plan.columns), reading, result, wall_s)
     measured = {k for k in history.workloads if k != plan.warmup_name}
     aborted = failure is not None and failure.kind == "aborted"
-    finished = rd.finish(summary=summary, result=result_name, evidence_level=result["conclusion"]["evidence_level"],
-                         decision=result["conclusion"]["decision"],
-                         status="aborted" if aborted else "failed" if failure else "completed", images=bench.images(),
-                         workload_ids=sorted({history.workloads[k].workload_id for k in measured}))
-    return BenchOutcome(spec=spec, run_dir=rd.path, result=result, finished=finished, failed=failure is not None,
-                        aborted=aborted)
+    finished = rd.finish(
+        summary=summary,
+        result=result_name,
+        evidence_level=result["conclusion"]["evidence_level"],
+        decision=result["conclusion"]["decision"],
+        status="aborted" if aborted else "failed" if failure else "completed",
+        images=bench.images(),
+        workload_ids=sorted({history.workloads[k].workload_id for k in measured}),
+    )
+    return BenchOutcome(
+        spec=spec, run_dir=rd.path, result=result, finished=finished, failed=failure is not None, aborted=aborted
+    )

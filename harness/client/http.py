@@ -211,15 +211,25 @@ class ConnectionPool:
         self._idle.extend(opened)
         return len(opened)
 
-    async def request(self, method: str, path: str, body: bytes, sink: Sink, *, on_send: Callable[[], None] | None = None,
-                      on_head: Callable[[int], None] | None = None,
-                      content_type: str = "application/json") -> tuple[int, dict[str, str]]:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        sink: Sink,
+        *,
+        on_send: Callable[[], None] | None = None,
+        on_head: Callable[[int], None] | None = None,
+        content_type: str = "application/json",
+    ) -> tuple[int, dict[str, str]]:
         """Send a request; body pieces go to ``sink`` as they arrive; returns (status, headers) at the end.
 
         Cancellation or an error closes the connection; a clean keep-alive one returns to the pool.
         """
-        head = (f"{method} {self.prefix}{path} HTTP/1.1\r\nHost: {self.host_header}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\nAccept: text/event-stream\r\nAccept-Encoding: identity\r\n\r\n")
+        head = (
+            f"{method} {self.prefix}{path} HTTP/1.1\r\nHost: {self.host_header}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nAccept: text/event-stream\r\nAccept-Encoding: identity\r\n\r\n"
+        )
         request = head.encode("latin-1") + body
         while True:
             conn, reused = self._take(), True

@@ -35,9 +35,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     host = doc["host"]
     rows = [
-        ("os", host["os"]), ("kernel", host["kernel"]), ("cpu", f"{host['cpu_model']} ({host['cpu_cores_logical']} cores)"),
+        ("os", host["os"]),
+        ("kernel", host["kernel"]),
+        ("cpu", f"{host['cpu_model']} ({host['cpu_cores_logical']} cores)"),
         ("cpu isa", " ".join(host.get("cpu_isa") or []) or "not reported"),
-        ("memory", f"{host['memory_total_bytes'] / 2**30:.1f} GiB"), ("python", doc["python"]["version"]),
+        ("memory", f"{host['memory_total_bytes'] / 2**30:.1f} GiB"),
+        ("python", doc["python"]["version"]),
         ("torch", (doc["torch"] or {}).get("version", "not installed")),
         ("gpus", ", ".join(g["name"] for g in doc["gpus"]) or f"none ({doc['gpus_absent_reason']})"),
         ("harness", f"{doc['harness']['git_commit'] or 'no git'}{' (dirty)' if doc['harness']['git_dirty'] else ''}"),

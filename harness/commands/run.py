@@ -74,16 +74,33 @@ def run(args: argparse.Namespace) -> int:
         if not limit >= 0:  # NaN fails too
             raise InvalidInput(f"{flag} {limit}: must be a finite number of milliseconds >= 0")
     if args.server_pid is not None and (args.server_pid <= 0 or not psutil.pid_exists(args.server_pid)):
-        raise InvalidInput(f"--server-pid {args.server_pid}: no such process", hint="the server's process id, to sample "
-                           "its peak memory")
+        raise InvalidInput(
+            f"--server-pid {args.server_pid}: no such process",
+            hint="the server's process id, to sample its peak memory",
+        )
     cfg = MeasureConfig(
-        endpoint=args.endpoint, model=args.model, workload_path=Path(args.workload), out_dir=args.out,
-        api=args.api, max_concurrency=args.max_concurrency, timeout_s=args.timeout, semantic_id=args.semantic_id,
-        run_label=args.run_label, run_id=args.run_id, profile_id=args.profile_id, backend_name=args.backend_name,
-        backend_version=args.backend_version, metrics_url=args.metrics_url, ignore_eos=args.ignore_eos,
-        min_tokens=args.min_tokens, stream=args.stream, tokenizer_path=args.tokenizer, slo=_slo(args.slo),
+        endpoint=args.endpoint,
+        model=args.model,
+        workload_path=Path(args.workload),
+        out_dir=args.out,
+        api=args.api,
+        max_concurrency=args.max_concurrency,
+        timeout_s=args.timeout,
+        semantic_id=args.semantic_id,
+        run_label=args.run_label,
+        run_id=args.run_id,
+        profile_id=args.profile_id,
+        backend_name=args.backend_name,
+        backend_version=args.backend_version,
+        metrics_url=args.metrics_url,
+        ignore_eos=args.ignore_eos,
+        min_tokens=args.min_tokens,
+        stream=args.stream,
+        tokenizer_path=args.tokenizer,
+        slo=_slo(args.slo),
         client_workers=args.client_workers,
-        memory_probe=rss_probe(args.server_pid) if args.server_pid else None, reference_path=args.reference,
+        memory_probe=rss_probe(args.server_pid) if args.server_pid else None,
+        reference_path=args.reference,
         validity=ValidityLimits(send_lag_p99_ms=args.max_send_lag_ms, loop_lag_p99_ms=args.max_loop_lag_ms),
         reporter=reporter("infkit run", out=sys.stderr),
     )

@@ -66,16 +66,27 @@ def _tokenizer_dir(arg: str | None) -> Path:
     try:
         from harness.models import ensure_model  # type: ignore[import-not-found]
     except ImportError:
-        raise InvalidInput("no --tokenizer given and model preparation is not available", hint="pass --tokenizer DIR") from None
+        raise InvalidInput(
+            "no --tokenizer given and model preparation is not available", hint="pass --tokenizer DIR"
+        ) from None
     return Path(ensure_model(DEFAULT_MODEL).path)
 
 
 def run_make(args: argparse.Namespace) -> int:
-    seeds = {d: getattr(args, f"{d}_seed") for d in ("lengths", "content", "arrival") if getattr(args, f"{d}_seed") is not None}
+    seeds = {
+        d: getattr(args, f"{d}_seed")
+        for d in ("lengths", "content", "arrival")
+        if getattr(args, f"{d}_seed") is not None
+    }
     common = Common(
         arrival=Arrival(args.arrival, rate_rps=args.rate, burstiness=args.burstiness, concurrency=args.concurrency),
-        seed=args.seed, requests=args.requests, input_tokens=args.input_tokens, output_tokens=args.output_tokens,
-        input_range=args.input_range, output_range=args.output_range, seeds=seeds,
+        seed=args.seed,
+        requests=args.requests,
+        input_tokens=args.input_tokens,
+        output_tokens=args.output_tokens,
+        input_range=args.input_range,
+        output_range=args.output_range,
+        seeds=seeds,
         high_priority_fraction=args.high_priority_fraction,
     )
     options = {name: getattr(args, name) for name in args.options}
@@ -93,13 +104,23 @@ def _traffic_rows(w) -> list[tuple[str, object]]:
     rows: list[tuple[str, object]] = []
     offsets = [r.offset_s for r in w.requests if r.offset_s is not None]
     if len(offsets) > 1 and offsets[-1] > offsets[0]:
-        rows.append(("arrival rate", f"{(len(offsets) - 1) / (offsets[-1] - offsets[0]):.4g} requests/s over "
-                                     f"{offsets[-1] - offsets[0]:.4g} s"))
+        rows.append(
+            (
+                "arrival rate",
+                f"{(len(offsets) - 1) / (offsets[-1] - offsets[0]):.4g} requests/s over "
+                f"{offsets[-1] - offsets[0]:.4g} s",
+            )
+        )
     sharing = w.header.get("sharing")
     if sharing:
-        rows += [("distinct blocks", f"{sharing['distinct_blocks']} of {sharing['block_tokens']} tokens"),
-                 ("reuse ceiling", f"{sharing['reuse_ceiling']:.4f} ({sharing['reusable_tokens']} of "
-                                   f"{sharing['prompt_tokens']} prompt tokens a perfect prefix cache could reuse)")]
+        rows += [
+            ("distinct blocks", f"{sharing['distinct_blocks']} of {sharing['block_tokens']} tokens"),
+            (
+                "reuse ceiling",
+                f"{sharing['reuse_ceiling']:.4f} ({sharing['reusable_tokens']} of "
+                f"{sharing['prompt_tokens']} prompt tokens a perfect prefix cache could reuse)",
+            ),
+        ]
     if w.header.get("trace_rows_skipped"):
         rows.append(("trace rows skipped", w.header["trace_rows_skipped"]))
     if w.header.get("sessions"):
@@ -112,7 +133,9 @@ def run_show(args: argparse.Namespace) -> int:
     h = w.header
     tc = h["token_counts"]
     rows = [
-        ("workload_id", w.workload_id), ("kind", w.kind), ("requests", h["request_count"]),
+        ("workload_id", w.workload_id),
+        ("kind", w.kind),
+        ("requests", h["request_count"]),
         ("arrival", ", ".join(f"{k}={v}" for k, v in h["arrival"].items())),
         ("input tokens", "min {min} / mean {mean} / max {max} (total {total})".format(**tc["input"])),
         ("output tokens", "min {min} / mean {mean} / max {max} (total {total})".format(**tc["output"])),
@@ -122,8 +145,10 @@ def run_show(args: argparse.Namespace) -> int:
         *_traffic_rows(w),
     ]
     print(tabulate(rows, tablefmt="plain"))
-    listed = [(r.index, r.offset_s, r.input_tokens, r.output_tokens, r.group, r.prefix_tokens)
-              for r in w.requests[: max(0, args.requests)]]
+    listed = [
+        (r.index, r.offset_s, r.input_tokens, r.output_tokens, r.group, r.prefix_tokens)
+        for r in w.requests[: max(0, args.requests)]
+    ]
     if listed:
         print()
         print(tabulate(listed, headers=["index", "offset_s", "input", "output", "group", "prefix"], missingval="-"))

@@ -25,7 +25,9 @@ def _distribution_order(group: dict[str, Any], pointer: str) -> list[Problem]:
                     Problem(f"{pointer}/{name}", "percentiles-ordered", f"{ka}={a} is greater than {kb}={b}")
                 )
         if "min" in dist and "max" in dist and not dist["min"] - 1e-9 <= dist["mean"] <= dist["max"] + 1e-9:
-            problems.append(Problem(f"{pointer}/{name}", "mean-within-range", f"mean={dist['mean']} outside [min, max]"))
+            problems.append(
+                Problem(f"{pointer}/{name}", "mean-within-range", f"mean={dist['mean']} outside [min, max]")
+            )
     return problems
 
 
@@ -75,9 +77,14 @@ def _margin_rules(effect: dict[str, Any], decision: str) -> list[Problem]:
     beyond = (hi < low if lower else lo > high) if decision == "adopt" else (lo > high if lower else hi < low)
     if beyond:
         return []
-    return [Problem("/conclusion/decision", f"{decision}-needs-ci-beyond-margin",
-                    f"{decision} needs the interval [{lo:.4g}, {hi:.4g}] beyond the margin band "
-                    f"[{low:.4g}, {high:.4g}] (margin {margin:g})")]
+    return [
+        Problem(
+            "/conclusion/decision",
+            f"{decision}-needs-ci-beyond-margin",
+            f"{decision} needs the interval [{lo:.4g}, {hi:.4g}] beyond the margin band "
+            f"[{low:.4g}, {high:.4g}] (margin {margin:g})",
+        )
+    ]
 
 
 def _termination_rules(doc: dict[str, Any]) -> list[Problem]:

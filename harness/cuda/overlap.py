@@ -126,24 +126,41 @@ def _outcome(config: OverlapConfig, ctx: RunContext, series: dict, identical: bo
     failure = None if identical else Failure(stage="run", kind="correctness",
                                              message="overlapped outputs differ from serial outputs")
     lines = [f"{k:<14} p50 {t.summary()['p50']:.3f} ms  p95 {t.summary()['p95']:.3f} ms" for k, t in series.items()]
-    lines.append(f"exposed transfer p50 {figures['exposed_transfer_ms']['p50']:.3f} ms; hidden {figures['hidden_fraction']:.0%}; "
-                 f"speedup {figures['speedup_overlapped_vs_serial']:.2f}x; outputs identical: {identical}")
+    lines.append(
+        f"exposed transfer p50 {figures['exposed_transfer_ms']['p50']:.3f} ms; hidden {figures['hidden_fraction']:.0%}; "
+        f"speedup {figures['speedup_overlapped_vs_serial']:.2f}x; outputs identical: {identical}"
+    )
     return Outcome(
         run_label=f"overlap/streams/{config.dtype}",
         workload=mechanism_workload(config.seed, "a fixed sequence of chunks per pass"),
         performance=Performance.not_applicable("stream micro-benchmark: per-series latency is in details.series"),
-        correctness=Correctness(output_count=config.chunks, termination_counts={},
-                                quality={"metric": "bitwise_equal_serial_vs_overlapped", "value": identical,
-                                         "passed": identical, "reference": "serial schedule on one stream"}),
-        conclusion=Conclusion(evidence_level="single", decision="blocked" if failure else "inconclusive", failure=failure,
-                              next_step="pair serial vs overlapped over repeated runs at serving chunk sizes",
-                              summary=f"overlap hides {figures['hidden_fraction']:.0%} of the transfer"),
-        details=figures, summary_lines=tuple(lines), effective={"measured": True, "dtype": config.dtype},
+        correctness=Correctness(
+            output_count=config.chunks,
+            termination_counts={},
+            quality={
+                "metric": "bitwise_equal_serial_vs_overlapped",
+                "value": identical,
+                "passed": identical,
+                "reference": "serial schedule on one stream",
+            },
+        ),
+        conclusion=Conclusion(
+            evidence_level="single",
+            decision="blocked" if failure else "inconclusive",
+            failure=failure,
+            next_step="pair serial vs overlapped over repeated runs at serving chunk sizes",
+            summary=f"overlap hides {figures['hidden_fraction']:.0%} of the transfer",
+        ),
+        details=figures,
+        summary_lines=tuple(lines),
+        effective={"measured": True, "dtype": config.dtype},
     )
 
 
 EXPERIMENT = Experiment(
-    name="overlap", semantic_id="INF-SERVING-OVERLAP",
+    name="overlap",
+    semantic_id="INF-SERVING-OVERLAP",
     help="serial vs CUDA-stream overlapped host-to-device copies with compute: correctness, transfer, exposed time",
-    config=OverlapConfig, run=run,
+    config=OverlapConfig,
+    run=run,
 )

@@ -65,7 +65,9 @@ def inflection(cells: list[Cell], elasticity: float = INFLECTION_ELASTICITY) -> 
     """
     per_context: dict[str, Any] = {}
     for ctx in sorted({c.context for c in cells}):
-        row = sorted((c for c in cells if c.context == ctx and c.status == "ok" and c.step_p50_ms), key=lambda c: c.batch)
+        row = sorted(
+            (c for c in cells if c.context == ctx and c.status == "ok" and c.step_p50_ms), key=lambda c: c.batch
+        )
         found = None
         slopes = []
         for a, b in zip(row, row[1:], strict=False):
@@ -73,8 +75,11 @@ def inflection(cells: list[Cell], elasticity: float = INFLECTION_ELASTICITY) -> 
             slopes.append({"from_batch": a.batch, "to_batch": b.batch, "elasticity": e})
             if found is None and e >= elasticity:
                 found = b.batch
-        per_context[str(ctx)] = {"inflection_batch": found, "elasticities": slopes,
-                                 "monotone": all(s["elasticity"] >= 0 for s in slopes)}
+        per_context[str(ctx)] = {
+            "inflection_batch": found,
+            "elasticities": slopes,
+            "monotone": all(s["elasticity"] >= 0 for s in slopes),
+        }
     found_batches = [v["inflection_batch"] for v in per_context.values() if v["inflection_batch"] is not None]
     return {
         "rule": f"first batch where d log(step time) / d log(batch) >= {elasticity}",

@@ -26,8 +26,11 @@ MINOR_VERSION_FLOOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 FULL = "full"
 MINOR_VERSION = "minor_version_compatibility"
 FORWARD = "forward_compatibility"
-MINOR_VERSION_LIMITS = ("no PTX JIT: PTX built for CUDA {cuda} cannot be JIT-compiled by this driver, so kernels "
-                        "must ship SASS for this GPU", "no CUDA API or feature newer than the driver's own CUDA release")
+MINOR_VERSION_LIMITS = (
+    "no PTX JIT: PTX built for CUDA {cuda} cannot be JIT-compiled by this driver, so kernels "
+    "must ship SASS for this GPU",
+    "no CUDA API or feature newer than the driver's own CUDA release",
+)
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,9 @@ def branch(version: str) -> str:
     return f"R{version.split('.')[0]}"
 
 
-def check_driver(cuda_version: str, min_driver: str, *, driver_version: str | None = None,
-                 allow_forward_compat: bool = False) -> DriverCheck:
+def check_driver(
+    cuda_version: str, min_driver: str, *, driver_version: str | None = None, allow_forward_compat: bool = False
+) -> DriverCheck:
     """Which compatibility mechanism runs CUDA ``cuda_version`` on the host driver; ``CapabilityMissing`` if none."""
     found = driver_version if driver_version is not None else host_driver_version()
     have = version_tuple(found)
@@ -74,13 +78,17 @@ def check_driver(cuda_version: str, min_driver: str, *, driver_version: str | No
     floor = MINOR_VERSION_FLOOR.get(version_tuple(cuda_version)[0])
     if floor and have >= version_tuple(floor):
         lost = "; ".join(limit.format(cuda=cuda_version) for limit in MINOR_VERSION_LIMITS)
-        warning = (f"host NVIDIA driver {found} is older than {min_driver} ({branch(min_driver)}, full support of CUDA "
-                   f"{cuda_version}); running through CUDA minor-version compatibility ({branch(floor)}+), which "
-                   f"loses: {lost}. Upgrade to {branch(min_driver)}+ for full support")
+        warning = (
+            f"host NVIDIA driver {found} is older than {min_driver} ({branch(min_driver)}, full support of CUDA "
+            f"{cuda_version}); running through CUDA minor-version compatibility ({branch(floor)}+), which "
+            f"loses: {lost}. Upgrade to {branch(min_driver)}+ for full support"
+        )
         return DriverCheck(found, min_driver, cuda_version, MINOR_VERSION, warning)
     if allow_forward_compat:
-        warning = (f"host NVIDIA driver {found} is below the CUDA {cuda_version} minimum {floor or min_driver}; "
-                   "relying on the CUDA forward-compatibility package (INFKIT_CUDA_FORWARD_COMPAT=1, data-centre GPUs only)")
+        warning = (
+            f"host NVIDIA driver {found} is below the CUDA {cuda_version} minimum {floor or min_driver}; "
+            "relying on the CUDA forward-compatibility package (INFKIT_CUDA_FORWARD_COMPAT=1, data-centre GPUs only)"
+        )
         return DriverCheck(found, min_driver, cuda_version, FORWARD, warning)
     minimum = floor or min_driver
     raise CapabilityMissing(

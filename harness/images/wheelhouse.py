@@ -75,15 +75,19 @@ def fetch_locked(lock_file: Path, dest: Path, target: deplock.LockTarget, log_pa
     if log_path:
         log_path.write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
-        errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")] or proc.stderr.splitlines()[-3:]
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")] or proc.stderr.splitlines()[
+            -3:
+        ]
         raise InfkitError(
             f"the host's pip could not fetch every wheel of {lock_file.name}: {' '.join(errors[-2:])}",
             hint="give pip the index that has them (e.g. --extra-index-url https://download.pytorch.org/whl/cpu), "
-            "or build without a wheelhouse")
+            "or build without a wheelhouse",
+        )
     missing = missing_wheels(lock_file, dest)
     if missing:
-        raise InvalidInput(f"{dest} lacks {len(missing)} wheel(s) of {lock_file.name} with the locked hash: "
-                           f"{', '.join(missing[:5])}")
+        raise InvalidInput(
+            f"{dest} lacks {len(missing)} wheel(s) of {lock_file.name} with the locked hash: {', '.join(missing[:5])}"
+        )
     return _summary(dest, t0)
 
 
@@ -97,13 +101,16 @@ def lock_target(lock_file: Path, extra_index_urls: tuple[str, ...] = ()) -> depl
     m = re.search(r"^# Target: CPython (\S+), glibc (\S+) (\S+);", lock_file.read_text(), re.M)
     if not m:
         raise InvalidInput(f"{lock_file} has no `# Target: CPython X, glibc Y ARCH;` header line")
-    return deplock.LockTarget(python_version=m.group(1), glibc=m.group(2), arch=m.group(3),
-                              extra_index_urls=extra_index_urls)
+    return deplock.LockTarget(
+        python_version=m.group(1), glibc=m.group(2), arch=m.group(3), extra_index_urls=extra_index_urls
+    )
 
 
-def fill_wheelhouse(lock: ImageLock, dest: Path | None = None, *, extra_index_urls: tuple[str, ...] = (),
-                    log_path: Path | None = None) -> Wheelhouse:
+def fill_wheelhouse(
+    lock: ImageLock, dest: Path | None = None, *, extra_index_urls: tuple[str, ...] = (), log_path: Path | None = None
+) -> Wheelhouse:
     """Download the role's locked wheels with the host's pip into ``dest`` and verify them against the lock."""
     lock_file = REPO_ROOT / lock.doc["dependency_lock"]["path"]
-    return fetch_locked(lock_file, Path(dest) if dest else default_dir(lock.role),
-                        lock_target(lock_file, extra_index_urls), log_path)
+    return fetch_locked(
+        lock_file, Path(dest) if dest else default_dir(lock.role), lock_target(lock_file, extra_index_urls), log_path
+    )

@@ -169,7 +169,11 @@ def check_subjects(subjects: Any, resolver: RootResolver) -> SubjectsAudit:
         actual, doc, problems = seen_files[identity]
         if actual != expected:
             findings.append(
-                Finding("subject-digest", f"modified: {name}: sha256 {actual[:16]}… differs from the signed {expected[:16]}…", name)
+                Finding(
+                    "subject-digest",
+                    f"modified: {name}: sha256 {actual[:16]}… differs from the signed {expected[:16]}…",
+                    name,
+                )
             )
             continue
         verified += 1

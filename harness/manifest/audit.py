@@ -156,19 +156,27 @@ def _fingerprint_matches(predicate: dict[str, Any], documents: dict[str, dict[st
     fp = predicate["fingerprint"]
     doc = documents.get(fp["path"])
     if doc is None or doc.get("schema") != FINGERPRINT_MARKER:
-        return [Finding("predicate", f"fingerprint {fp['path']} is not a verified fingerprint document: the "
-                        "predicate's GPU, driver and harness revision cannot be checked", fp["path"])]
+        return [
+            Finding(
+                "predicate",
+                f"fingerprint {fp['path']} is not a verified fingerprint document: the "
+                "predicate's GPU, driver and harness revision cannot be checked",
+                fp["path"],
+            )
+        ]
     findings = []
     recomputed = fingerprint_summary(doc, fp["path"], b"")
     for key in sorted(set(recomputed) - {"path", "sha256"}):
         if fp.get(key) != recomputed[key]:
-            findings.append(Finding("predicate", f"predicate fingerprint.{key} differs from the signed {fp['path']}",
-                                    fp["path"]))
+            findings.append(
+                Finding("predicate", f"predicate fingerprint.{key} differs from the signed {fp['path']}", fp["path"])
+            )
     harness, recorded = predicate["harness"], doc.get("harness") or {}
     for key in ("version", "git_commit", "git_dirty"):
         if key in recorded and harness.get(key) != recorded[key]:
-            findings.append(Finding("predicate", f"predicate harness.{key} differs from the signed {fp['path']}",
-                                    fp["path"]))
+            findings.append(
+                Finding("predicate", f"predicate harness.{key} differs from the signed {fp['path']}", fp["path"])
+            )
     return findings
 
 
@@ -182,8 +190,13 @@ def _manifest_path_findings(path: Path, root_real: str, predicate: dict[str, Any
     actual = relative_name(real, manifests_real)
     if actual == expected:
         return []
-    return [Finding("statement", f"the manifest is stored as {MANIFESTS_DIR}/{actual} but attests "
-                    f"{MANIFESTS_DIR}/{expected}: a manifest's path must name the run it signs")]
+    return [
+        Finding(
+            "statement",
+            f"the manifest is stored as {MANIFESTS_DIR}/{actual} but attests "
+            f"{MANIFESTS_DIR}/{expected}: a manifest's path must name the run it signs",
+        )
+    ]
 
 
 def duplicate_run_dirs(reports: list[ManifestReport], root: Path) -> list[ManifestReport]:
@@ -201,8 +214,9 @@ def duplicate_run_dirs(reports: list[ManifestReport], root: Path) -> list[Manife
         for i in indices:
             others = ", ".join(n for n in names if n != reports[i].manifest)
             run_dir = reports[i].predicate["run_dir"]
-            finding = Finding("statement", f"run directory {run_dir} is also named by {others}: "
-                              "one run has one manifest")
+            finding = Finding(
+                "statement", f"run directory {run_dir} is also named by {others}: one run has one manifest"
+            )
             out[i] = replace(out[i], findings=(*out[i].findings, finding))
     return out
 
@@ -229,10 +243,12 @@ def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys) ->
     if signer is None:
         # Nothing an unauthenticated statement names is opened: its subject list could make the audit
         # hash one file through many names, or parse huge files, before anything vouched for it.
-        findings.append(Finding("subjects-unchecked", f"the {len(listed)} subjects were not checked: the signature "
-                                "does not verify"))
-        return ManifestReport(str(path), tuple(findings), None, len(listed), 0, predicate, False,
-                              warnings=trusted.warnings)
+        findings.append(
+            Finding("subjects-unchecked", f"the {len(listed)} subjects were not checked: the signature does not verify")
+        )
+        return ManifestReport(
+            str(path), tuple(findings), None, len(listed), 0, predicate, False, warnings=trusted.warnings
+        )
     root_real = os.path.realpath(root)
     resolver = RootResolver(root_real)
     audited = check_subjects(subjects, resolver)
@@ -246,10 +262,24 @@ def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys) ->
         findings += _manifest_path_findings(path, root_real, predicate)
         found, provenance = image_provenance(predicate["images"], Path(root), trusted, _signature_findings)
         findings += found
-    digests = {s["name"]: s["digest"].get("sha256") for s in listed
-               if isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("digest"), dict)}
-    return ManifestReport(str(path), tuple(findings), signer, len(listed), audited.verified, predicate,
-                          trusted.trusted(signer), digests, audited.documents, trusted.warnings, tuple(provenance))
+    digests = {
+        s["name"]: s["digest"].get("sha256")
+        for s in listed
+        if isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("digest"), dict)
+    }
+    return ManifestReport(
+        str(path),
+        tuple(findings),
+        signer,
+        len(listed),
+        audited.verified,
+        predicate,
+        trusted.trusted(signer),
+        digests,
+        audited.documents,
+        trusted.warnings,
+        tuple(provenance),
+    )
 
 
 def auditor_keys(config: AuditConfig) -> TrustedKeys:

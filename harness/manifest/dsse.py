@@ -106,7 +106,9 @@ def verify_sslib(envelope: ParsedEnvelope, trusted: dict[str, Ed25519PublicKey])
     return None
 
 
-def verify_cryptography(envelope: ParsedEnvelope, trusted: dict[str, Ed25519PublicKey]) -> tuple[str | None, str | None]:
+def verify_cryptography(
+    envelope: ParsedEnvelope, trusted: dict[str, Ed25519PublicKey]
+) -> tuple[str | None, str | None]:
     """Independent check: own PAE, direct Ed25519 verify. Returns (verifying keyid, reason)."""
     message = pae(envelope.payload_type, envelope.payload)
     for keyid, signature in envelope.signatures:

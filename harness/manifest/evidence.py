@@ -73,23 +73,34 @@ def check_evidence(predicate: dict[str, Any], documents: dict[str, dict[str, Any
         d["conclusion"]["evidence_level"] == "paired" and d["conclusion"]["decision"] == decision
         for d in results.values()
     ):
-        findings.append(Finding("evidence", f"verdict-backed-by-result: no paired result in the run decides {decision}"))
+        findings.append(
+            Finding("evidence", f"verdict-backed-by-result: no paired result in the run decides {decision}")
+        )
     if results:
         strongest = max(results.values(), key=lambda d: LEVEL_RANK[d["conclusion"]["evidence_level"]])
         strongest_level = strongest["conclusion"]["evidence_level"]
         if LEVEL_RANK[level] > LEVEL_RANK[strongest_level]:
-            findings.append(Finding(
-                "evidence", f"level-backed-by-results: predicate claims {level}, strongest result is {strongest_level}"
-            ))
+            findings.append(
+                Finding(
+                    "evidence",
+                    f"level-backed-by-results: predicate claims {level}, strongest result is {strongest_level}",
+                )
+            )
     if decision not in ("blocked", "inconclusive"):
         failed = sorted(n for n, d in results.items() if d["conclusion"].get("failure"))
         if failed:
-            findings.append(Finding(
-                "evidence", f"failure-blocks-decision: {failed[0]} records a failure, yet the decision is {decision}",
-                failed[0],
-            ))
+            findings.append(
+                Finding(
+                    "evidence",
+                    f"failure-blocks-decision: {failed[0]} records a failure, yet the decision is {decision}",
+                    failed[0],
+                )
+            )
         if predicate["status"] != "completed":
-            findings.append(Finding(
-                "evidence", f"failure-blocks-decision: the run {predicate['status']}, yet the decision is {decision}"
-            ))
+            findings.append(
+                Finding(
+                    "evidence",
+                    f"failure-blocks-decision: the run {predicate['status']}, yet the decision is {decision}",
+                )
+            )
     return findings

@@ -47,7 +47,9 @@ def _gpu_line(fp: dict[str, Any]) -> str:
     if not fp["gpus"]:
         return f"none ({fp['gpus_absent_reason'] or 'no GPU recorded'})"
     names = ", ".join(g["name"] for g in fp["gpus"])
-    return f"{names}; driver {fp['driver_version'] or 'unknown'}, CUDA driver {fp.get('cuda_driver_version') or 'unknown'}"
+    return (
+        f"{names}; driver {fp['driver_version'] or 'unknown'}, CUDA driver {fp.get('cuda_driver_version') or 'unknown'}"
+    )
 
 
 def _trust_line(report: ManifestReport) -> str | None:
@@ -56,8 +58,9 @@ def _trust_line(report: ManifestReport) -> str | None:
     key = report.signer_keyid[:16]
     if report.trusted:
         return f"  trust    signer {key}... is one the auditor trusts (trust policy, local policy or --trusted-key)"
-    return (f"  trust    signer {key}... was found in the audited repository, not pinned by a trust policy: "
-            "integrity only")
+    return (
+        f"  trust    signer {key}... was found in the audited repository, not pinned by a trust policy: integrity only"
+    )
 
 
 def _details(report: ManifestReport) -> list[str]:
@@ -81,10 +84,12 @@ def _details(report: ManifestReport) -> list[str]:
     return lines
 
 
-UNTRUSTED_NOTE = ("VALID-UNTRUSTED: the files are intact and what the signing key signed, but that key was taken "
-                  "from the audited repository, which anyone who can write to it can add to, and no trust policy "
-                  "lists it; pass one (--trust FILE, make audit TRUST=FILE) or add the key to yours "
-                  f"(infkit keys trust --public-key PEM) to check who signed (exit status {EXIT_UNTRUSTED})")
+UNTRUSTED_NOTE = (
+    "VALID-UNTRUSTED: the files are intact and what the signing key signed, but that key was taken "
+    "from the audited repository, which anyone who can write to it can add to, and no trust policy "
+    "lists it; pass one (--trust FILE, make audit TRUST=FILE) or add the key to yours "
+    f"(infkit keys trust --public-key PEM) to check who signed (exit status {EXIT_UNTRUSTED})"
+)
 
 
 def format_text(reports: list[ManifestReport]) -> str:

@@ -26,7 +26,6 @@ from typing import Any
 from harness.knobs import KnobConfig
 from harness.registry import discover, lookup
 
-
 MechConfig = KnobConfig  # the base of every mechanism config: checked when an instance is made
 
 

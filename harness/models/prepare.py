@@ -64,34 +64,52 @@ def locate_gguf(env: ServingEnv, source: ModelSource) -> Path:
     proc = subprocess.run([str(env.python), "-c", code], capture_output=True, text=True, timeout=120)
     path = Path(proc.stdout.strip() or "/nonexistent") / source.gguf_file
     if proc.returncode != 0 or not path.is_file():
-        raise CapabilityMissing(f"{source.gguf_file} not found in the serving environment {env.path}",
-                                hint="run `infkit serving-env ensure`")
+        raise CapabilityMissing(
+            f"{source.gguf_file} not found in the serving environment {env.path}",
+            hint="run `infkit serving-env ensure`",
+        )
     return path
 
 
-def _convert(env: ServingEnv, source: ModelSource, gguf: Path, gguf_sha: str, target: Path,
-             progress: Progress) -> None:
+def _convert(env: ServingEnv, source: ModelSource, gguf: Path, gguf_sha: str, target: Path, progress: Progress) -> None:
     scratch = target.with_name(f"{target.name}.partial-{os.getpid()}")
     shutil.rmtree(scratch, ignore_errors=True)
     started = time.monotonic()
     progress(f"model: converting {gguf.name} → safetensors in {target} (about a minute)")
     env_vars = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.run([str(env.python), str(CONVERTER), "--gguf", str(gguf), "--out", str(scratch)],
-                          capture_output=True, text=True, env=env_vars, timeout=1800)
+    proc = subprocess.run(
+        [str(env.python), str(CONVERTER), "--gguf", str(gguf), "--out", str(scratch)],
+        capture_output=True,
+        text=True,
+        env=env_vars,
+        timeout=1800,
+    )
     if proc.returncode != 0:
         shutil.rmtree(scratch, ignore_errors=True)
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-12:])
         raise CapabilityMissing(f"converting {gguf.name} failed (exit {proc.returncode}):\n{tail}")
     files = hash_tree(scratch)
-    if "config.json" not in files or "tokenizer.json" not in files or not any(k.endswith(".safetensors") for k in files):
+    if (
+        "config.json" not in files
+        or "tokenizer.json" not in files
+        or not any(k.endswith(".safetensors") for k in files)
+    ):
         shutil.rmtree(scratch, ignore_errors=True)
         raise CapabilityMissing(f"converting {gguf.name} left an incomplete checkpoint: {sorted(files)}")
-    atomic_write_json(scratch / STAMP_NAME, {
-        "key": source.key, "name": source.name, "gguf_file": source.gguf_file, "gguf_sha256": gguf_sha,
-        "checkpoint_sha256": checkpoint_digest(files), "tokenizer_sha256": files["tokenizer.json"],
-        "files": files, "converter_sha256": sha256_file(CONVERTER),
-        "convert_s": round(time.monotonic() - started, 1),
-    })
+    atomic_write_json(
+        scratch / STAMP_NAME,
+        {
+            "key": source.key,
+            "name": source.name,
+            "gguf_file": source.gguf_file,
+            "gguf_sha256": gguf_sha,
+            "checkpoint_sha256": checkpoint_digest(files),
+            "tokenizer_sha256": files["tokenizer.json"],
+            "files": files,
+            "converter_sha256": sha256_file(CONVERTER),
+            "convert_s": round(time.monotonic() - started, 1),
+        },
+    )
     if target.exists():
         shutil.rmtree(target)
     scratch.rename(target)
@@ -102,8 +120,14 @@ def model_dir(source: ModelSource, gguf_sha: str, root: Path | None = None) -> P
     return (root or cache_root()) / "models" / f"{source.key}-{gguf_sha.removeprefix('sha256:')[:12]}"
 
 
-def ensure_model(key: str = "smollm2-135m", *, env: ServingEnv | None = None, root: Path | None = None,
-                 progress: Progress = print, verify: bool = True) -> PreparedModel:
+def ensure_model(
+    key: str = "smollm2-135m",
+    *,
+    env: ServingEnv | None = None,
+    root: Path | None = None,
+    progress: Progress = print,
+    verify: bool = True,
+) -> PreparedModel:
     """Return the prepared checkpoint for ``key``, converting (or deriving) it first when missing, partial or corrupt."""
     if key in DERIVED:
         env = env or ensure_serving_env(root=root, progress=progress)

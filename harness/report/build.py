@@ -121,9 +121,13 @@ def _draw_charts(section: dict[str, Any], stage: Path) -> list[tuple[dict[str, A
         unit = points[0][1]["unit"]
         rel = f"figures/{slug}-{n}.png"
         title = f"{section['semantic_id']}: {name}" + (f" ({arm})" if arm else "") + " across runs"
-        interval_png([(run_id, i["value"], i.get("ci_low"), i.get("ci_high")) for run_id, i in points], stage / rel,
-                     title=f"{section['semantic_id']}: {name} across runs" + (f"\n{arm}" if arm else ""), xlabel=f"{name}{f' [{unit}]' if unit else ''}",
-                     reference=1.0 if unit == "ratio" else None)
+        interval_png(
+            [(run_id, i["value"], i.get("ci_low"), i.get("ci_high")) for run_id, i in points],
+            stage / rel,
+            title=f"{section['semantic_id']}: {name} across runs" + (f"\n{arm}" if arm else ""),
+            xlabel=f"{name}{f' [{unit}]' if unit else ''}",
+            reference=1.0 if unit == "ratio" else None,
+        )
         png = (stage / rel).read_bytes()
         out.append(({"title": title, "file": rel, "sha256": hashlib.sha256(png).hexdigest()}, png))
     return out
@@ -175,8 +179,9 @@ def bound_figures(placed: list[Placed]) -> list[Placed]:
             if len(kept) >= MAX_FIGURES_PER_RUN:
                 notes.append(f"figure {figure.name}: more than {MAX_FIGURES_PER_RUN} figures in one run: left out")
             elif figure.sha256 not in embedded and len(figure.png) > budget:
-                notes.append(f"figure {figure.name}: the page's {MAX_PAGE_IMAGE_BYTES >> 20} MiB of images "
-                             "are used up: left out")
+                notes.append(
+                    f"figure {figure.name}: the page's {MAX_PAGE_IMAGE_BYTES >> 20} MiB of images are used up: left out"
+                )
             else:
                 if figure.sha256 not in embedded:
                     budget -= len(figure.png)
@@ -194,8 +199,9 @@ def build_report(paths: list[str], config: ReportConfig) -> ReportOutputs:
         raise InvalidInput(f"--root {config.root}: not a directory")
     out_dir = Path(os.path.abspath(config.out_dir))
     check_out_dir(out_dir)
-    items = audit_inputs(paths, AuditConfig(root=config.root, trusted_keys=config.trusted_keys,
-                                               trust_policy=config.trust_policy))
+    items = audit_inputs(
+        paths, AuditConfig(root=config.root, trusted_keys=config.trusted_keys, trust_policy=config.trust_policy)
+    )
     placed = [Placed(i, read_run(i, config.root) if i.valid else None) for i in items]
     sections = bench_sections(placed, config.root, out_dir)
     notes: list[str] = []
@@ -215,9 +221,14 @@ def build_report(paths: list[str], config: ReportConfig) -> ReportOutputs:
                         images[entry["sha256"]] = png
             except CapabilityMissing as exc:
                 notes.append(f"no cross-run charts: {exc}")
-        doc = report_document(sections, created_utc=utc_now(), root=str(config.root),
-                              trusted_keys=[str(k) for k in config.trusted_keys], notes=notes,
-                              trust_policy=str(config.trust_policy) if config.trust_policy else None)
+        doc = report_document(
+            sections,
+            created_utc=utc_now(),
+            root=str(config.root),
+            trusted_keys=[str(k) for k in config.trusted_keys],
+            notes=notes,
+            trust_policy=str(config.trust_policy) if config.trust_policy else None,
+        )
         problems = validate_document(doc)
         if problems:
             raise SchemaViolation("report.json does not satisfy its schema: " + "; ".join(map(str, problems[:5])))

@@ -86,7 +86,9 @@ def _image_entries(run: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for image in run.get("images") or []:
         if image.get("native"):
-            out[image["role"]] = f"native python {image.get('python', '?')}, packages {_short(image['packages_sha256'])}"
+            out[image["role"]] = (
+                f"native python {image.get('python', '?')}, packages {_short(image['packages_sha256'])}"
+            )
         else:
             base = f" (base {image['base_substituted']})" if image.get("base_substituted") else ""
             out[image["role"]] = f"{image['ref']}@{image['digest']}{base}"
@@ -95,7 +97,9 @@ def _image_entries(run: dict[str, Any]) -> dict[str, Any]:
 
 def _gpu(fp: dict[str, Any]) -> str:
     gpus = fp.get("gpus") or []
-    return ", ".join(g.get("name", "?") for g in gpus) if gpus else f"none ({fp.get('gpus_absent_reason') or 'no reason'})"
+    return (
+        ", ".join(g.get("name", "?") for g in gpus) if gpus else f"none ({fp.get('gpus_absent_reason') or 'no reason'})"
+    )
 
 
 def environment_facets(view: RunView) -> dict[str, dict[str, Any]]:
@@ -108,12 +112,22 @@ def environment_facets(view: RunView) -> dict[str, dict[str, Any]]:
         "harness": dict(fp.get("harness") or {}),
         "packages": dict(fp.get("packages") or {}),
         "images": _image_entries(run),
-        "gpu": {"GPUs": _gpu(fp), "driver": nvml.get("driver_version"), "CUDA driver": nvml.get("cuda_driver_version"),
-                "torch": torch.get("version"), "torch CUDA": torch.get("cuda"), "cuDNN": torch.get("cudnn")},
+        "gpu": {
+            "GPUs": _gpu(fp),
+            "driver": nvml.get("driver_version"),
+            "CUDA driver": nvml.get("cuda_driver_version"),
+            "torch": torch.get("version"),
+            "torch CUDA": torch.get("cuda"),
+            "cuDNN": torch.get("cudnn"),
+        },
         "cpu": dict(fp.get("host") or {}),
         "python": dict(fp.get("python") or {}),
-        "model": {"model": (run.get("model") or {}).get("version"), "tokenizer": (run.get("tokenizer") or {}).get("version"),
-                  "workload ids": run.get("workload_ids"), "backend": view.backend},
+        "model": {
+            "model": (run.get("model") or {}).get("version"),
+            "tokenizer": (run.get("tokenizer") or {}).get("version"),
+            "workload ids": run.get("workload_ids"),
+            "backend": view.backend,
+        },
         "requested": flatten(run.get("requested") or {}),
         "effective": flatten(run.get("effective") or {}),
         "env": dict(fp.get("env") or {}),
@@ -137,8 +151,11 @@ def overridden_settings(view: RunView) -> list[dict[str, Any]]:
     """Settings whose effective value differs from the requested one (defaults resolved, clamps, fallbacks)."""
     requested = flatten(view.run.get("requested") or {})
     effective = flatten(view.run.get("effective") or {})
-    return [{"key": k, "requested": _render(requested[k]), "effective": _render(effective[k])}
-            for k in requested if k in effective and requested[k] != effective[k]]
+    return [
+        {"key": k, "requested": _render(requested[k]), "effective": _render(effective[k])}
+        for k in requested
+        if k in effective and requested[k] != effective[k]
+    ]
 
 
 def _headline_key(item: dict[str, Any]) -> tuple[str, str | None]:
@@ -154,11 +171,22 @@ def result_diff(a: RunView, b: RunView) -> dict[str, list[dict[str, Any]]]:
     for key in [*left, *(k for k in right if k not in left)]:
         ia, ib = left.get(key), right.get(key)
         va, vb = (ia or {}).get("value"), (ib or {}).get("value")
-        row = {"name": key[0], "arm": key[1], "unit": (ia or ib)["unit"], "a": va, "b": vb, "delta": None, "ratio": None}
+        row = {
+            "name": key[0],
+            "arm": key[1],
+            "unit": (ia or ib)["unit"],
+            "a": va,
+            "b": vb,
+            "delta": None,
+            "ratio": None,
+        }
         if va is not None and vb is not None:
             row["delta"] = vb - va
             row["ratio"] = vb / va if va else None
         out.append(row)
-    changed = [{"field": f, "a": _render(ca), "b": _render(cb)} for f in ("decision", "evidence_level", "valid")
-               if (ca := (a.conclusion or {}).get(f)) != (cb := (b.conclusion or {}).get(f))]
+    changed = [
+        {"field": f, "a": _render(ca), "b": _render(cb)}
+        for f in ("decision", "evidence_level", "valid")
+        if (ca := (a.conclusion or {}).get(f)) != (cb := (b.conclusion or {}).get(f))
+    ]
     return {"figures": out, "conclusion": changed}

@@ -74,15 +74,30 @@ def _valid_row(placed: Placed, links: dict[str, str | None], comp: Comparability
     assert view is not None and item.audit is not None
     run = view.run
     return {
-        "input": item.given, "verdict": "VALID", "reasons": [], "notes": list(view.notes),
-        "identity_verified": True, "semantic_id": view.semantic_id, "run_id": view.run_id,
-        "run_label": run["run_label"], "kind": view.kind, "status": run.get("status", "completed"),
-        "started_utc": run["started_utc"], "workload_ids": list(run.get("workload_ids") or []),
-        "model_version": (run.get("model") or {}).get("version"), "backend": view.backend,
-        "manifest": str(item.manifest), "run_dir": view.run_dir, "links": links,
-        "signer_keyid": item.audit.signer_keyid, "signer_trusted": item.audit.trusted, "headline": [dict(h) for h in view.headline],
-        "conclusion": view.conclusion, "like_for_like": comp.like_for_like,
-        "not_like_for_like": list(comp.reasons), "overridden_settings": overridden_settings(view),
+        "input": item.given,
+        "verdict": "VALID",
+        "reasons": [],
+        "notes": list(view.notes),
+        "identity_verified": True,
+        "semantic_id": view.semantic_id,
+        "run_id": view.run_id,
+        "run_label": run["run_label"],
+        "kind": view.kind,
+        "status": run.get("status", "completed"),
+        "started_utc": run["started_utc"],
+        "workload_ids": list(run.get("workload_ids") or []),
+        "model_version": (run.get("model") or {}).get("version"),
+        "backend": view.backend,
+        "manifest": str(item.manifest),
+        "run_dir": view.run_dir,
+        "links": links,
+        "signer_keyid": item.audit.signer_keyid,
+        "signer_trusted": item.audit.trusted,
+        "headline": [dict(h) for h in view.headline],
+        "conclusion": view.conclusion,
+        "like_for_like": comp.like_for_like,
+        "not_like_for_like": list(comp.reasons),
+        "overridden_settings": overridden_settings(view),
         "figures": [{"name": f.name, "sha256": f.sha256} for f in view.figures],
     }
 
@@ -103,10 +118,16 @@ def _diffs(views: list[RunView], comps: dict[str, Comparability]) -> list[dict[s
     for group in by_kind.values():
         for a, b in zip(group, group[1:], strict=False):
             changes = result_diff(a, b)
-            out.append({"a": a.run_id, "b": b.run_id,
-                        "like_for_like": comps[a.run_id].like_for_like and comps[b.run_id].like_for_like,
-                        "figures": changes["figures"], "conclusion": changes["conclusion"],
-                        "environment": environment_diff(a, b)})
+            out.append(
+                {
+                    "a": a.run_id,
+                    "b": b.run_id,
+                    "like_for_like": comps[a.run_id].like_for_like and comps[b.run_id].like_for_like,
+                    "figures": changes["figures"],
+                    "conclusion": changes["conclusion"],
+                    "environment": environment_diff(a, b),
+                }
+            )
     return out
 
 
@@ -124,18 +145,35 @@ def bench_sections(placed: list[Placed], root: Path, out_dir: Path) -> list[dict
         rows = [_valid_row(p, _links(p, root, out_dir), comps[p.view.run_id]) for p in valid]
         rows += [_invalid_row(p, _links(p, root, out_dir)) for p in members if not p.view]
         reference = next(iter(comps.values())).reference_run_id if comps else None
-        sections.append({"semantic_id": key, "reference_run_id": reference, "runs": rows,
-                         "diffs": _diffs(views, comps), "figures": []})
+        sections.append(
+            {
+                "semantic_id": key,
+                "reference_run_id": reference,
+                "runs": rows,
+                "diffs": _diffs(views, comps),
+                "figures": [],
+            }
+        )
     return sections
 
 
-def report_document(sections: list[dict[str, Any]], *, created_utc: str, root: str,
-                    trusted_keys: list[str], notes: list[str], trust_policy: str | None = None) -> dict[str, Any]:
+def report_document(
+    sections: list[dict[str, Any]],
+    *,
+    created_utc: str,
+    root: str,
+    trusted_keys: list[str],
+    notes: list[str],
+    trust_policy: str | None = None,
+) -> dict[str, Any]:
     rows = [r for s in sections for r in s["runs"]]
     valid = sum(r["verdict"] == "VALID" for r in rows)
     doc = {
-        "schema": REPORT_SCHEMA, "created_utc": created_utc,
-        "generator": {"name": "infkit", "version": __version__}, "root": root, "trusted_keys": trusted_keys,
+        "schema": REPORT_SCHEMA,
+        "created_utc": created_utc,
+        "generator": {"name": "infkit", "version": __version__},
+        "root": root,
+        "trusted_keys": trusted_keys,
         "trust_policy": trust_policy,
         "counts": {"inputs": len(rows), "valid": valid, "invalid": len(rows) - valid},
         "benches": sections,

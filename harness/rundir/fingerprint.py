@@ -169,7 +169,10 @@ def _gpu(nv: ModuleType, index: int) -> dict[str, Any]:
     power_mw = _nvml_call(nv.nvmlDeviceGetPowerManagementLimit, h)
     clock_types = {"graphics": "NVML_CLOCK_GRAPHICS", "sm": "NVML_CLOCK_SM", "memory": "NVML_CLOCK_MEM"}
     clocks = {k: _nvml_call(nv.nvmlDeviceGetClockInfo, h, getattr(nv, v, i)) for i, (k, v) in enumerate(clock_types.items())}
-    max_clocks = {k: _nvml_call(nv.nvmlDeviceGetMaxClockInfo, h, getattr(nv, v, i)) for i, (k, v) in enumerate(clock_types.items())}
+    max_clocks = {
+        k: _nvml_call(nv.nvmlDeviceGetMaxClockInfo, h, getattr(nv, v, i))
+        for i, (k, v) in enumerate(clock_types.items())
+    }
     reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
         nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
     )
@@ -215,7 +218,11 @@ def gpu_info(nvml: ModuleType | None = None) -> tuple[dict[str, Any] | None, lis
     try:
         nvml.nvmlInit()
     except Exception as exc:
-        return None, [], f"NVML could not initialise ({_text(exc) or type(exc).__name__}): no NVIDIA driver on this machine"
+        return (
+            None,
+            [],
+            f"NVML could not initialise ({_text(exc) or type(exc).__name__}): no NVIDIA driver on this machine",
+        )
     try:
         versions = {"driver_version": _text(nvml.nvmlSystemGetDriverVersion())}
         cuda = _nvml_call(nvml.nvmlSystemGetCudaDriverVersion)
@@ -308,8 +315,12 @@ def environment_group(
     doc = doc or collect()
     torch = doc["torch"] or {}
     gpus = [
-        {"name": g["name"], "memory_total_bytes": g["memory_total_bytes"],
-         "driver_version": (doc["nvml"] or {}).get("driver_version", "unknown"), "uuid_sha256": g["uuid_sha256"]}
+        {
+            "name": g["name"],
+            "memory_total_bytes": g["memory_total_bytes"],
+            "driver_version": (doc["nvml"] or {}).get("driver_version", "unknown"),
+            "uuid_sha256": g["uuid_sha256"],
+        }
         for g in doc["gpus"]
     ]
     backend: dict[str, Any] = {"name": backend_name, "version": backend_version}

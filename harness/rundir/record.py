@@ -68,12 +68,23 @@ def native_image(role: str, python_executable: str | None = None) -> dict[str, A
         import subprocess
 
         out = subprocess.run(
-            [python_executable, "-c", "import importlib.metadata as m;print('\\n'.join(sorted(f\"{d.metadata['Name'].lower()}=={d.version}\" for d in m.distributions())))"],
-            capture_output=True, text=True, check=True, timeout=120,
+            [
+                python_executable,
+                "-c",
+                "import importlib.metadata as m;print('\\n'.join(sorted(f\"{d.metadata['Name'].lower()}=={d.version}\" for d in m.distributions())))",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
         ).stdout
         lines = sorted(set(out.split()))
-        version = subprocess.run([python_executable, "-c", "import platform;print(platform.python_version())"],
-                                 capture_output=True, text=True, timeout=60).stdout.strip()
+        version = subprocess.run(
+            [python_executable, "-c", "import platform;print(platform.python_version())"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.strip()
     else:
         lines = sorted({f"{d.metadata['Name'].lower()}=={d.version}" for d in md.distributions()})
         version = platform.python_version()

@@ -177,7 +177,8 @@ def refuse_podman_gpus(api) -> None:
         raise CapabilityMissing(
             "podman's Docker-compatible API ignores GPU device requests (podman issue 22645), so this GPU role "
             "would start without a GPU: use Docker with the NVIDIA container toolkit, or podman's own CLI with CDI "
-            "(podman run --device nvidia.com/gpu=N)")
+            "(podman run --device nvidia.com/gpu=N)"
+        )
 
 
 def memory_in_use_bytes(mem: dict[str, Any]) -> int | None:
@@ -210,8 +211,9 @@ class _LogPump(threading.Thread):
 
 
 class DockerHandle(ServerHandle):
-    def __init__(self, container, spec: ServerSpec, log: HostLog, image: dict[str, Any],
-                 confinement: Confinement | None = None):
+    def __init__(
+        self, container, spec: ServerSpec, log: HostLog, image: dict[str, Any], confinement: Confinement | None = None
+    ):
         self.container, self.spec = container, spec
         self.base_url = f"http://127.0.0.1:{spec.port}"
         self.log, self.log_path, self.image = log, log.path, image
@@ -304,8 +306,9 @@ class DockerRuntime(Runtime):
         driver = check_gpu_request(lock, spec.gpus, s.forward_compat, self.notify)
         run_dir = Path(run_dir).resolve()
         run_dir.mkdir(parents=True, exist_ok=True)
-        image = resolve_image(self.api, lock, s.image, pull_only=s.pull_only, log_dir=run_dir,
-                              base_image=s.base_image, notify=self.notify)
+        image = resolve_image(
+            self.api, lock, s.image, pull_only=s.pull_only, log_dir=run_dir, base_image=s.base_image, notify=self.notify
+        )
         shm = spec.shm_bytes or (lock.server.shm_bytes if lock.server else DEFAULT_SHM_BYTES)
         if spec.gpus:
             refuse_podman_gpus(self.api)
@@ -325,9 +328,15 @@ class DockerRuntime(Runtime):
             log.write(f"[infkit] {driver.mechanism}: {driver.warning}\n".encode())
         try:
             container = self.api.containers.run(
-                image.id, entrypoint=argv[:1], command=argv[1:], detach=True, **where,
-                device_requests=device_requests(spec.gpus), shm_size=shm,
-                labels={"io.infkit.run-dir": str(run_dir)}, **opts,
+                image.id,
+                entrypoint=argv[:1],
+                command=argv[1:],
+                detach=True,
+                **where,
+                device_requests=device_requests(spec.gpus),
+                shm_size=shm,
+                labels={"io.infkit.run-dir": str(run_dir)},
+                **opts,
             )
         except Exception as exc:
             log.close()

@@ -37,8 +37,10 @@ def client():
         c = docker.from_env(timeout=120)
         c.ping()
     except docker.errors.DockerException as exc:
-        raise CapabilityMissing(f"no Docker-API engine reachable ({exc})",
-                                hint="start Docker, or `podman system service` and set DOCKER_HOST (docs/images.md)") from exc
+        raise CapabilityMissing(
+            f"no Docker-API engine reachable ({exc})",
+            hint="start Docker, or `podman system service` and set DOCKER_HOST (docs/images.md)",
+        ) from exc
     return c
 
 
@@ -46,8 +48,16 @@ def build_log_name(role: str) -> str:
     return f"image-build-{role}.log"
 
 
-def resolve_image(api, lock: ImageLock, override: str | None = None, *, pull_only: bool = True,
-                  log_dir: Path | None = None, base_image: str | None = None, notify: Notify = notify_stderr):
+def resolve_image(
+    api,
+    lock: ImageLock,
+    override: str | None = None,
+    *,
+    pull_only: bool = True,
+    log_dir: Path | None = None,
+    base_image: str | None = None,
+    notify: Notify = notify_stderr,
+):
     """The SDK image to run (see the module docstring for the order)."""
     import docker
 
@@ -76,8 +86,10 @@ def build_on_first_use(api, lock: ImageLock, log_dir: Path | None, base_image: s
 
     log_path = (log_dir / build_log_name(lock.role)) if log_dir else None
     where = f"; log: {log_path}" if log_path else ""
-    notify(f"{lock.role}: no local build and no pushed digest, building it now (first use, several minutes; "
-           f"PULL_ONLY=1 refuses instead){where}")
+    notify(
+        f"{lock.role}: no local build and no pushed digest, building it now (first use, several minutes; "
+        f"PULL_ONLY=1 refuses instead){where}"
+    )
 
     def to_log(line: str) -> None:  # the wheelhouse line belongs with the build, not on the terminal
         if log_path:
@@ -106,8 +118,9 @@ def image_record(lock: ImageLock, image) -> dict[str, Any]:
     }
 
 
-def check_gpu_request(lock: ImageLock, gpus: tuple[int, ...], forward_compat: bool,
-                      notify: Notify = notify_stderr) -> DriverCheck | None:
+def check_gpu_request(
+    lock: ImageLock, gpus: tuple[int, ...], forward_compat: bool, notify: Notify = notify_stderr
+) -> DriverCheck | None:
     """A CUDA role needs a GPU and a driver that runs its CUDA release; warns when features are lost."""
     if lock.cuda is None:
         return None

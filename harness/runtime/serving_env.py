@@ -103,17 +103,28 @@ def _run(argv: list[str], log_path: Path, step: str) -> None:
     with log_path.open("a") as log:
         log.write(f"\n$ {' '.join(argv)}\n")
         log.flush()
-        rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}).returncode
+        rc = subprocess.run(
+            argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        ).returncode
     if rc != 0:
-        lines = [ln for ln in log_path.read_text(errors="replace").splitlines() if not ln.startswith("WARNING: Location")]
+        lines = [
+            ln for ln in log_path.read_text(errors="replace").splitlines() if not ln.startswith("WARNING: Location")
+        ]
         tail = "\n".join(lines[-15:])
         raise CapabilityMissing(f"serving environment: {step} failed (exit {rc}); log {log_path}:\n{tail}")
 
 
 def _installed_packages(python: Path) -> dict[str, str]:
     out = subprocess.run(
-        [str(python), "-c", "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))"],
-        capture_output=True, text=True, check=True, timeout=120,
+        [
+            str(python),
+            "-c",
+            "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     ).stdout
     return json.loads(out)
 
@@ -142,20 +153,25 @@ def _build(path: Path, spec: ServingEnvSpec, progress: Progress) -> None:
         _run(pip + ["--no-deps", *spec.no_deps], log, "installing " + " ".join(spec.no_deps))
     progress("serving-env: checking imports " + ", ".join(spec.smoke_imports))
     check = f"import importlib.util, {', '.join(spec.smoke_imports)}\n" + "".join(
-        f"assert importlib.util.find_spec({name!r}), {name!r}\n" for name in spec.smoke_present)
+        f"assert importlib.util.find_spec({name!r}), {name!r}\n" for name in spec.smoke_present
+    )
     _run([str(path / "bin" / "python"), "-c", check], log, "import check")
-    atomic_write_json(path / STAMP_NAME, {
-        "digest": spec.digest(),
-        "spec": asdict(spec),
-        "python": platform.python_version(),
-        "packages": _installed_packages(path / "bin" / "python"),
-        "build_s": round(time.monotonic() - started, 1),
-    })
+    atomic_write_json(
+        path / STAMP_NAME,
+        {
+            "digest": spec.digest(),
+            "spec": asdict(spec),
+            "python": platform.python_version(),
+            "packages": _installed_packages(path / "bin" / "python"),
+            "build_s": round(time.monotonic() - started, 1),
+        },
+    )
     progress(f"serving-env: ready in {time.monotonic() - started:.0f} s")
 
 
-def ensure_serving_env(spec: ServingEnvSpec = VLLM_CPU, root: Path | None = None,
-                       progress: Progress = print) -> ServingEnv:
+def ensure_serving_env(
+    spec: ServingEnvSpec = VLLM_CPU, root: Path | None = None, progress: Progress = print
+) -> ServingEnv:
     """Return the ready serving venv, building it first if needed (idempotent, lock-protected)."""
     path = env_path(spec, root)
     with file_lock(path.parent / f".{path.name}.lock"):

@@ -163,12 +163,14 @@ def _check(cfg: MeasureConfig, workload: Workload) -> tuple[int | None, int | No
     for name, limit in cfg.validity.to_dict().items():
         if not is_finite_number(limit):
             raise InvalidInput(f"validity limit {name} {limit}: must be a finite number")
-    fields = {"--semantic-id": ("$defs/identity/properties/semantic_id", cfg.semantic_id),
-              "--run-label": ("$defs/identity/properties/run_label", cfg.run_label),
-              "--profile-id": ("$defs/environment/properties/profile_id", cfg.profile_id),
-              "--backend-name": ("$defs/environment/properties/backend/properties/name", cfg.backend_name),
-              "--backend-version": ("$defs/environment/properties/backend/properties/version", cfg.backend_version),
-              "runtime": ("$defs/environment/properties/runtime", cfg.runtime)}
+    fields = {
+        "--semantic-id": ("$defs/identity/properties/semantic_id", cfg.semantic_id),
+        "--run-label": ("$defs/identity/properties/run_label", cfg.run_label),
+        "--profile-id": ("$defs/environment/properties/profile_id", cfg.profile_id),
+        "--backend-name": ("$defs/environment/properties/backend/properties/name", cfg.backend_name),
+        "--backend-version": ("$defs/environment/properties/backend/properties/version", cfg.backend_version),
+        "runtime": ("$defs/environment/properties/runtime", cfg.runtime),
+    }
     if cfg.run_id is not None:
         fields["--run-id"] = ("$defs/identity/properties/run_id", cfg.run_id)
     for flag, (rule, value) in fields.items():
@@ -176,8 +178,11 @@ def _check(cfg: MeasureConfig, workload: Workload) -> tuple[int | None, int | No
             raise InvalidInput(f"{flag}: {problem}")
     if problem := find_problem(recorded_settings(cfg)):
         raise InvalidInput(f"cannot record the run's settings: {problem[1]} at {problem[0]}")
-    if cfg.tokenizer_path is not None and not (Path(cfg.tokenizer_path) / "tokenizer.json").is_file() and not (
-            Path(cfg.tokenizer_path).is_file()):
+    if (
+        cfg.tokenizer_path is not None
+        and not (Path(cfg.tokenizer_path) / "tokenizer.json").is_file()
+        and not (Path(cfg.tokenizer_path).is_file())
+    ):
         raise InvalidInput(f"--tokenizer {cfg.tokenizer_path}: no tokenizer.json there")
     check_workload_limits(workload)
     if cfg.api == "completions" and any(r.prompt is None for r in workload.requests):
@@ -195,8 +200,10 @@ def check_workload_limits(workload: Workload) -> None:
         for name, value in (("input_tokens", r.input_tokens), ("output_tokens", r.output_tokens)):
             if not 1 <= value <= MAX_TOKENS:
                 shown = str(value) if len(str(value)) <= 24 else f"{str(value)[:12]}... ({len(str(value))} digits)"
-                raise InvalidInput(f"workload request {r.index}: {name} {shown} is outside [1, {MAX_TOKENS}]",
-                                   hint="`infkit workload make` never writes such a request")
+                raise InvalidInput(
+                    f"workload request {r.index}: {name} {shown} is outside [1, {MAX_TOKENS}]",
+                    hint="`infkit workload make` never writes such a request",
+                )
 
 
 CALLBACKS = ("memory_probe", "server_alive", "failure_refiner", "reporter")
@@ -211,14 +218,32 @@ def recorded_settings(cfg: MeasureConfig) -> dict[str, Any]:
 def run_facts(cfg: MeasureConfig) -> RunFacts:
     """What the result states about the run: the few values of the config that result building needs."""
     return RunFacts(
-        semantic_id=cfg.semantic_id, run_label=cfg.run_label, run_id=cfg.run_id or new_run_id(),
-        served_model=cfg.model, model_ref=cfg.model_ref, tokenizer_ref=cfg.tokenizer_ref, profile_id=cfg.profile_id,
-        backend_name=cfg.backend_name, backend_version=cfg.backend_version, backend_command=cfg.backend_command,
-        runtime=cfg.runtime, image=cfg.image, api=cfg.api, ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens,
-        slo=dict(cfg.slo), validity=cfg.validity, token_budget=cfg.token_budget, memory_source=cfg.memory_source,
-        memory_probed=cfg.memory_probe is not None, requested=recorded_settings(cfg),
-        extra_details=dict(cfg.extra_details), batch_barrier=cfg.batch_barrier, stream=cfg.stream,
-        token_ends=_token_ends(cfg.tokenizer_path))
+        semantic_id=cfg.semantic_id,
+        run_label=cfg.run_label,
+        run_id=cfg.run_id or new_run_id(),
+        served_model=cfg.model,
+        model_ref=cfg.model_ref,
+        tokenizer_ref=cfg.tokenizer_ref,
+        profile_id=cfg.profile_id,
+        backend_name=cfg.backend_name,
+        backend_version=cfg.backend_version,
+        backend_command=cfg.backend_command,
+        runtime=cfg.runtime,
+        image=cfg.image,
+        api=cfg.api,
+        ignore_eos=cfg.ignore_eos,
+        min_tokens=cfg.min_tokens,
+        slo=dict(cfg.slo),
+        validity=cfg.validity,
+        token_budget=cfg.token_budget,
+        memory_source=cfg.memory_source,
+        memory_probed=cfg.memory_probe is not None,
+        requested=recorded_settings(cfg),
+        extra_details=dict(cfg.extra_details),
+        batch_barrier=cfg.batch_barrier,
+        stream=cfg.stream,
+        token_ends=_token_ends(cfg.tokenizer_path),
+    )
 
 
 def _token_ends(path: str | Path | None) -> TokenEnds | None:
@@ -263,8 +288,13 @@ def gauges_entry(poller: GaugePoller | None, rows: list[dict[str, Any]]) -> dict
     say how much of the run it covers (a server that stalls answers no poll after the stall)."""
     if poller is None:
         return {"file": None, "rows": 0, "polls": 0, "failed_polls": 0, "why": "no /metrics snapshot before the run"}
-    return {"file": GAUGES_FILE if rows else None, "rows": len(rows), "polls": poller.polls,
-            "failed_polls": poller.failures, "interval_s": poller.interval_s}
+    return {
+        "file": GAUGES_FILE if rows else None,
+        "rows": len(rows),
+        "polls": poller.polls,
+        "failed_polls": poller.failures,
+        "interval_s": poller.interval_s,
+    }
 
 
 def _fill_not_sent(requests_path: Path, workload: Workload) -> list[RequestRecord]:
@@ -273,8 +303,13 @@ def _fill_not_sent(requests_path: Path, workload: Workload) -> list[RequestRecor
     if missing:
         with RecordWriter(requests_path) as writer:
             for req in missing:
-                rec = RequestRecord(index=req.index, status="not_sent", input_tokens=req.input_tokens,
-                                    output_tokens_requested=req.output_tokens, error="the run ended before it was sent")
+                rec = RequestRecord(
+                    index=req.index,
+                    status="not_sent",
+                    input_tokens=req.input_tokens,
+                    output_tokens_requested=req.output_tokens,
+                    error="the run ended before it was sent",
+                )
                 writer.write(rec)
                 records[req.index] = rec
     return [records[i] for i in sorted(records)]
@@ -288,24 +323,42 @@ def _failure(cfg: MeasureConfig, run: ClientRun, records: list[RequestRecord]) -
     exited = cfg.server_alive is not None and not cfg.server_alive()
     if exited or (broken and not endpoint_answers(cfg.endpoint)):
         first = next((r.error for r in broken if r.error), "no answer")
-        message = ("the server process exited during the run" if exited else
-                   "the endpoint answered before the run and stopped during it")
-        failure = Failure(stage="run", kind="server_crash",
-                          message=f"{message}; {len(broken)} requests ended early (first: {first})")
+        message = (
+            "the server process exited during the run"
+            if exited
+            else "the endpoint answered before the run and stopped during it"
+        )
+        failure = Failure(
+            stage="run", kind="server_crash", message=f"{message}; {len(broken)} requests ended early (first: {first})"
+        )
         return cfg.failure_refiner(failure) if cfg.failure_refiner else failure
     return None
 
 
-def _shares(cfg: MeasureConfig, workload: Workload, requests_path: Path, closed: int | None,
-            cap: int | None) -> list:
+def _shares(cfg: MeasureConfig, workload: Workload, requests_path: Path, closed: int | None, cap: int | None) -> list:
     """The client's configuration dealt to its worker processes (a session workload whole sessions at a time)."""
-    client = ClientConfig(endpoint=cfg.endpoint, model=cfg.model, api=cfg.api, timeout_s=cfg.timeout_s,
-                          ignore_eos=cfg.ignore_eos, min_tokens=cfg.min_tokens, keep_text=cfg.keep_text,
-                          stream=cfg.stream)
+    client = ClientConfig(
+        endpoint=cfg.endpoint,
+        model=cfg.model,
+        api=cfg.api,
+        timeout_s=cfg.timeout_s,
+        ignore_eos=cfg.ignore_eos,
+        min_tokens=cfg.min_tokens,
+        keep_text=cfg.keep_text,
+        stream=cfg.stream,
+    )
     workers = cfg.client_workers or auto_workers(closed or cap or len(workload.requests))
-    return plan_shares(workload.requests, client, str(requests_path), workers=workers,
-                       closed_concurrency=closed, max_concurrency=cap, batch_barrier=cfg.batch_barrier,
-                       endpoints=cfg.endpoints, sessions=(workload.header.get("sessions") or {}).get("history"))
+    return plan_shares(
+        workload.requests,
+        client,
+        str(requests_path),
+        workers=workers,
+        closed_concurrency=closed,
+        max_concurrency=cap,
+        batch_barrier=cfg.batch_barrier,
+        endpoints=cfg.endpoints,
+        sessions=(workload.header.get("sessions") or {}).get("history"),
+    )
 
 
 def measure(cfg: MeasureConfig) -> MeasureOutcome:
@@ -315,27 +368,38 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     references = load_references(cfg.reference_path) if cfg.reference_path else None
     out_dir = check_output_dir(cfg.out_dir, "--out")
     if not endpoint_answers(cfg.endpoint):
-        raise InvalidInput(f"{cfg.endpoint} does not answer on {' or '.join(HEALTH_PATHS)}",
-                           hint="start the server or check --endpoint")
+        raise InvalidInput(
+            f"{cfg.endpoint} does not answer on {' or '.join(HEALTH_PATHS)}",
+            hint="start the server or check --endpoint",
+        )
     try:  # only now: a refused run leaves no directory behind
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InvalidInput(f"--out {out_dir}: cannot create the run directory: {exc.strerror or exc}") from None
     requests_path = out_dir / REQUESTS_FILE
     RecordWriter(requests_path, truncate=True).close()
-    metrics_urls = [u.rstrip("/") + "/metrics" for u in cfg.endpoints] or [cfg.metrics_url or
-                                                                          cfg.endpoint.rstrip("/") + "/metrics"]
+    metrics_urls = [u.rstrip("/") + "/metrics" for u in cfg.endpoints] or [
+        cfg.metrics_url or cfg.endpoint.rstrip("/") + "/metrics"
+    ]
     metrics_url = metrics_urls[0]
     shares = _shares(cfg, workload, requests_path, closed, cap)
 
-    before, poller, sampler, run, peak_bytes = Scrape(None, None, "interrupted before the first scrape"), None, None, \
-        None, None
+    before, poller, sampler, run, peak_bytes = (
+        Scrape(None, None, "interrupted before the first scrape"),
+        None,
+        None,
+        None,
+        None,
+    )
     try:  # from here on, Ctrl-C (or a stop signal) ends the run and every request still gets a record
         before = scrape_all(metrics_urls)
         poller = GaugePoller(metrics_url, POLLED_GAUGES, cfg.gauge_interval_s).start() if before.snapshot else None
         sampler = PeakSampler(cfg.memory_probe).start() if cfg.memory_probe else None
-        following = cfg.reporter.task(cfg.run_label, len(workload.requests), requests_path) if cfg.reporter \
+        following = (
+            cfg.reporter.task(cfg.run_label, len(workload.requests), requests_path)
+            if cfg.reporter
             else contextlib.nullcontext()
+        )
         with following:
             run = run_client(shares)
     except KeyboardInterrupt:
@@ -353,12 +417,22 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     return outcome
 
 
-def _write_outputs(cfg: MeasureConfig, workload: Workload, out_dir: Path, run: ClientRun, before: Scrape,
-                   poller: GaugePoller | None, peak_bytes: int | None, references: Any, closed: int | None,
-                   cap: int | None) -> MeasureOutcome:
+def _write_outputs(
+    cfg: MeasureConfig,
+    workload: Workload,
+    out_dir: Path,
+    run: ClientRun,
+    before: Scrape,
+    poller: GaugePoller | None,
+    peak_bytes: int | None,
+    references: Any,
+    closed: int | None,
+    cap: int | None,
+) -> MeasureOutcome:
     """After the client: the second scrape, a record for every request, the gauges, the result and the summary."""
-    metrics_urls = [u.rstrip("/") + "/metrics" for u in cfg.endpoints] or [cfg.metrics_url or
-                                                                          cfg.endpoint.rstrip("/") + "/metrics"]
+    metrics_urls = [u.rstrip("/") + "/metrics" for u in cfg.endpoints] or [
+        cfg.metrics_url or cfg.endpoint.rstrip("/") + "/metrics"
+    ]
     requests_path = out_dir / REQUESTS_FILE
     before_path = _save_scrape(out_dir, METRICS_BEFORE, before)
     # An interrupted run against a stalled server must not wait out the full scrape timeout.
@@ -376,8 +450,14 @@ def _write_outputs(cfg: MeasureConfig, workload: Workload, out_dir: Path, run: C
     if before.error or after.error:
         server["scrape_errors"] = [e for e in (before.error, after.error) if e]
     inputs = ResultInputs(
-        workload=workload, records=records, run=run, server_metrics=server, closed_concurrency=closed,
-        max_concurrency=cap, peak_memory_bytes=peak_bytes, failure=_failure(cfg, run, records),
+        workload=workload,
+        records=records,
+        run=run,
+        server_metrics=server,
+        closed_concurrency=closed,
+        max_concurrency=cap,
+        peak_memory_bytes=peak_bytes,
+        failure=_failure(cfg, run, records),
         references=references,
     )
     doc = build_serving_result(run_facts(cfg), inputs)
@@ -385,6 +465,12 @@ def _write_outputs(cfg: MeasureConfig, workload: Workload, out_dir: Path, run: C
         atomic_write_text(out_dir / GAUGES_FILE, "".join(json.dumps(r) + "\n" for r in rows))
     result_path = write_result(out_dir / RESULT_FILE, doc)
     atomic_write_text(out_dir / SUMMARY_FILE, render_summary(doc))
-    outcome = MeasureOutcome(result_path=result_path, requests_path=requests_path, metrics_before_path=before_path,
-                             metrics_after_path=after_path, result=doc, records=tuple(records))
+    outcome = MeasureOutcome(
+        result_path=result_path,
+        requests_path=requests_path,
+        metrics_before_path=before_path,
+        metrics_after_path=after_path,
+        result=doc,
+        records=tuple(records),
+    )
     return outcome

@@ -95,10 +95,15 @@ def _workload_info(w: Workload, inputs: ResultInputs, facts: RunFacts) -> Worklo
     concurrency = inputs.closed_concurrency or inputs.max_concurrency
     budget = {"max_num_batched_tokens": None, "max_num_seqs": None, **(facts.token_budget or {})}
     info = WorkloadInfo(
-        request_count=h["request_count"], input_tokens=h["token_counts"]["input"], output_tokens=h["token_counts"]["output"],
+        request_count=h["request_count"],
+        input_tokens=h["token_counts"]["input"],
+        output_tokens=h["token_counts"]["output"],
         arrival={k: h["arrival"][k] for k in RESULT_ARRIVAL_KEYS if h["arrival"].get(k) is not None},
-        concurrency=concurrency, seed=h["generator"].get("seed", h["seeds"].get("lengths", 0)), kind=h["kind"],
-        seeds=dict(h["seeds"]), token_budget=budget,
+        concurrency=concurrency,
+        seed=h["generator"].get("seed", h["seeds"].get("lengths", 0)),
+        kind=h["kind"],
+        seeds=dict(h["seeds"]),
+        token_budget=budget,
     )
     if concurrency is None:
         info.null_reasons["concurrency"] = "timed schedule without a cap on in-flight requests"
@@ -109,8 +114,13 @@ def _health(run: ClientRun) -> ClientHealth:
     lags = [s.loop_lag_p99_ms for s in run.stats if s.loop_lag_p99_ms is not None]
     maxes = [s.loop_lag_max_ms for s in run.stats if s.loop_lag_max_ms is not None]
     samples = [s.lag_samples for s in run.stats]
-    return ClientHealth(loop_lag_p99_ms=max(lags) if lags else None, loop_lag_max_ms=max(maxes) if maxes else None,
-                        workers=run.workers, interrupted=run.interrupted, lag_samples=min(samples) if samples else None)
+    return ClientHealth(
+        loop_lag_p99_ms=max(lags) if lags else None,
+        loop_lag_max_ms=max(maxes) if maxes else None,
+        workers=run.workers,
+        interrupted=run.interrupted,
+        lag_samples=min(samples) if samples else None,
+    )
 
 
 def _performance(facts: RunFacts, inputs: ResultInputs) -> Performance:
@@ -128,7 +138,9 @@ def _performance(facts: RunFacts, inputs: ResultInputs) -> Performance:
         perf.peak_memory_bytes = int(inputs.peak_memory_bytes)
         perf.peak_memory_source = facts.memory_source
     else:
-        perf.null_reasons["peak_memory_bytes"] = "no memory probe given" if not facts.memory_probed else "the memory probe returned nothing"
+        perf.null_reasons["peak_memory_bytes"] = (
+            "no memory probe given" if not facts.memory_probed else "the memory probe returned nothing"
+        )
     return perf
 
 
@@ -139,20 +151,38 @@ def _conclusion(failure: Failure | None, reasons: list[str], summary: str) -> Co
         next_step = "fix each invalid reason (client bottleneck: more client workers or less load) and rerun"
     else:
         next_step = "repeat the run (>= 3) or pair it against the other arm"
-    return Conclusion(evidence_level="single", decision="blocked" if failure else "inconclusive", next_step=next_step,
-                      failure=failure, valid=not reasons, invalid_reasons=reasons, repeats=1, summary=summary)
+    return Conclusion(
+        evidence_level="single",
+        decision="blocked" if failure else "inconclusive",
+        next_step=next_step,
+        failure=failure,
+        valid=not reasons,
+        invalid_reasons=reasons,
+        repeats=1,
+        summary=summary,
+    )
 
 
 def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any]:
     w, records = inputs.workload, inputs.records
     timed = inputs.closed_concurrency is None
     health = _health(inputs.run)
-    reasons = invalid_reasons(records, health, facts.validity, timed=timed, ignore_eos=facts.ignore_eos, expected=len(w.requests))
+    reasons = invalid_reasons(
+        records, health, facts.validity, timed=timed, ignore_eos=facts.ignore_eos, expected=len(w.requests)
+    )
     if inputs.failure is not None and not reasons:
         reasons = [f"{inputs.failure.kind}: {inputs.failure.message}"]
-    tok = dict(facts.tokenizer_ref or {"name": w.header["tokenizer"]["name"], "version": w.header["tokenizer"]["sha256"]})
-    identity = Identity(semantic_id=facts.semantic_id, workload_id=w.workload_id, run_label=facts.run_label,
-                        run_id=facts.run_id, model=dict(facts.model_ref) if facts.model_ref else None, tokenizer=tok)
+    tok = dict(
+        facts.tokenizer_ref or {"name": w.header["tokenizer"]["name"], "version": w.header["tokenizer"]["sha256"]}
+    )
+    identity = Identity(
+        semantic_id=facts.semantic_id,
+        workload_id=w.workload_id,
+        run_label=facts.run_label,
+        run_id=facts.run_id,
+        model=dict(facts.model_ref) if facts.model_ref else None,
+        tokenizer=tok,
+    )
     if facts.model_ref is None:
         identity.null_reasons["model"] = f"served model {facts.served_model!r}: no model version given"
     perf = _performance(facts, inputs)
@@ -162,33 +192,58 @@ def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any
     rejected = [r for r in records if r.server_data_error]
     done = sum(r.completed for r in records)
     ttft = perf.ttft_ms["p50"] if perf.ttft_ms else None
-    summary = f"{done}/{len(records)} requests completed" + (f"; TTFT P50 {ttft:.1f} ms" if ttft is not None else "") + \
-        ("; VALID" if not reasons else f"; INVALID ({len(reasons)} reasons)")
+    summary = (
+        f"{done}/{len(records)} requests completed"
+        + (f"; TTFT P50 {ttft:.1f} ms" if ttft is not None else "")
+        + ("; VALID" if not reasons else f"; INVALID ({len(reasons)} reasons)")
+    )
     details = {
         "server_metrics": inputs.server_metrics,
         "client": {
-            "workers": inputs.run.workers, "event_loop": loop_name(), "loop_lag_p99_ms": health.loop_lag_p99_ms, "loop_lag_max_ms": health.loop_lag_max_ms,
-            **schedule_stats(records, timed=timed), "api": facts.api, "ignore_eos": facts.ignore_eos, "min_tokens": facts.min_tokens,
-            "batch_barrier": facts.batch_barrier, "stream": facts.stream,
+            "workers": inputs.run.workers,
+            "event_loop": loop_name(),
+            "loop_lag_p99_ms": health.loop_lag_p99_ms,
+            "loop_lag_max_ms": health.loop_lag_max_ms,
+            **schedule_stats(records, timed=timed),
+            "api": facts.api,
+            "ignore_eos": facts.ignore_eos,
+            "min_tokens": facts.min_tokens,
+            "batch_barrier": facts.batch_barrier,
+            "stream": facts.stream,
             "schedule_reasons": schedule_reasons(records, health, facts.validity, timed=timed),
         },
-        "usage": {"completed": done, "without_server_usage": usage_missing,
-                  "note": ("output tokens of requests without server usage were counted from content chunks"
-                           if usage_missing else "output tokens from the server's usage"),
-                  "output_tokens_counted": sum(output_tokens(r) for r in records if r.completed),
-                  # server-reported values that were not sane were recorded as absent; requests.jsonl says why
-                  "server_data_rejected": len(rejected),
-                  "server_data_first_rejection": rejected[0].server_data_error if rejected else None},
+        "usage": {
+            "completed": done,
+            "without_server_usage": usage_missing,
+            "note": (
+                "output tokens of requests without server usage were counted from content chunks"
+                if usage_missing
+                else "output tokens from the server's usage"
+            ),
+            "output_tokens_counted": sum(output_tokens(r) for r in records if r.completed),
+            # server-reported values that were not sane were recorded as absent; requests.jsonl says why
+            "server_data_rejected": len(rejected),
+            "server_data_first_rejection": rejected[0].server_data_error if rejected else None,
+        },
         **({"sessions": turns} if (turns := session_details(records)) is not None else {}),
         "validity_limits": facts.validity.to_dict(),
         "requested": _jsonable(dict(facts.requested)),
         **_jsonable(dict(facts.extra_details)),
     }
     return build_result(
-        kind="serving", identity=identity, workload=_workload_info(w, inputs, facts),
+        kind="serving",
+        identity=identity,
+        workload=_workload_info(w, inputs, facts),
         environment=fingerprint.environment_group(
-            facts.profile_id, facts.backend_name, facts.backend_version, runtime=facts.runtime,
-            image=dict(facts.image) if facts.image else None, backend_command=list(facts.backend_command or []) or None),
-        performance=perf, correctness=Correctness(**corr, null_reasons=corr_reasons),
-        conclusion=_conclusion(inputs.failure, reasons, summary), details=details,
+            facts.profile_id,
+            facts.backend_name,
+            facts.backend_version,
+            runtime=facts.runtime,
+            image=dict(facts.image) if facts.image else None,
+            backend_command=list(facts.backend_command or []) or None,
+        ),
+        performance=perf,
+        correctness=Correctness(**corr, null_reasons=corr_reasons),
+        conclusion=_conclusion(inputs.failure, reasons, summary),
+        details=details,
     )

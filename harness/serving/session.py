@@ -83,9 +83,11 @@ class ServerSession:
     def logs_text(self) -> str:
         """Every process's log: the server's, a group's members', and the replicas a Ray driver placed."""
         paths = []
-        for member, handle in (self.handle.members() if isinstance(self.handle, GroupHandle) else [(None, self.handle)]):
+        for member, handle in self.handle.members() if isinstance(self.handle, GroupHandle) else [(None, self.handle)]:
             paths.append(handle.log_path)
-            report = replicas_report(handle.log_tail(400)) if member is not None and member.role == "ray-driver" else None
+            report = (
+                replicas_report(handle.log_tail(400)) if member is not None and member.role == "ray-driver" else None
+            )
             paths += [Path(r["log"]) for r in (report or {}).get("replicas", [])]
         texts = []
         for path in paths:
@@ -98,33 +100,61 @@ class ServerSession:
     def group_record(self) -> dict[str, Any]:
         """Communication settings (requested, environment, effective), the model when not the bench's, and a
         group's members (command, environment, pid, log, exit) with its launch facts."""
-        out: dict[str, Any] = {"communication": {
-            "requested": comm.requested(self.command), "env": comm.comm_env(self.env),
-            "effective": comm.effective(self.logs_text()),
-            "layout": dict(self.group.settings, spread=self.group.spread) if self.group else None}}
+        out: dict[str, Any] = {
+            "communication": {
+                "requested": comm.requested(self.command),
+                "env": comm.comm_env(self.env),
+                "effective": comm.effective(self.logs_text()),
+                "layout": dict(self.group.settings, spread=self.group.spread) if self.group else None,
+            }
+        }
         if self.model is not None:
             out["model"] = self.model.run_entry()
         if self.group is None or not isinstance(self.handle, GroupHandle):
             return out
         members = []
         for member, handle in self.handle.members():
-            entry = {"name": member.name, "role": member.role, "command": list(member.spec.argv),
-                     "env": dict(member.spec.env), "pid": handle.pid, "urls": list(member.urls),
-                     "log": handle.log_path.name, "exit_status": getattr(handle, "exit_status", None)}
+            entry = {
+                "name": member.name,
+                "role": member.role,
+                "command": list(member.spec.argv),
+                "env": dict(member.spec.env),
+                "pid": handle.pid,
+                "urls": list(member.urls),
+                "log": handle.log_path.name,
+                "exit_status": getattr(handle, "exit_status", None),
+            }
             if member.role == "ray-driver":
                 entry["placement"] = replicas_report(handle.log_tail(400))
             members.append(entry)
-        return {**out, "group": {"description": self.group.description, "spread": self.group.spread,
-                                 "endpoints": list(self.endpoints), "settings": self.group.settings,
-                                 "members": members}}
+        return {
+            **out,
+            "group": {
+                "description": self.group.description,
+                "spread": self.group.spread,
+                "endpoints": list(self.endpoints),
+                "settings": self.group.settings,
+                "members": members,
+            },
+        }
 
 
 @contextmanager
-def server_session(name: str, backend: Backend, runtime: Runtime, config: BackendConfig, log_dir: Path, *,
-                   start_timeout_s: float, progress: Progress = print, settings: dict[str, Any] | None = None,
-                   on_start: Callable[[ServerSession], None] | None = None,
-                   on_stop: Callable[[ServerSession], None] | None = None, layout: Layout | None = None,
-                   model: PreparedModel | None = None) -> Iterator[ServerSession]:
+def server_session(
+    name: str,
+    backend: Backend,
+    runtime: Runtime,
+    config: BackendConfig,
+    log_dir: Path,
+    *,
+    start_timeout_s: float,
+    progress: Progress = print,
+    settings: dict[str, Any] | None = None,
+    on_start: Callable[[ServerSession], None] | None = None,
+    on_stop: Callable[[ServerSession], None] | None = None,
+    layout: Layout | None = None,
+    model: PreparedModel | None = None,
+) -> Iterator[ServerSession]:
     """Start ``backend`` under ``runtime``, wait for health, yield, and always stop the whole server.
 
     ``on_start`` sees the session as soon as the process exists (its pid is worth recording before the
@@ -133,14 +163,28 @@ def server_session(name: str, backend: Backend, runtime: Runtime, config: Backen
     group = group_spec(backend, config, layout, free_port, log_dir) if layout is not None else None
     spec = group.engine_spec if group is not None else backend.server_spec(config)
     where = f"{group.description}" if group is not None else f"on port {spec.port}"
-    progress(f"server {name}: starting {backend.name} {backend.version()} {where} "
-             f"(about a minute on 2 cores; a new engine configuration compiles for longer)")
+    progress(
+        f"server {name}: starting {backend.name} {backend.version()} {where} "
+        f"(about a minute on 2 cores; a new engine configuration compiles for longer)"
+    )
     started = time.monotonic()
-    handle = reaper.track(start_group(runtime, group, log_dir, name) if group is not None
-                          else runtime.start(spec, log_dir, log_name=f"server-{name}.log"))
-    session = ServerSession(name=name, backend=backend, handle=handle, config=config, command=list(spec.argv),
-                            env=dict(spec.env), startup_s=0.0, settings=dict(settings or {}), group=group,
-                            model=model)
+    handle = reaper.track(
+        start_group(runtime, group, log_dir, name)
+        if group is not None
+        else runtime.start(spec, log_dir, log_name=f"server-{name}.log")
+    )
+    session = ServerSession(
+        name=name,
+        backend=backend,
+        handle=handle,
+        config=config,
+        command=list(spec.argv),
+        env=dict(spec.env),
+        startup_s=0.0,
+        settings=dict(settings or {}),
+        group=group,
+        model=model,
+    )
     try:
         if on_start:
             on_start(session)
@@ -167,22 +211,29 @@ def check_applied(expect: Mapping[str, Any], srv: ServerSession) -> None:
     if not expect:
         return
     if effective is None:
-        raise NotApplied(f"the variant needs {dict(expect)} but {srv.backend.name} does not report its "
-                         "effective configuration, so it cannot be checked")
+        raise NotApplied(
+            f"the variant needs {dict(expect)} but {srv.backend.name} does not report its "
+            "effective configuration, so it cannot be checked"
+        )
     missed = [k for k, v in expect.items() if effective.get(k) != v]
     if missed:
         source = f"GET {srv.backend.effective_path}"
-        parts = [f"requested {k}={expect[k]!r}, the engine runs {k}={effective.get(k)!r} (read back by "
-                 f"{source})" + (f": {srv.backend.override_reasons[k]}" if k in srv.backend.override_reasons else "")
-                 for k in missed]
+        parts = [
+            f"requested {k}={expect[k]!r}, the engine runs {k}={effective.get(k)!r} (read back by "
+            f"{source})" + (f": {srv.backend.override_reasons[k]}" if k in srv.backend.override_reasons else "")
+            for k in missed
+        ]
         raise NotApplied("; ".join(parts))
 
 
 def engine_reason(message: str) -> str:
     """The engine's own reason in a refused start's log: its last exception line that is a root cause
     (not a wrapper pointing "above"); empty when there is none."""
-    errors = [ln.strip() for ln in message.splitlines()
-              if re.match(r"\s*([\w.]+(Error|Exception)): ", ln) and "root cause" not in ln]
+    errors = [
+        ln.strip()
+        for ln in message.splitlines()
+        if re.match(r"\s*([\w.]+(Error|Exception)): ", ln) and "root cause" not in ln
+    ]
     return errors[-1][:300] if errors else ""
 
 

@@ -15,13 +15,19 @@ def render_summary(doc: dict[str, Any]) -> str:
     for name in LATENCIES:
         d = perf.get(name)
         rows.append((name, *(f"{d[k]:.2f}" if d and k in d else "-" for k in ("n", "mean", "p50", "p90", "p99"))))
-    lines = [f"{ident['semantic_id']} {ident['run_label']} run {ident['run_id']} workload {ident['workload_id'][:19]}", "",
-             tabulate(rows, headers=["metric", "n", "mean", "p50", "p90", "p99"]), ""]
+    lines = [
+        f"{ident['semantic_id']} {ident['run_label']} run {ident['run_id']} workload {ident['workload_id'][:19]}",
+        "",
+        tabulate(rows, headers=["metric", "n", "mean", "p50", "p90", "p99"]),
+        "",
+    ]
     tp = perf["throughput"]
     if tp:
         good = f", goodput {tp['goodput_rps']:.2f} req/s under {tp['slo']}" if tp.get("goodput_rps") is not None else ""
-        lines.append(f"{tp['request_rate_rps']:.2f} req/s, {tp['output_tokens_per_s']:.1f} output tok/s, "
-                     f"{tp['total_tokens_per_s']:.1f} total tok/s over {tp['duration_s']:.2f} s{good}")
+        lines.append(
+            f"{tp['request_rate_rps']:.2f} req/s, {tp['output_tokens_per_s']:.1f} output tok/s, "
+            f"{tp['total_tokens_per_s']:.1f} total tok/s over {tp['duration_s']:.2f} s{good}"
+        )
     prefix = (doc.get("details", {}).get("server_metrics") or {}).get("prefix_cache")
     if prefix and prefix.get("hit_rate") is not None:
         lines.append(f"prefix-cache hit rate {prefix['hit_rate']:.1%} ({prefix['series'][0]})")

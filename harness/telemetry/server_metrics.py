@@ -82,7 +82,9 @@ def occupancy(rows: list[dict[str, float]]) -> dict[str, Any] | None:
                            "window_s": round(times[-1] - times[0], 3)}
     for key in ("running", "waiting"):
         values = [r.get(key, 0.0) for r in rows]
-        out[f"{key}_mean"] = round(sum(v * w for v, w in zip(values, weights, strict=True)) / total, 4) if total else None
+        out[f"{key}_mean"] = (
+            round(sum(v * w for v, w in zip(values, weights, strict=True)) / total, 4) if total else None
+        )
         out[f"{key}_peak"] = max(values)
     return out
 
@@ -95,7 +97,9 @@ def counter_value(snap: Snapshot, name: str, paired: str | None = None) -> float
     return value
 
 
-def counter_delta(before: Snapshot, after: Snapshot, name: str, paired: str | None = None) -> tuple[float | None, str | None]:
+def counter_delta(
+    before: Snapshot, after: Snapshot, name: str, paired: str | None = None
+) -> tuple[float | None, str | None]:
     """(delta, None) or (None, why it is absent); ``paired``: see ``counter_value``."""
     a, b = counter_value(before, name, paired), counter_value(after, name, paired)
     if a is None or b is None:
@@ -144,8 +148,10 @@ def histogram_delta_ms(before: Snapshot, after: Snapshot, name: str) -> tuple[di
     out: dict[str, Any] = {"n": int(round(count)), "mean_ms": round((s1 - s0) / count * 1e3, 4), "distribution": None}
     first = min(delta)
     if delta[first] >= count:
-        out["unresolved"] = (f"all {out['n']} observations are below the smallest bucket bound ({first * 1e3:g} ms); "
-                             f"mean {out['mean_ms']} ms")
+        out["unresolved"] = (
+            f"all {out['n']} observations are below the smallest bucket bound ({first * 1e3:g} ms); "
+            f"mean {out['mean_ms']} ms"
+        )
         return out, None
     dist = {"n": out["n"], "mean": out["mean_ms"]}
     for key, q in (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99)):
@@ -170,12 +176,21 @@ def engine_logged(before: Snapshot | None, after: Snapshot | None, polled: Mappi
     """Whether any log-refreshed gauge moved during the run (the engine sets them all at each log)."""
     if before is None:
         return False
-    return any(v != before.total(g) for g in POLLED_GAUGES if g.startswith(LOGGED_GAUGES_PREFIX)
-               and before.total(g) is not None for v in _readings(after, polled, g))
+    return any(
+        v != before.total(g)
+        for g in POLLED_GAUGES
+        if g.startswith(LOGGED_GAUGES_PREFIX) and before.total(g) is not None
+        for v in _readings(after, polled, g)
+    )
 
 
-def gauge_peak(before: Snapshot | None, after: Snapshot | None, polled: Mapping[str, Sequence[float]],
-               gauges: tuple[str, ...], logged: bool = False) -> tuple[float | None, str | None]:
+def gauge_peak(
+    before: Snapshot | None,
+    after: Snapshot | None,
+    polled: Mapping[str, Sequence[float]],
+    gauges: tuple[str, ...],
+    logged: bool = False,
+) -> tuple[float | None, str | None]:
     """The highest reading during the run (polls in order, final snapshot) of the first gauge seen; or (None, why).
 
     A gauge refreshed only when the engine logs shows the before-run value until its first
@@ -190,9 +205,11 @@ def gauge_peak(before: Snapshot | None, after: Snapshot | None, polled: Mapping[
         if g.startswith(LOGGED_GAUGES_PREFIX) and start is not None:
             fresh = next((i for i, v in enumerate(during) if v != start), None)
             if fresh is None and not logged:
-                return None, (f"{g} kept its before-run value {start:g}: not refreshed during the run "
-                              "(SGLang logs every 40 decode steps or 30 s idle)")
-            during = during[fresh or 0:]
+                return None, (
+                    f"{g} kept its before-run value {start:g}: not refreshed during the run "
+                    "(SGLang logs every 40 decode steps or 30 s idle)"
+                )
+            during = during[fresh or 0 :]
         return max(during), None
     return None, f"none of {', '.join(gauges)} seen while polling /metrics"
 
@@ -212,8 +229,14 @@ def _prefix_cache(before: Snapshot, after: Snapshot) -> Family:
         dq, why_q = counter_delta(before, after, queries)
         if why_h or why_q:
             return {}, {"prefix_cache": why_h or why_q or ""}
-        return {"prefix_cache": {"hits": dh, "queries": dq, "hit_rate": round(dh / dq, 6) if dq else None,
-                                 "series": [hits, queries]}}, {}
+        return {
+            "prefix_cache": {
+                "hits": dh,
+                "queries": dq,
+                "hit_rate": round(dh / dq, 6) if dq else None,
+                "series": [hits, queries],
+            }
+        }, {}
     return {}, {"prefix_cache": "no prefix-cache counters (" + ", ".join(h for h, _ in PREFIX_CACHE) + ")"}
 
 
@@ -222,9 +245,17 @@ def _queue_time(before: Snapshot, after: Snapshot) -> Family:
     if not queue_name:
         return {}, {"queue_time_ms": "no queue-time histogram (" + ", ".join(QUEUE_HISTOGRAMS) + ")"}
     observed, why = histogram_delta_ms(before, after, queue_name.removesuffix("_sum"))
-    out = {"queue_time_ms": {**observed, "series": queue_name.removesuffix("_sum"),
-                             "percentiles": "estimated from histogram buckets (Prometheus histogram_quantile)"}
-           } if observed else {}
+    out = (
+        {
+            "queue_time_ms": {
+                **observed,
+                "series": queue_name.removesuffix("_sum"),
+                "percentiles": "estimated from histogram buckets (Prometheus histogram_quantile)",
+            }
+        }
+        if observed
+        else {}
+    )
     return out, {"queue_time_ms": why} if why else {}
 
 
@@ -264,13 +295,17 @@ def _spec_decode(before: Snapshot, after: Snapshot) -> Family:
     if spec["drafts"]:
         spec["mean_acceptance_length"] = round(1 + accepted / spec["drafts"], 6) if accepted is not None else None
     spec["accepted_tokens_per_position"] = per_position_delta(before, after)
-    absent = {} if spec["accepted_tokens_per_position"] is not None else {
-        "spec_decode.accepted_tokens_per_position": f"{SPEC_DECODE_PER_POSITION} not exported"}
+    absent = (
+        {}
+        if spec["accepted_tokens_per_position"] is not None
+        else {"spec_decode.accepted_tokens_per_position": f"{SPEC_DECODE_PER_POSITION} not exported"}
+    )
     return {"spec_decode": spec}, absent
 
 
-def _gauges(before: Snapshot | None, after: Snapshot | None, peaks: Mapping[str, Sequence[float]],
-            rows: list[dict[str, float]]) -> Family:
+def _gauges(
+    before: Snapshot | None, after: Snapshot | None, peaks: Mapping[str, Sequence[float]], rows: list[dict[str, float]]
+) -> Family:
     out: dict[str, Any] = {"occupancy": occupancy(rows)}
     absent: dict[str, str] = {}
     if out["occupancy"] is None:
@@ -278,17 +313,23 @@ def _gauges(before: Snapshot | None, after: Snapshot | None, peaks: Mapping[str,
     else:
         out["occupancy"]["source"] = "polled /metrics gauges (" + ", ".join(RUNNING_GAUGES + WAITING_GAUGES) + ")"
     logged = engine_logged(before, after, peaks)
-    for name, gauges in (("kv_cache_usage_peak", KV_USAGE_GAUGES), ("running_peak", RUNNING_GAUGES),
-                         ("waiting_peak", WAITING_GAUGES)):
+    for name, gauges in (
+        ("kv_cache_usage_peak", KV_USAGE_GAUGES),
+        ("running_peak", RUNNING_GAUGES),
+        ("waiting_peak", WAITING_GAUGES),
+    ):
         out[name], why = gauge_peak(before, after, peaks, gauges, logged)
         if why:
             absent[name] = why
     return out, absent
 
 
-def summarize(before: Snapshot | None, after: Snapshot | None,
-              polled: Mapping[str, float | Sequence[float]] | None = None,
-              occupancy_rows: list[dict[str, float]] | None = None) -> dict[str, Any]:
+def summarize(
+    before: Snapshot | None,
+    after: Snapshot | None,
+    polled: Mapping[str, float | Sequence[float]] | None = None,
+    occupancy_rows: list[dict[str, float]] | None = None,
+) -> dict[str, Any]:
     """``details.server_metrics``: deltas, peaks and occupancy, with ``absent`` naming what could not be
     measured and why; one function per metric family.
 
@@ -296,18 +337,33 @@ def summarize(before: Snapshot | None, after: Snapshot | None,
     single number is taken as one reading. ``occupancy_rows``: the polled gauges over time.
     """
     peaks = {k: [v] if isinstance(v, (int, float)) else list(v) for k, v in (polled or {}).items()}
-    out: dict[str, Any] = {"prefix_cache": None, "queue_time_ms": None, "preemptions": None,
-                           "kv_cache_usage_peak": None, "running_peak": None, "waiting_peak": None,
-                           "occupancy": None, "tokens": {}, "spec_decode": None, "absent": {}}
+    out: dict[str, Any] = {
+        "prefix_cache": None,
+        "queue_time_ms": None,
+        "preemptions": None,
+        "kv_cache_usage_peak": None,
+        "running_peak": None,
+        "waiting_peak": None,
+        "occupancy": None,
+        "tokens": {},
+        "spec_decode": None,
+        "absent": {},
+    }
     families = [_gauges(before, after, peaks, occupancy_rows or [])]
     if before is None or after is None:
         why = "no /metrics snapshot " + ("before" if before is None else "after") + " the run"
-        families.append(({}, {k: why for k in ("prefix_cache", "queue_time_ms", "preemptions", "tokens",
-                                               "spec_decode")}))
+        families.append(
+            ({}, {k: why for k in ("prefix_cache", "queue_time_ms", "preemptions", "tokens", "spec_decode")})
+        )
     else:
         logged = engine_logged(before, after, peaks)
-        families += [_prefix_cache(before, after), _queue_time(before, after),
-                     _preemptions(before, after, peaks, logged), _tokens(before, after), _spec_decode(before, after)]
+        families += [
+            _prefix_cache(before, after),
+            _queue_time(before, after),
+            _preemptions(before, after, peaks, logged),
+            _tokens(before, after),
+            _spec_decode(before, after),
+        ]
     for fields, absent in families:
         out.update(fields)
         out["absent"].update(absent)

@@ -30,7 +30,9 @@ class Arrival:
 
     def __post_init__(self) -> None:
         if self.process not in PROCESSES:
-            raise InvalidInput(f"unknown arrival process {self.process!r}", hint=f"choose one of: {', '.join(PROCESSES)}")
+            raise InvalidInput(
+                f"unknown arrival process {self.process!r}", hint=f"choose one of: {', '.join(PROCESSES)}"
+            )
         # Checked whatever the process: a given value is written into the header.
         for flag, value in (("--rate", self.rate_rps), ("--burstiness", self.burstiness)):
             if value is not None and not (is_finite_number(value) and value > 0):

@@ -168,10 +168,14 @@ def _consistency(header: dict[str, Any], lines: list[tuple[int, dict[str, Any]]]
     if closed and any(o is not None for o in offsets):
         problems.append(Problem("line 1/arrival", RULE, "a closed loop has no send offsets, yet requests carry offset_s"))
     elif not closed and (None in offsets or offsets != sorted(offsets)):
-        problems.append(Problem("line 1/arrival", RULE, "a timed schedule needs every offset_s, in non-decreasing order"))
+        problems.append(
+            Problem("line 1/arrival", RULE, "a timed schedule needs every offset_s, in non-decreasing order")
+        )
     if requests:
-        counts = {"input": token_summary([r.input_tokens for r in requests]),
-                  "output": token_summary([r.output_tokens for r in requests])}
+        counts = {
+            "input": token_summary([r.input_tokens for r in requests]),
+            "output": token_summary([r.output_tokens for r in requests]),
+        }
         if counts != header["token_counts"]:
             problems.append(Problem("line 1/token_counts", RULE, "token_counts do not summarize the requests"))
     return problems
@@ -190,12 +194,15 @@ def load_workload(path: str | os.PathLike) -> Workload:
     p = Path(path)
     header = next(iter_jsonl(p))[1]
     if header.get("schema") != WORKLOAD_SCHEMA:
-        kind = f"a {header['schema']!r} document" if "schema" in header else "a line without a \"schema\" marker"
+        kind = f"a {header['schema']!r} document" if "schema" in header else 'a line without a "schema" marker'
         raise InvalidInput(f"{p}: the first line is {kind}, not a workload header ({WORKLOAD_SCHEMA})")
     problems = validate_file(p)
     if problems:
         hint = "re-make it with `infkit workload make`" if problems[0].rule == RULE else None
-        raise InvalidInput(f"{p}: not a valid workload file: {problems[0]}"
-                           + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""), hint=hint)
+        raise InvalidInput(
+            f"{p}: not a valid workload file: {problems[0]}"
+            + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
+            hint=hint,
+        )
     lines = [obj for _, obj in iter_jsonl(p)]
     return Workload(header=lines[0], requests=tuple(Request.from_dict(obj) for obj in lines[1:]))

@@ -34,7 +34,9 @@ class ExactTokenizer:
         d = Path(directory)
         file = d / "tokenizer.json" if d.is_dir() else d
         if not file.is_file():
-            raise InvalidInput(f"{directory}: no tokenizer.json", hint="pass a directory holding a tokenizers/HF tokenizer.json")
+            raise InvalidInput(
+                f"{directory}: no tokenizer.json", hint="pass a directory holding a tokenizers/HF tokenizer.json"
+            )
         try:
             self._tok = Tokenizer.from_file(str(file))
         except Exception as exc:  # the tokenizers library raises a bare Exception on bad files
@@ -99,7 +101,7 @@ class ExactTokenizer:
             if have == n_tokens and full_ids[:base] == base_ids:
                 return body
             if have > n_tokens and len(words) > 1:
-                del words[-max(1, (have - n_tokens) // 2):]
+                del words[-max(1, (have - n_tokens) // 2) :]
             elif have > n_tokens:
                 words = [" " + rng.choice(self._words)]
             else:

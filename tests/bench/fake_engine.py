@@ -45,10 +45,16 @@ class EngineWithConfig(FakeOpenAIServer):
 def effective_config(args: argparse.Namespace) -> dict | None:
     if args.max_num_seqs is None:
         return None
-    return {"scheduler_config": {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
-                                 "policy": args.scheduling_policy, "enable_chunked_prefill": True,
-                                 "async_scheduling": args.async_scheduling and not args.platform_forces_sync},
-            "cache_config": {"block_size": 16, "num_gpu_blocks": 4096, "enable_prefix_caching": False}}
+    return {
+        "scheduler_config": {
+            "max_num_seqs": args.max_num_seqs,
+            "max_num_batched_tokens": args.max_num_batched_tokens,
+            "policy": args.scheduling_policy,
+            "enable_chunked_prefill": True,
+            "async_scheduling": args.async_scheduling and not args.platform_forces_sync,
+        },
+        "cache_config": {"block_size": 16, "num_gpu_blocks": 4096, "enable_prefix_caching": False},
+    }
 
 
 def main() -> int:
@@ -64,19 +70,31 @@ def main() -> int:
     ap.add_argument("--scheduling-policy", default="fcfs")
     ap.add_argument("--async-scheduling", action="store_true")
     ap.add_argument("--platform-forces-sync", action="store_true")
-    ap.add_argument("--reset", choices=("succeeds", "declines"), default=None,
-                    help="answer POST /reset_prefix_cache with this verdict")
+    ap.add_argument(
+        "--reset",
+        choices=("succeeds", "declines"),
+        default=None,
+        help="answer POST /reset_prefix_cache with this verdict",
+    )
     ap.add_argument("--speculative-config", default=None)  # exports spec-decode counters, as vLLM does
     ap.add_argument("--max-running", type=int, default=0)
     args, _ = ap.parse_known_args()
     if args.refuse:
         print(f"ERROR engine start failed: {args.refuse}", flush=True)
         return 1
-    server = EngineWithConfig(FakeConfig(ttft_s=args.ttft_ms / 1e3, gap_s=args.gap_ms / 1e3,
-                                         crash_after=args.crash_after, max_running=args.max_running,
-                                         prefill_s_per_token=args.prefill_us_per_token / 1e6,
-                                         spec_decode=args.speculative_config is not None),
-                              args.port, effective_config(args), args.reset)
+    server = EngineWithConfig(
+        FakeConfig(
+            ttft_s=args.ttft_ms / 1e3,
+            gap_s=args.gap_ms / 1e3,
+            crash_after=args.crash_after,
+            max_running=args.max_running,
+            prefill_s_per_token=args.prefill_us_per_token / 1e6,
+            spec_decode=args.speculative_config is not None,
+        ),
+        args.port,
+        effective_config(args),
+        args.reset,
+    )
 
     async def serve() -> None:
         await server._start()  # noqa: SLF001

@@ -181,12 +181,15 @@ def test_phases_say_what_they_do():
     assert conc.servers == ("s1", "s2") and [a.label for _, a in conc.steps] == ["a", "b", "c", "a", "b", "c"]
 
 
-@pytest.mark.parametrize("broken, message", [
-    (dict(arms=(Arm("x", "nope", "slow"),)), "arm 'x' names unknown workload 'nope'"),
-    (dict(arms=(Arm("x", "main", "nope"),)), "arm 'x' names unknown server variant 'nope'"),
-    (dict(claims=(Claim(TTFT_P50, "slow", "ghost"),)), "claim 'effect' names unknown arm 'ghost'"),
-    (dict(warmup="nope"), "warm-up workload 'nope'"),
-])
+@pytest.mark.parametrize(
+    "broken, message",
+    [
+        (dict(arms=(Arm("x", "nope", "slow"),)), "arm 'x' names unknown workload 'nope'"),
+        (dict(arms=(Arm("x", "main", "nope"),)), "arm 'x' names unknown server variant 'nope'"),
+        (dict(claims=(Claim(TTFT_P50, "slow", "ghost"),)), "claim 'effect' names unknown arm 'ghost'"),
+        (dict(warmup="nope"), "warm-up workload 'nope'"),
+    ],
+)
 def test_a_broken_spec_names_the_bad_part(tokenizer_dir, broken, message):
     good = plan(Config(), None)
     with pytest.raises(InvalidInput, match=message):
@@ -200,8 +203,9 @@ def test_an_unknown_backend_field_in_a_variant_is_a_spec_error(bench_env, monkey
 
     spec = BenchSpec(**{**SPEC.__dict__, "plan": bad_plan})
     with pytest.raises(InvalidInput, match=r"server variant 'slow' sets unknown backend fields \['max_num_seq'\]"):
-        runner_mod.run_bench(spec, Config(backend="fake", runtime="local"), root=bench_env,
-                             reporter=Reporter(io.StringIO()))
+        runner_mod.run_bench(
+            spec, Config(backend="fake", runtime="local"), root=bench_env, reporter=Reporter(io.StringIO())
+        )
     assert not (bench_env / "runs").exists() or not any((bench_env / "runs" / "99").iterdir())
 
 
@@ -212,7 +216,10 @@ def test_a_reset_the_engine_declines_is_a_protocol_violation_that_caps_the_decis
     assert [(r["arm"], r["repeat"]) for r in resets["declined"]] == [("fast", 1), ("fast", 2), ("fast", 3)]
     assert resets["not_offered"] == 6 and resets["confirmed"] == 0  # slow and exotic answer no reset at all
     assert concl["valid"] is False and concl["decision"] == "inconclusive"
-    assert any(r.startswith("protocol violation: prefix cache not reset before fast repeat 1") for r in concl["invalid_reasons"])
+    assert any(
+        r.startswith("protocol violation: prefix cache not reset before fast repeat 1")
+        for r in concl["invalid_reasons"]
+    )
     assert "protocol violation" in log
 
 
@@ -220,9 +227,11 @@ def test_a_server_a_phase_keeps_stays_up_and_the_others_stop_before_it_starts_mo
     def kept_plan(cfg, model):
         p = plan(cfg, model)
         slow, fast, exotic = p.arms
-        phases = (Phase("p1", ("slow", "fast"), [(1, slow), (1, fast)]),
-                  Phase("p2", ("slow", "exotic"), [(1, exotic), (1, slow)], keep=("slow",)),
-                  Phase("p3", ("fast",), [(2, fast)], keep=("slow",)))
+        phases = (
+            Phase("p1", ("slow", "fast"), [(1, slow), (1, fast)]),
+            Phase("p2", ("slow", "exotic"), [(1, exotic), (1, slow)], keep=("slow",)),
+            Phase("p3", ("fast",), [(2, fast)], keep=("slow",)),
+        )
         return Plan(**{**p.__dict__, "schedule": Schedule(phases, "kept servers")})
 
     spec = BenchSpec(**{**SPEC.__dict__, "plan": kept_plan})
@@ -231,10 +240,23 @@ def test_a_server_a_phase_keeps_stays_up_and_the_others_stop_before_it_starts_mo
     outcome = runner_mod.run_bench(spec, cfg, root=bench_env, reporter=Reporter(out, every_s=60))
     log = [line for line in out.getvalue().splitlines() if line.startswith("server ")]
     events = [" ".join(line.split()[1:3]).rstrip(":") for line in log if "starting" in line or "stopped" in line]
-    assert events == ["slow: starting", "fast: starting", "fast: stopped", "exotic: starting", "exotic: stopped",
-                      "slow: stopped", "fast: starting", "fast: stopped"], events
-    assert [(a["label"], a["server"]) for a in outcome.result["details"]["arm_runs"]] == \
-        [("slow", "slow"), ("fast", "fast"), ("exotic", "exotic"), ("slow", "slow"), ("fast", "fast")]
+    assert events == [
+        "slow: starting",
+        "fast: starting",
+        "fast: stopped",
+        "exotic: starting",
+        "exotic: stopped",
+        "slow: stopped",
+        "fast: starting",
+        "fast: stopped",
+    ], events
+    assert [(a["label"], a["server"]) for a in outcome.result["details"]["arm_runs"]] == [
+        ("slow", "slow"),
+        ("fast", "fast"),
+        ("exotic", "exotic"),
+        ("slow", "slow"),
+        ("fast", "fast"),
+    ]
 
 
 class FakeGpuBackend(FakeBackend):
@@ -245,8 +267,12 @@ class FakeGpuBackend(FakeBackend):
 
     def server_spec(self, cfg):
         spec = super().server_spec(cfg)
-        spec = ServerSpec(argv=(*spec.argv, "--gpu-memory-utilization", str(cfg.gpu_memory_utilization)),
-                          port=spec.port, env=spec.env, gpus=cfg.gpus)
+        spec = ServerSpec(
+            argv=(*spec.argv, "--gpu-memory-utilization", str(cfg.gpu_memory_utilization)),
+            port=spec.port,
+            env=spec.env,
+            gpus=cfg.gpus,
+        )
         self.seen.append(spec)
         return spec
 
@@ -263,4 +289,5 @@ def test_three_co_resident_servers_on_gpu_2_split_it_and_servers_json_records_it
     assert started == {(2,)}  # the old runner left gpus empty and the GPU backends defaulted to GPU 0
     servers = json.loads((outcome.run_dir / "servers" / "servers.json").read_text())["servers"]
     assert {s["name"]: (s["settings"]["gpus"], s["settings"]["gpu_memory_utilization"]) for s in servers} == {
-        name: ([2], 0.3) for name in ("slow", "fast", "exotic")}  # three up at once: 0.9 / 3 each
+        name: ([2], 0.3) for name in ("slow", "fast", "exotic")
+    }  # three up at once: 0.9 / 3 each

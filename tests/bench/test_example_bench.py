@@ -32,5 +32,5 @@ def test_the_docs_example_runs_with_the_framework_filling_in_warm_up_protocol_ti
 
 def test_the_doc_shows_the_example_file_verbatim():
     code = (Path(__file__).with_name("example_bench.py")).read_text()
-    body = code[code.index("from __future__"):]
+    body = code[code.index("from __future__") :]
     assert body.strip() in DOC.read_text(), "docs/benches.md must embed tests/bench/example_bench.py as it is"

@@ -118,7 +118,9 @@ def test_unset_size_takes_the_device_default_and_says_so():
 
 
 def test_cpu_run_records_requested_and_effective_size(run_cuda, valid):
-    out = run_cuda("proposal", model="tiny", draft_layers=2, prompts=1, iters=1, warmup=0, arms=("target", "prompt_lookup"))
+    out = run_cuda(
+        "proposal", model="tiny", draft_layers=2, prompts=1, iters=1, warmup=0, arms=("target", "prompt_lookup")
+    )
     size = out.result["details"]["size"]
     assert size["requested"] == {"prompts": 1, "max_new_tokens": None}
     assert size["effective"] == {"prompts": 1, "max_new_tokens": 24} and size["sized_for"] == "cpu"
@@ -144,6 +146,7 @@ def test_heuristic_draft_length_and_threshold_are_reset_before_every_call(torch)
         def spy(*args, **kwargs):
             seen.append(kwargs["assistant_model"].generation_config.num_assistant_tokens)
             return original(*args, **kwargs)
+
         loaded.model.generate = spy
         call = generate_once(loaded, counter, enc.input_ids, enc.attention_mask, "heuristic", config, drafts, "cpu")
     finally:

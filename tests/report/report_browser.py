@@ -54,7 +54,9 @@ def browser_or_skip() -> Browser:
     except ImportError:
         require_or_skip("INFKIT_REQUIRE_BROWSER", "selenium is not installed (pip install -e '.[dev]')")
     if not (chromium and driver):
-        require_or_skip("INFKIT_REQUIRE_BROWSER", "no chromium + chromedriver here (.ci/setup-browser.sh installs them)")
+        require_or_skip(
+            "INFKIT_REQUIRE_BROWSER", "no chromium + chromedriver here (.ci/setup-browser.sh installs them)"
+        )
     return Browser(chromium, driver)
 
 
@@ -72,12 +74,19 @@ def _driver(browser: Browser, profile: str):
 
 
 def _full_screenshot(driver, path: Path, width: int, height: int, mobile: bool) -> None:
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile})
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile},
+    )
     size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
-    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
-        "format": "png", "captureBeyondViewport": True,
-        "clip": {"x": 0, "y": 0, "width": width, "height": min(size["height"], 16000), "scale": 1}})
+    shot = driver.execute_cdp_cmd(
+        "Page.captureScreenshot",
+        {
+            "format": "png",
+            "captureBeyondViewport": True,
+            "clip": {"x": 0, "y": 0, "width": width, "height": min(size["height"], 16000), "scale": 1},
+        },
+    )
     path.write_bytes(base64.b64decode(shot["data"]))
 
 
@@ -109,5 +118,17 @@ def open_page(browser: Browser, page: Path) -> PageCheck:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
     pages = pdf.read_bytes().count(b"/Type /Page") - pdf.read_bytes().count(b"/Type /Pages")
-    return PageCheck(errors, facts["images"], facts["decoded"], facts["rows"], facts["invalid"], facts["resources"],
-                     int(overflow), shot, phone, pdf, pages, facts["text"])
+    return PageCheck(
+        errors,
+        facts["images"],
+        facts["decoded"],
+        facts["rows"],
+        facts["invalid"],
+        facts["resources"],
+        int(overflow),
+        shot,
+        phone,
+        pdf,
+        pages,
+        facts["text"],
+    )

@@ -32,7 +32,10 @@ def test_prepare_is_deterministic_idempotent_and_repairs_corruption(serving_env,
         assert (first.path / name).is_file()
     config = json.loads((first.path / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"] and "quantization_config" not in config
-    assert first.model_ref == {"name": "SmolLM2-135M-Instruct", "version": sha256_file(first.path / "model.safetensors")}
+    assert first.model_ref == {
+        "name": "SmolLM2-135M-Instruct",
+        "version": sha256_file(first.path / "model.safetensors"),
+    }
     assert first.tokenizer_ref["version"] == sha256_file(first.path / "tokenizer.json")
     assert json.loads((first.path / STAMP_NAME).read_text())["gguf_sha256"] == first.gguf_sha256
 

@@ -69,42 +69,72 @@ class Config(BenchConfig):
     def check(self) -> None:
         if any(r <= 0 for r in self.rates):
             raise InvalidInput("--rates must all be > 0 requests per second")
-        if self.input_tokens * (1 + self.length_range) + self.output_tokens * (1 + self.length_range) > self.max_model_len:
+        if (
+            self.input_tokens * (1 + self.length_range) + self.output_tokens * (1 + self.length_range)
+            > self.max_model_len
+        ):
             raise InvalidInput(f"the longest prompt plus output exceeds --max-model-len {self.max_model_len}")
 
 
 def request_list(cfg: Config, seed: int) -> Common:
     """The one request list: same seeds, same lengths and prompts; only the arrival differs per level."""
-    return Common(arrival=Arrival("closed", concurrency=1), seed=seed, requests=cfg.requests * cfg.scale,
-                  input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens, input_range=cfg.length_range,
-                  output_range=cfg.length_range)
+    return Common(
+        arrival=Arrival("closed", concurrency=1),
+        seed=seed,
+        requests=cfg.requests * cfg.scale,
+        input_tokens=cfg.input_tokens,
+        output_tokens=cfg.output_tokens,
+        input_range=cfg.length_range,
+        output_range=cfg.length_range,
+    )
 
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:
-    sweep = LoadSweep(request_list(cfg, cfg.seed), "baseline", cfg.repeats, cfg.rates, cfg.rate_fractions,
-                      cfg.concurrencies, cfg.probe_concurrency, cfg.tolerance, min_level_s=cfg.min_level_s,
-                      min_level_requests=cfg.requests * cfg.scale, probe_s=cfg.probe_s,
-                      label=f"{cfg.dtype} baseline", facts=(("dtype", cfg.dtype),),
-                      title=f"bench-66 INF-FLOAT-BASELINE ({cfg.dtype}): latency vs throughput")
+    sweep = LoadSweep(
+        request_list(cfg, cfg.seed),
+        "baseline",
+        cfg.repeats,
+        cfg.rates,
+        cfg.rate_fractions,
+        cfg.concurrencies,
+        cfg.probe_concurrency,
+        cfg.tolerance,
+        min_level_s=cfg.min_level_s,
+        min_level_requests=cfg.requests * cfg.scale,
+        probe_s=cfg.probe_s,
+        label=f"{cfg.dtype} baseline",
+        facts=(("dtype", cfg.dtype),),
+        title=f"bench-66 INF-FLOAT-BASELINE ({cfg.dtype}): latency vs throughput",
+    )
     phase = Phase("sweep", ("baseline",), sweep.steps, planned_steps=sweep.planned_steps)
     server = ServerVariant("baseline", {"dtype": cfg.dtype} if cfg.dtype else {})
-    return Plan(workloads=(), servers=(server,), arms=(),
-                schedule=Schedule((phase,), "one server start; load levels in rounds low to high, repeated"),
-                read=sweep.read, warmup=request_list(cfg, cfg.seed),
-                run_label=f"{cfg.dtype} latency-throughput sweep",
-                columns=(TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, E2E_P50, E2E_P99, REQUEST_RATE, OUTPUT_TOKENS_PER_S),
-                notes=("every level's list has the same seeds (its first requests are the same); its length follows "
-                       "its rate so its arrivals span --min-level-s",
-                       "the capacity probe is the list in a refilling closed loop; its steady-state completion rate "
-                       "sets the ladder"))
+    return Plan(
+        workloads=(),
+        servers=(server,),
+        arms=(),
+        schedule=Schedule((phase,), "one server start; load levels in rounds low to high, repeated"),
+        read=sweep.read,
+        warmup=request_list(cfg, cfg.seed),
+        run_label=f"{cfg.dtype} latency-throughput sweep",
+        columns=(TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, E2E_P50, E2E_P99, REQUEST_RATE, OUTPUT_TOKENS_PER_S),
+        notes=(
+            "every level's list has the same seeds (its first requests are the same); its length follows "
+            "its rate so its arrivals span --min-level-s",
+            "the capacity probe is the list in a refilling closed loop; its steady-state completion rate "
+            "sets the ladder",
+        ),
+    )
 
 
 SPEC = BenchSpec(
-    name="66", semantic_id="INF-FLOAT-BASELINE",
-    question="what does this model on this backend deliver as load grows?", config=Config, plan=plan,
+    name="66",
+    semantic_id="INF-FLOAT-BASELINE",
+    question="what does this model on this backend deliver as load grows?",
+    config=Config,
+    plan=plan,
     outputs=("latency_throughput.png",),
     next_steps={
         "inconclusive": "cite this run's manifest as the baseline of later benches; rerun with RATES=... inside the "
-                        "saturation bracket for a narrower one (an undetermined bracket cannot be cited)",
+        "saturation bracket for a narrower one (an undetermined bracket cannot be cited)",
     },
 )

@@ -32,7 +32,7 @@ OVER_CAP = math.log(10.0)  # a broken probe counts as 10x over the limit (finite
 
 def probe_schedule(start_rps: float, growth: float, below: int, above: int, digits: int = 3) -> tuple[float, ...]:
     """start x growth^k for k in [-below, above], rounded to ``digits`` significant digits."""
-    return tuple(float(f"{start_rps * growth ** k:.{digits}g}") for k in range(-below, above + 1))
+    return tuple(float(f"{start_rps * growth**k:.{digits}g}") for k in range(-below, above + 1))
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,8 @@ class Estimate:
         if self.capacity_rps is None:
             return f"none ({self.status})"
         return f"{self.capacity_rps:.3g} req/s [{self.low_rps:.3g}, {self.high_rps:.3g}]" + (
-            "" if self.status == "crossed" else f" ({self.status})")
+            "" if self.status == "crossed" else f" ({self.status})"
+        )
 
 
 def isotonic(y: Sequence[float], w: Sequence[float]) -> list[float]:
@@ -99,8 +100,9 @@ def _excess(p99_ms: float | None, limit_ms: float, broken: bool) -> float:
     return min(OVER_CAP, math.log(p99_ms / limit_ms))
 
 
-def _point(samples: Sequence[ProbeSample], p99s: Sequence[Mapping[str, float | None]],
-           limits: Mapping[str, float]) -> tuple[float | None, str, str | None]:
+def _point(
+    samples: Sequence[ProbeSample], p99s: Sequence[Mapping[str, float | None]], limits: Mapping[str, float]
+) -> tuple[float | None, str, str | None]:
     rates = [s.rate_rps for s in samples]
     found = []
     for name, limit in limits.items():
@@ -114,13 +116,19 @@ def _p99(values: np.ndarray) -> np.ndarray:
     return np.percentile(values, 99, axis=-1, method=PERCENTILE_METHOD)
 
 
-def estimate_capacity(samples: Sequence[ProbeSample], limits: Mapping[str, float], *, resamples: int = 2000,
-                      seed: int = 0) -> Estimate:
+def estimate_capacity(
+    samples: Sequence[ProbeSample], limits: Mapping[str, float], *, resamples: int = 2000, seed: int = 0
+) -> Estimate:
     """Capacity under every limit in ``limits`` (name -> P99 limit in ms) with its resampled interval."""
     if not samples:
         return Estimate(None, None, None, "not probed", None, 0)
-    observed = [{n: (float(_p99(np.asarray(s.latencies_ms.get(n) or [np.nan]))) if s.latencies_ms.get(n) else None)
-                 for n in limits} for s in samples]
+    observed = [
+        {
+            n: (float(_p99(np.asarray(s.latencies_ms.get(n) or [np.nan]))) if s.latencies_ms.get(n) else None)
+            for n in limits
+        }
+        for s in samples
+    ]
     rate, status, binding = _point(samples, observed, limits)
     rng = np.random.default_rng(seed)
     boot: dict[int, dict[str, np.ndarray | None]] = {}
@@ -128,12 +136,14 @@ def estimate_capacity(samples: Sequence[ProbeSample], limits: Mapping[str, float
         boot[i] = {}
         for n in limits:
             values = np.asarray(s.latencies_ms.get(n) or [], dtype=float)
-            boot[i][n] = (_p99(values[rng.integers(0, len(values), size=(resamples, len(values)))])
-                          if len(values) else None)
+            boot[i][n] = (
+                _p99(values[rng.integers(0, len(values), size=(resamples, len(values)))]) if len(values) else None
+            )
     rates = []
     for b in range(resamples):
-        p99s = [{n: (None if boot[i][n] is None else float(boot[i][n][b])) for n in limits}
-                for i in range(len(samples))]
+        p99s = [
+            {n: (None if boot[i][n] is None else float(boot[i][n][b])) for n in limits} for i in range(len(samples))
+        ]
         rates.append(_point(samples, p99s, limits)[0])
     finite = np.asarray([r for r in rates if r is not None], dtype=float)
     low, high = (float(np.percentile(finite, 2.5)), float(np.percentile(finite, 97.5))) if finite.size else (None, None)
@@ -155,11 +165,18 @@ def rank(estimates: Mapping[str, Estimate], costs: Mapping[str, float | None], c
         return Ranking(None, (), None, "no candidate has a capacity on the schedule")
     best = max(found, key=lambda n: found[n].capacity_rps or 0.0)
     b = found[best]
-    tied = tuple(n for n, e in found.items()
-                 if n == best or (e.high_rps is not None and b.low_rps is not None and e.high_rps >= b.low_rps))
+    tied = tuple(
+        n
+        for n, e in found.items()
+        if n == best or (e.high_rps is not None and b.low_rps is not None and e.high_rps >= b.low_rps)
+    )
     if len(tied) == 1:
         return Ranking(best, tied, best, f"{best}'s capacity interval lies above every other candidate's")
     chosen = min(tied, key=lambda n: (costs.get(n) is None, costs.get(n) or 0.0, n))
     shown = ", ".join(f"{n} {costs.get(n) if costs.get(n) is not None else 'unknown'}" for n in tied)
-    return Ranking(best, tied, chosen, f"tie: the capacity intervals of {', '.join(tied)} overlap; {chosen} is the "
-                   f"cheaper by {cost_name} ({shown})")
+    return Ranking(
+        best,
+        tied,
+        chosen,
+        f"tie: the capacity intervals of {', '.join(tied)} overlap; {chosen} is the cheaper by {cost_name} ({shown})",
+    )

@@ -99,9 +99,14 @@ def cited_saturation(result: dict[str, Any] | None, what: str) -> dict[str, Any]
     baseline = ((result or {}).get("details") or {}).get("baseline") or {}
     bracket = baseline.get("bracket")
     if not bracket:
-        raise InvalidInput(f"{what}: that bench-66 run predates the saturation bracket (a fixed-list rule that "
-                           "measured the list's length)", hint="rerun make bench-66 and cite the new run")
+        raise InvalidInput(
+            f"{what}: that bench-66 run predates the saturation bracket (a fixed-list rule that "
+            "measured the list's length)",
+            hint="rerun make bench-66 and cite the new run",
+        )
     if not bracket.get("determined") or not baseline.get("saturation"):
-        raise InvalidInput(f"{what}: its saturation bracket is undetermined ({bracket.get('reason')})",
-                           hint="rerun bench-66 with RATES=... around the transition, or cite nothing")
+        raise InvalidInput(
+            f"{what}: its saturation bracket is undetermined ({bracket.get('reason')})",
+            hint="rerun bench-66 with RATES=... around the transition, or cite nothing",
+        )
     return baseline["saturation"]

@@ -161,11 +161,16 @@ def capacity(cfg: SearchConfig, probes: Sequence[Probe]) -> Capacity:
         status = f"{why} before the bracket was confirmed"
     else:
         status = "bracketed" if upper is not None else f"bracketed; no rate failed in every run up to {max(table):g} req/s"
-    confirmed = (lower is not None and upper is not None and table[lower].runs >= cfg.repeats
-                 and table[upper].runs >= cfg.repeats)
+    confirmed = (
+        lower is not None
+        and upper is not None
+        and table[lower].runs >= cfg.repeats
+        and table[upper].runs >= cfg.repeats
+    )
     rates = {f"{r:g}": {"runs": t.runs, "passes": t.passes} for r, t in table.items()}
-    return Capacity(capacity_rps=lower, upper_rps=upper, status=status, probes=len(probes), confirmed=confirmed,
-                    rates=rates)
+    return Capacity(
+        capacity_rps=lower, upper_rps=upper, status=status, probes=len(probes), confirmed=confirmed, rates=rates
+    )
 
 
 def binding(probes: Sequence[Probe]) -> tuple[tuple[str, ...], float | None]:

@@ -15,15 +15,32 @@ from tests.bench.test_bench_runner import bench_env  # noqa: F401  (fixtures)
 
 
 def test_a_sweep_runs_levels_in_rounds_and_reads_the_curve(bench_env):  # noqa: F811
-    cfg = Config(backend="fake", runtime="local", repeats=2, requests=4, min_level_s=0.5, input_tokens=24,
-                 output_tokens=6, rates=(2.0, 8.0), concurrencies=(2,), warmup_requests=1, resamples=200)
+    cfg = Config(
+        backend="fake",
+        runtime="local",
+        repeats=2,
+        requests=4,
+        min_level_s=0.5,
+        input_tokens=24,
+        output_tokens=6,
+        rates=(2.0, 8.0),
+        concurrencies=(2,),
+        warmup_requests=1,
+        resamples=200,
+    )
     outcome = run_bench(SPEC, cfg, root=bench_env, reporter=Reporter(io.StringIO(), every_s=60))
     run_dir = outcome.run_dir
     assert validate_file(run_dir / "sweep.json") == [] and not outcome.failed
     doc = json.loads((run_dir / "sweep.json").read_text())
     order = [(a["label"], a["repeat"]) for a in doc["details"]["arm_runs"]]
-    assert order == [("rate=2/s", 1), ("rate=8/s", 1), ("closed c=2", 1), ("rate=2/s", 2), ("rate=8/s", 2),
-                     ("closed c=2", 2)]  # no probe: the rates were given
+    assert order == [
+        ("rate=2/s", 1),
+        ("rate=8/s", 1),
+        ("closed c=2", 1),
+        ("rate=2/s", 2),
+        ("rate=8/s", 2),
+        ("closed c=2", 2),
+    ]  # no probe: the rates were given
     points = {p["label"]: p for p in doc["details"]["points"]}
     assert points["rate=2/s"]["offered_rps"] == 2.0 and points["closed c=2"]["concurrency"] == 2
     run = json.loads((run_dir / "run.json").read_text())
@@ -38,9 +55,20 @@ def test_a_sweep_runs_levels_in_rounds_and_reads_the_curve(bench_env):  # noqa: 
 
 
 def test_the_probe_refills_until_its_steady_window_lasts_and_sets_the_ladder(bench_env):  # noqa: F811
-    cfg = Config(backend="fake", runtime="local", repeats=1, requests=4, min_level_s=0.5, probe_s=1.0,
-                 probe_concurrency=2, rate_fractions=(0.5, 1.0), input_tokens=24, output_tokens=6,
-                 warmup_requests=1, resamples=200)
+    cfg = Config(
+        backend="fake",
+        runtime="local",
+        repeats=1,
+        requests=4,
+        min_level_s=0.5,
+        probe_s=1.0,
+        probe_concurrency=2,
+        rate_fractions=(0.5, 1.0),
+        input_tokens=24,
+        output_tokens=6,
+        warmup_requests=1,
+        resamples=200,
+    )
     outcome = run_bench(SPEC, cfg, root=bench_env, reporter=Reporter(io.StringIO(), every_s=60))
     doc = json.loads((outcome.run_dir / "sweep.json").read_text())
     labels = [a["label"] for a in doc["details"]["arm_runs"]]

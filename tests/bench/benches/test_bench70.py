@@ -65,7 +65,10 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
     details = result["details"]
     # the overlap variant started, its effective config was read back, and it was refused with the reason
     missing = details["capability_missing"]["overlap"]
-    assert "requested scheduler_config.async_scheduling=True" in missing and "runs scheduler_config.async_scheduling=False" in missing
+    assert (
+        "requested scheduler_config.async_scheduling=True" in missing
+        and "runs scheduler_config.async_scheduling=False" in missing
+    )
     assert "the platform hook forces it off" in missing
     servers = {s["name"]: s for s in json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]}
     assert servers["overlap"]["effective"]["scheduler_config.async_scheduling"] is False
@@ -86,34 +89,51 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
         assert p["inside_interval"]["ttft_ms.p50"] == (low <= p["predicted"]["ttft_ms.p50"] <= high)  # ... judges it
     ttft = details["prediction_summary"]["TTFT p50 ms"]  # across the arms: bias, MAPE and the inside count
     assert ttft["n"] == len(measured) and ttft["mape"] >= abs(ttft["mean_signed_error"]) and ttft["with_interval"] == 5
-    assert details["predictions"]["static"]["mode"] == "barrier" and details["predictions"]["priority"]["engine"][
-        "policy"] == "priority"
+    assert (
+        details["predictions"]["static"]["mode"] == "barrier"
+        and details["predictions"]["priority"]["engine"]["policy"] == "priority"
+    )
     classes = details["priority_classes"]
     assert {c["class"] for c in classes.values()} == {"high", "normal"} and classes["high/priority"]["requests"] == 4
     assert "seen" in details["static_signature"] and details["pd_disaggregation"]["served"] is False
     claims = {c["name"] for c in details["claims"]}
     assert "priority vs FCFS: high-class TTFT P50" in claims and "continuous vs static: output tok/s" in claims
     summary = (run_dir / "summary.txt").read_text()
-    for text in ("predicted (simulator", "inside the measured interval; mean signed error", "per priority class",
-                 "static-batching signature", "capability_missing: server variant overlap", "P/D disaggregation"):
+    for text in (
+        "predicted (simulator",
+        "inside the measured interval; mean signed error",
+        "per priority class",
+        "static-batching signature",
+        "capability_missing: server variant overlap",
+        "P/D disaggregation",
+    ):
         assert text in summary, text
-    assert (run_dir / "occupancy.png").is_file() and (run_dir / "workloads" / "inputs" / "calibration-trace.jsonl").is_file()
-    static = [json.loads(line) for line in (run_dir / "arms" / "static" / "r1" / "requests.jsonl").read_text().splitlines()]
-    assert json.loads((run_dir / "arms" / "static" / "r1" / "result.json").read_text())["details"]["client"]["batch_barrier"]
+    assert (run_dir / "occupancy.png").is_file() and (
+        run_dir / "workloads" / "inputs" / "calibration-trace.jsonl"
+    ).is_file()
+    static = [
+        json.loads(line) for line in (run_dir / "arms" / "static" / "r1" / "requests.jsonl").read_text().splitlines()
+    ]
+    assert json.loads((run_dir / "arms" / "static" / "r1" / "result.json").read_text())["details"]["client"][
+        "batch_barrier"
+    ]
     assert sum(1 for r in static if r["slot_s"] is not None) == 6  # batches 2..4 of 2 waited for their barrier
     assert audit_paths([outcome.finished.manifest], AuditConfig(root=vllm_env))[0].valid
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--seqs-low", "16", "--seqs-high", "16"], "need --seqs-low < --seqs-high"),
-    (["--chunk-small", "8"], "--chunk-small 8 must be >= --seqs-high 16"),
-    (["--concurrency", "32"], "--concurrency 32 exceeds --seqs-high 16"),
-    (["--comparisons", "static,fast"], "--comparisons: 'fast' is not one of"),
-    (["--high-priority-fraction", "0"], "--high-priority-fraction must be at least 0.01"),
-    (["--burstiness", "0"], "--burstiness must be at least 0.01"),
-    (["--order", "random"], "--order: 'random' is not one of"),
-    (["--cost-model-manifest", "nope.intoto.json"], "--cost-model-manifest nope.intoto.json: no such file"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--seqs-low", "16", "--seqs-high", "16"], "need --seqs-low < --seqs-high"),
+        (["--chunk-small", "8"], "--chunk-small 8 must be >= --seqs-high 16"),
+        (["--concurrency", "32"], "--concurrency 32 exceeds --seqs-high 16"),
+        (["--comparisons", "static,fast"], "--comparisons: 'fast' is not one of"),
+        (["--high-priority-fraction", "0"], "--high-priority-fraction must be at least 0.01"),
+        (["--burstiness", "0"], "--burstiness must be at least 0.01"),
+        (["--order", "random"], "--order: 'random' is not one of"),
+        (["--cost-model-manifest", "nope.intoto.json"], "--cost-model-manifest nope.intoto.json: no such file"),
+    ],
+)
 def test_bad_bench70_flags_are_one_line_and_leave_nothing(tmp_path, args, expected):
     assert_bench_refuses(tmp_path, "70", args, expected)
 
@@ -125,10 +145,13 @@ def test_a_cited_calibration_run_drives_the_predictions_and_an_edited_one_is_ref
 
     monkeypatch.setenv("INFKIT_SIGNING_KEY", str(tmp_path / "keys" / "signing.pem"))
     monkeypatch.chdir(tmp_path)
-    for args in (("mech", "calibrate", "--out", "runs/mech", "--run-id", "c1", "--quiet"),  # the self-check
-                 ("sign", "runs/mech/calibrate/c1")):
-        done = subprocess.run(infkit(*args), cwd=tmp_path, env=env_for(tmp_path), capture_output=True, text=True,
-                              timeout=300)
+    for args in (
+        ("mech", "calibrate", "--out", "runs/mech", "--run-id", "c1", "--quiet"),  # the self-check
+        ("sign", "runs/mech/calibrate/c1"),
+    ):
+        done = subprocess.run(
+            infkit(*args), cwd=tmp_path, env=env_for(tmp_path), capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, done.stderr
     manifest = "manifests/INF-SERVING-SCHEDULER/c1.intoto.json"
     saved = json.loads((tmp_path / "runs/mech/calibrate/c1/step_cost.json").read_text())

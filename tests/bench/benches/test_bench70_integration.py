@@ -28,8 +28,15 @@ def test_small_bench70_serves_static_and_continuous_and_predicts_both(tmp_path):
                           text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run_dir,) = list((tmp_path / "runs" / "70").iterdir())
-    for name in ("comparison.json", "summary.txt", "occupancy.png", "servers/servers.json",
-                 "arms/static/r1/gauges.jsonl", "arms/continuous/r1/gauges.jsonl", "arms/calibration/r1/requests.jsonl"):
+    for name in (
+        "comparison.json",
+        "summary.txt",
+        "occupancy.png",
+        "servers/servers.json",
+        "arms/static/r1/gauges.jsonl",
+        "arms/continuous/r1/gauges.jsonl",
+        "arms/calibration/r1/requests.jsonl",
+    ):
         assert (run_dir / name).is_file(), name
     for doc in [run_dir / "comparison.json", run_dir / "run.json", *run_dir.glob("arms/*/r*/result.json")]:
         assert validate_file(doc) == [], doc
@@ -40,8 +47,12 @@ def test_small_bench70_serves_static_and_continuous_and_predicts_both(tmp_path):
     assert server["effective"]["scheduler_config.async_scheduling"] is False
 
     static = json.loads((run_dir / "arms" / "static" / "r1" / "result.json").read_text())
-    assert static["details"]["client"]["batch_barrier"] and static["correctness"]["termination_counts"] == {"length": 12}
-    records = [json.loads(line) for line in (run_dir / "arms" / "static" / "r1" / "requests.jsonl").read_text().splitlines()]
+    assert static["details"]["client"]["batch_barrier"] and static["correctness"]["termination_counts"] == {
+        "length": 12
+    }
+    records = [
+        json.loads(line) for line in (run_dir / "arms" / "static" / "r1" / "requests.jsonl").read_text().splitlines()
+    ]
     assert sum(1 for r in records if r["slot_s"] is not None) == 8  # batches 2 and 3 waited for their barrier
     assert {r["extra"]["priority"] for r in records} == {0, 1}  # the priority mix was sent
 

@@ -122,11 +122,15 @@ def test_the_gpu_plan_maps_memory_and_runs_one_engine_at_a_time(tmp_path, monkey
 
 
 def test_effective_settings_are_read_from_each_engines_log():
-    vllm_cpu = ("INFO [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: model='/m', dtype=torch.bfloat16, "
-                "max_seq_len=4096\nINFO [kv_cache_utils.py:2327] CPU KV cache size: 93,184 tokens, Maximum concurrency")
+    vllm_cpu = (
+        "INFO [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: model='/m', dtype=torch.bfloat16, "
+        "max_seq_len=4096\nINFO [kv_cache_utils.py:2327] CPU KV cache size: 93,184 tokens, Maximum concurrency"
+    )
     assert effective_settings(vllm_cpu) == {"kv_cache_tokens": 93184, "dtype": "bfloat16"}
     assert effective_settings("GPU KV cache size: 1,234,560 tokens")["kv_cache_tokens"] == 1234560
-    sglang = "max_total_num_tokens=412345, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=256"
+    sglang = (
+        "max_total_num_tokens=412345, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=256"
+    )
     assert effective_settings(sglang)["kv_cache_tokens"] == 412345
     assert effective_settings("") == {"kv_cache_tokens": None, "dtype": None}
 
@@ -151,19 +155,36 @@ def test_slos_scale_light_load_figures_and_explicit_limits_win():
     light = LightLoad(ttft_ms=120.0, tpot_ms=20.0, rate_rps=2.0, source="bench-66 light load, m.json")
     slo = scaled_slo(Knobs(), light)
     assert (slo.ttft_p99_ms, slo.tpot_p99_ms, slo.error_rate) == (360.0, 40.0, 0.01)
-    assert slo.basis == ("P99 TTFT 3 x the light-load median 120.0 ms; P99 TPOT 2 x the light-load median 20.0 ms "
-                         "(bench-66 light load, m.json)")
+    assert slo.basis == (
+        "P99 TTFT 3 x the light-load median 120.0 ms; P99 TPOT 2 x the light-load median 20.0 ms "
+        "(bench-66 light load, m.json)"
+    )
     knobs = Knobs()
     knobs.slo_ttft_p99_ms = 500.0
-    assert scaled_slo(knobs, light).ttft_p99_ms == 500.0 and "as set (--slo-ttft-p99-ms)" in scaled_slo(knobs, light).basis
+    assert (
+        scaled_slo(knobs, light).ttft_p99_ms == 500.0 and "as set (--slo-ttft-p99-ms)" in scaled_slo(knobs, light).basis
+    )
     assert scaled_slo(Knobs(), None) is None
-    sweep = {"details": {"baseline": {"light_load": {"offered_rps": 0.8, "latency_ms": {"ttft_ms.p50": 90.0,
-                                                                                         "tpot_ms.p50": 15.0}},
-                                      "bracket": {"determined": True}, "saturation": {"offered_rps": 3.2}}}}
+    sweep = {
+        "details": {
+            "baseline": {
+                "light_load": {"offered_rps": 0.8, "latency_ms": {"ttft_ms.p50": 90.0, "tpot_ms.p50": 15.0}},
+                "bracket": {"determined": True},
+                "saturation": {"offered_rps": 3.2},
+            }
+        }
+    }
     assert cited_light_load(sweep, "src") == LightLoad(90.0, 15.0, 3.2, "src")
     assert cited_light_load({"details": {}}, "src") is None
-    undetermined = {"details": {"baseline": {**sweep["details"]["baseline"], "saturation": None,
-                                             "bracket": {"determined": False, "reason": "invalid levels between"}}}}
+    undetermined = {
+        "details": {
+            "baseline": {
+                **sweep["details"]["baseline"],
+                "saturation": None,
+                "bracket": {"determined": False, "reason": "invalid levels between"},
+            }
+        }
+    }
     with pytest.raises(InvalidInput, match="bracket is undetermined"):
         cited_light_load(undetermined, "src")
     old = {"details": {"baseline": {k: v for k, v in sweep["details"]["baseline"].items() if k != "bracket"}}}
@@ -176,13 +197,25 @@ def arm_run(ttfts_ms, *, tokens=5, gap_ms=10.0, failed=0, client=()):
     for i, ttft in enumerate(ttfts_ms):
         first = 1.0 + ttft / 1e3
         chunks = tuple(first + k * gap_ms / 1e3 for k in range(tokens))
-        records.append(RequestRecord(index=i, status="length", scheduled_s=1.0, sent_s=1.0, first_token_s=first,
-                                     end_s=chunks[-1], chunk_s=chunks, output_tokens_requested=tokens,
-                                     completion_tokens=tokens))
+        records.append(
+            RequestRecord(
+                index=i,
+                status="length",
+                scheduled_s=1.0,
+                sent_s=1.0,
+                first_token_s=first,
+                end_s=chunks[-1],
+                chunk_s=chunks,
+                output_tokens_requested=tokens,
+                completion_tokens=tokens,
+            )
+        )
     records += [RequestRecord(index=len(records) + k, status="error", error="500") for k in range(failed)]
-    result = {"conclusion": {"invalid_reasons": [], "valid": True, "failure": None},
-              "details": {"client": {"schedule_reasons": list(client)}, "server_metrics": {}},
-              "performance": {"throughput": {"request_rate_rps": 2.0}}}
+    result = {
+        "conclusion": {"invalid_reasons": [], "valid": True, "failure": None},
+        "details": {"client": {"schedule_reasons": list(client)}, "server_metrics": {}},
+        "performance": {"throughput": {"request_rate_rps": 2.0}},
+    }
     return ArmRun(label="x", repeat=1, result_path=Path("r.json"), result=result, records=tuple(records))
 
 
@@ -204,22 +237,49 @@ def searched(name, cap, low, high, binding=("TTFT P99",)):
 
 
 def duel(ci_high, n=3):
-    eff = Effect(metric="ttft_ms.p99", estimator="ratio", value=0.8, ci_low=0.7, ci_high=ci_high, confidence=0.95,
-                 no_effect=1.0, better="lower", method="m", n_pairs=n, arm_a="duel b", arm_b="duel a")
+    eff = Effect(
+        metric="ttft_ms.p99",
+        estimator="ratio",
+        value=0.8,
+        ci_low=0.7,
+        ci_high=ci_high,
+        confidence=0.95,
+        no_effect=1.0,
+        better="lower",
+        method="m",
+        n_pairs=n,
+        arm_a="duel b",
+        arm_b="duel a",
+    )
     decision = "adopt" if ci_high < 1 and n >= 3 else "inconclusive"
-    return ClaimResult(Claim(TTFT_P99, "duel b", "duel a", name="duel"), eff, decision,
-                       "paired" if n >= 3 else "single", "r", (0.8,) * n)
+    return ClaimResult(
+        Claim(TTFT_P99, "duel b", "duel a", name="duel"),
+        eff,
+        decision,
+        "paired" if n >= 3 else "single",
+        "r",
+        (0.8,) * n,
+    )
 
 
-@pytest.mark.parametrize("a, b, d, decision, evidence, words", [
-    ((4.4, 4.0, 5.0), (2.5, 2.0, 3.0), duel(0.9), "adopt", "paired", "deploy a"),
-    ((4.4, 4.0, 5.0), (3.7, 3.0, 4.5), duel(0.9), "inconclusive", "repeated", "tie: the capacity intervals"),
-    ((4.4, 4.0, 5.0), (2.5, 2.0, 3.0), duel(1.1), "inconclusive", "paired", "the paired duel does not confirm"),
-    ((4.4, 4.0, 5.0), (2.5, 2.0, 3.0), duel(0.9, n=2), "inconclusive", "single", "the paired duel does not confirm"),
-    ((4.4, 4.0, 5.0), (2.5, 2.0, 3.0), None, "inconclusive", "single", "the paired duel did not run"),
-])
-def test_a_leader_alone_is_adopted_on_a_confirming_duel_and_a_tie_is_the_decision(a, b, d, decision, evidence,
-                                                                                   words):
+@pytest.mark.parametrize(
+    "a, b, d, decision, evidence, words",
+    [
+        ((4.4, 4.0, 5.0), (2.5, 2.0, 3.0), duel(0.9), "adopt", "paired", "deploy a"),
+        ((4.4, 4.0, 5.0), (3.7, 3.0, 4.5), duel(0.9), "inconclusive", "repeated", "tie: the capacity intervals"),
+        ((4.4, 4.0, 5.0), (2.5, 2.0, 3.0), duel(1.1), "inconclusive", "paired", "the paired duel does not confirm"),
+        (
+            (4.4, 4.0, 5.0),
+            (2.5, 2.0, 3.0),
+            duel(0.9, n=2),
+            "inconclusive",
+            "single",
+            "the paired duel does not confirm",
+        ),
+        ((4.4, 4.0, 5.0), (2.5, 2.0, 3.0), None, "inconclusive", "single", "the paired duel did not run"),
+    ],
+)
+def test_a_leader_alone_is_adopted_on_a_confirming_duel_and_a_tie_is_the_decision(a, b, d, decision, evidence, words):
     out = decide([searched("a", *a), searched("b", *b)], d, 4.0, repeats=3, costs={"a": 1.5, "b": 1.2})
     assert (out.decision, out.evidence_level) == (decision, evidence) and words in out.summary
     record = out.record
@@ -232,14 +292,21 @@ def test_a_leader_alone_is_adopted_on_a_confirming_duel_and_a_tie_is_the_decisio
 
 def test_a_candidate_that_fails_the_greedy_gate_is_never_chosen():
     gates = {"b": {"passed": False, "reason": "mean greedy prefix agreement 40% < 90%"}}
-    out = decide([searched("b", 4.4, 4.0, 5.0), searched("a", 2.5, 2.0, 3.0)], None, None, repeats=3,
-                 costs={"a": 1.5, "b": 1.2}, gates=gates)
+    out = decide(
+        [searched("b", 4.4, 4.0, 5.0), searched("a", 2.5, 2.0, 3.0)],
+        None,
+        None,
+        repeats=3,
+        costs={"a": 1.5, "b": 1.2},
+        gates=gates,
+    )
     assert out.record["deploy"] == "a" and "gate failed: b" in out.summary and out.decision == "inconclusive"
 
 
 def test_greedy_agreement_is_the_share_of_the_base_output_matched_before_the_first_difference():
     def rec(i, text):
         return RequestRecord(index=i, status="length", output_text=text)
+
     base = [rec(0, "abcdefghij"), rec(1, "0123456789"), rec(2, "xx")]
     same = agreement(base, [rec(0, "abcdefghij"), rec(1, "0123456789")], 0.9)
     assert same["passed"] and same["exact_share"] == 1.0 and same["requests"] == 2
@@ -257,23 +324,27 @@ def test_a_lone_or_failing_field_is_inconclusive():
     assert none.decision == "inconclusive" and "no candidate's fitted P99" in none.summary
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--growth", "1"], "--growth must be at least 1.1, got 1.0"),
-    (["--slo-tier", "gold"], "--slo-tier: 'gold' is not one of"),
-    (["--dtypes", "bfloat16,int4"], "--dtypes: 'int4' is not one of"),
-    (["--min-rps", "5", "--max-rps", "1"], "--min-rps must be below --max-rps"),
-    (["--slo-error-rate", "2"], "--slo-error-rate must be at most 1"),
-    (["--baseline", "missing.intoto.json"], "cited manifest missing.intoto.json: no such file"),
-    (["--servers-up", "three"], "--servers-up: 'three' is not one of"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--growth", "1"], "--growth must be at least 1.1, got 1.0"),
+        (["--slo-tier", "gold"], "--slo-tier: 'gold' is not one of"),
+        (["--dtypes", "bfloat16,int4"], "--dtypes: 'int4' is not one of"),
+        (["--min-rps", "5", "--max-rps", "1"], "--min-rps must be below --max-rps"),
+        (["--slo-error-rate", "2"], "--slo-error-rate must be at most 1"),
+        (["--baseline", "missing.intoto.json"], "cited manifest missing.intoto.json: no such file"),
+        (["--servers-up", "three"], "--servers-up: 'three' is not one of"),
+    ],
+)
 def test_bad_flags_are_one_line_before_any_work(tmp_path, args, expected):
     assert_bench_refuses(tmp_path, "72", args, expected)
 
 
 def test_make_bench_72_runs_the_bench_with_make_variables():
     root = Path(__file__).resolve().parents[3]
-    out = subprocess.run(["make", "-n", "-C", str(root), "bench-72", "SLO_TTFT_P99_MS=800"], capture_output=True,
-                         text=True, timeout=60).stdout
+    out = subprocess.run(
+        ["make", "-n", "-C", str(root), "bench-72", "SLO_TTFT_P99_MS=800"], capture_output=True, text=True, timeout=60
+    ).stdout
     assert "infkit bench 72 --scale 1" in out and "--make-vars 'SLO_TTFT_P99_MS=800'" in out, out
 
 

@@ -17,10 +17,36 @@ from tests.bench_runs import audit, run_bench
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = pytest.mark.slow
-TINY = ["--dtypes", "bfloat16", "--kv-cache-values-gib", "1", "--max-num-seqs-values", "8,2", "--requests", "8",
-        "--input-tokens", "64", "--output-tokens", "12", "--light-requests", "4", "--repeats", "2",
-        "--schedule-below", "1", "--schedule-above", "2",
-        "--warmup-requests", "1", "--resamples", "500", "--baseline", "none", "--probe-seconds", "2"]
+TINY = [
+    "--dtypes",
+    "bfloat16",
+    "--kv-cache-values-gib",
+    "1",
+    "--max-num-seqs-values",
+    "8,2",
+    "--requests",
+    "8",
+    "--input-tokens",
+    "64",
+    "--output-tokens",
+    "12",
+    "--light-requests",
+    "4",
+    "--repeats",
+    "2",
+    "--schedule-below",
+    "1",
+    "--schedule-above",
+    "2",
+    "--warmup-requests",
+    "1",
+    "--resamples",
+    "500",
+    "--baseline",
+    "none",
+    "--probe-seconds",
+    "2",
+]
 
 
 def test_tiny_bench72_searches_two_candidates_and_writes_a_decision_record(tmp_path):
@@ -44,8 +70,12 @@ def test_tiny_bench72_searches_two_candidates_and_writes_a_decision_record(tmp_p
         runs = list(run_dir.glob(f"arms/{name} rate=*/r*/result.json"))
         assert len(cand["probes"]) == len(runs) and len(runs) <= 4, (name, len(runs))
         for p in cand["probes"]:  # each verdict follows from the stated SLOs and the client's schedule
-            within = (p["ttft_p99_ms"] <= slo["ttft_p99_ms"] and p["tpot_p99_ms"] <= slo["tpot_p99_ms"]
-                      and p["error_rate"] <= slo["error_rate"] and not p["client_reasons"])
+            within = (
+                p["ttft_p99_ms"] <= slo["ttft_p99_ms"]
+                and p["tpot_p99_ms"] <= slo["tpot_p99_ms"]
+                and p["error_rate"] <= slo["error_rate"]
+                and not p["client_reasons"]
+            )
             assert p["passed"] == within, p
         # what the engine applied, read back from its log: the dtype and a 1 GiB KV pool in tokens
         assert cand["effective"]["dtype"] == "bfloat16" and cand["effective"]["kv_cache_tokens"] > 10_000

@@ -62,9 +62,19 @@ def server_starts(run_dir: Path, name: str) -> int:
 
 
 def run72(root: Path, **overrides):
-    cfg = bench72.Config(**{**SHAPE, "requests": 16, "probe_seconds": 0.0, "dtypes": ("bfloat16",), "kv_cache_values_gib": (1,),
-                            "max_num_seqs_values": (4, 1), "slo_ttft_p99_ms": 150.0, "slo_tpot_p99_ms": 100.0,
-                            **overrides})
+    cfg = bench72.Config(
+        **{
+            **SHAPE,
+            "requests": 16,
+            "probe_seconds": 0.0,
+            "dtypes": ("bfloat16",),
+            "kv_cache_values_gib": (1,),
+            "max_num_seqs_values": (4, 1),
+            "slo_ttft_p99_ms": 150.0,
+            "slo_tpot_p99_ms": 100.0,
+            **overrides,
+        }
+    )
     return runner_mod.run_bench(bench72.SPEC, cfg, root=root, reporter=Reporter(io.StringIO(), every_s=60))
 
 
@@ -78,10 +88,12 @@ def test_two_candidates_get_one_schedule_and_capacities_fitted_between_its_rates
     assert details["slo"]["ttft_p99_ms"] == 150.0 and details["slo"]["basis"].startswith("tier server")
     assert details["slo_tier"] == "server" and "light load" in {a["label"] for a in details["arm_runs"]}
     schedule = details["schedule"]["rates_rps"]
-    assert len(schedule) == 6 and all(b / a == pytest.approx(2.0, rel=0.01) for a, b in zip(schedule, schedule[1:], strict=False))
+    assert len(schedule) == 6 and all(
+        b / a == pytest.approx(2.0, rel=0.01) for a, b in zip(schedule, schedule[1:], strict=False)
+    )
     probed = {c["name"]: [p["rate_rps"] for p in c["probes"]] for c in details["candidates"]}
     for rates in probed.values():  # the same schedule, low to high, stopping after two broken probes
-        assert rates == schedule[:len(rates)]
+        assert rates == schedule[: len(rates)]
     caps = {c["name"]: c["capacity"] for c in details["candidates"]}
     fast, slow = caps["bf16-s4-kv1"], caps["bf16-s1-kv1"]
     assert fast["capacity_rps"] > slow["capacity_rps"] and slow["capacity_rps"] not in schedule
@@ -106,8 +118,9 @@ def test_an_undetermined_bench66_bracket_is_refused(fake_root):
 
 
 def test_one_server_at_a_time_restarts_the_variant_whenever_the_run_switches(fake_root):
-    outcome = run72(fake_root, baseline="none", servers_up="one", repeats=2, start_rps=40.0, schedule_below=1,
-                    schedule_above=1)
+    outcome = run72(
+        fake_root, baseline="none", servers_up="one", repeats=2, start_rps=40.0, schedule_below=1, schedule_above=1
+    )
     details = outcome.result["details"]
     starts = {name: server_starts(outcome.run_dir, name) for name in ("bf16-s4-kv1", "bf16-s1-kv1")}
     used = [a["server"] for a in details["arm_runs"]]

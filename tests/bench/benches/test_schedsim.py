@@ -160,13 +160,29 @@ def test_the_static_signature_needs_idle_slots_and_client_waits(tmp_path):
 
 
 def test_the_prediction_table_states_predicted_measured_and_error():
-    predicted = {"ttft_ms": {"p50": 110.0, "p99": None}, "tpot_ms": {"p50": 20.0, "p99": 30.0},
-                 "occupancy": {"running_mean": 3.0}}
+    predicted = {
+        "ttft_ms": {"p50": 110.0, "p99": None},
+        "tpot_ms": {"p50": 20.0, "p99": 30.0},
+        "occupancy": {"running_mean": 3.0},
+    }
     assert predicted_value(predicted, "ttft_ms.p50") == 110.0 and predicted_value(predicted, RUNNING_MEAN.name) == 3.0
-    entry = {"mode": "open", "predicted": {"ttft_ms.p50": 110.0, "ttft_ms.p99": None, "tpot_ms.p50": 20.0,
-                                           "tpot_ms.p99": 30.0, "running.mean": 3.0},
-             "measured": {"ttft_ms.p50": 100.0, "ttft_ms.p99": 400.0, "tpot_ms.p50": 25.0, "tpot_ms.p99": 30.0,
-                          "running.mean": 2.0}}
+    entry = {
+        "mode": "open",
+        "predicted": {
+            "ttft_ms.p50": 110.0,
+            "ttft_ms.p99": None,
+            "tpot_ms.p50": 20.0,
+            "tpot_ms.p99": 30.0,
+            "running.mean": 3.0,
+        },
+        "measured": {
+            "ttft_ms.p50": 100.0,
+            "ttft_ms.p99": 400.0,
+            "tpot_ms.p50": 25.0,
+            "tpot_ms.p99": 30.0,
+            "running.mean": 2.0,
+        },
+    }
     entry["error"] = {k: error(entry["predicted"][k], entry["measured"][k]) for k in entry["predicted"]}
     table = prediction_table({"base": entry})
     assert "110 / 100 (+10%)" in table and "- / 400" in table and "20.0 / 25.0 (-20%)" in table
@@ -176,12 +192,18 @@ def test_the_prediction_table_states_predicted_measured_and_error():
 def test_check_applied_names_requested_effective_and_the_engines_reason():
     from harness.serving.session import NotApplied, check_applied
 
-    backend = SimpleNamespace(name="vllm-cpu", effective_path="/server_info",
-                              override_reasons={"scheduler_config.async_scheduling": "forced off on CPU"})
+    backend = SimpleNamespace(
+        name="vllm-cpu",
+        effective_path="/server_info",
+        override_reasons={"scheduler_config.async_scheduling": "forced off on CPU"},
+    )
     variant = {"scheduler_config.async_scheduling": True}
     check_applied(variant, SimpleNamespace(backend=backend, effective={"scheduler_config.async_scheduling": True}))
-    with pytest.raises(NotApplied, match=r"requested scheduler_config.async_scheduling=True, the engine runs "
-                                         r"scheduler_config.async_scheduling=False .*: forced off on CPU"):
+    with pytest.raises(
+        NotApplied,
+        match=r"requested scheduler_config.async_scheduling=True, the engine runs "
+        r"scheduler_config.async_scheduling=False .*: forced off on CPU",
+    ):
         check_applied(variant, SimpleNamespace(backend=backend, effective={"scheduler_config.async_scheduling": False}))
     with pytest.raises(NotApplied, match="cannot be checked"):
         check_applied(variant, SimpleNamespace(backend=backend, effective=None))

@@ -69,8 +69,9 @@ class Config(BenchConfig):
     requests: int = knob(3, "requests per workload in every arm run (x --scale)", min=1)
     input_tokens: int = knob(256, "prompt length in tokens (both workloads)", min=64)
     output_tokens: int = knob(48, "generated tokens per request (ignore_eos: exact)", min=2)
-    ngram_tokens: tuple[int, ...] = knob((2, 4), "n-gram arms: tokens proposed per step, one arm each ('' for none)", min=1,
-                                         max=16, empty=True)
+    ngram_tokens: tuple[int, ...] = knob(
+        (2, 4), "n-gram arms: tokens proposed per step, one arm each ('' for none)", min=1, max=16, empty=True
+    )
     prompt_lookup_min: int = knob(2, "n-gram arms: shortest n-gram matched in the context", min=1)
     prompt_lookup_max: int = knob(4, "n-gram arms: longest n-gram matched in the context", min=1)
     draft_layers: int = knob(10, "draft-model arm: the served model's first N layers (0: no such arm)", min=0)
@@ -79,11 +80,19 @@ class Config(BenchConfig):
     eagle_model: str | None = knob(None, "EAGLE draft head directory: adds an eagle arm (GPU image)")
     eagle3_model: str | None = knob(None, "EAGLE-3 draft head directory: adds an eagle3 arm (GPU image)")
     mtp: bool = knob(False, "add an MTP arm (a model with multi-token-prediction layers; GPU image)")
-    proposal_manifest: str | None = knob(None, "cuda-proposal manifest to cite (default: the newest INF-PROPOSAL "
-                                         "run holding proposal.json under manifests/; 'none': cite nothing)")
+    proposal_manifest: str | None = knob(
+        None,
+        "cuda-proposal manifest to cite (default: the newest INF-PROPOSAL "
+        "run holding proposal.json under manifests/; 'none': cite nothing)",
+    )
     mc_passes: int = knob(20_000, "Monte-Carlo verification passes of the prediction", min=100)
-    control_max_acceptance: float = knob(0.5, "negative control: n-gram acceptance on the random workload must stay "
-                                         "at or below this for it to count as a control", min=0, max=1)
+    control_max_acceptance: float = knob(
+        0.5,
+        "negative control: n-gram acceptance on the random workload must stay "
+        "at or below this for it to count as a control",
+        min=0,
+        max=1,
+    )
 
     def check(self) -> None:
         if self.prompt_lookup_min > self.prompt_lookup_max:
@@ -91,8 +100,10 @@ class Config(BenchConfig):
         if self.input_tokens + self.output_tokens > self.max_model_len:
             raise InvalidInput(f"input plus output tokens exceed --max-model-len {self.max_model_len}")
         if self.output_tokens + 32 > self.input_tokens:
-            raise InvalidInput("--input-tokens must exceed --output-tokens by 32 or more, so the copy workload's "
-                               "passage is longer than the answer")
+            raise InvalidInput(
+                "--input-tokens must exceed --output-tokens by 32 or more, so the copy workload's "
+                "passage is longer than the answer"
+            )
         for name in ("eagle_model", "eagle3_model"):
             path = getattr(self, name)
             if path and not Path(path).is_dir():
@@ -102,42 +113,86 @@ class Config(BenchConfig):
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     citation = cited_proposal(cfg.proposal_manifest, Path.cwd())
     arms: list[SpecArm] = spec_arms(cfg, model)
-    common = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed, requests=cfg.requests * cfg.scale,
-                    input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens)
+    common = Common(
+        arrival=Arrival("closed", concurrency=1),
+        seed=cfg.seed,
+        requests=cfg.requests * cfg.scale,
+        input_tokens=cfg.input_tokens,
+        output_tokens=cfg.output_tokens,
+    )
     workloads = [WorkloadPlan(w, w, common) for w in WORKLOADS]
     common_settings = {"kv_cache_space_gib": cfg.kv_cache_space_gib, **({"dtype": cfg.dtype} if cfg.dtype else {})}
     base = ServerVariant("off", common_settings)
     servers, bench_arms, phases, claims = [base], [], [], []
     for sa in arms:
-        servers.append(ServerVariant(sa.name, {**common_settings, "extra_args": (
-            "--speculative-config", json.dumps(sa.config, sort_keys=True))}, optional=True, note=sa.note))
+        servers.append(
+            ServerVariant(
+                sa.name,
+                {**common_settings, "extra_args": ("--speculative-config", json.dumps(sa.config, sort_keys=True))},
+                optional=True,
+                note=sa.note,
+            )
+        )
         pairs = [(Arm(f"{w}/off@{sa.name}", w, "off"), Arm(f"{w}/{sa.name}", w, sa.name)) for w in WORKLOADS]
         bench_arms += [a for pair in pairs for a in pair]
-        phases.append(Phase(f"off+{sa.name}", ("off", sa.name), paired_steps(pairs, cfg.repeats, sa.name),
-                            planned_steps=2 * len(pairs) * cfg.repeats, keep=("off",)))
-        claims += [Claim(m, b.label, s.label, name=f"{s.label} {m.title.split(' ')[0]}")
-                   for b, s in pairs for m in (E2E_P50, TPOT_P50)]
+        phases.append(
+            Phase(
+                f"off+{sa.name}",
+                ("off", sa.name),
+                paired_steps(pairs, cfg.repeats, sa.name),
+                planned_steps=2 * len(pairs) * cfg.repeats,
+                keep=("off",),
+            )
+        )
+        claims += [
+            Claim(m, b.label, s.label, name=f"{s.label} {m.title.split(' ')[0]}")
+            for b, s in pairs
+            for m in (E2E_P50, TPOT_P50)
+        ]
     if not arms:
         raise InvalidInput("no speculative arm to run: set --ngram-tokens, --draft-layers, --self-draft or a GPU arm")
-    schedule = Schedule(tuple(phases), "the baseline server stays up; each speculative variant is started in turn "
-                        "next to it and its arms interleave with a baseline arm on the same workload, order "
-                        "alternating per repeat")
-    return Plan(workloads=tuple(workloads), servers=tuple(servers), arms=tuple(bench_arms), schedule=schedule,
-                claims=tuple(claims), read=read_speculative(cfg, arms, citation), run_label="speculative decoding vs off",
-                columns=(TTFT_P50, TPOT_P50, ITL_P50, ITL_TOKEN_P50, E2E_P50, OUTPUT_TOKENS_PER_S, ACCEPTANCE_RATE,
-                         MEAN_ACCEPTANCE_LENGTH),
-                notes=("greedy (temperature 0) with ignore_eos: every request generates exactly --output-tokens",
-                       "two servers are up at once (baseline + one variant), each with --kv-cache-space-gib",
-                       "warm-up requests use their own workload and are not measured"))
+    schedule = Schedule(
+        tuple(phases),
+        "the baseline server stays up; each speculative variant is started in turn "
+        "next to it and its arms interleave with a baseline arm on the same workload, order "
+        "alternating per repeat",
+    )
+    return Plan(
+        workloads=tuple(workloads),
+        servers=tuple(servers),
+        arms=tuple(bench_arms),
+        schedule=schedule,
+        claims=tuple(claims),
+        read=read_speculative(cfg, arms, citation),
+        run_label="speculative decoding vs off",
+        columns=(
+            TTFT_P50,
+            TPOT_P50,
+            ITL_P50,
+            ITL_TOKEN_P50,
+            E2E_P50,
+            OUTPUT_TOKENS_PER_S,
+            ACCEPTANCE_RATE,
+            MEAN_ACCEPTANCE_LENGTH,
+        ),
+        notes=(
+            "greedy (temperature 0) with ignore_eos: every request generates exactly --output-tokens",
+            "two servers are up at once (baseline + one variant), each with --kv-cache-space-gib",
+            "warm-up requests use their own workload and are not measured",
+        ),
+    )
 
 
 SPEC = BenchSpec(
-    name="68", semantic_id="INF-SPECULATIVE-BENCH", question="does speculative decoding pay, and where?",
-    config=Config, plan=plan,
+    name="68",
+    semantic_id="INF-SPECULATIVE-BENCH",
+    question="does speculative decoding pay, and where?",
+    config=Config,
+    plan=plan,
     outputs=("e2e_cdf.png",),
     next_steps={
         "adopt": "serve the adopted configuration for that traffic only; confirm on the GPU image "
-                 "(make bench-68 GPU=0), where drafts are cheap relative to the target",
+        "(make bench-68 GPU=0), where drafts are cheap relative to the target",
         "reject": "keep speculation off on this platform: verification costs more than accepted drafts save here",
         "inconclusive": "raise --repeats or SCALE to narrow the intervals; read the acceptance columns first",
         "blocked": "read the failure (server log tail or greedy mismatch) and rerun make bench-68",

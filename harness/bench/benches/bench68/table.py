@@ -154,11 +154,13 @@ def row_lines(rows: Sequence[Row]) -> list[str]:
             lines.append(f"  {r.label}: no prediction (no drafts counted or no completed pair)")
         else:
             mc = f", MC E {p.monte_carlo[0]:.2f}±{p.monte_carlo[1]:.2f}" if p.monte_carlo else ""
-            lines.append(f"  {r.label}: predicted {p.speedup:.2f}x (E {r.acceptance.mean_length:.2f}{mc}, c {p.cost_ratio:.2f}, "
-                         f"{p.drafted_fraction:.0%} of passes drafted; iid formula {p.formula_speedup:.2f}x), served "
-                         f"{served[0]:.2f}x [{served[1]:.2f}, {served[2]:.2f}], error {r.prediction_error:+.0%}, "
-                         f"{'inside' if r.judged().inside else 'outside'} the served interval"
-                         + (f" (left out: {r.judged().excluded})" if r.judged().excluded else ""))
+            lines.append(
+                f"  {r.label}: predicted {p.speedup:.2f}x (E {r.acceptance.mean_length:.2f}{mc}, c {p.cost_ratio:.2f}, "
+                f"{p.drafted_fraction:.0%} of passes drafted; iid formula {p.formula_speedup:.2f}x), served "
+                f"{served[0]:.2f}x [{served[1]:.2f}, {served[2]:.2f}], error {r.prediction_error:+.0%}, "
+                f"{'inside' if r.judged().inside else 'outside'} the served interval"
+                + (f" (left out: {r.judged().excluded})" if r.judged().excluded else "")
+            )
     judged = [j for j in (r.judged() for r in rows) if j is not None]
     lines.append(summary_line("  predictions", summarise(judged)))
     return lines
@@ -192,9 +194,11 @@ def with_roles(rows: Sequence[Row]) -> list[Row]:
             return 1.0
         side = "higher" if e.decision == "reject" else "lower"
         return p_beyond(e.stats, better=side, margin=e.margin)
+
     adjusted = dict(zip(family, holm([p_of(rows[i]) for i in family]), strict=True))
-    return [replace(r, role="primary" if i == primary else "secondary", holm_p=adjusted.get(i))
-            for i, r in enumerate(rows)]
+    return [
+        replace(r, role="primary" if i == primary else "secondary", holm_p=adjusted.get(i)) for i, r in enumerate(rows)
+    ]
 
 
 def decide_top(rows: Sequence[Row]) -> Top:
@@ -202,53 +206,98 @@ def decide_top(rows: Sequence[Row]) -> Top:
     rows = with_roles(rows)
     ran = [r for r in rows if r.refused is None and r.e2e is not None]
     # where it helps or hurts is the E2E interval's side (any repeat count); adoption is the row's decision
-    sides = {"helps": lambda e: e.ci_high < 1, "hurts": lambda e: e.ci_low > 1,
-             "no clear effect": lambda e: e.ci_low <= 1 <= e.ci_high}
+    sides = {
+        "helps": lambda e: e.ci_high < 1,
+        "hurts": lambda e: e.ci_low > 1,
+        "no clear effect": lambda e: e.ci_low <= 1 <= e.ci_high,
+    }
     lines = []
     for name, on_side in sides.items():
         group = [r for r in ran if on_side(r.e2e.effect)]
         if group:
-            lines.append(f"{name} (E2E p50 interval {'below' if name == 'helps' else 'above' if name == 'hurts' else 'around'}"
-                         " 1): " + ", ".join(f"{r.label} (x{r.e2e.effect.value:.2f}"
-                                             f"{', outputs differ' if r.mismatched else ''})" for r in group))
+            lines.append(
+                f"{name} (E2E p50 interval {'below' if name == 'helps' else 'above' if name == 'hurts' else 'around'}"
+                " 1): "
+                + ", ".join(
+                    f"{r.label} (x{r.e2e.effect.value:.2f}{', outputs differ' if r.mismatched else ''})" for r in group
+                )
+            )
     refused = sorted({r.arm for r in rows if r.refused is not None})
     if refused:
         lines.append(f"not run here (capability_missing): {', '.join(refused)}")
     mismatched = [r.label for r in ran if r.mismatched]
-    overridden = [f"{r.label} (requested {r.requested_tokens}, applied {r.effective_tokens})" for r in ran
-                  if r.requested_tokens and r.effective_tokens not in (None, r.requested_tokens)]
+    overridden = [
+        f"{r.label} (requested {r.requested_tokens}, applied {r.effective_tokens})"
+        for r in ran
+        if r.requested_tokens and r.effective_tokens not in (None, r.requested_tokens)
+    ]
     if overridden:
         lines.append(f"the engine applied another draft length than asked: {', '.join(overridden)}")
-    unrepeatable = sorted({r.workload for r in rows if r.baseline_agreement.compared and not r.baseline_agreement.passed})
+    unrepeatable = sorted(
+        {r.workload for r in rows if r.baseline_agreement.compared and not r.baseline_agreement.passed}
+    )
     if unrepeatable:
         lines.append(f"the baseline's own greedy outputs differ between runs on: {', '.join(unrepeatable)}")
     compared = [r.agreement for r in ran if r.agreement.compared]
     quality = None
     if compared:
         total, same = sum(a.compared for a in compared), sum(a.identical for a in compared)
-        quality = {"metric": "greedy_agreement", "value": round(same / total, 6), "threshold": 1.0,
-                   "passed": same == total, "reference": f"{total} speculative outputs against the baseline's "
-                   "(speculation off, temperature 0) output text per request index, exact match"}
-        lines.append(f"greedy identity: {same}/{total} speculative outputs equal the baseline's"
-                     + (f"; differs for {', '.join(mismatched)}" if mismatched else ""))
+        quality = {
+            "metric": "greedy_agreement",
+            "value": round(same / total, 6),
+            "threshold": 1.0,
+            "passed": same == total,
+            "reference": f"{total} speculative outputs against the baseline's "
+            "(speculation off, temperature 0) output text per request index, exact match",
+        }
+        lines.append(
+            f"greedy identity: {same}/{total} speculative outputs equal the baseline's"
+            + (f"; differs for {', '.join(mismatched)}" if mismatched else "")
+        )
     lines.append(f"decision rule: {RULE}")
     ordered = sorted(ran, key=lambda r: r.role != "primary")
-    headline = [{"name": r.label, "metric": r.e2e.effect.metric, "value": r.e2e.effect.value, "unit": "ratio",
-                 "ci_low": r.e2e.effect.ci_low, "ci_high": r.e2e.effect.ci_high, "arm": r.e2e.effect.arm_b,
-                 "role": r.role, "p_holm": r.holm_p, "interval_unit": r.e2e.effect.unit,
-                 "n_repeats": r.e2e.effect.n_pairs, "n_requests": r.e2e.effect.n_requests,
-                 "method": r.e2e.effect.method, "margin": r.e2e.margin, "excluded": list(r.e2e.excluded)}
-                for r in ordered]
+    headline = [
+        {
+            "name": r.label,
+            "metric": r.e2e.effect.metric,
+            "value": r.e2e.effect.value,
+            "unit": "ratio",
+            "ci_low": r.e2e.effect.ci_low,
+            "ci_high": r.e2e.effect.ci_high,
+            "arm": r.e2e.effect.arm_b,
+            "role": r.role,
+            "p_holm": r.holm_p,
+            "interval_unit": r.e2e.effect.unit,
+            "n_repeats": r.e2e.effect.n_pairs,
+            "n_requests": r.e2e.effect.n_requests,
+            "method": r.e2e.effect.method,
+            "margin": r.e2e.margin,
+            "excluded": list(r.e2e.excluded),
+        }
+        for r in ordered
+    ]
     if not ran:
-        return Top("blocked", "precheck", "no speculative variant completed a paired run", None, headline, lines,
-                   quality, mismatched, rows=tuple(rows))
+        return Top(
+            "blocked",
+            "precheck",
+            "no speculative variant completed a paired run",
+            None,
+            headline,
+            lines,
+            quality,
+            mismatched,
+            rows=tuple(rows),
+        )
     head = ordered[0]
-    decision = "adopt" if head.decision == "adopt" else "reject" if head.decision.startswith("reject") else \
-        "inconclusive"
+    decision = (
+        "adopt" if head.decision == "adopt" else "reject" if head.decision.startswith("reject") else "inconclusive"
+    )
     also = [f"{r.label} (Holm p {r.holm_p:.3g})" for r in ordered[1:] if r.decision == "adopt"]
     if also:
         lines.append("secondary rows that also help after Holm's correction: " + ", ".join(also))
     e = head.e2e.effect
-    summary = (f"{decision}: primary {head.label} E2E p50 x{e.value:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}] vs the "
-               f"baseline ({head.e2e.reason})" + "; " + "; ".join(lines[:3]))
+    summary = (
+        f"{decision}: primary {head.label} E2E p50 x{e.value:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}] vs the "
+        f"baseline ({head.e2e.reason})" + "; " + "; ".join(lines[:3])
+    )
     return Top(decision, head.e2e.evidence_level, summary, e, headline, lines, quality, mismatched, rows=tuple(rows))

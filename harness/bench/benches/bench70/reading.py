@@ -193,12 +193,33 @@ def class_table(history: History, pair: tuple[str, str], classes: Mapping[str, i
             measured = {m.name: priority_class(m, name, value).value(runs) for m in (TTFT_P50, TTFT_P99, TPOT_P50, E2E_P50)}
             pred = (((predictions.get(label) or {}).get("classes") or {}).get(name) or {}).get("ttft_ms", {}).get("p50")
             n = len(priority_class(TTFT_P50, name, value).samples([r for run in runs for r in run.records]))
-            out[f"{name}/{label}"] = {"class": name, "priority": value, "arm": label, "requests": n, "measured": measured,
-                                      "predicted_ttft_ms_p50": pred}
-            rows.append([name, label, n, *(TTFT_P50.format(v) if v is not None else "-" for v in measured.values()),
-                         "-" if pred is None else f"{pred:.0f}"])
-    headers = ["class", "arm", "requests", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "E2E p50 ms",
-               "predicted TTFT p50"]
+            out[f"{name}/{label}"] = {
+                "class": name,
+                "priority": value,
+                "arm": label,
+                "requests": n,
+                "measured": measured,
+                "predicted_ttft_ms_p50": pred,
+            }
+            rows.append(
+                [
+                    name,
+                    label,
+                    n,
+                    *(TTFT_P50.format(v) if v is not None else "-" for v in measured.values()),
+                    "-" if pred is None else f"{pred:.0f}",
+                ]
+            )
+    headers = [
+        "class",
+        "arm",
+        "requests",
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "TPOT p50 ms",
+        "E2E p50 ms",
+        "predicted TTFT p50",
+    ]
     return tabulate(rows, headers=headers, tablefmt="github"), out
 
 
@@ -222,22 +243,33 @@ def static_signature(history: History, static: str, continuous: str, concurrency
     for key, metric in (("running_mean", RUNNING_MEAN), ("client_queue_wait_ms_p50", QUEUE_WAIT_P50)):
         figures[key] = {static: metric.value(s_runs), continuous: metric.value(c_runs)}
     if concurrency:
-        figures["samples_below_concurrency"] = {static: under_use(s_runs, concurrency),
-                                                continuous: under_use(c_runs, concurrency)}
+        figures["samples_below_concurrency"] = {
+            static: under_use(s_runs, concurrency),
+            continuous: under_use(c_runs, concurrency),
+        }
     run_s, run_c = figures["running_mean"].values()
     wait_s, wait_c = figures["client_queue_wait_ms_p50"].values()
     known = None not in (run_s, run_c, wait_s, wait_c)
     seen = bool(known and run_s < run_c and wait_s > wait_c)
-    text = (f"static-batching signature {'seen' if seen else 'NOT seen' if known else 'not measurable'}: "
-            + (f"mean running {run_s:.2f} ({static}) vs {run_c:.2f} ({continuous}) of {concurrency} slots; "
-               f"client queue wait P50 {wait_s:.1f} ms vs {wait_c:.1f} ms; running over time in occupancy.png"
-               if known else "an arm did not complete or the server exported no running gauge"))
-    return {"seen": seen, "static": static, "continuous": continuous, "concurrency": concurrency,
-            "figures": figures, "text": text}
+    text = f"static-batching signature {'seen' if seen else 'NOT seen' if known else 'not measurable'}: " + (
+        f"mean running {run_s:.2f} ({static}) vs {run_c:.2f} ({continuous}) of {concurrency} slots; "
+        f"client queue wait P50 {wait_s:.1f} ms vs {wait_c:.1f} ms; running over time in occupancy.png"
+        if known
+        else "an arm did not complete or the server exported no running gauge"
+    )
+    return {
+        "seen": seen,
+        "static": static,
+        "continuous": continuous,
+        "concurrency": concurrency,
+        "figures": figures,
+        "text": text,
+    }
 
 
-def occupancy_png(history: History, labels: Sequence[str], predictions: Mapping[str, Mapping[str, Any]], path: Path,
-                  *, title: str) -> Path:
+def occupancy_png(
+    history: History, labels: Sequence[str], predictions: Mapping[str, Mapping[str, Any]], path: Path, *, title: str
+) -> Path:
     """Running and waiting requests over time per arm (its first completed repeat), and the simulator's running."""
     from harness.report.plots import pyplot, save_figure
 
@@ -252,12 +284,20 @@ def occupancy_png(history: History, labels: Sequence[str], predictions: Mapping[
             ax.step(t, [r.get("waiting", 0) for r in rows], where="post", ls=":", label="waiting (measured)")
         series = (predictions.get(label) or {}).get("occupancy_series")
         if series:
-            ax.step([s[0] for s in series], [s[1] for s in series], where="post", ls="--", alpha=0.7,
-                    label="running (predicted)")
+            ax.step(
+                [s[0] for s in series],
+                [s[1] for s in series],
+                where="post",
+                ls="--",
+                alpha=0.7,
+                label="running (predicted)",
+            )
         ax.set_ylabel(f"{label}\nrequests", fontsize=8)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=6, loc="upper right")
-    axes[-1, 0].set_xlabel(f"seconds from the run's start (repeat {completed_runs(history.runs, labels[-1])[0].repeat})")
+    axes[-1, 0].set_xlabel(
+        f"seconds from the run's start (repeat {completed_runs(history.runs, labels[-1])[0].repeat})"
+    )
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return save_figure(fig, path)

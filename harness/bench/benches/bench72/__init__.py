@@ -151,8 +151,11 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
 
 
 SPEC = BenchSpec(
-    name="72", semantic_id="INF-SINGLE-GPU-DEPLOY", question="what should one device run, and up to what load?",
-    config=Config, plan=plan,
+    name="72",
+    semantic_id="INF-SINGLE-GPU-DEPLOY",
+    question="what should one device run, and up to what load?",
+    config=Config,
+    plan=plan,
     outputs=("capacity.png",),
     next_steps={
         "adopt": "deploy the adopted candidate at up to its capacity; confirm on the target device (make bench-72 GPU=0)",

@@ -225,9 +225,12 @@ class Campaign:
         if run is not None:
             caveat = "" if run.valid else f"; the probe was invalid: {'; '.join(run.result['conclusion']['invalid_reasons'])}"
             history.notes["light"] = LightLoad(
-                TTFT_P50.value([run]), TPOT_P50.value([run]), REQUEST_RATE.of_run(run),
+                TTFT_P50.value([run]),
+                TPOT_P50.value([run]),
+                REQUEST_RATE.of_run(run),
                 f"a light-load probe on {server}: {run.completed} requests one at a time; no bench-66 run was "
-                f"cited{caveat}")
+                f"cited{caveat}",
+            )
 
     def start_rps(self, history: History) -> float | None:
         """The schedule's centre: --start-rps, else the cited bench-66 saturation point, else the light probe's."""
@@ -241,9 +244,11 @@ class Campaign:
             if start is None:
                 return ()
             cfg = self.cfg
-            history.notes["schedule"] = [r for r in probe_schedule(start, cfg.growth, cfg.schedule_below,
-                                                                   cfg.schedule_above)
-                                         if cfg.min_rps <= r <= cfg.max_rps]
+            history.notes["schedule"] = [
+                r
+                for r in probe_schedule(start, cfg.growth, cfg.schedule_below, cfg.schedule_above)
+                if cfg.min_rps <= r <= cfg.max_rps
+            ]
         return tuple(history.notes["schedule"])
 
     def search(self, history: History, name: str, first: bool) -> Iterator[Step]:
@@ -281,18 +286,24 @@ class Campaign:
     def ranked(self, history: History) -> list[Searched]:
         """Searched candidates, best first: higher fitted capacity, then lower peak memory, then grid order."""
         found = [s for s in (self.searched(history, n) for n in self.candidates) if s is not None and s.probes]
-        return sorted(found, key=lambda s: (-((s.estimate.capacity_rps if s.estimate else None) or 0.0),
-                                            s.peak("peak_memory_gib") or 0.0, self.candidates.index(s.name)))
+        return sorted(
+            found,
+            key=lambda s: (
+                -((s.estimate.capacity_rps if s.estimate else None) or 0.0),
+                s.peak("peak_memory_gib") or 0.0,
+                self.candidates.index(s.name),
+            ),
+        )
 
     def duel(self, history: History) -> Iterator[Step]:
         """The top two at the leader's capacity, interleaved A B / B A by round over the repeats."""
         top = self.ranked(history)[:2]
         if len(top) < 2 or not top[0].estimate or top[0].estimate.capacity_rps is None or tied(top[0], top[1]):
             return  # a tie is the decision: no duel can order what the intervals cannot
-        rate = self.cfg.growth ** -0.5 * top[0].estimate.capacity_rps  # inside the leader's capacity
+        rate = self.cfg.growth**-0.5 * top[0].estimate.capacity_rps  # inside the leader's capacity
         history.notes["duel"] = {"leader": top[0].name, "runner_up": top[1].name, "rate_rps": rate}
         for r in range(1, self.cfg.repeats + 1):
-            for s in (top if r % 2 else top[::-1]):
+            for s in top if r % 2 else top[::-1]:
                 yield r, Arm(duel_label(s.name), self.rate_workload(rate), s.name)
 
 

@@ -175,8 +175,15 @@ def capacity_png(searched: Sequence[Searched], slo: SLO, path: Path, *, title: s
     return save_figure(fig, path)
 
 
-def deployment_reading(history: History, campaign: Campaign, *, candidates: Sequence[Candidate],
-                       cited: dict[str, Any] | None, mappings: Mapping[str, Any], title: str) -> Reading:
+def deployment_reading(
+    history: History,
+    campaign: Campaign,
+    *,
+    candidates: Sequence[Candidate],
+    cited: dict[str, Any] | None,
+    mappings: Mapping[str, Any],
+    title: str,
+) -> Reading:
     """bench-72's read rule: capacities, the duel's paired effect and the decision record."""
     cfg = history.cfg
     slo = campaign.slo(history)
@@ -185,54 +192,117 @@ def deployment_reading(history: History, campaign: Campaign, *, candidates: Sequ
     claim = None
     if duel is not None:
         runner_up = next((s for s in ranked if s.name == duel["runner_up"]), None)
-        claim = claim_effect(history.runs, Claim(duel_metric(runner_up), duel_label(duel["runner_up"]),
-                                                 duel_label(duel["leader"]), name="duel"),
-                             seed=cfg.seed, resamples=cfg.resamples, design="cross-start")  # two kept-up starts
+        claim = claim_effect(
+            history.runs,
+            Claim(duel_metric(runner_up), duel_label(duel["runner_up"]), duel_label(duel["leader"]), name="duel"),
+            seed=cfg.seed,
+            resamples=cfg.resamples,
+            design="cross-start",
+        )  # two kept-up starts
     costs = {s.name: s.peak("peak_memory_gib") for s in ranked}
     gates = numerics_gates(history, candidates, cfg.min_agreement)
-    verdict = decide(ranked, claim, duel["rate_rps"] if duel else None, repeats=cfg.repeats, costs=costs,
-                     gates=gates) if slo else \
-        Decision("inconclusive", "single", "no SLOs: the light-load probe gave no latency figures to scale",
-                 "set SLO_TTFT_P99_MS=... and SLO_TPOT_P99_MS=..., or cite a bench-66 run (BASELINE=...)",
-                 {"deploy": None, "rule": RULE})
+    verdict = (
+        decide(ranked, claim, duel["rate_rps"] if duel else None, repeats=cfg.repeats, costs=costs, gates=gates)
+        if slo
+        else Decision(
+            "inconclusive",
+            "single",
+            "no SLOs: the light-load probe gave no latency figures to scale",
+            "set SLO_TTFT_P99_MS=... and SLO_TPOT_P99_MS=..., or cite a bench-66 run (BASELINE=...)",
+            {"deploy": None, "rule": RULE},
+        )
+    )
     settings = {c.name: c.settings for c in candidates}
     per_token = kv_bytes_per_token_of(history.model.path) if mappings else 0
-    pools = {s.name: pool_check(mappings.get(s.name), effective_settings(history.server_log(s.name))["kv_cache_tokens"],
-                                per_token) for s in ranked} if mappings else {}
-    per_candidate = [{"name": s.name, "settings": {k: list(v) if isinstance(v, tuple) else v
-                                                    for k, v in settings[s.name].items()},
-                      "capacity": s.estimate.to_dict() if s.estimate else None,
-                      "pass_fail": s.capacity.to_dict(), "binding": list(s.binding), "gate": gates.get(s.name),
-                      "binding_rate_rps": s.binding_rate_rps,
-                      "start_rps": history.notes.get("start_rps", {}).get(s.name),
-                      "at_capacity": {k: s.peak(k) for k in ("peak_memory_gib", "kv_cache_usage_peak", "running_peak")},
-                      "effective": effective_settings(history.server_log(s.name)), "kv_pool_check": pools.get(s.name),
-                      "probes": [{"rate_rps": p.rate_rps, "passed": p.passed, "violated": list(p.violated), **p.detail}
-                                 for p in s.probes]} for s in ranked]
-    details = {"slo": slo.to_dict() if slo else None, "baseline_citation": cited, "decision_record": verdict.record,
-               "candidates": per_candidate, "kv_pool_mapping": dict(mappings) or None,
-               "schedule": {"rates_rps": history.notes.get("schedule"),
-                            **{k: getattr(cfg, k) for k in ("growth", "schedule_below", "schedule_above", "min_rps",
-                                                            "max_rps")}},
-               "slo_tier": campaign.tier,
-               "duel": duel, "not_searched": sorted(set(settings) - {s.name for s in ranked})}
+    pools = (
+        {
+            s.name: pool_check(
+                mappings.get(s.name), effective_settings(history.server_log(s.name))["kv_cache_tokens"], per_token
+            )
+            for s in ranked
+        }
+        if mappings
+        else {}
+    )
+    per_candidate = [
+        {
+            "name": s.name,
+            "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings[s.name].items()},
+            "capacity": s.estimate.to_dict() if s.estimate else None,
+            "pass_fail": s.capacity.to_dict(),
+            "binding": list(s.binding),
+            "gate": gates.get(s.name),
+            "binding_rate_rps": s.binding_rate_rps,
+            "start_rps": history.notes.get("start_rps", {}).get(s.name),
+            "at_capacity": {k: s.peak(k) for k in ("peak_memory_gib", "kv_cache_usage_peak", "running_peak")},
+            "effective": effective_settings(history.server_log(s.name)),
+            "kv_pool_check": pools.get(s.name),
+            "probes": [
+                {"rate_rps": p.rate_rps, "passed": p.passed, "violated": list(p.violated), **p.detail} for p in s.probes
+            ],
+        }
+        for s in ranked
+    ]
+    details = {
+        "slo": slo.to_dict() if slo else None,
+        "baseline_citation": cited,
+        "decision_record": verdict.record,
+        "candidates": per_candidate,
+        "kv_pool_mapping": dict(mappings) or None,
+        "schedule": {
+            "rates_rps": history.notes.get("schedule"),
+            **{k: getattr(cfg, k) for k in ("growth", "schedule_below", "schedule_above", "min_rps", "max_rps")},
+        },
+        "slo_tier": campaign.tier,
+        "duel": duel,
+        "not_searched": sorted(set(settings) - {s.name for s in ranked}),
+    }
     table = tabulate(capacity_rows(ranked, settings), headers=CAPACITY_HEADERS, tablefmt="github")
-    lines = ["", f"SLOs: {slo.text()}; {slo.basis}" if slo else "SLOs: not set (no light-load figures)", "",
-             table, "", f"decision rule: {RULE}", f"decision: {verdict.summary}",
-             *(f"kv pool mismatch: {n} runs {p['engine_gib']} GiB of KV, sized for {p['estimated_gib']} GiB "
-               f"(beyond ±{p['tolerance']:.0%}): its capacity is not like-for-like" for n, p in pools.items()
-               if p and not p["matches"])]
-    headline = [{"name": f"capacity {s.name}", "metric": "request_rate_rps", "value": _capacity(s),
-                 "unit": "req/s", "interval": interval(s)} for s in ranked]
+    lines = [
+        "",
+        f"SLOs: {slo.text()}; {slo.basis}" if slo else "SLOs: not set (no light-load figures)",
+        "",
+        table,
+        "",
+        f"decision rule: {RULE}",
+        f"decision: {verdict.summary}",
+        *(
+            f"kv pool mismatch: {n} runs {p['engine_gib']} GiB of KV, sized for {p['estimated_gib']} GiB "
+            f"(beyond ±{p['tolerance']:.0%}): its capacity is not like-for-like"
+            for n, p in pools.items()
+            if p and not p["matches"]
+        ),
+    ]
+    headline = [
+        {
+            "name": f"capacity {s.name}",
+            "metric": "request_rate_rps",
+            "value": _capacity(s),
+            "unit": "req/s",
+            "interval": interval(s),
+        }
+        for s in ranked
+    ]
     figures = {"capacity.png": lambda path: capacity_png(ranked, slo, path, title=title)} if slo and ranked else {}
     blocked = blocked_reading(history, None, cfg.repeats)
     if blocked is not None:
-        blocked = replace(blocked, details=details, lines=tuple(lines), figures=figures, kind="sweep",
-                          headline=tuple(headline))
+        blocked = replace(
+            blocked, details=details, lines=tuple(lines), figures=figures, kind="sweep", headline=tuple(headline)
+        )
         return blocked
-    return Reading(evidence_level=verdict.evidence_level, decision=verdict.decision, summary=verdict.summary,
-                   effect=claim.effect if claim else None, repeats=cfg.repeats, details=details, lines=lines,
-                   figures=figures, headline=headline, kind="sweep", next_step=verdict.next_step)
+    return Reading(
+        evidence_level=verdict.evidence_level,
+        decision=verdict.decision,
+        summary=verdict.summary,
+        effect=claim.effect if claim else None,
+        repeats=cfg.repeats,
+        details=details,
+        lines=lines,
+        figures=figures,
+        headline=headline,
+        kind="sweep",
+        next_step=verdict.next_step,
+    )
 
 
 def numerics_gates(history: History, candidates: Sequence[Candidate], min_agreement: float) -> dict[str, dict]:
@@ -245,6 +315,12 @@ def numerics_gates(history: History, candidates: Sequence[Candidate], min_agreem
     def records(name: str) -> list:
         return [r for run in history.of(f"{name} rate={rate:g}/s") if not run.failure for r in run.records]
 
-    return {c.name: {"against": base.name, "rate_rps": rate, **agreement(records(base.name), records(c.name),
-                                                                          min_agreement)}
-            for c in candidates[1:] if changes_numerics(c.settings, base.settings)}
+    return {
+        c.name: {
+            "against": base.name,
+            "rate_rps": rate,
+            **agreement(records(base.name), records(c.name), min_agreement),
+        }
+        for c in candidates[1:]
+        if changes_numerics(c.settings, base.settings)
+    }

@@ -68,7 +68,10 @@ class Config(BenchConfig):
             raise InvalidInput("--no-baseline with no --layouts leaves nothing to run")
         if len(set(self.layouts)) != len(self.layouts):
             raise InvalidInput("--layouts names a layout twice")
-        if self.input_tokens * (1 + self.length_range) + self.output_tokens * (1 + self.length_range) > self.max_model_len:
+        if (
+            self.input_tokens * (1 + self.length_range) + self.output_tokens * (1 + self.length_range)
+            > self.max_model_len
+        ):
             raise InvalidInput(f"the longest prompt plus output exceeds --max-model-len {self.max_model_len}")
 
 
@@ -82,22 +85,41 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         layouts, left = dist.default_layouts(cfg, cpu, get_backend(placement.backend), placement.runtime)
     servers = dist.variants(cfg, cpu, layouts)
     phases = dist.phases(cfg, servers, cited)
-    shape = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed, input_tokens=cfg.input_tokens,
-                   output_tokens=cfg.output_tokens)
-    protocol = (f"ABAB restarts: {cfg.starts} rounds, each starting the baseline then every layout; "
-                f"{cfg.repeats} run(s) per start, back to back")
-    return Plan(workloads=(), servers=servers, arms=(), schedule=Schedule(phases, protocol), read=dist.read(cfg, cpu),
-                warmup=shape, run_label="parallel layouts at equal offered load",
-                notes=("every layout replays the same request list at the same Poisson offered load",
-                       "a device is one CPU core on the CPU default (VLLM_CPU_OMP_THREADS_BIND), one GPU elsewhere",
-                       *(f"default layout {n} left out on this engine: {why}" for n, why in left.items())))
+    shape = Common(
+        arrival=Arrival("closed", concurrency=1),
+        seed=cfg.seed,
+        input_tokens=cfg.input_tokens,
+        output_tokens=cfg.output_tokens,
+    )
+    protocol = (
+        f"ABAB restarts: {cfg.starts} rounds, each starting the baseline then every layout; "
+        f"{cfg.repeats} run(s) per start, back to back"
+    )
+    return Plan(
+        workloads=(),
+        servers=servers,
+        arms=(),
+        schedule=Schedule(phases, protocol),
+        read=dist.read(cfg, cpu),
+        warmup=shape,
+        run_label="parallel layouts at equal offered load",
+        notes=(
+            "every layout replays the same request list at the same Poisson offered load",
+            "a device is one CPU core on the CPU default (VLLM_CPU_OMP_THREADS_BIND), one GPU elsewhere",
+            *(f"default layout {n} left out on this engine: {why}" for n, why in left.items()),
+        ),
+    )
 
 
 SPEC = BenchSpec(
-    name="81", semantic_id="DIST-INFERENCE", question="what do more devices buy?", config=Config, plan=plan,
+    name="81",
+    semantic_id="DIST-INFERENCE",
+    question="what do more devices buy?",
+    config=Config,
+    plan=plan,
     next_steps={
         "inconclusive": "read the scaling table: an efficiency well below 1 names a shared resource (see bounded_by); "
-                        "on GPUs run make bench-81 GPU=0,1 or across nodes with RAY_ADDRESS= / NNODES=",
+        "on GPUs run make bench-81 GPU=0,1 or across nodes with RAY_ADDRESS= / NNODES=",
         "blocked": "read the failed layout's server log tail, fix the cause and rerun make bench-81",
     },
 )

@@ -176,14 +176,34 @@ def scaling_table(rows: Sequence[LayoutScaling]) -> list[list[str]]:
                   if row.throughput_range else "")
         empty = f" ({row.empty_repeats} empty)" if row.empty_repeats else ""
         empty += f" ({row.invalid_repeats} invalid, left out)" if row.invalid_repeats else ""
-        out.append([row.layout, f"{row.devices}", f"{num(row.throughput_tok_s)}{spread}{empty}", num(row.per_device_tok_s),
-                    row.speedup.text() if row.speedup else "1 (baseline)" if row.layout == row.baseline else "-",
-                    row.efficiency.text() if row.efficiency else "1 (baseline)" if row.layout == row.baseline else
-                    ("n/m" if row.cores.startswith("not measurable") else "-"), f"{row.starts}",
-                    *(num(row.latency_ms.get(m.name), m.fmt) for m in LATENCIES),
-                    "yes" if row.valid else "no"])
+        out.append(
+            [
+                row.layout,
+                f"{row.devices}",
+                f"{num(row.throughput_tok_s)}{spread}{empty}",
+                num(row.per_device_tok_s),
+                row.speedup.text() if row.speedup else "1 (baseline)" if row.layout == row.baseline else "-",
+                row.efficiency.text()
+                if row.efficiency
+                else "1 (baseline)"
+                if row.layout == row.baseline
+                else ("n/m" if row.cores.startswith("not measurable") else "-"),
+                f"{row.starts}",
+                *(num(row.latency_ms.get(m.name), m.fmt) for m in LATENCIES),
+                "yes" if row.valid else "no",
+            ]
+        )
     return out
 
 
-SCALING_HEADERS = ["layout", "devices", "out tok/s (mean [min, max])", "tok/s per device", "speedup [95% CI]",
-                   "efficiency [95% CI]", "starts", *(m.title for m in LATENCIES), "valid"]
+SCALING_HEADERS = [
+    "layout",
+    "devices",
+    "out tok/s (mean [min, max])",
+    "tok/s per device",
+    "speedup [95% CI]",
+    "efficiency [95% CI]",
+    "starts",
+    *(m.title for m in LATENCIES),
+    "valid",
+]
