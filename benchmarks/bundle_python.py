@@ -10,7 +10,8 @@
                                                        every file of SITE matches its SHA256SUMS
     python bundle_python.py imports SITE MODULE...     import each module (SITE after the machine's packages) and
                                                        print the ones that fail, with why
-    python bundle_python.py run SITE ARGS...           `infkit ARGS...` from this tree, SITE after the machine's packages
+    python bundle_python.py run SITE ARGS...           `infkit ARGS...` from this tree, SITE after the machine's
+                                                       packages
 
 ``install`` needs no pip: a wheel is a zip whose top level is the import tree (its
 ``*.data/purelib`` and ``platlib`` go there too); a wheel whose hash is not in the lock, whose

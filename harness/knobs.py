@@ -207,7 +207,8 @@ def check_config(cfg: Any) -> None:
 
 
 def config_from_args(cls: type, args: argparse.Namespace, *, make_overrides: str = "", **overrides: Any) -> Any:
-    """An instance of ``cls`` from Make variables, then the parsed command line (which wins), checked before any work."""
+    """An instance of ``cls`` from Make variables, then the parsed command line (which wins), checked before any
+    work."""
     try:  # a KnobConfig checks itself as it is made
         return cls(**{**make_vars(cls, make_overrides), **values_from_args(cls, args), **overrides})
     except TypeError as exc:  # a field without a default was not given

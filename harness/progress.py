@@ -209,7 +209,8 @@ class LiveReporter(Reporter):
 
 
 def reporter(name: str = "infkit", out: TextIO | None = None) -> Reporter:
-    """A live view on an interactive terminal outside CI, plain lines otherwise (``INFKIT_PROGRESS=plain`` forces them)."""
+    """A live view on an interactive terminal outside CI, plain lines otherwise (``INFKIT_PROGRESS=plain`` forces
+    them)."""
     stream = out or sys.stdout
     plain = (
         os.environ.get("INFKIT_PROGRESS") == "plain"

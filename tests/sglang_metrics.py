@@ -53,7 +53,8 @@ def exposition(*, prompt: float, generation: float, requests: float, cached: flo
         f"sglang:token_usage{{{SCHED}}} {token_usage}",
         "# HELP sglang:num_retracted_reqs The number of retracted requests.",
         "# TYPE sglang:num_retracted_reqs gauge",
-        f'sglang:num_retracted_reqs{{engine_type="unified",model_name="smollm2-135m",pid="412",pp_rank="0",tp_rank="0"}} {retracted:.1f}',
+        'sglang:num_retracted_reqs{engine_type="unified",model_name="smollm2-135m",pid="412",pp_rank="0",tp_rank="0"}'
+        f' {retracted:.1f}',
         "# HELP sglang:queue_time_seconds Histogram of queueing time in seconds.",
         "# TYPE sglang:queue_time_seconds histogram",
     ]

@@ -74,8 +74,10 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, json.dumps({"data": [{"id": "m"}]}).encode())
         elif self.path == "/metrics":
             text = (
-                f'# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total{{engine="0"}} {self.server.hits}\n'
-                f'# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total{{engine="0"}} {self.server.queries}\n'
+                '# TYPE vllm:prefix_cache_hits counter\n'
+                f'vllm:prefix_cache_hits_total{{engine="0"}} {self.server.hits}\n'
+                '# TYPE vllm:prefix_cache_queries counter\n'
+                f'vllm:prefix_cache_queries_total{{engine="0"}} {self.server.queries}\n'
             )
             self._send(200, text.encode(), "text/plain; version=0.0.4")
         else:

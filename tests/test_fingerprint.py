@@ -125,7 +125,8 @@ def test_git_state_reports_commit_and_dirty_flag(tmp_path):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     (tmp_path / "a").write_text("1")
     subprocess.run(["git", "-C", str(tmp_path), "add", "a"], check=True)
-    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"],
+                   check=True)
     commit, dirty = fingerprint.git_state(tmp_path)
     assert len(commit) == 40 and dirty is False
     (tmp_path / "a").write_text("2")

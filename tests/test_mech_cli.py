@@ -149,7 +149,8 @@ def test_make_mech_budget_signs_an_audit_valid_run(tmp_path, repo_root) -> None:
     assert record["outputs"] == {"result": "result.json", "summary": "summary.txt", "figures": ["budget.png"]}
     assert record["requested"]["batches"] == [1, 8] and record["requested"]["model"] == "SmolLM2-135M"
     (manifest,) = (tmp_path / "manifests/INF-ITERATION-BUDGET").glob("*.intoto.json")
-    assert manifest.name == f"{run_dir.name}.intoto.json" and f"manifest: {manifest.relative_to(tmp_path)}" in run.stdout
+    assert manifest.name == f"{run_dir.name}.intoto.json"
+    assert f"manifest: {manifest.relative_to(tmp_path)}" in run.stdout
     audit = subprocess.run(
         [str(venv / "bin/infkit"), "audit", str(manifest)], cwd=tmp_path, env=env, capture_output=True, text=True
     )

@@ -103,7 +103,8 @@ def test_single_token_outputs_have_no_tpot_and_nothing_completed_has_reasons():
     assert p["tpot_ms"] is None and "tpot_ms" in p["null_reasons"] and p["itl_ms"] is None
     empty = performance([C, D])
     assert empty["ttft_ms"] is None and empty["e2e_ms"] is None
-    assert set(empty["null_reasons"]) == {"ttft_ms", "tpot_ms", "itl_ms", "itl_chunk_ms", "itl_token_ms", "e2e_ms"}
+    assert set(empty["null_reasons"]) == {"ttft_ms", "tpot_ms", "itl_ms", "itl_chunk_ms", "itl_token_ms", "e2e_ms",
+                                          "ttft_from_scheduled_ms", "e2e_from_scheduled_ms"}
 
 
 def test_slo_rules():

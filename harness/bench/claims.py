@@ -20,6 +20,7 @@ from harness.bench.stats import (
     CONTROL_SHARE,
     DEFAULT_CONFIDENCE,
     NO_EFFECT_RATIO,
+    Better,
     Design,
     PairedEffect,
     RepeatSamples,
@@ -124,14 +125,15 @@ def claim_effect(runs: Sequence[ArmRun], claim: Claim, *, seed: int, resamples: 
         reps = _samples(metric, claim, pairs)
         if not reps:
             return None
+        assert metric.statistic is not None, f"{metric.name}: a per-request metric has a statistic"
         eff = paired_ratio_effect(reps, resamples=resamples, seed=seed, statistic=metric.statistic, block=claim.block)
         need = min_requests(eff.statistic)
         if (eff.n_requests or 0) < need:
             refuse = (f"{eff.statistic} of {eff.n_requests} requests is the max of {eff.n_requests}, not a "
                       f"{eff.statistic} (needs >= {need} per arm and repeat)")
     else:
-        values = [(metric.of_run(a), metric.of_run(b)) for a, b in pairs]
-        values = [(x, y) for x, y in values if x and y]
+        figures = [(metric.run_value(a), metric.run_value(b)) for a, b in pairs]
+        values = [(x, y) for x, y in figures if x and y]
         if not values:
             return None
         eff = repeat_ratio_effect(values, resamples=resamples, seed=seed, name=metric.name)
@@ -172,11 +174,12 @@ def secondary_entries(results: Sequence[ClaimResult | None], primary: int) -> li
     """Every claim with its Holm-adjusted p over the secondary family; a secondary decides only below alpha/2."""
     alpha = (1 - DEFAULT_CONFIDENCE) / 2
     family = [i for i, r in enumerate(results) if r is not None and i != primary]
-    raw = {}
-    for i in family:
-        r = results[i]
-        side = "higher" if (r.claim.metric.better == "lower") == (r.decision == "reject") else "lower"
-        raw[i] = p_beyond(r.stats, better=side, margin=r.margin) if r.stats else 1.0  # type: ignore[arg-type]
+    raw: dict[int, float] = {}
+    for i, r in enumerate(results):
+        if r is None or i == primary:
+            continue
+        side: Better = "higher" if (r.claim.metric.better == "lower") == (r.decision == "reject") else "lower"
+        raw[i] = p_beyond(r.stats, better=side, margin=r.margin) if r.stats else 1.0
     adjusted = dict(zip(family, holm([raw[i] for i in family]), strict=True))
     out = []
     for i, r in enumerate(results):

@@ -68,6 +68,12 @@ class Metric:
                 out[rec.index] = tuple(values)
         return out
 
+    def run_value(self, run: ArmRun) -> float | None:
+        """The figure of one arm run (a per-run metric's ``of_run``)."""
+        if self.of_run is None:
+            raise ValueError(f"{self.name} is a per-request metric: it has no per-run figure")
+        return self.of_run(run)
+
     def value(self, runs: Sequence[ArmRun]) -> float | None:
         """The arm's figure over ``runs`` (its repeats): pooled requests, or the median of per-run figures."""
         if self.samples is not None and self.statistic is not None:
@@ -138,7 +144,8 @@ def server_metric(*path: str) -> Callable[[ArmRun], float | None]:
 
 def _latency(name: str, title: str, q: float, samples: Callable[[Sequence[RequestRecord]], list[float]],
              fmt: str = ".0f") -> Metric:
-    return Metric(f"{name}.p{q:g}", f"{title} p{q:g} ms", "lower", fmt, samples, np.median if q == 50 else percentile(q))
+    return Metric(f"{name}.p{q:g}", f"{title} p{q:g} ms", "lower", fmt, samples,
+                  np.median if q == 50 else percentile(q))
 
 
 def where(metric: Metric, suffix: str, keep: Callable[[RequestRecord], bool]) -> Metric:

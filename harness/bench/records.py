@@ -64,11 +64,11 @@ class Reading:
     effect: Effect | None = None
     repeats: int | None = None
     failure: Failure | None = None
-    invalid_reasons: tuple[str, ...] = ()
+    invalid_reasons: Sequence[str] = ()  # these three are kept as tuples (__post_init__), from any sequence
     details: Mapping[str, Any] = field(default_factory=dict)
-    lines: tuple[str, ...] = ()  # summary.txt, after the arm table
+    lines: Sequence[str] = ()  # summary.txt, after the arm table
     figures: Mapping[str, Callable[[Path], Any]] = field(default_factory=dict)
-    headline: tuple[dict[str, Any], ...] = ()
+    headline: Sequence[dict[str, Any]] = ()
     kind: str = "comparison"
     quality: dict[str, Any] | None = None  # the correctness group's quality (e.g. greedy agreement), when checked
     next_step: str | None = None  # a read rule's own next step (else the spec's, by decision)

@@ -32,6 +32,7 @@ from harness.bench.arms import ArmContext, arm_dir, measure_arm, warm_up
 from harness.bench.launch import base_config, model_dir_of, prepare
 from harness.bench.outputs import arm_table, summary_text
 from harness.bench.placement import Placement, resolve_placement
+from harness.bench.planning import checked_plan, early_plan, protocol_record, protocol_violations
 from harness.bench.records import ArmRun, Workload
 from harness.bench.spec import (
     Arm,
@@ -47,7 +48,7 @@ from harness.contract import Failure
 from harness.contract.jsonio import read_json
 from harness.errors import InvalidInput
 from harness.knobs import config_dict
-from harness.models import PreparedModel, ensure_model, find_model
+from harness.models import PreparedModel, ensure_model
 from harness.progress import Reporter
 from harness.rundir.directory import Finished, RunDirectory, check_run_target
 from harness.rundir.fingerprint import host_isa
@@ -64,7 +65,6 @@ from harness.serving.session import (
     server_session,
 )
 from harness.workload import make_workload, write_workload
-from harness.workload.generators import check_options
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,8 @@ class Servers:
     does not keep it begins, when its phase no longer needs it, or when the bench ends."""
 
     def __init__(self, bench: Bench):
-        self.bench, self.live = bench, {}
+        self.bench = bench
+        self.live: dict[str, tuple[ServerSession, ExitStack]] = {}
 
     def get(self, name: str) -> ServerSession:
         if name not in self.live:
@@ -148,7 +149,7 @@ class Bench:
         variant = self.plan.server(name)
         backend = self.backend_of(name)
         model = ensure_model(variant.model, progress=self.reporter) if variant.model else None
-        served = {"model_dir": str(model.path), "served_model_name": variant.model} if model else {}
+        served: dict[str, Any] = {"model_dir": str(model.path), "served_model_name": variant.model} if model else {}
         config = replace(self.base, port=free_port(), **served, **variant.settings)
         self.reporter.state(f"server {name}: starting")
         with ExitStack() as own:  # a variant the engine did not apply is stopped at once, not at the phase's end
@@ -269,61 +270,11 @@ class Bench:
 
     def images(self) -> list[dict[str, Any]]:
         """Images the servers ran from (docker), else the native serving environment's package digest."""
-        pulled = {(s["image"]["ref"], s["image"]["digest"], s["backend"]) for s in self.servers.values() if s.get("image")}
+        pulled = {(i["ref"], i["digest"], s["backend"]) for s in self.servers.values() if (i := s.get("image"))}
         if pulled:
             return [{"role": get_backend(b).role, "ref": ref, "digest": digest} for ref, digest, b in sorted(pulled)]
         backends = sorted({self.backend_of(s.name).name for s in self.plan.servers})
         return [native_image(get_backend(b).role, get_backend(b).native_python()) for b in backends]
-
-
-def protocol_record(cfg: BenchConfig, plan: Plan, resets: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "repeats": cfg.repeats,
-        "order": plan.order,
-        "warmup_requests_per_server_start": cfg.warmup_requests if plan.warmup_name else 0,
-        "prefix_cache_reset_before_each_arm_run": plan.reset_prefix_cache,
-        "prefix_cache_resets": {
-            "before_arm_runs": len(resets),
-            "confirmed": sum(r["confirmed"] is True for r in resets),
-            "unconfirmed": sum(r["requested"] and r["confirmed"] is None for r in resets),
-            "not_offered": sum(not r["requested"] for r in resets),
-            "declined": [r for r in resets if r["requested"] and r["confirmed"] is False],
-        },
-        "ignore_eos": plan.ignore_eos,
-        "notes": list(plan.notes),
-    }
-
-
-def protocol_violations(protocol: dict[str, Any]) -> list[str]:
-    """A reset the engine declined before an arm run breaks the protocol: that arm did not start from an empty cache."""
-    return [
-        f"protocol violation: prefix cache not reset before {r['arm']} repeat {r['repeat']} on server "
-        f"{r['server']} ({r['evidence']})"
-        for r in protocol["prefix_cache_resets"]["declined"]
-    ]
-
-
-def checked_plan(spec: BenchSpec, cfg: BenchConfig, model: PreparedModel) -> Plan:
-    """The spec's plan (citations audited as it is built), its consistency, an arm to run, and every workload's
-    parameters held to what ``infkit workload make`` allows."""
-    plan = spec.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
-    plan.check()
-    if not plan.arms and not any(callable(p.steps) for p in plan.phases):  # sweeps and searches make their arms
-        raise InvalidInput(f"bench-{spec.name}: these settings leave no arm to run", hint="see --help")
-    made = [*plan.workloads, *(a.workload for a in plan.arms if isinstance(a.workload, WorkloadPlan))]
-    for w in made:
-        if not any(isinstance(v, InputFile) for v in w.options.values()):
-            check_options(w.kind, w.common, dict(w.options))
-    return plan
-
-
-def early_plan(spec: BenchSpec, cfg: BenchConfig) -> tuple[PreparedModel, Plan] | None:
-    """The checked plan on the cached model (no conversion, no venv build), or None when there is none yet."""
-    try:
-        cached = find_model(cfg.model)
-    except InvalidInput:
-        return None
-    return (cached, checked_plan(spec, cfg, cached)) if cached is not None else None
 
 
 def run_bench(
@@ -365,9 +316,8 @@ def run_bench(
         model=model.run_entry(),
         tokenizer=model.tokenizer_ref,
     )
-    reporter(
-        f"bench-{spec.name}: run {rd.run_id} -> {rd.path.relative_to(root) if rd.path.is_relative_to(root) else rd.path}"
-    )
+    shown = rd.path.relative_to(root) if rd.path.is_relative_to(root) else rd.path
+    reporter(f"bench-{spec.name}: run {rd.run_id} -> {shown}")
     bench = Bench(spec, cfg, placement, model, plan, rd, reporter)
     bench.refused.update(refused)  # decided before any start: devices, or what the engine release lacks
     for name, why in refused.items():

@@ -127,7 +127,8 @@ def _outcome(config: OverlapConfig, ctx: RunContext, series: dict, identical: bo
                                              message="overlapped outputs differ from serial outputs")
     lines = [f"{k:<14} p50 {t.summary()['p50']:.3f} ms  p95 {t.summary()['p95']:.3f} ms" for k, t in series.items()]
     lines.append(
-        f"exposed transfer p50 {figures['exposed_transfer_ms']['p50']:.3f} ms; hidden {figures['hidden_fraction']:.0%}; "
+        f"exposed transfer p50 {figures['exposed_transfer_ms']['p50']:.3f} ms; hidden "
+        f"{figures['hidden_fraction']:.0%}; "
         f"speedup {figures['speedup_overlapped_vs_serial']:.2f}x; outputs identical: {identical}"
     )
     return Outcome(

@@ -128,7 +128,8 @@ def _statement(payload: bytes) -> tuple[dict[str, Any] | None, list[Finding]]:
     if statement.get("_type") != STATEMENT_TYPE:
         findings.append(Finding("statement", f"_type is {statement.get('_type')!r}, expected {STATEMENT_TYPE}"))
     if statement.get("predicateType") != PREDICATE_TYPE:
-        findings.append(Finding("statement", f"predicateType is {statement.get('predicateType')!r}, expected {PREDICATE_TYPE}"))
+        findings.append(Finding("statement", f"predicateType is {statement.get('predicateType')!r}, "
+                                             f"expected {PREDICATE_TYPE}"))
     return statement, findings
 
 

@@ -1,7 +1,8 @@
 """GGUF → safetensors checkpoint + tokenizer; run with the serving venv's python.
 
 Standalone on purpose: the serving venv has torch and transformers but not
-infkit. Transformers dequantizes the GGUF on load (kept as bfloat16, the dtype vLLM serves on CPU); clearing the quantizer and
+infkit. Transformers dequantizes the GGUF on load (kept as bfloat16, the dtype vLLM serves on CPU); clearing the
+quantizer and
 the config's ``quantization_config`` makes ``save_pretrained`` write a plain
 checkpoint that vLLM serves.
 

@@ -60,7 +60,8 @@ def source_for(key: str) -> ModelSource:
 
 def locate_gguf(env: ServingEnv, source: ModelSource) -> Path:
     # find_spec locates the package without running its __init__ (which needs deps we never install).
-    code = f"import importlib.util; print(importlib.util.find_spec({source.package_module!r}).submodule_search_locations[0])"
+    code = ("import importlib.util; "
+            f"print(importlib.util.find_spec({source.package_module!r}).submodule_search_locations[0])")
     proc = subprocess.run([str(env.python), "-c", code], capture_output=True, text=True, timeout=120)
     path = Path(proc.stdout.strip() or "/nonexistent") / source.gguf_file
     if proc.returncode != 0 or not path.is_file():
@@ -128,7 +129,8 @@ def ensure_model(
     progress: Progress = print,
     verify: bool = True,
 ) -> PreparedModel:
-    """Return the prepared checkpoint for ``key``, converting (or deriving) it first when missing, partial or corrupt."""
+    """Return the prepared checkpoint for ``key``, converting (or deriving) it first when missing, partial or
+    corrupt."""
     if key in DERIVED:
         env = env or ensure_serving_env(root=root, progress=progress)
         base = ensure_model(DERIVED[key].base, env=env, root=root, progress=progress, verify=verify)

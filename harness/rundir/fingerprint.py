@@ -168,7 +168,8 @@ def _gpu(nv: ModuleType, index: int) -> dict[str, Any]:
     cc = _nvml_call(nv.nvmlDeviceGetCudaComputeCapability, h)
     power_mw = _nvml_call(nv.nvmlDeviceGetPowerManagementLimit, h)
     clock_types = {"graphics": "NVML_CLOCK_GRAPHICS", "sm": "NVML_CLOCK_SM", "memory": "NVML_CLOCK_MEM"}
-    clocks = {k: _nvml_call(nv.nvmlDeviceGetClockInfo, h, getattr(nv, v, i)) for i, (k, v) in enumerate(clock_types.items())}
+    clocks = {k: _nvml_call(nv.nvmlDeviceGetClockInfo, h, getattr(nv, v, i))
+              for i, (k, v) in enumerate(clock_types.items())}
     max_clocks = {
         k: _nvml_call(nv.nvmlDeviceGetMaxClockInfo, h, getattr(nv, v, i))
         for i, (k, v) in enumerate(clock_types.items())

@@ -71,7 +71,8 @@ def native_image(role: str, python_executable: str | None = None) -> dict[str, A
             [
                 python_executable,
                 "-c",
-                "import importlib.metadata as m;print('\\n'.join(sorted(f\"{d.metadata['Name'].lower()}=={d.version}\" for d in m.distributions())))",
+                "import importlib.metadata as m;print('\\n'.join(sorted(f\"{d.metadata['Name'].lower()}=={d.version}\" "
+                "for d in m.distributions())))",
             ],
             capture_output=True,
             text=True,

@@ -45,7 +45,8 @@ class ServerHandle(abc.ABC):
 
     @abc.abstractmethod
     def wait_healthy(self, timeout_s: float, progress: Callable[[str], None] | None = None) -> None:
-        """Block until the health endpoint answers 200; raise ``ServerStartError`` with the log tail if it dies or times out.
+        """Block until the health endpoint answers 200; raise ``ServerStartError`` with the log tail if it dies or
+        times out.
 
         ``progress`` gets a line now and then while the server is still starting (a first start compiles for minutes).
         """

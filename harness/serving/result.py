@@ -163,6 +163,42 @@ def _conclusion(failure: Failure | None, reasons: list[str], summary: str) -> Co
     )
 
 
+def _client_details(facts: RunFacts, inputs: ResultInputs, health: ClientHealth, *, timed: bool) -> dict[str, Any]:
+    """``details.client``: the client's processes, loop lag, schedule keeping and request settings."""
+    return {
+        "workers": inputs.run.workers,
+        "event_loop": loop_name(),
+        "loop_lag_p99_ms": health.loop_lag_p99_ms,
+        "loop_lag_max_ms": health.loop_lag_max_ms,
+        **schedule_stats(inputs.records, timed=timed),
+        "api": facts.api,
+        "ignore_eos": facts.ignore_eos,
+        "min_tokens": facts.min_tokens,
+        "batch_barrier": facts.batch_barrier,
+        "stream": facts.stream,
+        "schedule_reasons": schedule_reasons(inputs.records, health, facts.validity, timed=timed),
+    }
+
+
+def _usage_details(records: list[RequestRecord], done: int) -> dict[str, Any]:
+    """``details.usage``: where output token counts came from, and the server data that was rejected."""
+    usage_missing = sum(1 for r in records if r.completed and r.completion_tokens is None)
+    rejected = [r for r in records if r.server_data_error]
+    return {
+        "completed": done,
+        "without_server_usage": usage_missing,
+        "note": (
+            "output tokens of requests without server usage were counted from content chunks"
+            if usage_missing
+            else "output tokens from the server's usage"
+        ),
+        "output_tokens_counted": sum(output_tokens(r) for r in records if r.completed),
+        # server-reported values that were not sane were recorded as absent; requests.jsonl says why
+        "server_data_rejected": len(rejected),
+        "server_data_first_rejection": rejected[0].server_data_error if rejected else None,
+    }
+
+
 def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any]:
     w, records = inputs.workload, inputs.records
     timed = inputs.closed_concurrency is None
@@ -188,8 +224,6 @@ def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any
     perf = _performance(facts, inputs)
     corr = correctness(records, inputs.references)
     corr_reasons = corr.pop("null_reasons")
-    usage_missing = sum(1 for r in records if r.completed and r.completion_tokens is None)
-    rejected = [r for r in records if r.server_data_error]
     done = sum(r.completed for r in records)
     ttft = perf.ttft_ms["p50"] if perf.ttft_ms else None
     summary = (
@@ -199,32 +233,8 @@ def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any
     )
     details = {
         "server_metrics": inputs.server_metrics,
-        "client": {
-            "workers": inputs.run.workers,
-            "event_loop": loop_name(),
-            "loop_lag_p99_ms": health.loop_lag_p99_ms,
-            "loop_lag_max_ms": health.loop_lag_max_ms,
-            **schedule_stats(records, timed=timed),
-            "api": facts.api,
-            "ignore_eos": facts.ignore_eos,
-            "min_tokens": facts.min_tokens,
-            "batch_barrier": facts.batch_barrier,
-            "stream": facts.stream,
-            "schedule_reasons": schedule_reasons(records, health, facts.validity, timed=timed),
-        },
-        "usage": {
-            "completed": done,
-            "without_server_usage": usage_missing,
-            "note": (
-                "output tokens of requests without server usage were counted from content chunks"
-                if usage_missing
-                else "output tokens from the server's usage"
-            ),
-            "output_tokens_counted": sum(output_tokens(r) for r in records if r.completed),
-            # server-reported values that were not sane were recorded as absent; requests.jsonl says why
-            "server_data_rejected": len(rejected),
-            "server_data_first_rejection": rejected[0].server_data_error if rejected else None,
-        },
+        "client": _client_details(facts, inputs, health, timed=timed),
+        "usage": _usage_details(records, done),
         **({"sessions": turns} if (turns := session_details(records)) is not None else {}),
         "validity_limits": facts.validity.to_dict(),
         "requested": _jsonable(dict(facts.requested)),

@@ -66,10 +66,12 @@ def schedule_stats(records: Sequence[RequestRecord], *, timed: bool) -> dict[str
     if ttft:
         p50, p99 = np.percentile(ttft, [50, 99], method=PERCENTILE_METHOD)
         out.update(ttft_p50_ms=round(float(p50), 4), ttft_p99_ms=round(float(p99), 4))
-    free = [r for r in records if r.sent_s is not None and r.scheduled_s is not None and r.slot_s is None]
+    free = [(r.scheduled_s, r.sent_s) for r in records
+            if r.sent_s is not None and r.scheduled_s is not None and r.slot_s is None]
     if timed and len(free) > 1:
-        scheduled_span = max(r.scheduled_s for r in free) - min(r.scheduled_s for r in free)
-        achieved_span = max(r.sent_s for r in free) - min(r.sent_s for r in free)
+        scheduled_at, sent_at = [s for s, _ in free], [t for _, t in free]
+        scheduled_span = max(scheduled_at) - min(scheduled_at)
+        achieved_span = max(sent_at) - min(sent_at)
         out["mean_arrival_gap_ms"] = round(scheduled_span / (len(free) - 1) * 1e3, 4)
         if scheduled_span > 0 and achieved_span > 0:
             out["rate_fraction"] = round(min(1.0, scheduled_span / achieved_span), 4)
@@ -161,5 +163,6 @@ def correctness(records: Sequence[RequestRecord], references: dict[int, str] | N
         return out
     agree = sum(r.output_text == references[r.index] for r in compared)
     out["quality"] = {"metric": "greedy_agreement", "value": round(agree / len(compared), 6), "threshold": 1.0,
-                      "passed": agree == len(compared), "reference": f"{len(compared)} reference outputs, exact text match"}
+                      "passed": agree == len(compared),
+                      "reference": f"{len(compared)} reference outputs, exact text match"}
     return out

@@ -166,7 +166,8 @@ def _consistency(header: dict[str, Any], lines: list[tuple[int, dict[str, Any]]]
     closed = header["arrival"]["process"] == "closed"
     offsets = [r.offset_s for r in requests]
     if closed and any(o is not None for o in offsets):
-        problems.append(Problem("line 1/arrival", RULE, "a closed loop has no send offsets, yet requests carry offset_s"))
+        problems.append(Problem("line 1/arrival", RULE,
+                                "a closed loop has no send offsets, yet requests carry offset_s"))
     elif not closed and (None in offsets or offsets != sorted(offsets)):
         problems.append(
             Problem("line 1/arrival", RULE, "a timed schedule needs every offset_s, in non-decreasing order")

@@ -142,7 +142,8 @@ def test_a_spec_runs_end_to_end_with_claims_signed_and_valid(bench_env):
     fast = json.loads((run_dir / "arms" / "fast" / "r1" / "result.json").read_text())
     assert fast["workload"]["token_budget"] == {"max_num_batched_tokens": None, "max_num_seqs": 4}
     servers = json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]
-    assert {s["name"] for s in servers} == {"slow", "fast", "exotic"} and all(s["exit_status"] is not None for s in servers)
+    assert {s["name"] for s in servers} == {"slow", "fast", "exotic"}
+    assert all(s["exit_status"] is not None for s in servers)
     assert "[15/15] exotic repeat 5" in log and "15/15" not in outcome.finished.summary.splitlines()[0]
 
 

@@ -1,4 +1,5 @@
-"""The example bench of docs/benches.md is a real spec: the runner executes it unchanged, and the doc shows it as it is."""
+"""The example bench of docs/benches.md is a real spec: the runner executes it unchanged, and the doc shows it as it
+is."""
 
 from __future__ import annotations
 

@@ -22,7 +22,10 @@ MAIN = Common(arrival=Arrival("poisson", rate_rps=2.0), seed=7, requests=12, inp
               input_range=0.5)
 
 
-def plan_with(warmup=AUTO, workloads=(WorkloadPlan("main", "random", MAIN),)) -> Plan:
+MAIN_PLAN = WorkloadPlan("main", "random", MAIN)
+
+
+def plan_with(warmup=AUTO, workloads=(MAIN_PLAN,)) -> Plan:
     arms = (Arm("a", "main", "s"), Arm("b", "main", "s"))
     return Plan(workloads=workloads, servers=(ServerVariant("s"),), arms=arms, schedule=phases_for(arms, 2),
                 claims=(), read=lambda h: None, warmup=warmup)

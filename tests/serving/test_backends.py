@@ -52,7 +52,7 @@ def test_gpu_vllm_spec_targets_its_image_role():
 
 def test_sglang_spec_and_counters():
     backend = get_backend("sglang")
-    spec = backend.server_spec(cfg(prefix_caching=False))
+    spec = backend.server_spec(cfg(prefix_caching=False, gpus=(0,)))
     assert spec.argv[:3] == ("python3", "-m", "sglang.launch_server")
     assert "--disable-radix-cache" in spec.argv and "--enable-metrics" in spec.argv
     assert backend.hit_counter == "sglang:cached_tokens_total" and backend.reset_path == "/flush_cache"

@@ -5,8 +5,8 @@ start rate), so candidates get equal evidence whatever their order. For each lat
 fitted against log rate by isotonic regression (pool-adjacent-violators, weighted by probes per rate: latency
 never falls as load grows), and the capacity is the rate where the fit crosses zero, interpolated between
 the last probed rate under the limit and the first over it with 1 / P99 linear in rate (a queue's latency
-curve): a rate between grid points, not a grid point. A probe whose client fell behind or whose error rate broke its limit counts as over every limit. The
-capacity under several limits is the lowest crossing.
+curve): a rate between grid points, not a grid point. A probe whose client fell behind or whose error rate broke
+its limit counts as over every limit. The capacity under several limits is the lowest crossing.
 
 The interval: the requests of each probe are resampled (they are the probe's sampling units; its P99 is a
 statistic of them), the P99s recomputed and the crossing refitted, ``resamples`` times; the 2.5 and 97.5
@@ -142,7 +142,7 @@ def estimate_capacity(
     rates = []
     for b in range(resamples):
         p99s = [
-            {n: (None if boot[i][n] is None else float(boot[i][n][b])) for n in limits} for i in range(len(samples))
+            {n: (None if (p := boot[i][n]) is None else float(p[b])) for n in limits} for i in range(len(samples))
         ]
         rates.append(_point(samples, p99s, limits)[0])
     finite = np.asarray([r for r in rates if r is not None], dtype=float)

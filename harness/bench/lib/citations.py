@@ -84,7 +84,8 @@ def cite(manifest: str | Path, root: Path, *, semantic_id: str | None = None) ->
 
 
 def cite_choice(choice: str, root: Path, semantic_id: str) -> Citation | None:
-    """A cited run chosen by a knob: ``latest`` (the newest of ``semantic_id`` under root, if any), ``none``, or a path."""
+    """A cited run chosen by a knob: ``latest`` (the newest of ``semantic_id`` under root, if any), ``none``,
+    or a path."""
     if choice == "none":
         return None
     if choice == "latest":

@@ -160,7 +160,8 @@ def capacity(cfg: SearchConfig, probes: Sequence[Probe]) -> Capacity:
     elif unfinished:
         status = f"{why} before the bracket was confirmed"
     else:
-        status = "bracketed" if upper is not None else f"bracketed; no rate failed in every run up to {max(table):g} req/s"
+        status = ("bracketed" if upper is not None
+                  else f"bracketed; no rate failed in every run up to {max(table):g} req/s")
     confirmed = (
         lower is not None
         and upper is not None

@@ -93,8 +93,8 @@ def load_point(runs: Sequence[ArmRun], label: str, *, offered_rps: float | None 
     mine = [r for r in runs if r.label == label]
     done = [r for r in mine if not r.failure and r.records]
     reasons = [f"repeat {r.repeat}: {reason}" for r in mine for reason in r.result["conclusion"]["invalid_reasons"]]
-    rate, rate_range = _spread([v for v in (REQUEST_RATE.of_run(r) for r in done) if v is not None])
-    tok, tok_range = _spread([v for v in (OUTPUT_TOKENS_PER_S.of_run(r) for r in done) if v is not None])
+    rate, rate_range = _spread([v for v in (REQUEST_RATE.run_value(r) for r in done) if v is not None])
+    tok, tok_range = _spread([v for v in (OUTPUT_TOKENS_PER_S.run_value(r) for r in done) if v is not None])
     valid = bool(done) and not reasons and len(done) == len(mine)
     growth = tuple(queue_growth(timeline(r.records), tolerance) for r in done) if offered_rps is not None else ()
     scheduled, _ = _spread([g.scheduled_rps for g in growth if g.scheduled_rps is not None])
@@ -129,7 +129,8 @@ def curve_png(points: Sequence[LoadPoint], path: Path, *, title: str, saturated:
 
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(13.0, 4.2), dpi=110)
-    ordered = sorted((p for p in points if p.output_tokens_per_s is not None), key=lambda p: p.output_tokens_per_s)
+    measured = [p for p in points if p.output_tokens_per_s is not None]
+    ordered = sorted(measured, key=lambda p: p.output_tokens_per_s or 0.0)  # (no None: left out above)
     for ax, (name, p50, p99) in zip(axes, (("TTFT", TTFT_P50, TTFT_P99), ("TPOT", TPOT_P50, TPOT_P99),
                                             ("E2E", E2E_P50, E2E_P99)), strict=True):
         for metric, style in ((p50, "o-"), (p99, "s--")):

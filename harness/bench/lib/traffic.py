@@ -25,7 +25,7 @@ KV_BLOCK_TOKENS = 16  # vLLM's default block size, when the server's effective o
 
 
 def measured_hit_rate(runs: Sequence[ArmRun], label: str) -> float | None:
-    rates = [v for v in (PREFIX_HIT_RATE.of_run(r) for r in completed_runs(runs, label)) if v is not None]
+    rates = [v for v in (PREFIX_HIT_RATE.run_value(r) for r in completed_runs(runs, label)) if v is not None]
     return round(float(np.median(rates)), 6) if rates else None
 
 

@@ -1,4 +1,5 @@
-"""bench-66's load sweep through the one runner against a stand-in engine (fast; the real server: test_bench66_integration)."""
+"""bench-66's load sweep through the one runner against a stand-in engine (fast; the real server:
+test_bench66_integration)."""
 
 from __future__ import annotations
 

@@ -90,7 +90,8 @@ def test_gpu_candidates_launch_with_mapped_memory_settings_and_the_other_knobs()
                                      activation_gib=2.0, in_use_gib=1.0)
     assert [c.name for c in cands] == ["vllm-s256", "sglang-s256", "vllm-s64", "vllm-s256-fp8"]
     assert [c.optional for c in cands] == [False, True, False, True]
-    base = BackendConfig(model_dir="/models/smollm2", served_model_name="smollm2-135m", port=8000, in_container=True)
+    base = BackendConfig(model_dir="/models/smollm2", served_model_name="smollm2-135m", port=8000, in_container=True,
+                         gpus=(0,))
     argv = {c.name: list(get_backend(c.backend).server_spec(replace(base, **c.settings)).argv) for c in cands}
 
     def value(name: str, flag: str) -> str:

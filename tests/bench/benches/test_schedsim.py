@@ -153,7 +153,8 @@ def test_the_static_signature_needs_idle_slots_and_client_waits(tmp_path):
     sig = static_signature(history, "static", "continuous", 4)
     assert sig["seen"] and "signature seen" in sig["text"]
     assert sig["figures"]["client_queue_wait_ms_p50"] == {"static": pytest.approx(700.0), "continuous": 0.0}
-    assert sig["figures"]["samples_below_concurrency"] == {"static": pytest.approx(0.6), "continuous": pytest.approx(0.2)}
+    assert sig["figures"]["samples_below_concurrency"] == {"static": pytest.approx(0.6),
+                                                           "continuous": pytest.approx(0.2)}
     assert under_use([cont], 4) == pytest.approx(0.2)
     flipped = History(cfg=None, model=None, runs=[_run(tmp_path, "s2", 3.9, [4], static.records), cont])
     assert not static_signature(flipped, "s2", "continuous", 4)["seen"]

@@ -1,4 +1,5 @@
-"""bench-68's analysis against hand-computed values: pooled acceptance, the prediction, greedy identity, the decision."""
+"""bench-68's analysis against hand-computed values: pooled acceptance, the prediction, greedy identity, the
+decision."""
 
 from __future__ import annotations
 

@@ -110,6 +110,15 @@ class Config(BenchConfig):
                 raise InvalidInput(f"--{name.replace('_', '-')} {path}: no such directory")
 
 
+COLUMNS = (TTFT_P50, TPOT_P50, ITL_P50, ITL_TOKEN_P50, E2E_P50, OUTPUT_TOKENS_PER_S, ACCEPTANCE_RATE,
+           MEAN_ACCEPTANCE_LENGTH)
+NOTES = (
+    "greedy (temperature 0) with ignore_eos: every request generates exactly --output-tokens",
+    "two servers are up at once (baseline + one variant), each with --kv-cache-space-gib",
+    "warm-up requests use their own workload and are not measured",
+)
+
+
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     citation = cited_proposal(cfg.proposal_manifest, Path.cwd())
     arms: list[SpecArm] = spec_arms(cfg, model)
@@ -165,21 +174,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         claims=tuple(claims),
         read=read_speculative(cfg, arms, citation),
         run_label="speculative decoding vs off",
-        columns=(
-            TTFT_P50,
-            TPOT_P50,
-            ITL_P50,
-            ITL_TOKEN_P50,
-            E2E_P50,
-            OUTPUT_TOKENS_PER_S,
-            ACCEPTANCE_RATE,
-            MEAN_ACCEPTANCE_LENGTH,
-        ),
-        notes=(
-            "greedy (temperature 0) with ignore_eos: every request generates exactly --output-tokens",
-            "two servers are up at once (baseline + one variant), each with --kv-cache-space-gib",
-            "warm-up requests use their own workload and are not measured",
-        ),
+        columns=COLUMNS,
+        notes=NOTES,
     )
 
 

@@ -34,7 +34,7 @@ from harness.bench.lib.prediction import summarise
 from harness.bench.metrics import E2E_P50, TPOT, TPOT_P50, Metric
 from harness.bench.placement import planning_only
 from harness.bench.records import Reading
-from harness.bench.spec import Arm, Claim, History, Plan, Step
+from harness.bench.spec import Arm, Claim, History, Plan, Schedule, Step
 from harness.contract import Failure
 from harness.contract.schemas import validate_document
 from harness.errors import InvalidInput
@@ -175,7 +175,8 @@ def read_speculative(cfg: Any, arms: Sequence[SpecArm],
                    "proposal": prop_details, "verify_cost": beta, "negative_control": control,
                    "prediction_summary": summarise([j for j in (r.judged() for r in rows) if j is not None])}
         cdf = tuple(Claim(E2E_P50, f"{r.workload}/off@{r.arm}", f"{r.workload}/{r.arm}") for r in rows)
-        figures = claim_figures(history, Plan((), (), (), (), claims=cdf), "bench-68 INF-SPECULATIVE-BENCH")
+        figures = claim_figures(history, Plan((), (), (), Schedule((), ""), claims=cdf),
+                                "bench-68 INF-SPECULATIVE-BENCH")
         blocked = blocked_reading(history, None, cfg.repeats)
         if blocked is not None:
             blocked = replace(blocked, details=details, lines=tuple(lines), figures=figures, quality=top.quality)
@@ -188,8 +189,8 @@ def read_speculative(cfg: Any, arms: Sequence[SpecArm],
             if failure else top.summary
         return Reading(evidence_level=top.evidence_level, decision="blocked" if failure else top.decision,
                        summary=summary, effect=top.effect, repeats=cfg.repeats, failure=failure,
-                       invalid_reasons=[failure.message] if failure else [], details=details, lines=lines,
-                       figures=figures, headline=top.headline, quality=top.quality)
+                       invalid_reasons=(failure.message,) if failure else (), details=details, lines=tuple(lines),
+                       figures=figures, headline=tuple(top.headline), quality=top.quality)
     return reading
 
 
@@ -221,8 +222,10 @@ def speculative_rows(history: History, cfg: Any, arms: Sequence[SpecArm]) -> tup
                        seed=cfg.seed + 100 * i + j, verify_cost=beta) if acc else None
         ref = reference_outputs(runs, [f"{workload}/off@{a.name}" for a in arms])
         rows.append(Row(workload=workload, arm=sa.name, refused=history.refused.get(sa.name), e2e=e2e, tpot=tpot,
-                        tpot_ms=tuple(arm_values(runs, x, [TPOT_P50])[TPOT_P50.name] for x in (base, spec)),
-                        e2e_ms=tuple(arm_values(runs, x, [E2E_P50])[E2E_P50.name] for x in (base, spec)),
+                        tpot_ms=(arm_values(runs, base, [TPOT_P50])[TPOT_P50.name],
+                                 arm_values(runs, spec, [TPOT_P50])[TPOT_P50.name]),
+                        e2e_ms=(arm_values(runs, base, [E2E_P50])[E2E_P50.name],
+                                arm_values(runs, spec, [E2E_P50])[E2E_P50.name]),
                         acceptance=acc, prediction=pred, agreement=agreement(runs, spec, ref),
                         baseline_agreement=agreement(runs, base, ref), requested_tokens=sa.gamma, tpot_mean=mean,
                         calibration=sa.kind == "self" and bool(fits)))

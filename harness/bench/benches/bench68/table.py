@@ -6,9 +6,9 @@ decision rule is stated in ``RULE`` and recorded with every result.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal, cast
 
 from tabulate import tabulate
 
@@ -97,7 +97,7 @@ class Row:
         return None if served is None or self.prediction is None else served[0] / self.prediction.speedup - 1
 
     def to_dict(self) -> dict[str, Any]:
-        served = self.served_speedup
+        served, judged = self.served_speedup, self.judged()
         return {"workload": self.workload, "arm": self.arm, "decision": self.decision, "role": self.role,
                 "p_holm": self.holm_p,
                 "capability_missing": self.refused,
@@ -113,7 +113,7 @@ class Row:
                 {"value": round(served[0], 6), "ci_low": round(served[1], 6), "ci_high": round(served[2], 6),
                  "estimator": "1 / paired mean TPOT ratio" if self.tpot_mean else "1 / paired TPOT p50 ratio"},
                 "prediction_error": None if self.prediction_error is None else round(self.prediction_error, 6),
-                "prediction_judged": self.judged().to_dict() if self.judged() else None,
+                "prediction_judged": judged.to_dict() if judged else None,
                 "greedy_agreement": self.agreement.to_dict(),
                 "baseline_repeatability": self.baseline_agreement.to_dict()}
 
@@ -145,21 +145,22 @@ def row_lines(rows: Sequence[Row]) -> list[str]:
              "", "predicted vs served speedup (served = 1 / paired mean-TPOT ratio; predicted = T / (D(g(c+b)+1) + "
              "undrafted passes), E = mean acceptance length, c as stated, b fitted on self-draft):"]
     for r in rows:
-        p, served = r.prediction, r.served_speedup
+        p, served, verdict, acc = r.prediction, r.served_speedup, r.judged(), r.acceptance
         if r.refused is not None:
             lines.append(f"  {r.label}: capability_missing: {r.refused.splitlines()[0]}")
-        elif r.acceptance is None and r.e2e is not None:
+        elif acc is None and r.e2e is not None:
             lines.append(f"  {r.label}: speculation not applied: the engine exported no spec-decode counters")
-        elif p is None or served is None:
+        elif p is None or served is None or verdict is None:  # verdict is None exactly when p or served is
             lines.append(f"  {r.label}: no prediction (no drafts counted or no completed pair)")
         else:
             mc = f", MC E {p.monte_carlo[0]:.2f}±{p.monte_carlo[1]:.2f}" if p.monte_carlo else ""
+            mean_length = cast(Acceptance, acc).mean_length  # a prediction is made only from a measured acceptance
             lines.append(
-                f"  {r.label}: predicted {p.speedup:.2f}x (E {r.acceptance.mean_length:.2f}{mc}, c {p.cost_ratio:.2f}, "
+                f"  {r.label}: predicted {p.speedup:.2f}x (E {mean_length:.2f}{mc}, c {p.cost_ratio:.2f}, "
                 f"{p.drafted_fraction:.0%} of passes drafted; iid formula {p.formula_speedup:.2f}x), served "
                 f"{served[0]:.2f}x [{served[1]:.2f}, {served[2]:.2f}], error {r.prediction_error:+.0%}, "
-                f"{'inside' if r.judged().inside else 'outside'} the served interval"
-                + (f" (left out: {r.judged().excluded})" if r.judged().excluded else "")
+                f"{'inside' if verdict.inside else 'outside'} the served interval"
+                + (f" (left out: {verdict.excluded})" if verdict.excluded else "")
             )
     judged = [j for j in (r.judged() for r in rows) if j is not None]
     lines.append(summary_line("  predictions", summarise(judged)))
@@ -192,7 +193,7 @@ def with_roles(rows: Sequence[Row]) -> list[Row]:
         e = r.e2e
         if e is None or e.stats is None:
             return 1.0
-        side = "higher" if e.decision == "reject" else "lower"
+        side: Literal["lower", "higher"] = "higher" if e.decision == "reject" else "lower"
         return p_beyond(e.stats, better=side, margin=e.margin)
 
     adjusted = dict(zip(family, holm([p_of(rows[i]) for i in family]), strict=True))
@@ -201,27 +202,64 @@ def with_roles(rows: Sequence[Row]) -> list[Row]:
     ]
 
 
-def decide_top(rows: Sequence[Row]) -> Top:
-    """The top-level decision from the rows, by ``RULE``."""
-    rows = with_roles(rows)
-    ran = [r for r in rows if r.refused is None and r.e2e is not None]
-    # where it helps or hurts is the E2E interval's side (any repeat count); adoption is the row's decision
-    sides = {
+def _side_lines(ran: Sequence[tuple[Row, ClaimResult]]) -> list[str]:
+    """Where each run row helps or hurts: its E2E interval's side (any repeat count)."""
+    sides: dict[str, Callable[[Effect], bool]] = {
         "helps": lambda e: e.ci_high < 1,
         "hurts": lambda e: e.ci_low > 1,
         "no clear effect": lambda e: e.ci_low <= 1 <= e.ci_high,
     }
     lines = []
     for name, on_side in sides.items():
-        group = [r for r in ran if on_side(r.e2e.effect)]
+        group = [(r, c) for r, c in ran if on_side(c.effect)]
         if group:
             lines.append(
                 f"{name} (E2E p50 interval {'below' if name == 'helps' else 'above' if name == 'hurts' else 'around'}"
                 " 1): "
                 + ", ".join(
-                    f"{r.label} (x{r.e2e.effect.value:.2f}{', outputs differ' if r.mismatched else ''})" for r in group
+                    f"{r.label} (x{c.effect.value:.2f}{', outputs differ' if r.mismatched else ''})" for r, c in group
                 )
             )
+    return lines
+
+
+def _quality(ran: Sequence[Row], mismatched: Sequence[str], lines: list[str]) -> dict[str, Any] | None:
+    """The greedy-agreement quality over the compared rows (its line appended to ``lines``), or None."""
+    compared = [r.agreement for r in ran if r.agreement.compared]
+    if not compared:
+        return None
+    total, same = sum(a.compared for a in compared), sum(a.identical for a in compared)
+    lines.append(
+        f"greedy identity: {same}/{total} speculative outputs equal the baseline's"
+        + (f"; differs for {', '.join(mismatched)}" if mismatched else "")
+    )
+    return {
+        "metric": "greedy_agreement",
+        "value": round(same / total, 6),
+        "threshold": 1.0,
+        "passed": same == total,
+        "reference": f"{total} speculative outputs against the baseline's "
+        "(speculation off, temperature 0) output text per request index, exact match",
+    }
+
+
+def _headline(ordered: Sequence[tuple[Row, ClaimResult]]) -> list[dict[str, Any]]:
+    return [
+        {"name": r.label, "metric": c.effect.metric, "value": c.effect.value, "unit": "ratio",
+         "ci_low": c.effect.ci_low, "ci_high": c.effect.ci_high, "arm": c.effect.arm_b, "role": r.role,
+         "p_holm": r.holm_p, "interval_unit": c.effect.unit, "n_repeats": c.effect.n_pairs,
+         "n_requests": c.effect.n_requests, "method": c.effect.method, "margin": c.margin,
+         "excluded": list(c.excluded)}
+        for r, c in ordered
+    ]
+
+
+def decide_top(rows: Sequence[Row]) -> Top:
+    """The top-level decision from the rows, by ``RULE``."""
+    rows = with_roles(rows)
+    pairs = [(r, r.e2e) for r in rows if r.refused is None and r.e2e is not None]
+    ran = [r for r, _ in pairs]
+    lines = _side_lines(pairs)
     refused = sorted({r.arm for r in rows if r.refused is not None})
     if refused:
         lines.append(f"not run here (capability_missing): {', '.join(refused)}")
@@ -238,66 +276,23 @@ def decide_top(rows: Sequence[Row]) -> Top:
     )
     if unrepeatable:
         lines.append(f"the baseline's own greedy outputs differ between runs on: {', '.join(unrepeatable)}")
-    compared = [r.agreement for r in ran if r.agreement.compared]
-    quality = None
-    if compared:
-        total, same = sum(a.compared for a in compared), sum(a.identical for a in compared)
-        quality = {
-            "metric": "greedy_agreement",
-            "value": round(same / total, 6),
-            "threshold": 1.0,
-            "passed": same == total,
-            "reference": f"{total} speculative outputs against the baseline's "
-            "(speculation off, temperature 0) output text per request index, exact match",
-        }
-        lines.append(
-            f"greedy identity: {same}/{total} speculative outputs equal the baseline's"
-            + (f"; differs for {', '.join(mismatched)}" if mismatched else "")
-        )
+    quality = _quality(ran, mismatched, lines)
     lines.append(f"decision rule: {RULE}")
-    ordered = sorted(ran, key=lambda r: r.role != "primary")
-    headline = [
-        {
-            "name": r.label,
-            "metric": r.e2e.effect.metric,
-            "value": r.e2e.effect.value,
-            "unit": "ratio",
-            "ci_low": r.e2e.effect.ci_low,
-            "ci_high": r.e2e.effect.ci_high,
-            "arm": r.e2e.effect.arm_b,
-            "role": r.role,
-            "p_holm": r.holm_p,
-            "interval_unit": r.e2e.effect.unit,
-            "n_repeats": r.e2e.effect.n_pairs,
-            "n_requests": r.e2e.effect.n_requests,
-            "method": r.e2e.effect.method,
-            "margin": r.e2e.margin,
-            "excluded": list(r.e2e.excluded),
-        }
-        for r in ordered
-    ]
-    if not ran:
-        return Top(
-            "blocked",
-            "precheck",
-            "no speculative variant completed a paired run",
-            None,
-            headline,
-            lines,
-            quality,
-            mismatched,
-            rows=tuple(rows),
-        )
-    head = ordered[0]
+    ordered = sorted(pairs, key=lambda p: p[0].role != "primary")
+    headline = _headline(ordered)
+    if not ordered:
+        return Top("blocked", "precheck", "no speculative variant completed a paired run", None, headline, lines,
+                   quality, mismatched, rows=tuple(rows))
+    head, claim = ordered[0]
     decision = (
         "adopt" if head.decision == "adopt" else "reject" if head.decision.startswith("reject") else "inconclusive"
     )
-    also = [f"{r.label} (Holm p {r.holm_p:.3g})" for r in ordered[1:] if r.decision == "adopt"]
+    also = [f"{r.label} (Holm p {r.holm_p:.3g})" for r, _ in ordered[1:] if r.decision == "adopt"]
     if also:
         lines.append("secondary rows that also help after Holm's correction: " + ", ".join(also))
-    e = head.e2e.effect
+    e = claim.effect
     summary = (
         f"{decision}: primary {head.label} E2E p50 x{e.value:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}] vs the "
-        f"baseline ({head.e2e.reason})" + "; " + "; ".join(lines[:3])
+        f"baseline ({claim.reason})" + "; " + "; ".join(lines[:3])
     )
-    return Top(decision, head.e2e.evidence_level, summary, e, headline, lines, quality, mismatched, rows=tuple(rows))
+    return Top(decision, claim.evidence_level, summary, e, headline, lines, quality, mismatched, rows=tuple(rows))

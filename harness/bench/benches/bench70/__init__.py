@@ -19,8 +19,10 @@ model fitted to it predicts every arm (or --cost-model-manifest cites a `make me
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, cast
 
 from harness.bench import metrics as m
 from harness.bench.benches.bench70.predict import cited_cost_model
@@ -32,9 +34,12 @@ from harness.bench.spec import (
     BenchSpec,
     Claim,
     InputFile,
+    Order,
     Phase,
     Plan,
+    Schedule,
     ServerVariant,
+    Step,
     WorkloadPlan,
     phases_for,
 )
@@ -105,7 +110,7 @@ class Config(BenchConfig):
 
 # Each scheduler setting in each backend's own flags; a backend without one gets vLLM's, which its release
 # refuses before any start (harness.backends.gating: the variant is capability_missing there, with the reason).
-SETTING_FLAGS = {
+SETTING_FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
     "priority": {"vllm": ("--scheduling-policy", "priority"), "sglang": ("--enable-priority-scheduling",)},
     "overlap": {"vllm": ("--async-scheduling",)},  # SGLang 0.5.5 has no such flag
 }
@@ -198,15 +203,30 @@ def groups(cfg: Config) -> dict[str, tuple[tuple[Arm, ...], tuple[Claim, ...]]]:
     }
 
 
+COLUMNS = (m.TTFT_P50, m.TTFT_P99, m.TPOT_P50, m.TPOT_P99, m.E2E_P50, m.E2E_P99, m.QUEUE_WAIT_P50,
+           m.SERVER_QUEUE_MEAN, m.RUNNING_MEAN, m.WAITING_MEAN, m.OUTPUT_TOKENS_PER_S, m.PREEMPTIONS)
+
+
+def with_calibration(cfg: Config, schedule: Schedule, workloads: list[WorkloadPlan], poll: dict[str, Any]) -> Schedule:
+    """The schedule with the calibration arm opening its first phase, on that phase's first server (its trace
+    workload appended to ``workloads``)."""
+    trace = InputFile("calibration-trace.jsonl", plan_trace(profiling_plan(1, cfg.calibration_gap_s)))
+    workloads.append(WorkloadPlan(CALIBRATION, "trace", Common(Arrival("trace"), seed=cfg.seed), {"trace": trace}))
+    first = schedule.phases[0]
+    steps = cast(Sequence[Step], first.steps)  # phases_for makes fixed steps
+    calibrated = Phase(first.name, first.servers, [(1, Arm(CALIBRATION, CALIBRATION, first.servers[0], poll)), *steps])
+    return replace(schedule, phases=(calibrated, *schedule.phases[1:]))
+
+
 def plan(cfg: Config, model: PreparedModel) -> Plan:
-    lengths = dict(
-        requests=cfg.requests * cfg.scale,
-        input_tokens=cfg.input_tokens,
-        output_tokens=cfg.output_tokens,
-        input_range=cfg.input_range,
-        output_range=cfg.output_range,
-        high_priority_fraction=cfg.high_priority_fraction,
-    )
+    lengths: dict[str, Any] = {
+        "requests": cfg.requests * cfg.scale,
+        "input_tokens": cfg.input_tokens,
+        "output_tokens": cfg.output_tokens,
+        "input_range": cfg.input_range,
+        "output_range": cfg.output_range,
+        "high_priority_fraction": cfg.high_priority_fraction,
+    }
     bursty = Common(Arrival("gamma", rate_rps=cfg.rate_rps, burstiness=cfg.burstiness), seed=cfg.seed, **lengths)
     workloads = [
         WorkloadPlan("bursty", "random", bursty),  # the closed twin: same requests, arrivals by slot
@@ -218,16 +238,10 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         replace(a, client={**a.client, **poll}) for a in {a.label: a for g in chosen.values() for a in g[0]}.values()
     )
     servers = variants(cfg, resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend)
-    schedule = phases_for(arms, cfg.repeats, cfg.order)  # type: ignore[arg-type]
+    schedule = phases_for(arms, cfg.repeats, cast(Order, cfg.order))  # the knob's choices are Order's values
     cited = cited_cost_model(cfg.cost_model_manifest, Path(".")) if cfg.cost_model_manifest else None
     if cited is None:  # the calibration arm opens the first phase, on its first server
-        trace = InputFile("calibration-trace.jsonl", plan_trace(profiling_plan(1, cfg.calibration_gap_s)))
-        workloads.append(WorkloadPlan(CALIBRATION, "trace", Common(Arrival("trace"), seed=cfg.seed), {"trace": trace}))
-        first = schedule.phases[0]
-        calibrated = Phase(
-            first.name, first.servers, [(1, Arm(CALIBRATION, CALIBRATION, first.servers[0], poll)), *first.steps]
-        )
-        schedule = replace(schedule, phases=(calibrated, *schedule.phases[1:]))
+        schedule = with_calibration(cfg, schedule, workloads, poll)
     modes = {
         a.label: "barrier" if a.client.get("batch_barrier") else "closed" if a.workload == "closed" else "open"
         for a in arms
@@ -239,20 +253,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         schedule=schedule,
         claims=tuple(c for g in chosen.values() for c in g[1]),
         run_label="scheduler settings on bursty traffic",
-        columns=(
-            m.TTFT_P50,
-            m.TTFT_P99,
-            m.TPOT_P50,
-            m.TPOT_P99,
-            m.E2E_P50,
-            m.E2E_P99,
-            m.QUEUE_WAIT_P50,
-            m.SERVER_QUEUE_MEAN,
-            m.RUNNING_MEAN,
-            m.WAITING_MEAN,
-            m.OUTPUT_TOKENS_PER_S,
-            m.PREEMPTIONS,
-        ),
+        columns=COLUMNS,
         notes=(
             "open arms replay one bursty request list; static/continuous replay the same requests in a "
             f"closed loop of {cfg.concurrency}",

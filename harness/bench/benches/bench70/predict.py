@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -191,8 +191,8 @@ def predict(workload_path: Path, cfg: EngineConfig, cost: CostModel, mode: str,
 
 def latencies(done: Sequence[SimRequestRecord], scheduled: Mapping[int, float], overhead_ms: float) -> dict[str, Any]:
     """P50/P99 of TTFT, TPOT, E2E and E2E from the scheduled time (client wait included), and the client wait."""
-    ttft = [1000 * r.ttft_s + overhead_ms for r in done]
-    tpot = [1000 * r.tpot_s for r in done if r.tpot_s is not None]
+    ttft = [1000 * cast(float, r.ttft_s) + overhead_ms for r in done]  # done: requests that had a first token
+    tpot = [1000 * t for t in (r.tpot_s for r in done) if t is not None]
     e2e = [1000 * r.e2e_s + overhead_ms for r in done]
     waited = [1000 * (r.finish_s - scheduled[r.index]) + overhead_ms for r in done]
     wait = [1000 * (r.arrival_s - scheduled[r.index]) for r in done]

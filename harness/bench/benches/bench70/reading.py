@@ -17,10 +17,10 @@ the priority classes side by side, and the static-batching signature.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from tabulate import tabulate
@@ -48,6 +48,7 @@ from harness.bench.metrics import (
 )
 from harness.bench.records import ArmRun, Reading, completed_runs
 from harness.bench.spec import History, Plan
+from harness.client.records import RequestRecord
 from harness.errors import InvalidInput
 from harness.serving.measure import GAUGES_FILE, REQUESTS_FILE
 
@@ -125,7 +126,8 @@ class SchedulerReading:
         flat = {m.name: predicted_value(predicted, m.name) for m in COMPARED}
         seed, resamples = history.cfg.seed, min(history.cfg.resamples, 2000)
         intervals = {m.name: measured_interval(m, runs, resamples=resamples, seed=seed) for m in COMPARED}
-        inside = {k: (None if v is None or flat[k] is None else v[0] <= flat[k] <= v[1]) for k, v in intervals.items()}
+        inside = {k: (None if v is None or (f := flat[k]) is None else v[0] <= f <= v[1])
+                  for k, v in intervals.items()}
         return {**predicted, "predicted": flat, "measured": measured, "measured_interval": intervals,
                 "inside_interval": inside, "error": {k: error(flat[k], measured[k]) for k in flat}}
 
@@ -190,9 +192,13 @@ def class_table(history: History, pair: tuple[str, str], classes: Mapping[str, i
     for name, value in classes.items():
         for label in pair:
             runs = completed_runs(history.runs, label)
-            measured = {m.name: priority_class(m, name, value).value(runs) for m in (TTFT_P50, TTFT_P99, TPOT_P50, E2E_P50)}
+            measured = {m.name: priority_class(m, name, value).value(runs)
+                        for m in (TTFT_P50, TTFT_P99, TPOT_P50, E2E_P50)}
             pred = (((predictions.get(label) or {}).get("classes") or {}).get(name) or {}).get("ttft_ms", {}).get("p50")
-            n = len(priority_class(TTFT_P50, name, value).samples([r for run in runs for r in run.records]))
+            # a class metric always reads its requests (metrics.where sets its samples)
+            samples = cast(Callable[[Sequence[RequestRecord]], list[float]],
+                           priority_class(TTFT_P50, name, value).samples)
+            n = len(samples([r for run in runs for r in run.records]))
             out[f"{name}/{label}"] = {
                 "class": name,
                 "priority": value,

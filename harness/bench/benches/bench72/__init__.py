@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.bench.benches.bench72.candidates import cpu_candidates, gpu_candidates, parameter_count
 from harness.bench.benches.bench72.capacity import Campaign, cited_light_load
@@ -64,7 +65,8 @@ class Config(BenchConfig):
     kv_cache_values_gib: tuple[int, ...] = knob((2, 1), "CPU: candidate KV-cache sizes in GiB", min=1)
     full_grid: bool = knob(False, "every combination instead of one factor at a time around the base")
     backends: tuple[str, ...] = knob(("vllm", "sglang"), "GPU: candidate backends", choices=("vllm", "sglang"))
-    quantizations: tuple[str, ...] = knob(("fp8",), "GPU: quantized candidates (online; optional)", choices=("fp8",))
+    quantizations: tuple[str, ...] = knob(("fp8",), "GPU: quantized candidates (online; optional; '' for none)",
+                                          choices=("fp8",), empty=True)
     gpu_kv_pool_gib: float = knob(8.0, "GPU: the KV pool every candidate gets, in GiB", min=0.1)
     gpu_activation_gib: float = knob(2.0, "GPU: vLLM's activation reserve inside its budget (mapping estimate)", min=0)
     gpu_in_use_gib: float = knob(1.0, "GPU: memory in use before SGLang loads, e.g. the CUDA context", min=0)
@@ -126,8 +128,11 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     else:
         candidates = cpu_candidates(cfg.dtypes, cfg.max_num_seqs_values, cfg.kv_cache_values_gib, full=cfg.full_grid)
     citation = cite_choice(cfg.baseline, Path.cwd(), "INF-FLOAT-BASELINE")
-    cited = citation.to_dict(Path.cwd()) if citation else None
-    light = cited_light_load(citation.result, f"bench-66 light load, {cited['manifest']}") if citation else None
+    cited: dict[str, Any] | None = None
+    light = None
+    if citation:
+        cited = citation.to_dict(Path.cwd())
+        light = cited_light_load(citation.result, f"bench-66 light load, {cited['manifest']}")
     names = [c.name for c in candidates]
     tier = default_tier(placement.backend) if cfg.slo_tier == "auto" else cfg.slo_tier
     campaign = Campaign(cfg, names, light, tier)
@@ -158,7 +163,8 @@ SPEC = BenchSpec(
     plan=plan,
     outputs=("capacity.png",),
     next_steps={
-        "adopt": "deploy the adopted candidate at up to its capacity; confirm on the target device (make bench-72 GPU=0)",
+        "adopt": "deploy the adopted candidate at up to its capacity; confirm on the target device "
+        "(make bench-72 GPU=0)",
         "inconclusive": "raise --repeats and --requests to narrow the capacity intervals",
         "blocked": "read the server log tail in the failed probe's result, fix the cause and rerun make bench-72",
         "aborted": "the run was interrupted: rerun make bench-72",

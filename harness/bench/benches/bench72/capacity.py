@@ -15,7 +15,7 @@ candidates and rates), so an interrupted bench reads exactly what it measured.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -31,10 +31,12 @@ from harness.bench.metrics import (
     TPOT_P99,
     TTFT_P50,
     TTFT_P99,
+    Metric,
     server_metric,
 )
 from harness.bench.records import ArmRun
 from harness.bench.spec import Arm, History, Step, WorkloadPlan
+from harness.client.records import RequestRecord
 from harness.workload import Arrival, Common
 
 TTFT, TPOT, ERRORS, CLIENT = "TTFT P99", "TPOT P99", "error rate", "client schedule"
@@ -91,7 +93,7 @@ def scaled_slo(cfg: Any, light: LightLoad | None) -> SLO | None:
     return SLO(error_rate=cfg.slo_error_rate, basis="; ".join(basis) + source, **parts)
 
 
-def cited_light_load(result: Mapping[str, Any] | None, source: str) -> LightLoad | None:
+def cited_light_load(result: dict[str, Any] | None, source: str) -> LightLoad | None:
     """bench-66's light-load P99s and saturation rate from its sweep result (details.baseline); an undetermined
     saturation bracket is refused (``cited_saturation``)."""
     baseline = ((result or {}).get("details") or {}).get("baseline") or {}
@@ -102,6 +104,28 @@ def cited_light_load(result: Mapping[str, Any] | None, source: str) -> LightLoad
     if not latency.get(TTFT_P50.name) or not latency.get(TPOT_P50.name):
         return None
     return LightLoad(latency[TTFT_P50.name], latency[TPOT_P50.name], served, source)
+
+
+def of_run(metric: Metric, run: ArmRun) -> float | None:
+    """A per-run metric's figure for one run (REQUEST_RATE, PEAK_MEMORY_GIB are read per run)."""
+    read = metric.of_run
+    if read is None:
+        raise TypeError(f"{metric.name} is not read per run")
+    return read(run)
+
+
+def request_latencies(records: Sequence[RequestRecord]) -> tuple[list[float], list[float]]:
+    """Per completed request: TTFT from the scheduled send (else the send) and TPOT (ms), in record order."""
+    ttft: list[float] = []
+    tpot: list[float] = []
+    for r in records:
+        first, end = r.first_token_s, r.end_s
+        if not r.completed or first is None or end is None:
+            continue
+        ttft.append(1000 * (first - (r.scheduled_s if r.scheduled_s is not None else r.sent_s or 0.0)))
+        if r.completion_tokens and r.completion_tokens > 1:
+            tpot.append(1000 * (end - first) / (r.completion_tokens - 1))
+    return ttft, tpot
 
 
 def verdict(run: ArmRun, slo: SLO, rate: float) -> Probe:
@@ -119,8 +143,8 @@ def verdict(run: ArmRun, slo: SLO, rate: float) -> Probe:
         violated.append(TPOT)
     passed = not violated and ttft is not None and tpot is not None
     detail = {"repeat": run.repeat, "ttft_p99_ms": ttft, "tpot_p99_ms": tpot, "error_rate": round(errors, 4),
-              "achieved_rps": REQUEST_RATE.of_run(run), "client_reasons": client,
-              "peak_memory_gib": PEAK_MEMORY_GIB.of_run(run), "kv_cache_usage_peak": KV_USAGE_PEAK(run),
+              "achieved_rps": of_run(REQUEST_RATE, run), "client_reasons": client,
+              "peak_memory_gib": of_run(PEAK_MEMORY_GIB, run), "kv_cache_usage_peak": KV_USAGE_PEAK(run),
               "running_peak": RUNNING_PEAK(run)}
     return Probe(rate, passed, tuple(violated), detail)
 
@@ -142,7 +166,7 @@ class Searched:
     def peak(self, key: str) -> float | None:
         """The largest ``key`` over the runs at capacity (over every run when nothing held)."""
         runs = self.at(self.capacity.capacity_rps) or list(self.probes)
-        values = [p.detail.get(key) for p in runs if p.detail.get(key) is not None]
+        values = [v for v in (p.detail.get(key) for p in runs) if v is not None]
         return max(values) if values else None
 
 
@@ -188,11 +212,7 @@ class Campaign:
         out = []
         for run in runs:
             probe = verdict(run, slo, 0.0)
-            done = [r for r in run.records if r.completed and r.first_token_s is not None and r.end_s is not None]
-            ttft = [1000 * (r.first_token_s - (r.scheduled_s if r.scheduled_s is not None else r.sent_s or 0.0))
-                    for r in done]
-            tpot = [1000 * (r.end_s - r.first_token_s) / (r.completion_tokens - 1) for r in done
-                    if r.completion_tokens and r.completion_tokens > 1]
+            ttft, tpot = request_latencies(run.records)
             rate = scheduled_rate([r.scheduled_s for r in run.records if r.scheduled_s is not None])
             out.append(ProbeSample(rate or probe.rate_rps, {TTFT_P99.name: ttft, TPOT_P99.name: tpot},
                                    broken=bool({CLIENT, ERRORS} & set(probe.violated))))
@@ -223,11 +243,12 @@ class Campaign:
         yield 1, arm
         run = next((r for r in history.of(LIGHT) if not r.failure), None)
         if run is not None:
-            caveat = "" if run.valid else f"; the probe was invalid: {'; '.join(run.result['conclusion']['invalid_reasons'])}"
+            caveat = ("" if run.valid else
+                      f"; the probe was invalid: {'; '.join(run.result['conclusion']['invalid_reasons'])}")
             history.notes["light"] = LightLoad(
                 TTFT_P50.value([run]),
                 TPOT_P50.value([run]),
-                REQUEST_RATE.of_run(run),
+                of_run(REQUEST_RATE, run),
                 f"a light-load probe on {server}: {run.completed} requests one at a time; no bench-66 run was "
                 f"cited{caveat}",
             )

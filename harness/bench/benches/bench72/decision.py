@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tabulate import tabulate
 
@@ -38,7 +38,7 @@ from harness.bench.benches.bench72.capacity import (
     duel_label,
 )
 from harness.bench.benches.bench72.gate import agreement, changes_numerics
-from harness.bench.lib.capacity_fit import rank
+from harness.bench.lib.capacity_fit import Estimate, rank
 from harness.bench.metrics import TPOT_P99, TTFT_P99, Metric
 from harness.bench.records import Reading
 from harness.bench.spec import Claim, History
@@ -102,7 +102,8 @@ def decide(ranked: Sequence[Searched], duel: ClaimResult | None, duel_rate: floa
         "fit_status": chosen.estimate.status if chosen.estimate else None, "peak_memory_gib": dict(costs)}
     text = "; ".join(f"{s.name} {s.estimate.text()}" for s in ok if s.estimate)
     if len(ok) < 2:
-        summary = f"{lead.name} is the only candidate that qualifies: capacity {lead.estimate.text()}{gate_text}"
+        only = cast(Estimate, lead.estimate)  # a qualifying candidate has a fitted capacity
+        summary = f"{lead.name} is the only candidate that qualifies: capacity {only.text()}{gate_text}"
         return Decision("inconclusive", "single", summary, f"add candidates to compare; {hint}", record)
     if len(ranking.tied) > 1:
         summary = f"{ranking.reason}: deploy {chosen.name} up to {_capacity(chosen):.3g} req/s ({text}){gate_text}"
@@ -160,7 +161,8 @@ def capacity_png(searched: Sequence[Searched], slo: SLO, path: Path, *, title: s
                                  (axes[2], "tpot_p99_ms", slo.tpot_p99_ms, "P99 TPOT (ms)")):
         for i, s in enumerate(searched[:2]):
             ok = sorted((p.rate_rps, p.detail[key]) for p in s.probes if p.passed and p.detail.get(key) is not None)
-            bad = sorted((p.rate_rps, p.detail[key]) for p in s.probes if not p.passed and p.detail.get(key) is not None)
+            bad = sorted((p.rate_rps, p.detail[key]) for p in s.probes
+                         if not p.passed and p.detail.get(key) is not None)
             both = sorted(ok + bad)
             if both:
                 ax.plot(*zip(*both, strict=True), "-", color=f"C{i}", alpha=0.4)
@@ -175,56 +177,46 @@ def capacity_png(searched: Sequence[Searched], slo: SLO, path: Path, *, title: s
     return save_figure(fig, path)
 
 
-def deployment_reading(
-    history: History,
-    campaign: Campaign,
-    *,
-    candidates: Sequence[Candidate],
-    cited: dict[str, Any] | None,
-    mappings: Mapping[str, Any],
-    title: str,
-) -> Reading:
-    """bench-72's read rule: capacities, the duel's paired effect and the decision record."""
-    cfg = history.cfg
-    slo = campaign.slo(history)
-    ranked = campaign.ranked(history)
-    duel = history.notes.get("duel")
-    claim = None
-    if duel is not None:
-        runner_up = next((s for s in ranked if s.name == duel["runner_up"]), None)
-        claim = claim_effect(
-            history.runs,
-            Claim(duel_metric(runner_up), duel_label(duel["runner_up"]), duel_label(duel["leader"]), name="duel"),
-            seed=cfg.seed,
-            resamples=cfg.resamples,
-            design="cross-start",
-        )  # two kept-up starts
-    costs = {s.name: s.peak("peak_memory_gib") for s in ranked}
-    gates = numerics_gates(history, candidates, cfg.min_agreement)
-    verdict = (
-        decide(ranked, claim, duel["rate_rps"] if duel else None, repeats=cfg.repeats, costs=costs, gates=gates)
-        if slo
-        else Decision(
-            "inconclusive",
-            "single",
-            "no SLOs: the light-load probe gave no latency figures to scale",
-            "set SLO_TTFT_P99_MS=... and SLO_TPOT_P99_MS=..., or cite a bench-66 run (BASELINE=...)",
-            {"deploy": None, "rule": RULE},
+def _duel_claim(history: History, ranked: Sequence[Searched], duel: Mapping[str, Any] | None) -> ClaimResult | None:
+    """The duel's paired effect: the runner-up against the leader, on two kept-up starts."""
+    if duel is None:
+        return None
+    runner_up = next((s for s in ranked if s.name == duel["runner_up"]), None)
+    return claim_effect(
+        history.runs,
+        Claim(duel_metric(runner_up), duel_label(duel["runner_up"]), duel_label(duel["leader"]), name="duel"),
+        seed=history.cfg.seed,
+        resamples=history.cfg.resamples,
+        design="cross-start",
+    )  # two kept-up starts
+
+
+def _no_slo() -> Decision:
+    return Decision(
+        "inconclusive",
+        "single",
+        "no SLOs: the light-load probe gave no latency figures to scale",
+        "set SLO_TTFT_P99_MS=... and SLO_TPOT_P99_MS=..., or cite a bench-66 run (BASELINE=...)",
+        {"deploy": None, "rule": RULE},
+    )
+
+
+def _pools(history: History, ranked: Sequence[Searched], mappings: Mapping[str, Any]) -> dict[str, Any]:
+    """Each candidate's KV pool as the engine sized it against the mapping's estimate (none without mappings)."""
+    if not mappings:
+        return {}
+    per_token = kv_bytes_per_token_of(history.model.path)
+    return {
+        s.name: pool_check(
+            mappings.get(s.name), effective_settings(history.server_log(s.name))["kv_cache_tokens"], per_token
         )
-    )
-    settings = {c.name: c.settings for c in candidates}
-    per_token = kv_bytes_per_token_of(history.model.path) if mappings else 0
-    pools = (
-        {
-            s.name: pool_check(
-                mappings.get(s.name), effective_settings(history.server_log(s.name))["kv_cache_tokens"], per_token
-            )
-            for s in ranked
-        }
-        if mappings
-        else {}
-    )
-    per_candidate = [
+        for s in ranked
+    }
+
+
+def _per_candidate(history: History, ranked: Sequence[Searched], settings: Mapping[str, Mapping[str, Any]],
+                   gates: Mapping[str, Any], pools: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [
         {
             "name": s.name,
             "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings[s.name].items()},
@@ -243,22 +235,10 @@ def deployment_reading(
         }
         for s in ranked
     ]
-    details = {
-        "slo": slo.to_dict() if slo else None,
-        "baseline_citation": cited,
-        "decision_record": verdict.record,
-        "candidates": per_candidate,
-        "kv_pool_mapping": dict(mappings) or None,
-        "schedule": {
-            "rates_rps": history.notes.get("schedule"),
-            **{k: getattr(cfg, k) for k in ("growth", "schedule_below", "schedule_above", "min_rps", "max_rps")},
-        },
-        "slo_tier": campaign.tier,
-        "duel": duel,
-        "not_searched": sorted(set(settings) - {s.name for s in ranked}),
-    }
-    table = tabulate(capacity_rows(ranked, settings), headers=CAPACITY_HEADERS, tablefmt="github")
-    lines = [
+
+
+def _lines(slo: SLO | None, table: str, verdict: Decision, pools: Mapping[str, Any]) -> list[str]:
+    return [
         "",
         f"SLOs: {slo.text()}; {slo.basis}" if slo else "SLOs: not set (no light-load figures)",
         "",
@@ -273,36 +253,57 @@ def deployment_reading(
             if p and not p["matches"]
         ),
     ]
-    headline = [
-        {
-            "name": f"capacity {s.name}",
-            "metric": "request_rate_rps",
-            "value": _capacity(s),
-            "unit": "req/s",
-            "interval": interval(s),
-        }
-        for s in ranked
-    ]
+
+
+def deployment_reading(
+    history: History,
+    campaign: Campaign,
+    *,
+    candidates: Sequence[Candidate],
+    cited: dict[str, Any] | None,
+    mappings: Mapping[str, Any],
+    title: str,
+) -> Reading:
+    """bench-72's read rule: capacities, the duel's paired effect and the decision record."""
+    cfg = history.cfg
+    slo = campaign.slo(history)
+    ranked = campaign.ranked(history)
+    duel = history.notes.get("duel")
+    claim = _duel_claim(history, ranked, duel)
+    costs = {s.name: s.peak("peak_memory_gib") for s in ranked}
+    gates = numerics_gates(history, candidates, cfg.min_agreement)
+    verdict = (
+        decide(ranked, claim, duel["rate_rps"] if duel else None, repeats=cfg.repeats, costs=costs, gates=gates)
+        if slo
+        else _no_slo()
+    )
+    settings = {c.name: c.settings for c in candidates}
+    pools = _pools(history, ranked, mappings)
+    details = {
+        "slo": slo.to_dict() if slo else None,
+        "baseline_citation": cited,
+        "decision_record": verdict.record,
+        "candidates": _per_candidate(history, ranked, settings, gates, pools),
+        "kv_pool_mapping": dict(mappings) or None,
+        "schedule": {
+            "rates_rps": history.notes.get("schedule"),
+            **{k: getattr(cfg, k) for k in ("growth", "schedule_below", "schedule_above", "min_rps", "max_rps")},
+        },
+        "slo_tier": campaign.tier,
+        "duel": duel,
+        "not_searched": sorted(set(settings) - {s.name for s in ranked}),
+    }
+    table = tabulate(capacity_rows(ranked, settings), headers=CAPACITY_HEADERS, tablefmt="github")
+    lines = _lines(slo, table, verdict, pools)
+    headline = tuple({"name": f"capacity {s.name}", "metric": "request_rate_rps", "value": _capacity(s),
+                      "unit": "req/s", "interval": interval(s)} for s in ranked)
     figures = {"capacity.png": lambda path: capacity_png(ranked, slo, path, title=title)} if slo and ranked else {}
     blocked = blocked_reading(history, None, cfg.repeats)
     if blocked is not None:
-        blocked = replace(
-            blocked, details=details, lines=tuple(lines), figures=figures, kind="sweep", headline=tuple(headline)
-        )
-        return blocked
-    return Reading(
-        evidence_level=verdict.evidence_level,
-        decision=verdict.decision,
-        summary=verdict.summary,
-        effect=claim.effect if claim else None,
-        repeats=cfg.repeats,
-        details=details,
-        lines=lines,
-        figures=figures,
-        headline=headline,
-        kind="sweep",
-        next_step=verdict.next_step,
-    )
+        return replace(blocked, details=details, lines=tuple(lines), figures=figures, kind="sweep", headline=headline)
+    return Reading(evidence_level=verdict.evidence_level, decision=verdict.decision, summary=verdict.summary,
+                   effect=claim.effect if claim else None, repeats=cfg.repeats, details=details, lines=tuple(lines),
+                   figures=figures, headline=headline, kind="sweep", next_step=verdict.next_step)
 
 
 def numerics_gates(history: History, candidates: Sequence[Candidate], min_agreement: float) -> dict[str, dict]:

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from tabulate import tabulate
 
 from harness.backends.gating import refusal
-from harness.backends.layouts import Layout, node_args
+from harness.backends.layouts import Layout, LayoutKind, node_args
 from harness.bench.analysis import blocked_reading
 from harness.bench.benches.bench81.scaling import SCALING_HEADERS, layout_scaling, scaling_table
 from harness.bench.lib.saturation import steady_throughput
@@ -86,10 +87,10 @@ def variants(cfg, cpu: bool, layouts: tuple[str, ...] | None = None) -> tuple[Se
     def pp2_ray() -> dict:
         return ray_executor(cfg, engine("--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray"), cpu)
 
-    def grouped(kind: str, *args: str) -> dict:
+    def grouped(kind: LayoutKind, *args: str) -> dict:
         return {"settings": engine(*args, env={}), "optional": True, "layout": Layout(kind, 2, cores(2, cpu))}
 
-    made = {  # built on demand: the Ray layouts prepare the Ray venv
+    made: dict[str, Callable[[], dict[str, Any]]] = {  # built on demand: the Ray layouts prepare the Ray venv
         "single": lambda: {"settings": engine(env=one)},
         "single-even-heads": lambda: {"settings": engine(env=one), "model": EVEN_HEADS},
         "pp2": lambda: {"settings": engine("--pipeline-parallel-size", "2"), "optional": True},
@@ -275,10 +276,11 @@ def read(cfg, cpu: bool):
                     for r in rows if r.layout != r.baseline and r not in eff]
         if left_out:
             lines.append("not in the headline: " + "; ".join(left_out))
-        headline = [{"name": f"{r.layout} efficiency", "metric": "scaling_efficiency", "value": r.efficiency.value,
-                     "unit": "ratio", "ci_low": r.efficiency.ci_low, "ci_high": r.efficiency.ci_high, "arm": r.layout}
-                    for r in eff]
-        summary = ("scaling efficiency " + "; ".join(f"{r.layout} {r.efficiency.text()}" for r in eff)
+        headline = [{"name": f"{r.layout} efficiency", "metric": "scaling_efficiency", "value": e.value,
+                     "unit": "ratio", "ci_low": e.ci_low, "ci_high": e.ci_high, "arm": r.layout}
+                    for r in eff if (e := r.efficiency) is not None]  # every one in eff has its efficiency
+        summary = ("scaling efficiency " + "; ".join(f"{r.layout} {e.text()}" for r in eff
+                                                     if (e := r.efficiency) is not None)
                    if eff else "no valid, measurable layout past the baseline here" +
                    (f" ({'; '.join(left_out)})" if left_out else ""))
         servers = history.servers

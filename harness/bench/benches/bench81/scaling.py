@@ -93,7 +93,7 @@ def by_start(runs: Sequence[ArmRun], label: str, per_start: int) -> dict[int, fl
     """Mean output tok/s of each server start of ``label`` (start s holds repeats (s-1)*per_start+1 ...)."""
     out: dict[int, list[float]] = {}
     for run in measured(runs, label):
-        value = OUTPUT_TOKENS_PER_S.of_run(run)
+        value = OUTPUT_TOKENS_PER_S.run_value(run)
         if value is not None:
             out.setdefault((run.repeat - 1) // per_start + 1, []).append(value)
     return {s: float(np.mean(v)) for s, v in sorted(out.items())}
@@ -132,14 +132,14 @@ def measured(runs: Sequence[ArmRun], label: str) -> list[ArmRun]:
 
 def throughputs(runs: Sequence[ArmRun], label: str) -> list[float]:
     """Output tokens per second of every measured repeat of ``label``."""
-    return [v for v in (OUTPUT_TOKENS_PER_S.of_run(r) for r in measured(runs, label)) if v is not None]
+    return [v for v in (OUTPUT_TOKENS_PER_S.run_value(r) for r in measured(runs, label)) if v is not None]
 
 
 def layout_scaling(runs: Sequence[ArmRun], label: str, devices: int, baseline: str, *, resamples: int = 10_000,
                    seed: int = 0, per_start: int = 1, cpu: bool = False, host_cores: int = 1) -> LayoutScaling:
     mine_by, base_by = by_start(runs, label, per_start), by_start(runs, baseline, per_start)
     done = measured(runs, label)
-    mine = [v for v in (OUTPUT_TOKENS_PER_S.of_run(r) for r in done) if v is not None]
+    mine = [v for v in (OUTPUT_TOKENS_PER_S.run_value(r) for r in done) if v is not None]
     empty = sum(1 for r in runs if r.label == label and not r.failure and r.records and not r.completed)
     invalid = sum(1 for r in runs if r.label == label and not r.failure and r.completed > 0 and not r.valid)
     rounds = sorted(set(mine_by) & set(base_by))

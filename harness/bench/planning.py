@@ -1,0 +1,66 @@
+"""What a bench's plan promises before it runs and what its run record says of the protocol it kept.
+
+``checked_plan`` builds the spec's plan (its citations audited as it is built) and holds it to the rules a run
+needs (consistent names, an arm to run, workloads ``infkit workload make`` would write); ``early_plan`` does it on
+the cached model, before any setup. ``protocol_record`` is run.json's protocol; a prefix-cache reset the engine
+declined is a protocol violation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.bench.spec import BenchConfig, BenchSpec, InputFile, Plan, WorkloadPlan
+from harness.errors import InvalidInput
+from harness.models import PreparedModel, find_model
+from harness.workload import check_options
+
+
+def protocol_record(cfg: BenchConfig, plan: Plan, resets: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "repeats": cfg.repeats,
+        "order": plan.order,
+        "warmup_requests_per_server_start": cfg.warmup_requests if plan.warmup_name else 0,
+        "prefix_cache_reset_before_each_arm_run": plan.reset_prefix_cache,
+        "prefix_cache_resets": {
+            "before_arm_runs": len(resets),
+            "confirmed": sum(r["confirmed"] is True for r in resets),
+            "unconfirmed": sum(r["requested"] and r["confirmed"] is None for r in resets),
+            "not_offered": sum(not r["requested"] for r in resets),
+            "declined": [r for r in resets if r["requested"] and r["confirmed"] is False],
+        },
+        "ignore_eos": plan.ignore_eos,
+        "notes": list(plan.notes),
+    }
+
+
+def protocol_violations(protocol: dict[str, Any]) -> list[str]:
+    """A reset the engine declined before an arm run breaks the protocol: that arm did not start from an empty cache."""
+    return [
+        f"protocol violation: prefix cache not reset before {r['arm']} repeat {r['repeat']} on server "
+        f"{r['server']} ({r['evidence']})"
+        for r in protocol["prefix_cache_resets"]["declined"]
+    ]
+
+
+def checked_plan(spec: BenchSpec, cfg: BenchConfig, model: PreparedModel) -> Plan:
+    """The spec's plan (citations audited as it is built), its consistency, an arm to run, and every workload's
+    parameters held to what ``infkit workload make`` allows."""
+    plan = spec.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
+    plan.check()
+    if not plan.arms and not any(callable(p.steps) for p in plan.phases):  # sweeps and searches make their arms
+        raise InvalidInput(f"bench-{spec.name}: these settings leave no arm to run", hint="see --help")
+    made = [*plan.workloads, *(a.workload for a in plan.arms if isinstance(a.workload, WorkloadPlan))]
+    for w in made:
+        if not any(isinstance(v, InputFile) for v in w.options.values()):
+            check_options(w.kind, w.common, dict(w.options))
+    return plan
+
+
+def early_plan(spec: BenchSpec, cfg: BenchConfig) -> tuple[PreparedModel, Plan] | None:
+    """The checked plan on the cached model (no conversion, no venv build), or None when there is none yet."""
+    try:
+        cached = find_model(cfg.model)
+    except InvalidInput:
+        return None
+    return (cached, checked_plan(spec, cfg, cached)) if cached is not None else None
