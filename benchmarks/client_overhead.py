@@ -137,29 +137,17 @@ def one_pass(args, url: str, servers: list[subprocess.Popen], tok_dir: Path, tmp
         w = make_workload("random", Common(arrival=Arrival("closed", concurrency=streams), requests=n, input_tokens=16,
                                            output_tokens=OUT_TOKENS), {}, tok_dir)
         c0, s0 = cpu_s(servers)
-        rate, err, steady, lag, workers = infkit_client(url, w.requests, streams, args.workers, tmp / f"r{streams}.jsonl")
+        rate, err, steady, lag, workers = infkit_client(url, w.requests, streams, args.workers,
+                                                        tmp / f"r{streams}.jsonl")
         c1, s1 = cpu_s(servers)
         chunks = n * (OUT_TOKENS + 1)
         ideal = streams / IDEAL_E2E_S
         p50, p99 = np.percentile(err, [50, 99])
         summary[streams] = {"rate_rps": rate, "of_ideal": rate / ideal, "ttft_err_p99_ms": p99}
-        rows.append(
-            (
-                "infkit",
-                streams,
-                workers,
-                n,
-                round(rate, 1),
-                round(ideal, 1),
-                f"{rate / ideal:.1%}",
-                round(p50, 1),
-                round(p99, 1),
-                round(float(np.percentile(steady, 99)), 1) if steady.size else "-",
-                round(lag, 1) if lag is not None else "-",
-                round((c1 - c0) / chunks * 1e6, 1),
-                round((s1 - s0) / chunks * 1e6, 1),
-            )
-        )
+        rows.append(("infkit", streams, workers, n, round(rate, 1), round(ideal, 1), f"{rate / ideal:.1%}",
+                     round(p50, 1), round(p99, 1), round(float(np.percentile(steady, 99)), 1) if steady.size else "-",
+                     round(lag, 1) if lag is not None else "-", round((c1 - c0) / chunks * 1e6, 1),
+                     round((s1 - s0) / chunks * 1e6, 1)))
     if not args.no_plain and 1024 in args.streams:
         prompts = [r.prompt for r in w.requests]
         c0, s0 = cpu_s(servers)
@@ -168,23 +156,9 @@ def one_pass(args, url: str, servers: list[subprocess.Popen], tok_dir: Path, tmp
         chunks = len(prompts) * (OUT_TOKENS + 1)
         p50, p99 = np.percentile(err, [50, 99])
         summary["plain"] = {"rate_rps": rate}
-        rows.append(
-            (
-                "plain asyncio",
-                1024,
-                1,
-                len(prompts),
-                round(rate, 1),
-                round(1024 / IDEAL_E2E_S, 1),
-                f"{rate / (1024 / IDEAL_E2E_S):.1%}",
-                round(p50, 1),
-                round(p99, 1),
-                "-",
-                "-",
-                round((c1 - c0) / chunks * 1e6, 1),
-                round((s1 - s0) / chunks * 1e6, 1),
-            )
-        )
+        rows.append(("plain asyncio", 1024, 1, len(prompts), round(rate, 1), round(1024 / IDEAL_E2E_S, 1),
+                     f"{rate / (1024 / IDEAL_E2E_S):.1%}", round(p50, 1), round(p99, 1), "-", "-",
+                     round((c1 - c0) / chunks * 1e6, 1), round((s1 - s0) / chunks * 1e6, 1)))
     return rows, summary
 
 
@@ -193,10 +167,8 @@ def verdicts(summary: dict) -> list[str]:
     if 256 in summary:
         t = summary[256]
         ok = t["of_ideal"] >= 0.9 and t["ttft_err_p99_ms"] <= 20.0
-        out.append(
-            f"target 256 streams: >= 90% of ideal and TTFT P99 error <= 20 ms: {'PASS' if ok else 'FAIL'} "
-            f"({t['of_ideal']:.1%}, {t['ttft_err_p99_ms']:.1f} ms)"
-        )
+        out.append(f"target 256 streams: >= 90% of ideal and TTFT P99 error <= 20 ms: {'PASS' if ok else 'FAIL'} "
+                   f"({t['of_ideal']:.1%}, {t['ttft_err_p99_ms']:.1f} ms)")
     if 1024 in summary and "plain" in summary:
         ratio = summary[1024]["rate_rps"] / summary["plain"]["rate_rps"]
         summary["ratio_1024"] = ratio
@@ -209,20 +181,13 @@ def main() -> int:
     ap.add_argument("--streams", type=int, nargs="+", default=[1, 16, 64, 256, 1024])
     ap.add_argument("--rounds", type=int, default=4, help="requests per stream")
     ap.add_argument("--workers", type=int, help="client processes (default: infkit's auto rule)")
-    ap.add_argument(
-        "--server",
-        choices=sorted(SERVERS),
-        default="lean",
-        help="lean: timer callbacks and raw transport writes; aiohttp: the tests' fault-injecting server",
-    )
+    ap.add_argument("--server", choices=sorted(SERVERS), default="lean",
+                    help="lean: timer callbacks and raw transport writes; aiohttp: the tests' fault-injecting server")
     ap.add_argument("--server-processes", type=int, default=1)
     ap.add_argument("--no-plain", action="store_true", help="skip the plain-client comparison")
     ap.add_argument("--repeat", type=int, default=1, help="measure the whole sequence this many times")
-    ap.add_argument(
-        "--no-warmup",
-        action="store_true",
-        help="skip the unmeasured warm-up (one request per stream at the largest stream count)",
-    )
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="skip the unmeasured warm-up (one request per stream at the largest stream count)")
     ap.add_argument("--json", type=Path, help="also write every pass, the load averages and the host summary here")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="infkit-overhead-"))
@@ -236,36 +201,20 @@ def main() -> int:
             # Without it the first pass's first burst pays both processes' one-time costs (heap growth,
             # first touches), which showed as a ~20 ms TTFT tail at 256 streams in pass 1 only.
             streams = max(args.streams)
-            w = make_workload(
-                "random",
-                Common(
-                    arrival=Arrival("closed", concurrency=streams),
-                    requests=streams,
-                    input_tokens=16,
-                    output_tokens=OUT_TOKENS,
-                ),
-                {},
-                tok_dir,
-            )
+            w = make_workload("random", Common(arrival=Arrival("closed", concurrency=streams), requests=streams,
+                                               input_tokens=16, output_tokens=OUT_TOKENS), {}, tok_dir)
             infkit_client(url, w.requests, streams, args.workers, tmp / "warmup.jsonl")
         for k in range(args.repeat):
             load_before = os.getloadavg()[0]
             rows, summary = one_pass(args, url, servers, tok_dir, tmp)
             lines = verdicts(summary)
-            passes.append(
-                {
-                    "load_average_1m_before": load_before,
-                    "load_average_1m_after": os.getloadavg()[0],
-                    "rows": [dict(zip(HEADERS, r, strict=True)) for r in rows],
-                    "targets": summary,
-                    "verdicts": lines,
-                }
-            )
-            print(
-                f"pass {k + 1}/{args.repeat}: fake server TTFT {TTFT_MS:g} ms, {GAP_MS:g} ms/token, {OUT_TOKENS} tokens "
-                f"(ideal E2E {IDEAL_E2E_S * 1e3:.0f} ms); {os.cpu_count()} CPUs, load average {load_before:.2f} before, "
-                f"{os.getloadavg()[0]:.2f} after; {args.server_processes} {args.server} server process(es)"
-            )
+            passes.append({"load_average_1m_before": load_before, "load_average_1m_after": os.getloadavg()[0],
+                           "rows": [dict(zip(HEADERS, r, strict=True)) for r in rows], "targets": summary,
+                           "verdicts": lines})
+            print(f"pass {k + 1}/{args.repeat}: fake server TTFT {TTFT_MS:g} ms, {GAP_MS:g} ms/token, "
+                  f"{OUT_TOKENS} tokens (ideal E2E {IDEAL_E2E_S * 1e3:.0f} ms); {os.cpu_count()} CPUs, "
+                  f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; "
+                  f"{args.server_processes} {args.server} server process(es)")
             print(tabulate(rows, headers=HEADERS))
             print("\n".join(lines), flush=True)
     finally:
@@ -277,33 +226,23 @@ def main() -> int:
     if args.json:
         fp = collect()
         host = fp["host"]
-        doc = {
-            "benchmark": "client_overhead",
-            "command": " ".join(sys.argv),
-            "harness": fp["harness"],
-            "host": {
-                k: host[k] for k in ("os", "kernel", "machine", "cpu_model", "cpu_cores_logical", "memory_total_bytes")
-            },
-            "python": sys.version.split()[0],
-            "passes": passes,
-        }
+        doc = {"benchmark": "client_overhead", "command": " ".join(sys.argv), "harness": fp["harness"],
+               "host": {k: host[k] for k in ("os", "kernel", "machine", "cpu_model", "cpu_cores_logical",
+                                             "memory_total_bytes")},
+               "python": sys.version.split()[0], "passes": passes}
         atomic_write_json(args.json, doc)
     return 0
 
 
 def spread(passes: list[dict]) -> str:
     """min / median / max over passes of each target figure."""
-
     def mmm(values: list[float], fmt: str) -> str:
         return "/".join(format(v, fmt) for v in (min(values), float(np.median(values)), max(values)))
-
     out = [f"spread over {len(passes)} passes (min/median/max):"]
     t256 = [p["targets"][256] for p in passes if 256 in p["targets"]]
     if t256:
-        out.append(
-            f"  256 streams: {mmm([t['of_ideal'] * 100 for t in t256], '.1f')} % of ideal, "
-            f"TTFT err P99 {mmm([t['ttft_err_p99_ms'] for t in t256], '.1f')} ms"
-        )
+        out.append(f"  256 streams: {mmm([t['of_ideal'] * 100 for t in t256], '.1f')} % of ideal, "
+                   f"TTFT err P99 {mmm([t['ttft_err_p99_ms'] for t in t256], '.1f')} ms")
     ratios = [p["targets"]["ratio_1024"] for p in passes if "ratio_1024" in p["targets"]]
     if ratios:
         out.append(f"  1024 streams: {mmm(ratios, '.2f')} x the plain client")

@@ -117,11 +117,8 @@ def _diff(out, ref) -> dict[str, float]:
     torch = import_torch()
     err = (out.double() - ref).abs()
     rel = err / ref.abs().clamp_min(1e-6)
-    return {
-        "max_abs_diff": float(err.max()),
-        "max_rel_diff": float(rel.max()),
-        "finite": bool(torch.isfinite(out).all()),
-    }
+    return {"max_abs_diff": float(err.max()), "max_rel_diff": float(rel.max()),
+            "finite": bool(torch.isfinite(out).all())}
 
 
 def run(config: AttentionConfig, ctx: RunContext) -> Outcome:
@@ -149,9 +146,8 @@ def run(config: AttentionConfig, ctx: RunContext) -> Outcome:
             timing = time_calls(call, device=ctx.device, warmup=config.warmup, iters=config.iters)
             peak = measure_peak_memory(call, device=ctx.device)
         entry.update(latency_ms=timing.summary(), peak_memory_bytes=peak.peak_bytes, peak_memory_source=peak.source)
-        ctx.samples.write(
-            {"variant": label, "kernel": kernel, "clock": timing.clock, "samples_ms": list(timing.samples_ms)}
-        )
+        ctx.samples.write({"variant": label, "kernel": kernel, "clock": timing.clock,
+                           "samples_ms": list(timing.samples_ms)})
         variants.append(entry)
     return _outcome(config, ctx, dtype_name, variants)
 
@@ -164,71 +160,47 @@ def _outcome(config: AttentionConfig, ctx: RunContext, dtype_name: str, variants
     fell_back = [v for v in variants if not v["ran"]]
     failure = None
     if not agree:
-        failure = Failure(
-            stage="run",
-            kind="correctness",
-            message=f"{worst['variant']} differs from the float64 reference by {worst['max_abs_diff']:.3g} (> {tol})",
-        )
+        failure = Failure(stage="run", kind="correctness",
+                          message=f"{worst['variant']} differs from the float64 reference by "
+                                  f"{worst['max_abs_diff']:.3g} (> {tol})")
     peak = max(ran, key=lambda v: v["peak_memory_bytes"])
     performance = Performance.not_applicable(
         "attention micro-benchmark: per-variant latency is in details.variants[].latency_ms",
-        peak_memory_bytes=peak["peak_memory_bytes"],
-        peak_memory_source=peak["peak_memory_source"],
+        peak_memory_bytes=peak["peak_memory_bytes"], peak_memory_source=peak["peak_memory_source"],
     )
     correctness = Correctness(
-        output_count=len(ran),
-        termination_counts={},
-        quality={
-            "metric": "max_abs_diff_vs_float64",
-            "value": worst["max_abs_diff"],
-            "threshold": tol,
-            "passed": agree,
-            "reference": "explicit attention in float64",
-        },
+        output_count=len(ran), termination_counts={},
+        quality={"metric": "max_abs_diff_vs_float64", "value": worst["max_abs_diff"], "threshold": tol,
+                 "passed": agree, "reference": "explicit attention in float64"},
     )
     fastest = min(ran, key=lambda v: v["latency_ms"]["p50"])
     conclusion = Conclusion(
-        evidence_level="single",
-        decision="blocked" if failure else "inconclusive",
-        failure=failure,
+        evidence_level="single", decision="blocked" if failure else "inconclusive", failure=failure,
         next_step="repeat on the target GPU (benchmarks/gpu_check.sh) and compare kernels there"
-        if ctx.device == "cpu"
-        else "repeat with the serving shapes and pair the fastest kernel against explicit",
+        if ctx.device == "cpu" else "repeat with the serving shapes and pair the fastest kernel against explicit",
         summary=f"fastest: {fastest['variant']} ({fastest['kernel']}) p50 {fastest['latency_ms']['p50']:.3f} ms; "
         f"{len(fell_back)} requested backend(s) unavailable",
     )
     lines = [f"{'variant':<16}{'kernel':<11}{'p50_ms':>10}{'p95_ms':>10}{'max_abs':>11}{'peak_MiB':>10}"]
     for v in variants:
         if v["ran"]:
-            lines.append(
-                f"{v['variant']:<16}{v['kernel']:<11}{v['latency_ms']['p50']:>10.3f}{v['latency_ms']['p95']:>10.3f}"
-                f"{v['max_abs_diff']:>11.2e}{v['peak_memory_bytes'] / 2**20:>10.2f}"
-            )
+            lines.append(f"{v['variant']:<16}{v['kernel']:<11}{v['latency_ms']['p50']:>10.3f}{v['latency_ms']['p95']:>10.3f}"
+                         f"{v['max_abs_diff']:>11.2e}{v['peak_memory_bytes'] / 2**20:>10.2f}")
         else:
             lines.append(f"{v['variant']:<16}fell back: {v['fallback_reason'][:90]}")
     shape = {"batch": config.batch, "heads": config.heads, "seq_len": config.seq_len, "head_dim": config.head_dim}
     return Outcome(
         run_label=f"attention/{dtype_name}/s{config.seq_len}",
         workload=mechanism_workload(config.seed, "a kernel micro-benchmark has no request concurrency"),
-        performance=performance,
-        correctness=correctness,
-        conclusion=conclusion,
-        details={
-            "shape": shape,
-            "dtype": dtype_name,
-            "causal": config.causal,
-            "tolerance_abs": tol,
-            "variants": variants,
-        },
-        summary_lines=tuple(lines),
-        effective={"dtype": dtype_name, **shape},
+        performance=performance, correctness=correctness, conclusion=conclusion,
+        details={"shape": shape, "dtype": dtype_name, "causal": config.causal, "tolerance_abs": tol,
+                 "variants": variants},
+        summary_lines=tuple(lines), effective={"dtype": dtype_name, **shape},
     )
 
 
 EXPERIMENT = Experiment(
-    name="attention",
-    semantic_id="INF-EXECUTION-DISPATCH",
+    name="attention", semantic_id="INF-EXECUTION-DISPATCH",
     help="explicit attention vs SDPA per backend: agreement, latency, peak memory, kernel path and fallback",
-    config=AttentionConfig,
-    run=run,
+    config=AttentionConfig, run=run,
 )

@@ -158,7 +158,8 @@ def run(config: BudgetConfig, ctx: RunContext) -> Outcome:
                 blocker = dominated_by_oom(b, c, done)
                 if blocker is not None:
                     cells.append({"batch": b, "context": c, "status": "skipped",
-                                  "reason": f"at or beyond the OOM cell batch={blocker.batch} context={blocker.context}"})
+                                  "reason": f"at or beyond the OOM cell batch={blocker.batch} "
+                                            f"context={blocker.context}"})
                     done.append(Cell(b, c, "skipped"))
                     continue
                 cell = run_cell(model, b, c, config=config, ctx=ctx, gen=gen)
@@ -180,98 +181,70 @@ def _outcome(config, ctx, dtype, cells, done, per_token, model_ref, tok_ref) -> 
     failure = None
     if unrecovered:
         c = unrecovered[0]
-        failure = Failure(
-            stage="sweep",
-            kind="oom",
-            recovered=False,
-            message=f"memory not returned after OOM at batch={c['batch']} context={c['context']}: "
-            f"{c['memory_not_returned_bytes']} bytes still allocated",
-        )
+        failure = Failure(stage="sweep", kind="oom", recovered=False,
+                          message=f"memory not returned after OOM at batch={c['batch']} context={c['context']}: "
+                                  f"{c['memory_not_returned_bytes']} bytes still allocated")
     elif not ok:
         failure = Failure(stage="sweep", kind="oom", recovered=True, message="no cell of the sweep fit in memory")
     bound, knee = boundary(done), inflection(done)
-    lines = [
-        f"{'batch':>6}{'context':>8}{'status':>9}{'prefill_ms':>12}{'step_p50':>10}{'step_p95':>10}{'peak_MiB':>10}"
-    ]
-    for c in cells:
-        if c["status"] == "ok":
-            lines.append(
-                f"{c['batch']:>6}{c['context']:>8}{'ok':>9}{c['prefill_ms']:>12.1f}{c['step_ms']['p50']:>10.2f}"
-                f"{c['step_ms']['p95']:>10.2f}{c['peak_memory_bytes'] / 2**20:>10.1f}"
-            )
-        else:
-            lines.append(f"{c['batch']:>6}{c['context']:>8}{c['status']:>9}  {c.get('message') or c.get('reason')}")
-    lines.append(
-        f"KV bytes/token: formula {per_token}, measured {'equal' if kv_match else 'DIFFERENT'}; "
-        f"inflection batch {knee['inflection_batch']}"
-        f"{'' if knee['monotone'] else ' (unreliable: step time not monotone in batch)'}; "
-        f"largest fitting {bound['largest_fitting']}"
-    )
+    lines = _cell_lines(cells)
+    lines.append(f"KV bytes/token: formula {per_token}, measured {'equal' if kv_match else 'DIFFERENT'}; "
+                 f"inflection batch {knee['inflection_batch']}"
+                 f"{'' if knee['monotone'] else ' (unreliable: step time not monotone in batch)'}; "
+                 f"largest fitting {bound['largest_fitting']}")
     model_name = model_ref["name"] if model_ref else config.model
     return Outcome(
         run_label=f"budget/{model_name}/{dtype}",
-        workload=mechanism_workload(
-            config.seed,
-            "cells run one after another, each a closed batch",
-            request_count=sum(c["batch"] for c in ok),
-            input_lengths=tuple(c["context"] for c in ok for _ in range(c["batch"])),
-            output_lengths=tuple(config.warmup + config.iters + 1 for c in ok for _ in range(c["batch"])),
-            max_num_seqs=max(config.batches),
-        ),
+        workload=mechanism_workload(config.seed, "cells run one after another, each a closed batch",
+                                    request_count=sum(c["batch"] for c in ok),
+                                    input_lengths=tuple(c["context"] for c in ok for _ in range(c["batch"])),
+                                    output_lengths=tuple(config.warmup + config.iters + 1
+                                                         for c in ok for _ in range(c["batch"])),
+                                    max_num_seqs=max(config.batches)),
         performance=Performance.not_applicable(
             "sweep: per-cell decode step latency is in details.cells[].step_ms",
             peak_memory_bytes=max((c["peak_memory_bytes"] for c in ok), default=None),
-            peak_memory_source="torch_cuda_max_allocated" if ctx.device == "cuda" else "torch_live_tensor_bytes",
-        )
-        if ok
-        else Performance.not_applicable("no cell of the sweep ran"),
+            peak_memory_source="torch_cuda_max_allocated" if ctx.device == "cuda" else "torch_live_tensor_bytes")
+        if ok else Performance.not_applicable("no cell of the sweep ran"),
         correctness=Correctness(
-            output_count=len(ok),
-            termination_counts={"length": sum(c["batch"] for c in ok)} if ok else {},
-            quality={
-                "metric": "kv_bytes_per_token_equals_formula",
-                "value": kv_match,
-                "passed": kv_match,
-                "reference": f"2*layers*kv_heads*head_dim*dtype_bytes = {per_token}",
-            },
-        ),
+            output_count=len(ok), termination_counts={"length": sum(c["batch"] for c in ok)} if ok else {},
+            quality={"metric": "kv_bytes_per_token_equals_formula", "value": kv_match, "passed": kv_match,
+                     "reference": f"2*layers*kv_heads*head_dim*dtype_bytes = {per_token}"}),
         conclusion=Conclusion(
-            evidence_level="single",
-            decision="blocked" if failure and not failure.recovered else "inconclusive",
-            failure=failure,
-            summary=f"{len(ok)} cell(s) ran, {len(ooms)} OOM (caught), inflection batch {knee['inflection_batch']}",
-            next_step="repeat the grid on the target GPU (benchmarks/gpu_check.sh)"
-            if ctx.device == "cpu"
-            else "repeat the sweep three times to make the boundary and inflection repeated evidence",
-        ),
-        details={
-            "dtype": dtype,
-            "kv_bytes_per_token_formula": per_token,
-            "kv_bytes_match_formula": kv_match,
-            "memory_cap_bytes": config.memory_cap_bytes or None,
-            "memory_cap_scope": (
-                "whole process (set_per_process_memory_fraction)"
-                if ctx.device == "cuda"
-                else "prefill activations and KV (LiveTensorMeter), weights excluded"
-            )
-            if config.memory_cap_bytes
-            else None,
-            "cells": cells,
-            "boundary": bound,
-            "inflection": knee,
-        },
+            evidence_level="single", decision="blocked" if failure and not failure.recovered else "inconclusive",
+            failure=failure, summary=f"{len(ok)} cell(s) ran, {len(ooms)} OOM (caught), inflection batch "
+                                     f"{knee['inflection_batch']}",
+            next_step="repeat the grid on the target GPU (benchmarks/gpu_check.sh)" if ctx.device == "cpu"
+            else "repeat the sweep three times to make the boundary and inflection repeated evidence"),
+        details={"dtype": dtype, "kv_bytes_per_token_formula": per_token, "kv_bytes_match_formula": kv_match,
+                 "memory_cap_bytes": config.memory_cap_bytes or None,
+                 "memory_cap_scope": ("whole process (set_per_process_memory_fraction)" if ctx.device == "cuda"
+                                      else "prefill activations and KV (LiveTensorMeter), weights excluded")
+                 if config.memory_cap_bytes else None,
+                 "cells": cells, "boundary": bound, "inflection": knee},
         summary_lines=tuple(lines),
         effective={"dtype": dtype, "layers": None if model_ref else (config.layers or "model default")},
-        model=model_ref,
-        tokenizer=tok_ref,
+        model=model_ref, tokenizer=tok_ref,
         model_null_reason=f"{config.model} architecture with seeded random weights (no checkpoint)",
     )
 
 
+def _cell_lines(cells: list[dict[str, Any]]) -> list[str]:
+    """The sweep's table: a header, then one line per cell."""
+    lines = [f"{'batch':>6}{'context':>8}{'status':>9}{'prefill_ms':>12}{'step_p50':>10}{'step_p95':>10}"
+             f"{'peak_MiB':>10}"]
+    for c in cells:
+        if c["status"] == "ok":
+            lines.append(f"{c['batch']:>6}{c['context']:>8}{'ok':>9}{c['prefill_ms']:>12.1f}"
+                         f"{c['step_ms']['p50']:>10.2f}{c['step_ms']['p95']:>10.2f}"
+                         f"{c['peak_memory_bytes'] / 2**20:>10.1f}")
+        else:
+            lines.append(f"{c['batch']:>6}{c['context']:>8}{c['status']:>9}  {c.get('message') or c.get('reason')}")
+    return lines
+
+
 EXPERIMENT = Experiment(
-    name="budget",
-    semantic_id="INF-ITERATION-BUDGET",
+    name="budget", semantic_id="INF-ITERATION-BUDGET",
     help="batch x context sweep: decode step median/P95, KV bytes vs formula, peak memory, OOM boundary, inflection",
-    config=BudgetConfig,
-    run=run,
+    config=BudgetConfig, run=run,
 )

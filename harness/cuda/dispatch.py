@@ -122,9 +122,8 @@ def run(config: DispatchConfig, ctx: RunContext) -> Outcome:
     dtype = config.dtype if config.dtype != "auto" else ("bfloat16" if ctx.device == "cuda" else "float32")
     block, model_config = make_block(config.model, seed=config.seed, device=ctx.device, dtype=dtype)
     gen = torch.Generator(device="cpu").manual_seed(config.seed + 1)
-    x = torch.randn(config.batch, config.seq_len, model_config.hidden_size, generator=gen).to(
-        ctx.device, getattr(torch, dtype)
-    )
+    x = torch.randn(config.batch, config.seq_len, model_config.hidden_size,
+                    generator=gen).to(ctx.device, getattr(torch, dtype))
     with torch.no_grad():
         eager_out = block(x)
     breaks = _graph_breaks(block, x) if any(m != "eager" for m in config.modes) else None
@@ -139,9 +138,8 @@ def _outcome(config: DispatchConfig, ctx: RunContext, dtype: str, modes: list[di
     fallbacks = [m for m in modes if not m["ran"]]
     failure = None
     if disagree:
-        failure = Failure(
-            stage="run", kind="correctness", message=f"compiled output differs from eager: {', '.join(disagree)}"
-        )
+        failure = Failure(stage="run", kind="correctness",
+                          message=f"compiled output differs from eager: {', '.join(disagree)}")
     worst = max(ran, key=lambda m: m["max_abs_diff_vs_eager"])
     peak = max(ran, key=lambda m: m["peak_memory_bytes"])
     eager_p50 = ran[0]["latency_ms"]["p50"]
@@ -149,10 +147,8 @@ def _outcome(config: DispatchConfig, ctx: RunContext, dtype: str, modes: list[di
     for m in modes:
         if m["ran"]:
             m["speedup_vs_eager"] = eager_p50 / m["latency_ms"]["p50"]
-            lines.append(
-                f"{m['mode']:<16}{m['path']:<10}{m['first_call_ms']:>10.1f}{m['latency_ms']['p50']:>10.3f}"
-                f"{m['latency_ms']['p95']:>10.3f}{m['speedup_vs_eager']:>8.2f}x{m['max_abs_diff_vs_eager']:>11.2e}"
-            )
+            lines.append(f"{m['mode']:<16}{m['path']:<10}{m['first_call_ms']:>10.1f}{m['latency_ms']['p50']:>10.3f}"
+                         f"{m['latency_ms']['p95']:>10.3f}{m['speedup_vs_eager']:>8.2f}x{m['max_abs_diff_vs_eager']:>11.2e}")
         else:
             lines.append(f"{m['mode']:<16}{m['path']}: {m['fallback_reason'][:100]}")
     if breaks:
@@ -160,62 +156,32 @@ def _outcome(config: DispatchConfig, ctx: RunContext, dtype: str, modes: list[di
     atol, rtol = AGREEMENT[dtype]
     return Outcome(
         run_label=f"dispatch/{config.model}/{dtype}/b{config.batch}s{config.seq_len}",
-        workload=mechanism_workload(
-            config.seed,
-            "one block called with a fixed batch",
-            request_count=config.batch,
-            input_lengths=(config.seq_len,) * config.batch,
-            output_lengths=(0,) * config.batch,
-        ),
+        workload=mechanism_workload(config.seed, "one block called with a fixed batch", request_count=config.batch,
+                                    input_lengths=(config.seq_len,) * config.batch, output_lengths=(0,) * config.batch),
         performance=Performance.not_applicable(
             "block micro-benchmark: per-mode latency is in details.modes[].latency_ms",
-            peak_memory_bytes=peak["peak_memory_bytes"],
-            peak_memory_source=peak["peak_memory_source"],
-        ),
+            peak_memory_bytes=peak["peak_memory_bytes"], peak_memory_source=peak["peak_memory_source"]),
         correctness=Correctness(
-            output_count=len(ran),
-            termination_counts={},
-            quality={
-                "metric": "max_abs_diff_vs_eager",
-                "value": worst["max_abs_diff_vs_eager"],
-                "threshold": atol,
-                "passed": not disagree,
-                "reference": f"eager output; max|diff| <= {atol} + {rtol} * max|eager|",
-            },
-        ),
+            output_count=len(ran), termination_counts={},
+            quality={"metric": "max_abs_diff_vs_eager", "value": worst["max_abs_diff_vs_eager"], "threshold": atol,
+                     "passed": not disagree, "reference": f"eager output; max|diff| <= {atol} + {rtol} * max|eager|"}),
         conclusion=Conclusion(
-            evidence_level="single",
-            decision="blocked" if failure else "inconclusive",
-            failure=failure,
-            next_step="run on the target GPU with every mode (benchmarks/gpu_check.sh)"
-            if ctx.device == "cpu"
+            evidence_level="single", decision="blocked" if failure else "inconclusive", failure=failure,
+            next_step="run on the target GPU with every mode (benchmarks/gpu_check.sh)" if ctx.device == "cpu"
             else "pair the best compiled mode against eager over repeated runs",
             summary=f"{len(ran)} mode(s) ran, {len(fallbacks)} skipped or fell back; "
-            f"graph breaks: {breaks['graph_break_count'] if breaks else 'not traced'}",
-        ),
-        details={
-            "model": config.model,
-            "dtype": dtype,
-            "batch": config.batch,
-            "seq_len": config.seq_len,
-            "modes": modes,
-            "dynamo": breaks,
-            "fallback_count": len(fallbacks),
-        },
+                    f"graph breaks: {breaks['graph_break_count'] if breaks else 'not traced'}"),
+        details={"model": config.model, "dtype": dtype, "batch": config.batch, "seq_len": config.seq_len,
+                 "modes": modes, "dynamo": breaks, "fallback_count": len(fallbacks)},
         summary_lines=tuple(lines),
-        effective={
-            "dtype": dtype,
-            "modes_run": [m["mode"] for m in ran],
-            "modes_not_run": [m["mode"] for m in fallbacks],
-        },
+        effective={"dtype": dtype, "modes_run": [m["mode"] for m in ran],
+                   "modes_not_run": [m["mode"] for m in fallbacks]},
         model_null_reason=f"one decoder layer of the {config.model} architecture with seeded random weights",
     )
 
 
 EXPERIMENT = Experiment(
-    name="dispatch",
-    semantic_id="INF-EXECUTION-DISPATCH",
+    name="dispatch", semantic_id="INF-EXECUTION-DISPATCH",
     help="eager vs torch.compile on a Llama decoder block: agreement, compile vs steady-state time, graph breaks",
-    config=DispatchConfig,
-    run=run,
+    config=DispatchConfig, run=run,
 )

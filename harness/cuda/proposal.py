@@ -81,20 +81,11 @@ def size_record(requested: ProposalConfig, effective: ProposalConfig, device: st
     """Requested vs effective size, and why they differ (``run.json`` effective, result details)."""
     fields = ("prompts", "max_new_tokens")
     chosen = [f for f in fields if getattr(requested, f) is None]
-    note = (
-        (
-            f"{' and '.join(f.replace('_', '-') for f in chosen)} not given: the {('CPU fallback' if device == 'cpu' else 'GPU')} "
-            f"default ({', '.join(f'{f}={getattr(effective, f)}' for f in chosen)}) was used"
-        )
-        if chosen
-        else "as requested"
-    )
-    return {
-        "requested": {f: getattr(requested, f) for f in fields},
-        "effective": {f: getattr(effective, f) for f in fields},
-        "sized_for": device,
-        "note": note,
-    }
+    note = (f"{' and '.join(f.replace('_', '-') for f in chosen)} not given: the "
+            f"{('CPU fallback' if device == 'cpu' else 'GPU')} default "
+            f"({', '.join(f'{f}={getattr(effective, f)}' for f in chosen)}) was used") if chosen else "as requested"
+    return {"requested": {f: getattr(requested, f) for f in fields},
+            "effective": {f: getattr(effective, f) for f in fields}, "sized_for": device, "note": note}
 
 
 class PassCounter:
@@ -115,9 +106,8 @@ def truncated_draft(target, layers: int):
     """A causal LM that runs the target's first ``layers`` decoder layers; all weights are shared."""
     torch = import_torch()
     if layers >= target.config.num_hidden_layers:
-        raise InvalidInput(
-            f"--draft-layers {layers} must be below the target's {target.config.num_hidden_layers} layers"
-        )
+        raise InvalidInput(f"--draft-layers {layers} must be below the target's "
+                           f"{target.config.num_hidden_layers} layers")
     config = target.config.__class__.from_dict({**target.config.to_dict(), "num_hidden_layers": layers})
     config._attn_implementation = target.config._attn_implementation
     with torch.device("meta"):
@@ -166,16 +156,8 @@ def _make_drafts(loaded: LoadedModel, config: ProposalConfig) -> dict[str, Any]:
     return drafts
 
 
-def generate_once(
-    loaded: LoadedModel,
-    counter: PassCounter,
-    ids,
-    mask,
-    arm: str,
-    config: ProposalConfig,
-    drafts: dict[str, Any],
-    device: str,
-) -> dict[str, Any]:
+def generate_once(loaded: LoadedModel, counter: PassCounter, ids, mask, arm: str, config: ProposalConfig,
+                  drafts: dict[str, Any], device: str) -> dict[str, Any]:
     """One greedy generate call: new token ids, latency, target passes."""
     torch = import_torch()
     tok = loaded.tokenizer
@@ -188,36 +170,21 @@ def generate_once(
     t0 = time.perf_counter()
     with torch.no_grad():
         out = loaded.model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            do_sample=False,
-            max_new_tokens=config.max_new_tokens,
+            input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=config.max_new_tokens,
             pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
-            **_generate_kwargs(arm, config, drafts),
-        )
+            **_generate_kwargs(arm, config, drafts))
     synchronize(device)
     latency_ms = (time.perf_counter() - t0) * 1e3
-    new = out[0, ids.shape[1] :].tolist()
+    new = out[0, ids.shape[1]:].tolist()
     # Some transformers releases let prompt lookup return one token past max_new_tokens; the
     # comparison covers the requested tokens and the excess is recorded, not hidden.
     overshoot = max(0, len(new) - config.max_new_tokens)
     new = new[: config.max_new_tokens]
-    after = (
-        {
-            k: getattr(draft.generation_config, k, None)
-            for k in ("num_assistant_tokens", "assistant_confidence_threshold")
-        }
-        if draft is not None
-        else None
-    )
-    return {
-        "tokens": new,
-        "latency_ms": latency_ms,
-        "target_passes": counter.count - before,
-        "tokens_past_max": overshoot,
-        "draft_state_after": after,
-        "stopped": bool(new) and tok.eos_token_id is not None and new[-1] == tok.eos_token_id,
-    }
+    after = ({k: getattr(draft.generation_config, k, None)
+              for k in ("num_assistant_tokens", "assistant_confidence_threshold")} if draft is not None else None)
+    return {"tokens": new, "latency_ms": latency_ms, "target_passes": counter.count - before,
+            "tokens_past_max": overshoot, "draft_state_after": after,
+            "stopped": bool(new) and tok.eos_token_id is not None and new[-1] == tok.eos_token_id}
 
 
 def run(requested: ProposalConfig, ctx: RunContext) -> Outcome:
@@ -225,10 +192,8 @@ def run(requested: ProposalConfig, ctx: RunContext) -> Outcome:
 
     config = requested.sized_for(ctx.device)
     size = size_record(requested, config, ctx.device)
-    print(
-        f"proposal on {ctx.device}: {config.prompts} prompts x {config.max_new_tokens} tokens ({size['note']})",
-        flush=True,
-    )
+    print(f"proposal on {ctx.device}: {config.prompts} prompts x {config.max_new_tokens} tokens ({size['note']})",
+          flush=True)
     torch = import_torch()
     loaded = load_causal_lm(config.model, device=ctx.device, dtype=config.dtype, seed=config.seed)
     drafts = _make_drafts(loaded, config)
@@ -251,37 +216,19 @@ def run(requested: ProposalConfig, ctx: RunContext) -> Outcome:
                     call = generate_once(loaded, counter, ids, mask, arm, config, drafts, ctx.device)
                     if arm == "target":
                         reference.setdefault(p_idx, call["tokens"])
-                    record = {
-                        "arm": arm,
-                        "prompt": p_idx,
-                        "round": round_idx,
-                        "timed": timed,
-                        "prompt_tokens": int(ids.shape[1]),
-                        "new_tokens": len(call["tokens"]),
-                        "latency_ms": call["latency_ms"],
-                        "target_passes": call["target_passes"],
-                        "stopped": call["stopped"],
-                        "tokens_past_max": call["tokens_past_max"],
-                        "draft_state_after": call["draft_state_after"],
-                        "scikit_learn": sklearn,
-                        "identical_to_target": call["tokens"] == reference[p_idx],
-                        "first_divergence": _first_divergence(call["tokens"], reference[p_idx]),
-                    }
+                    record = {"arm": arm, "prompt": p_idx, "round": round_idx, "timed": timed,
+                              "prompt_tokens": int(ids.shape[1]), "new_tokens": len(call["tokens"]),
+                              "latency_ms": call["latency_ms"], "target_passes": call["target_passes"],
+                              "stopped": call["stopped"], "tokens_past_max": call["tokens_past_max"],
+                              "draft_state_after": call["draft_state_after"], "scikit_learn": sklearn,
+                              "identical_to_target": call["tokens"] == reference[p_idx],
+                              "first_divergence": _first_divergence(call["tokens"], reference[p_idx])}
                     ctx.samples.write(record)
                     calls.append(record)
     finally:
         counter.remove()
-    return build_outcome(
-        config,
-        ctx,
-        loaded,
-        arms,
-        calls,
-        [int(e.input_ids.shape[1]) for e in prompts],
-        {a: arm_settings(a, config) for a in arms},
-        torch.__version__,
-        size,
-    )
+    return build_outcome(config, ctx, loaded, arms, calls, [int(e.input_ids.shape[1]) for e in prompts],
+                         {a: arm_settings(a, config) for a in arms}, torch.__version__, size)
 
 
 def _sklearn_version() -> str | None:
@@ -296,6 +243,7 @@ def _sklearn_version() -> str | None:
         return None
 
 
+
 def _first_divergence(tokens: list[int], reference: list[int]) -> int | None:
     for i, (a, b) in enumerate(zip(tokens, reference, strict=False)):
         if a != b:
@@ -304,9 +252,7 @@ def _first_divergence(tokens: list[int], reference: list[int]) -> int | None:
 
 
 EXPERIMENT = Experiment(
-    name="proposal",
-    semantic_id="INF-PROPOSAL",
+    name="proposal", semantic_id="INF-PROPOSAL",
     help="assisted generation (truncated draft, prompt lookup; constant/heuristic/dynamic) vs target-only greedy",
-    config=ProposalConfig,
-    run=run,
+    config=ProposalConfig, run=run,
 )

@@ -61,86 +61,47 @@ def build_outcome(config, ctx: RunContext, loaded, arms: list[str], calls: list[
     _write_proposal_doc(ctx, config, loaded, figures, torch_version)
     timed = [c for c in calls if c["timed"]]
     agree_frac = sum(c["identical_to_target"] for c in calls) / len(calls)
-    lines = [
-        f"{'arm':<15}{'p50_ms':>10}{'p95_ms':>10}{'tok/pass':>9}{'acc/pass':>9}{'speedup':>9}{'benefit_ms':>11}  identical"
-    ]
+    lines = [f"{'arm':<15}{'p50_ms':>10}{'p95_ms':>10}{'tok/pass':>9}{'acc/pass':>9}{'speedup':>9}"
+             f"{'benefit_ms':>11}  identical"]
     for f in figures:
-        lines.append(
-            f"{f['arm']:<15}{f['latency_ms']['p50']:>10.1f}{f['latency_ms']['p95']:>10.1f}"
-            f"{f['tokens_per_target_pass']:>9.2f}{f['accepted_tokens_per_pass']:>9.2f}"
-            f"{f['speedup_vs_target']:>8.2f}x{f['net_benefit_ms']:>11.1f}  {f['identical_to_target']}"
-        )
+        lines.append(f"{f['arm']:<15}{f['latency_ms']['p50']:>10.1f}{f['latency_ms']['p95']:>10.1f}"
+                     f"{f['tokens_per_target_pass']:>9.2f}{f['accepted_tokens_per_pass']:>9.2f}"
+                     f"{f['speedup_vs_target']:>8.2f}x{f['net_benefit_ms']:>11.1f}  {f['identical_to_target']}")
     evidence = "repeated" if config.iters >= 3 else "single"
-    verdict = (
-        (
-            f"best arm {best['arm']}: {best['speedup_vs_target']:.2f}x vs target-only "
-            f"({'a net benefit' if best['speedup_vs_target'] > 1 else 'no net benefit'} on {ctx.device})"
-        )
-        if best
-        else "target only"
-    )
+    verdict = (f"best arm {best['arm']}: {best['speedup_vs_target']:.2f}x vs target-only "
+               f"({'a net benefit' if best['speedup_vs_target'] > 1 else 'no net benefit'} on {ctx.device})"
+               ) if best else "target only"
     return Outcome(
         run_label=f"proposal/{loaded.model_ref['name']}/draft-{config.draft_layers}L",
         workload=mechanism_workload(
-            config.seed,
-            "one generate call at a time",
-            request_count=len(timed),
-            concurrency=1,
+            config.seed, "one generate call at a time", request_count=len(timed), concurrency=1,
             input_lengths=tuple(c["prompt_tokens"] for c in timed),
-            output_lengths=tuple(c["new_tokens"] for c in timed),
-        ),
+            output_lengths=tuple(c["new_tokens"] for c in timed)),
         performance=Performance.not_applicable(
-            "in-process generate calls: per-arm call latency is in details.arms[].latency_ms"
-        ),
+            "in-process generate calls: per-arm call latency is in details.arms[].latency_ms"),
         correctness=Correctness(
             output_count=len(calls),
-            termination_counts={
-                "stop": sum(c["stopped"] for c in calls),
-                "length": sum(not c["stopped"] for c in calls),
-            },
+            termination_counts={"stop": sum(c["stopped"] for c in calls),
+                                "length": sum(not c["stopped"] for c in calls)},
             output_tokens_requested=config.max_new_tokens * len(calls),
             output_tokens_reported=sum(c["new_tokens"] for c in calls),
-            quality={
-                "metric": "greedy_agreement",
-                "value": agree_frac,
-                "threshold": 1.0,
-                "passed": not mismatched,
-                "reference": "target-only greedy decoding of the same prompt",
-            },
-        ),
+            quality={"metric": "greedy_agreement", "value": agree_frac, "threshold": 1.0, "passed": not mismatched,
+                     "reference": "target-only greedy decoding of the same prompt"}),
         conclusion=Conclusion(
-            evidence_level=evidence,
-            repeats=config.iters if evidence == "repeated" else None,
-            decision="blocked" if failure else "inconclusive",
-            failure=failure,
-            summary=verdict,
+            evidence_level=evidence, repeats=config.iters if evidence == "repeated" else None,
+            decision="blocked" if failure else "inconclusive", failure=failure, summary=verdict,
             next_step="measure on the target GPU (benchmarks/gpu_check.sh), where a net benefit is expected"
-            if ctx.device == "cpu"
-            else "hand proposal.json to the speculative bench for a paired comparison",
-        ),
-        details={
-            "draft": {"kind": "truncated_target", "layers": config.draft_layers},
-            "prompts": len(prompt_lengths),
-            "prompt_tokens": prompt_lengths,
-            "max_new_tokens": config.max_new_tokens,
-            "dtype": config.dtype,
-            "arms": figures,
-            "proposal_document": "proposal.json",
-            "speedup_estimator": "median over (prompt, round) of target latency / arm latency",
-            "size": size,
-        },
+            if ctx.device == "cpu" else "hand proposal.json to the speculative bench for a paired comparison"),
+        details={"draft": {"kind": "truncated_target", "layers": config.draft_layers},
+                 "prompts": len(prompt_lengths), "prompt_tokens": prompt_lengths,
+                 "max_new_tokens": config.max_new_tokens,
+                 "dtype": config.dtype, "arms": figures, "proposal_document": "proposal.json",
+                 "speedup_estimator": "median over (prompt, round) of target latency / arm latency", "size": size},
         summary_lines=(f"size: {config.prompts} prompts x {config.max_new_tokens} tokens ({size['note']})", *lines),
-        effective={
-            "arms": arms,
-            "draft_layers": config.draft_layers,
-            "model_source": loaded.source,
-            "dtype": config.dtype,
-            "prompts": config.prompts,
-            "max_new_tokens": config.max_new_tokens,
-            "size": size,
-        },
-        model=loaded.model_ref,
-        tokenizer=loaded.tokenizer_ref,
+        effective={"arms": arms, "draft_layers": config.draft_layers, "model_source": loaded.source,
+                   "dtype": config.dtype,
+                   "prompts": config.prompts, "max_new_tokens": config.max_new_tokens, "size": size},
+        model=loaded.model_ref, tokenizer=loaded.tokenizer_ref,
     )
 
 
@@ -156,25 +117,9 @@ def _write_proposal_doc(ctx: RunContext, config, loaded, figures: list[dict], to
         "draft": {"kind": "truncated_target", "layers": config.draft_layers},
         "decoding": {"greedy": True, "max_new_tokens": config.max_new_tokens, "dtype": config.dtype},
         "baseline_arm": "target",
-        "arms": [
-            {
-                k: f[k]
-                for k in (
-                    "arm",
-                    "settings",
-                    "calls",
-                    "latency_ms",
-                    "new_tokens",
-                    "target_forward_passes",
-                    "tokens_per_target_pass",
-                    "accepted_tokens_per_pass",
-                    "identical_to_target",
-                    "speedup_vs_target",
-                    "net_benefit_ms",
-                )
-            }
-            for f in figures
-        ],
+        "arms": [{k: f[k] for k in ("arm", "settings", "calls", "latency_ms", "new_tokens", "target_forward_passes",
+                                    "tokens_per_target_pass", "accepted_tokens_per_pass", "identical_to_target",
+                                    "speedup_vs_target", "net_benefit_ms")} for f in figures],
     }
     problems = validate_document(doc)
     if problems:

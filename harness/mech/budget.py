@@ -124,10 +124,8 @@ def oom_boundary(cfg: BudgetConfig, cap: Capacity) -> list[dict[str, int]]:
 
 def kv_table() -> list[dict[str, Any]]:
     """KV bytes per token of every known model in bf16/fp16/fp8."""
-    return [
-        {"model": m.name, "attention": m.attention, **{d: kv_bytes_per_token(m, d) for d in ("bf16", "fp16", "fp8")}}
-        for m in MODELS.values()
-    ]
+    return [{"model": m.name, "attention": m.attention,
+             **{d: kv_bytes_per_token(m, d) for d in ("bf16", "fp16", "fp8")}} for m in MODELS.values()]
 
 
 def run(cfg: BudgetConfig) -> MechOutput:
@@ -137,76 +135,38 @@ def run(cfg: BudgetConfig) -> MechOutput:
     boundary = oom_boundary(cfg, cap)
     per_dtype = {d: kv_bytes_per_token(model, d) for d in ("bf16", "fp16", "fp8")}
     known = kv_table()
-    summary = "\n\n".join(
-        [
-            table(
-                ["model", "attention", "KiB/token bf16", "KiB/token fp16", "KiB/token fp8"],
-                [[r["model"], r["attention"], r["bf16"] / 1024, r["fp16"] / 1024, r["fp8"] / 1024] for r in known],
-            ),
-            f"{model.name} ({model.attention.upper()}): KV {cap.kv_bytes_per_token} bytes/token "
-            f"({cap.kv_bytes_per_token / 1024:.3f} KiB, {cfg.kv_dtype}); blocks of {cfg.block_size} tokens",
-            table(
-                ["device GiB", "util", "weights GiB", "activation GiB", "KV pool GiB", "blocks", "max tokens"],
-                [
-                    [
-                        cfg.device_memory_gib,
-                        cfg.gpu_memory_utilization,
-                        cap.weight_bytes / GIB,
-                        cap.activation_bytes / GIB,
-                        cap.kv_pool_bytes / GIB,
-                        cap.num_blocks,
-                        cap.max_tokens,
-                    ]
-                ],
-            ),
-            table(["context", "max batch (OOM boundary)"], [[b["context"], b["max_batch"]] for b in boundary]),
-            table(
-                ["context", "batch", "KV GiB", "peak GiB", "fits"],
-                [[r["context"], r["batch"], r["kv_bytes"] / GIB, r["peak_bytes"] / GIB, r["fits"]] for r in rows],
-            ),
-        ]
-    )
+    summary = "\n\n".join([
+        table(["model", "attention", "KiB/token bf16", "KiB/token fp16", "KiB/token fp8"],
+              [[r["model"], r["attention"], r["bf16"] / 1024, r["fp16"] / 1024, r["fp8"] / 1024] for r in known]),
+        f"{model.name} ({model.attention.upper()}): KV {cap.kv_bytes_per_token} bytes/token "
+        f"({cap.kv_bytes_per_token / 1024:.3f} KiB, {cfg.kv_dtype}); blocks of {cfg.block_size} tokens",
+        table(["device GiB", "util", "weights GiB", "activation GiB", "KV pool GiB", "blocks", "max tokens"],
+              [[cfg.device_memory_gib, cfg.gpu_memory_utilization, cap.weight_bytes / GIB,
+                cap.activation_bytes / GIB, cap.kv_pool_bytes / GIB, cap.num_blocks, cap.max_tokens]]),
+        table(["context", "max batch (OOM boundary)"], [[b["context"], b["max_batch"]] for b in boundary]),
+        table(["context", "batch", "KV GiB", "peak GiB", "fits"],
+              [[r["context"], r["batch"], r["kv_bytes"] / GIB, r["peak_bytes"] / GIB, r["fits"]] for r in rows]),
+    ])
     fitting = [r["peak_bytes"] for r in rows if r["fits"]]
-    perf = Performance.not_applicable(
-        "a KV-budget calculation has no serving latency",
-        peak_memory_bytes=max(fitting) if fitting else cap.weight_bytes,
-        peak_memory_source="model",
-    )
+    perf = Performance.not_applicable("a KV-budget calculation has no serving latency",
+                                      peak_memory_bytes=max(fitting) if fitting else cap.weight_bytes,
+                                      peak_memory_source="model")
     details = {
-        "kv_bytes_per_token": cap.kv_bytes_per_token,
-        "kv_bytes_per_token_by_dtype": per_dtype,
-        "kv_table": known,
-        "capacity": {**cap.__dict__, "max_tokens": cap.max_tokens},
-        "oom_boundary": boundary,
-        "grid": rows,
-        "model_config": model.to_dict(),
-        "effective": _effective(cfg, cap),
+        "kv_bytes_per_token": cap.kv_bytes_per_token, "kv_bytes_per_token_by_dtype": per_dtype, "kv_table": known,
+        "capacity": {**cap.__dict__, "max_tokens": cap.max_tokens}, "oom_boundary": boundary, "grid": rows,
+        "model_config": model.to_dict(), "effective": _effective(cfg, cap),
     }
     return MechOutput(
-        semantic_id="INF-ITERATION-BUDGET",
-        run_label=f"budget/{model.name}/{cfg.kv_dtype}",
-        model=config_ref(model.name, model.to_dict()),
-        workload=no_workload("no requests are served"),
+        semantic_id="INF-ITERATION-BUDGET", run_label=f"budget/{model.name}/{cfg.kv_dtype}",
+        model=config_ref(model.name, model.to_dict()), workload=no_workload("no requests are served"),
         performance=perf,
-        correctness=Correctness(
-            output_count=0,
-            termination_counts={},
-            quality={
-                "metric": "oom_boundary_cells_fit",
-                "value": True,
-                "passed": True,
-                "reference": "every cell at or below the boundary fits the block pool",
-            },
-        ),
-        conclusion=Conclusion(
-            evidence_level="precheck",
-            decision="inconclusive",
-            next_step="measure the same batch x context grid on a GPU (make cuda-budget)",
-            summary=f"{cap.num_blocks} blocks ({cap.max_tokens} tokens) of KV fit",
-        ),
-        details=details,
-        summary_text=summary,
-        requested=_requested(cfg),
+        correctness=Correctness(output_count=0, termination_counts={}, quality={
+            "metric": "oom_boundary_cells_fit", "value": True, "passed": True,
+            "reference": "every cell at or below the boundary fits the block pool"}),
+        conclusion=Conclusion(evidence_level="precheck", decision="inconclusive",
+                              next_step="measure the same batch x context grid on a GPU (make cuda-budget)",
+                              summary=f"{cap.num_blocks} blocks ({cap.max_tokens} tokens) of KV fit"),
+        details=details, summary_text=summary, requested=_requested(cfg),
         plots={"budget.png": lambda path: _plot(cfg, cap, rows, boundary, path)},
     )
 
@@ -219,9 +179,8 @@ def _effective(cfg: BudgetConfig, cap: Capacity) -> dict[str, Any]:
     return {**_requested(cfg), "activation_bytes": cap.activation_bytes, "num_blocks": cap.num_blocks}
 
 
-def _plot(
-    cfg: BudgetConfig, cap: Capacity, rows: list[dict[str, Any]], boundary: list[dict[str, int]], path: Any
-) -> None:
+def _plot(cfg: BudgetConfig, cap: Capacity, rows: list[dict[str, Any]], boundary: list[dict[str, int]],
+          path: Any) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for context in cfg.contexts:
@@ -237,6 +196,5 @@ def _plot(
     save_figure(fig, path)
 
 
-MECHANISM = Mechanism(
-    "budget", BudgetConfig, run, "KV bytes per token, block capacity, batch x context grid and OOM boundary"
-)
+MECHANISM = Mechanism("budget", BudgetConfig, run,
+                      "KV bytes per token, block capacity, batch x context grid and OOM boundary")

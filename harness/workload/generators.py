@@ -129,22 +129,18 @@ def _product(common: Common, a: int, b: int, what: str) -> int:
     return n
 
 
-@register_generator("random", help="independent prompts; input/output lengths uniform around --input-tokens/--output-tokens")
+@register_generator("random", help="independent prompts; input/output lengths uniform around "
+                                   "--input-tokens/--output-tokens")
 def _random(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], None]:
     n = _count(common)
     lengths_seed, content_seed = common.seed_for("lengths"), common.seed_for("content")
     out = []
     for i in range(n):
         lr = _rng(lengths_seed, "request", i)
-        n_in, n_out = (
-            _length(lr, common.input_tokens, common.input_range),
-            _length(lr, common.output_tokens, common.output_range),
-        )
-        out.append(
-            Request(
-                index=i, input_tokens=n_in, output_tokens=n_out, prompt=tok.text(n_in, _rng(content_seed, "prompt", i))
-            )
-        )
+        n_in, n_out = (_length(lr, common.input_tokens, common.input_range),
+                       _length(lr, common.output_tokens, common.output_range))
+        out.append(Request(index=i, input_tokens=n_in, output_tokens=n_out,
+                           prompt=tok.text(n_in, _rng(content_seed, "prompt", i))))
     return out, None
 
 
@@ -156,9 +152,8 @@ COPY_INSTRUCTIONS = (
 COPY_ADJUST_ROUNDS = 8
 
 
-def _copy_prompt(
-    n_tokens: int, instruction: str, primer_words: int, content_seed: int, index: int, tok: ExactTokenizer
-) -> str:
+def _copy_prompt(n_tokens: int, instruction: str, primer_words: int, content_seed: int, index: int,
+                 tok: ExactTokenizer) -> str:
     """``instruction``, a passage, then the passage's first words restated: exactly ``n_tokens`` tokens.
 
     The passage length is the budget left after the instruction and the restatement; the
@@ -169,12 +164,10 @@ def _copy_prompt(
     for _ in range(COPY_ADJUST_ROUNDS):
         passage_tokens = n_tokens - overhead
         if passage_tokens <= primer_words:
-            raise InvalidInput(
-                f"--input-tokens {n_tokens} is too short for a copy prompt: it needs more than "
-                f"{overhead + primer_words} tokens (instruction, passage, restated start)"
-            )
+            raise InvalidInput(f"--input-tokens {n_tokens} is too short for a copy prompt: it needs more than "
+                               f"{overhead + primer_words} tokens (instruction, passage, restated start)")
         passage = tok.text(passage_tokens, _rng(content_seed, "copy", index), after=head)
-        primer = "".join(" " + w for w in passage.split(" ")[1 : primer_words + 1])
+        primer = "".join(" " + w for w in passage.split(" ")[1:primer_words + 1])
         prompt = f"{head}{passage}\n\nRepeated text:{primer}"
         have = tok.count(prompt)
         if have == n_tokens:
@@ -183,13 +176,11 @@ def _copy_prompt(
     raise InvalidInput(f"could not build a copy prompt of exactly {n_tokens} tokens with {tok.ref.path}")
 
 
-@register_generator(
-    "copy",
-    Option("primer_words", int, 4, "words of the passage restated after the instruction, so the answer starts copying"),
-    paired_with="random",
-    help="repeat-the-text prompts: an instruction, a word passage, its first words restated; the "
-    "answer copies from the prompt (same lengths as random with the same seed)",
-)
+@register_generator("copy", Option("primer_words", int, 4, "words of the passage restated after the instruction, "
+                                                         "so the answer starts copying"),
+                    paired_with="random",
+                    help="repeat-the-text prompts: an instruction, a word passage, its first words restated; the "
+                         "answer copies from the prompt (same lengths as random with the same seed)")
 def _copy(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], None]:
     n, primer = _count(common), opts["primer_words"]
     if primer < 1:
@@ -198,10 +189,8 @@ def _copy(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[li
     out = []
     for i in range(n):
         lr = _rng(lengths_seed, "request", i)  # as in ``random``: the twin gets identical lengths
-        n_in, n_out = (
-            _length(lr, common.input_tokens, common.input_range),
-            _length(lr, common.output_tokens, common.output_range),
-        )
+        n_in, n_out = (_length(lr, common.input_tokens, common.input_range),
+                       _length(lr, common.output_tokens, common.output_range))
         prompt = _copy_prompt(n_in, COPY_INSTRUCTIONS[i % len(COPY_INSTRUCTIONS)], primer, content_seed, i, tok)
         out.append(Request(index=i, input_tokens=n_in, output_tokens=n_out, prompt=prompt))
     return out, None
@@ -234,67 +223,38 @@ def _prefixed(common: Common, opts: dict[str, Any], tok: ExactTokenizer, shared:
         prefix = group_prefix[g] if shared else tok.text(prefix_len, _rng(content_seed, "unique-prefix", i))
         suffix = tok.text(suffix_len, _rng(content_seed, "suffix", i), after=prefix)
         n_out = _length(_rng(lengths_seed, "request", i), common.output_tokens, common.output_range)
-        out.append(
-            Request(
-                index=i,
-                input_tokens=prefix_len + suffix_len,
-                output_tokens=n_out,
-                prompt=prefix + suffix,
-                group=g,
-                prefix_tokens=prefix_len if shared else 0,
-            )
-        )
+        out.append(Request(index=i, input_tokens=prefix_len + suffix_len, output_tokens=n_out, prompt=prefix + suffix,
+                           group=g, prefix_tokens=prefix_len if shared else 0))
     return out, None
 
 
-@register_generator(
-    "shared-prefix",
-    *_PREFIX_OPTIONS,
-    paired_with="unique-prefix",
-    count=_prefixed_count,
-    help="G groups x P prompts sharing an L-token prefix per group, Q-token unique suffix",
-)
+@register_generator("shared-prefix", *_PREFIX_OPTIONS, paired_with="unique-prefix", count=_prefixed_count,
+                    help="G groups x P prompts sharing an L-token prefix per group, Q-token unique suffix")
 def _shared(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], None]:
     return _prefixed(common, opts, tok, shared=True)
 
 
-@register_generator(
-    "unique-prefix",
-    *_PREFIX_OPTIONS,
-    paired_with="shared-prefix",
-    count=_prefixed_count,
-    help="paired twin of shared-prefix: identical token lengths, no shared prefix",
-)
+@register_generator("unique-prefix", *_PREFIX_OPTIONS, paired_with="shared-prefix", count=_prefixed_count,
+                    help="paired twin of shared-prefix: identical token lengths, no shared prefix")
 def _unique(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], None]:
     return _prefixed(common, opts, tok, shared=False)
 
 
-@register_generator(
-    "long-context",
-    Option("context_tokens", int, 4096, "input length of every request", minimum=1),
-    help="long inputs of exactly --context-tokens tokens, short outputs",
-)
+@register_generator("long-context", Option("context_tokens", int, 4096, "input length of every request", minimum=1),
+                    help="long inputs of exactly --context-tokens tokens, short outputs")
 def _long(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], None]:
     n, n_in = _count(common), opts["context_tokens"]
     content_seed, lengths_seed = common.seed_for("content"), common.seed_for("lengths")
-    return [
-        Request(
-            index=i,
-            input_tokens=n_in,
-            prompt=tok.text(n_in, _rng(content_seed, "prompt", i)),
-            output_tokens=_length(_rng(lengths_seed, "request", i), common.output_tokens, common.output_range),
-        )
-        for i in range(n)
-    ], None
+    return [Request(index=i, input_tokens=n_in, prompt=tok.text(n_in, _rng(content_seed, "prompt", i)),
+                    output_tokens=_length(_rng(lengths_seed, "request", i), common.output_tokens, common.output_range))
+            for i in range(n)], None
 
 
-@register_generator(
-    "multi-turn",
-    Option("conversations", int, 4, "number of conversations", minimum=1),
-    Option("turns", int, 3, "user turns per conversation", minimum=1),
-    help="chat conversations; turn t re-sends the full history (fixed synthetic assistant replies)",
-    count=lambda common, opts: _product(common, opts["conversations"], opts["turns"], "--conversations x --turns"),
-)
+@register_generator("multi-turn", Option("conversations", int, 4, "number of conversations", minimum=1),
+                    Option("turns", int, 3, "user turns per conversation", minimum=1),
+                    help="chat conversations; turn t re-sends the full history (fixed synthetic assistant replies)",
+                    count=lambda common, opts: _product(common, opts["conversations"], opts["turns"],
+                                                        "--conversations x --turns"))
 def _multi_turn(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tuple[list[Request], None]:
     n_conv, n_turns = opts["conversations"], opts["turns"]
     content_seed, lengths_seed = common.seed_for("content"), common.seed_for("lengths")
@@ -304,22 +264,12 @@ def _multi_turn(common: Common, opts: dict[str, Any], tok: ExactTokenizer) -> tu
     for turn in range(n_turns):  # turn-major, so every re-sent history was sent before
         for c in range(n_conv):
             lr = _rng(lengths_seed, "turn", c, turn)
-            n_user, n_out = (
-                _length(lr, common.input_tokens, common.input_range),
-                _length(lr, common.output_tokens, common.output_range),
-            )
+            n_user, n_out = (_length(lr, common.input_tokens, common.input_range),
+                             _length(lr, common.output_tokens, common.output_range))
             user = {"role": "user", "content": tok.text(n_user, _rng(content_seed, "user", c, turn))}
             messages = (*histories[c], user)
-            out.append(
-                Request(
-                    index=len(out),
-                    input_tokens=history_tokens[c] + n_user,
-                    output_tokens=n_out,
-                    messages=tuple(messages),
-                    conversation=c,
-                    turn=turn,
-                )
-            )
+            out.append(Request(index=len(out), input_tokens=history_tokens[c] + n_user, output_tokens=n_out,
+                               messages=tuple(messages), conversation=c, turn=turn))
             reply = {"role": "assistant", "content": tok.text(n_out, _rng(content_seed, "assistant", c, turn))}
             histories[c] = [*messages, reply]
             history_tokens[c] += n_user + n_out
@@ -343,9 +293,8 @@ def check_options(kind: str, common: Common, options: dict[str, Any]) -> dict[st
         raise InvalidInput(f"--high-priority-fraction {common.high_priority_fraction}: must be in [0, 1]")
     for dim in common.dimensions:
         if abs(common.seed_for(dim)) >= MAX_SEED:
-            raise InvalidInput(
-                f"the {dim} seed {common.seed_for(dim)} (--seed or --{dim}-seed): must be within +-2**64"
-            )
+            raise InvalidInput(f"the {dim} seed {common.seed_for(dim)} (--seed or --{dim}-seed): must be within "
+                               "+-2**64")
     if common.requests is not None and not 1 <= common.requests <= MAX_REQUESTS:
         raise InvalidInput(f"--requests {common.requests}: must be in [1, {MAX_REQUESTS}]")
     for o in gen.options:
@@ -366,24 +315,12 @@ def make_workload(kind: str, common: Common, options: dict[str, Any], tokenizer_
     if common.high_priority_fraction:
         tags = priorities(len(requests), common.high_priority_fraction, common.seed_for("priority"))
         requests = [Request(**{**r.__dict__, "priority": p}) for r, p in zip(requests, tags, strict=True)]
-    params = {
-        "version": GENERATOR_VERSION,
-        "seed": common.seed,
-        "input_tokens": common.input_tokens,
-        "output_tokens": common.output_tokens,
-        "input_range": common.input_range,
-        "output_range": common.output_range,
-        "requests": common.requests,
-        **{
-            o.name: (
-                Path(opts[o.name]).name
-                if o.name in INPUT_FILES and isinstance(opts[o.name], (str, Path))
-                else opts[o.name]
-            )
-            for o in gen.options
-            if not (o.omit_default and opts[o.name] == o.default)
-        },
-    }
+    params = {"version": GENERATOR_VERSION, "seed": common.seed, "input_tokens": common.input_tokens,
+              "output_tokens": common.output_tokens,
+              "input_range": common.input_range, "output_range": common.output_range, "requests": common.requests,
+              **{o.name: (Path(opts[o.name]).name if o.name in INPUT_FILES and isinstance(opts[o.name], (str, Path))
+                          else opts[o.name])
+                 for o in gen.options if not (o.omit_default and opts[o.name] == o.default)}}
     for name in INPUT_FILES:  # an input file is named by its content, not its path
         if isinstance(opts.get(name), (str, Path)):
             params[f"{name}_sha256"] = sha256_file(opts[name])
