@@ -69,7 +69,7 @@ def test_run_reports_grid_and_boundary() -> None:
     ({"gpu_memory_utilization": 1.5}, "--gpu-memory-utilization must be at most 1"),
     ({"block_size": 0}, "--block-size must be at least 1"),
     ({"batches": (0, 2)}, "--batches must be at least 1"),
-    ({"batches": ()}, "need at least one value"),
+    ({"batches": ()}, "needs at least one value"),
     ({"activation_bytes": -5}, "--activation-bytes must be at least 0"),
     ({"kv_dtype": "int3"}, "--kv-dtype: 'int3' is not one of"),
     ({"model": "GPT-9"}, "unknown model"),
