@@ -310,7 +310,8 @@ def test_bundle_python_installs_only_locked_wheels(tmp_path: Path):
         zf.writestr("pkg-1.0.data/purelib/pkg_extra.py", "X = 2\n")
     digest = hashlib.sha256(good.read_bytes()).hexdigest()
     lock = tmp_path / "x.lock"
-    lock.write_text(f"pkg==1.0 \\\n    --hash=sha256:{digest}\n")
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"  # the lock names the interpreter its wheels are for
+    lock.write_text(f"# Target: CPython {here}, any platform; wheels only.\npkg==1.0 \\\n    --hash=sha256:{digest}\n")
     tool = [
         sys.executable,
         str(REPO_ROOT / "benchmarks" / "bundle_python.py"),

@@ -123,7 +123,7 @@ def test_invalid_kvcache_configs() -> None:
         KvCacheConfig(shared_workload="a.jsonl")
     with pytest.raises(InvalidInput, match="--managers: 'lru' is not one of"):
         KvCacheConfig(managers=("lru",))
-    with pytest.raises(InvalidInput, match="at least one block manager"):
+    with pytest.raises(InvalidInput, match="--managers: needs at least one value"):
         KvCacheConfig(managers=())
 
 
