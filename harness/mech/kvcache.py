@@ -73,8 +73,6 @@ class KvCacheConfig(MechConfig):
             raise InvalidInput("give --trace or --shared-workload/--unique-workload, not both")
         if self.trace:
             check_slice(self.trace_slice())
-        if not self.managers:
-            raise InvalidInput("--managers needs at least one block manager", hint="choose from " + ", ".join(POOLS))
         if not self.shared_workload and self.prefix_tokens >= self.input_mean:
             raise InvalidInput(f"--prefix-tokens ({self.prefix_tokens}) must be below --input-mean "
                                f"({self.input_mean})")

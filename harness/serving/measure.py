@@ -183,6 +183,12 @@ def endpoint_answers(endpoint: str, timeout_s: float = 3.0) -> bool:
     return False
 
 
+def metrics_urls_of(cfg: MeasureConfig) -> list[str]:
+    """Every replica's /metrics (client-spread endpoints), else the one endpoint's (or the given metrics URL)."""
+    return [u.rstrip("/") + "/metrics" for u in cfg.endpoints] or [
+        cfg.metrics_url or cfg.endpoint.rstrip("/") + "/metrics"]
+
+
 def scrape_all(urls: list[str], timeout_s: float = SCRAPE_TIMEOUT_S) -> Scrape:
     """One scrape, or several replicas' texts concatenated: the parse sums every series over them."""
     if len(urls) == 1:
@@ -294,9 +300,7 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
         raise InvalidInput(f"--out {out_dir}: cannot create the run directory: {exc.strerror or exc}") from None
     requests_path = out_dir / REQUESTS_FILE
     RecordWriter(requests_path, truncate=True).close()
-    metrics_urls = [u.rstrip("/") + "/metrics" for u in cfg.endpoints] or [
-        cfg.metrics_url or cfg.endpoint.rstrip("/") + "/metrics"
-    ]
+    metrics_urls = metrics_urls_of(cfg)
     metrics_url = metrics_urls[0]
     shares = _shares(cfg, workload, requests_path, closed, cap)
 
@@ -346,9 +350,7 @@ def _write_outputs(
     cap: int | None,
 ) -> MeasureOutcome:
     """After the client: the second scrape, a record for every request, the gauges, the result and the summary."""
-    metrics_urls = [u.rstrip("/") + "/metrics" for u in cfg.endpoints] or [
-        cfg.metrics_url or cfg.endpoint.rstrip("/") + "/metrics"
-    ]
+    metrics_urls = metrics_urls_of(cfg)
     requests_path = out_dir / REQUESTS_FILE
     before_path = _save_scrape(out_dir, METRICS_BEFORE, before)
     # An interrupted run against a stalled server must not wait out the full scrape timeout.
