@@ -108,12 +108,13 @@ def read_claims(history: History, plan: Plan, *, seed: int, resamples: int, repe
     """The primary claim is the headline; secondaries (Holm-corrected) and every control go into ``details``."""
     if margin is None:
         margin = getattr(history.cfg, "margin", None)
+    start = history.start_control  # a cited A/A start control bounds the cross-start claims and controls
     results = [claim_effect(history.runs, c, seed=seed + i, resamples=resamples, design=design_of(plan, c),
-                            margin=margin) for i, c in enumerate(plan.claims)]
+                            margin=margin, start=start) for i, c in enumerate(plan.claims)]
     p_i = primary_index(plan)
     primary = results[p_i] if results else None
     controls = [claim_effect(history.runs, c, seed=seed + 100 + i, resamples=resamples, design=design_of(plan, c),
-                             margin=margin) for i, c in enumerate(plan.controls)]
+                             margin=margin, start=start) for i, c in enumerate(plan.controls)]
     control_rows = {id(r): control_entry(r, primary) for r in controls if r}
     details: dict[str, Any] = {"claims": secondary_entries(results, p_i), "controls": list(control_rows.values())}
     entries = iter(details["claims"])

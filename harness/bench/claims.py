@@ -3,15 +3,18 @@
 ``claim_effect`` pairs the repeats where both arms completed and were valid (an invalid
 arm run is left out of every effect it would distort, and listed), computes the paired
 effect (``stats``) and applies ``stats.decide`` with the claim's margin and the design's
-evidence level. ``control_entry`` reads a control as a TOST; ``secondary_entries``
-Holm-corrects the secondary claims.
+evidence level; a cross-start claim whose metric a cited A/A start control bounds has its
+interval widened by that bound and counts as paired (``bounded_by_start_control``).
+``control_entry`` reads a control as a TOST; ``secondary_entries`` Holm-corrects the
+secondary claims.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.bench.metrics import Metric
 from harness.bench.records import ArmRun
@@ -34,8 +37,12 @@ from harness.bench.stats import (
     p_beyond,
     paired_ratio_effect,
     repeat_ratio_effect,
+    widened,
 )
 from harness.contract import Effect
+
+if TYPE_CHECKING:
+    from harness.bench.startcontrol import StartControl
 
 VALIDITY_CONSEQUENCE = "invalid arm runs are left out of every effect and figure (listed under validity.excluded)"
 
@@ -53,6 +60,7 @@ class ClaimResult:
     finding: str = "undetermined"
     stats: PairedEffect | None = None
     excluded: tuple[str, ...] = ()
+    start_control: dict[str, Any] | None = None  # the A/A start control that bounded this cross-start claim
 
     def to_dict(self) -> dict[str, Any]:
         eff = self.stats
@@ -65,7 +73,8 @@ class ClaimResult:
                 "p_sign_flip": eff.p_sign if eff else None,
                 "request_level_ci": list(eff.request_ci) if eff and eff.request_ci else None,
                 "request_design": eff.request_design if eff and eff.request_ci else None,
-                "validity": {"consequence": VALIDITY_CONSEQUENCE, "excluded": list(self.excluded)}}
+                "validity": {"consequence": VALIDITY_CONSEQUENCE, "excluded": list(self.excluded)},
+                "start_control": self.start_control}
 
 
 def paired_runs(runs: Sequence[ArmRun], a: str, b: str) -> list[tuple[ArmRun, ArmRun]]:
@@ -115,9 +124,28 @@ def _samples(metric: Metric, claim: Claim, pairs: Sequence[tuple[ArmRun, ArmRun]
     return out
 
 
+def bounded_by_start_control(eff: PairedEffect, metric: str, design: Design, start: StartControl | None
+                             ) -> tuple[PairedEffect, Design, dict[str, Any] | None, str]:
+    """A cross-start effect widened by the cited A/A bound of its metric (then ``cross-start-bounded``), with the
+    record and the sentence that say so; any other effect as it is."""
+    if design != "cross-start" or start is None:
+        return eff, design, None, ""
+    b = start.bound(metric)
+    if b is None:
+        why = start.unbounded.get(metric) or "it measured no such metric"
+        return eff, design, None, f"the A/A start control {start.run_id} does not bound {metric} ({why})"
+    record = {"run_id": start.run_id, "manifest": start.citation.get("manifest"), "bound_log": b,
+              "bound_pct": 100 * math.expm1(b)}
+    return (widened(eff, b), "cross-start-bounded", record,
+            f"cross-start, bounded by the A/A start control {start.run_id} (±{math.expm1(b):.1%}, interval widened "
+            "by it on the log scale)")
+
+
 def claim_effect(runs: Sequence[ArmRun], claim: Claim, *, seed: int, resamples: int,
-                 design: Design = "interleaved", margin: float | None = None) -> ClaimResult | None:
-    """The claim's paired effect and verdict, or None without a completed valid pair."""
+                 design: Design = "interleaved", margin: float | None = None,
+                 start: StartControl | None = None) -> ClaimResult | None:
+    """The claim's paired effect and verdict, or None without a completed valid pair (``start``: a cited A/A
+    start control, which bounds a cross-start claim)."""
     metric = claim.metric
     pairs = paired_runs(runs, claim.baseline, claim.treatment)
     refuse = ""
@@ -138,14 +166,17 @@ def claim_effect(runs: Sequence[ArmRun], claim: Claim, *, seed: int, resamples: 
             return None
         eff = repeat_ratio_effect(values, resamples=resamples, seed=seed, name=metric.name)
     m = margin_of(claim, margin)
-    verdict = decide(eff, better=metric.better, margin=m, design=design, refuse=refuse)
+    eff, level_design, bounded, note = bounded_by_start_control(eff, metric.name, design, start)
+    verdict = decide(eff, better=metric.better, margin=m, design=level_design, refuse=refuse)
+    reason = f"{verdict.reason}; {note}" if note else verdict.reason
     effect = Effect(metric=metric.name, estimator=f"ratio B/A of {eff.statistic} per repeat, geometric mean",
                     value=eff.value, ci_low=eff.ci_low, ci_high=eff.ci_high, confidence=eff.confidence,
                     no_effect=NO_EFFECT_RATIO, better=metric.better, method=eff.method, n_pairs=eff.n_pairs,
                     arm_a=claim.baseline, arm_b=claim.treatment, margin=m, unit=eff.unit,
                     n_requests=eff.n_requests, p_value=eff.p_sign, finding=verdict.finding)
-    return ClaimResult(claim, effect, verdict.decision, verdict.evidence_level, verdict.reason, eff.per_repeat,
-                       design, m, verdict.finding, eff, tuple(excluded_runs(runs, (claim.baseline, claim.treatment))))
+    return ClaimResult(claim, effect, verdict.decision, verdict.evidence_level, reason, eff.per_repeat,
+                       design, m, verdict.finding, eff, tuple(excluded_runs(runs, (claim.baseline, claim.treatment))),
+                       bounded)
 
 
 def primary_index(plan: Plan) -> int:

@@ -43,6 +43,7 @@ from harness.bench.spec import (
     Plan,
     WorkloadPlan,
 )
+from harness.bench.startcontrol import CITED_KEY, start_control_for
 from harness.client import read_records
 from harness.contract import Failure
 from harness.contract.jsonio import read_json
@@ -293,13 +294,9 @@ def run_bench(
     started = time.monotonic()
     model = ensure_model(cfg.model, progress=reporter)
     plan = early[1] if early and early[0].path == model.path else checked_plan(spec, cfg, model)
-    plan, refused = prepare(
-        plan,
-        placement,
-        base_config(cfg, placement, model),
-        lambda v: get_backend(v.backend or placement.backend),
-        model_dir_of,
-    )
+    plan, refused = prepare(plan, placement, base_config(cfg, placement, model),
+                            lambda v: get_backend(v.backend or placement.backend), model_dir_of)
+    start, cited, note = start_control_for(spec.semantic_id, cfg.aa_control, root, placement.backend, model)
     rd = RunDirectory.create(
         root / spec.out_root(cfg),
         semantic_id=spec.semantic_id,
@@ -312,6 +309,7 @@ def run_bench(
             "runtime": placement.runtime,
             "notice": placement.notice,
             **dtype.record(),
+            **({CITED_KEY: cited} if cited else {}),
         },
         model=model.run_entry(),
         tokenizer=model.tokenizer_ref,
@@ -319,6 +317,9 @@ def run_bench(
     shown = rd.path.relative_to(root) if rd.path.is_relative_to(root) else rd.path
     reporter(f"bench-{spec.name}: run {rd.run_id} -> {shown}")
     bench = Bench(spec, cfg, placement, model, plan, rd, reporter)
+    bench.history.start_control = start
+    if note:
+        reporter(note)
     bench.refused.update(refused)  # decided before any start: devices, or what the engine release lacks
     for name, why in refused.items():
         reporter(f"server {name}: capability_missing here, not started: {why}")
@@ -350,7 +351,9 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
         ).with_figures(claim_figures(history, plan, spec.title))
     reading = reading.with_capability_missing(bench.refused)
     labels = list(dict.fromkeys([*(a.label for a in plan.arms), *(r.label for r in history.runs)]))
+    cited = bench.rd.record.effective.get(CITED_KEY)
     extra = {
+        **({CITED_KEY: cited} if cited else {}),
         "servers": list(bench.servers.values()),
         "workloads": {
             k: {"path": str(w.path.relative_to(rd.path)), "workload_id": w.workload_id}

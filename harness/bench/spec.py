@@ -78,6 +78,8 @@ class BenchConfig(KnobConfig):
                                       "(default: each claim's or metric's, 5 %)", min=0)
     out_root: Path | None = knob(None, "root of the run directories (default: runs/NN)")
     sign: bool = knob(True, "sign the run directory into manifests/")
+    aa_control: str = knob("latest", "A/A start control to cite for cross-start claims: latest (the newest "
+                           "bench-00 run, if it ran on this host), none, or a manifest path")
     dtype: str | None = knob(None, "served dtype (default on vllm-cpu: bfloat16 where the CPU has AMX or AVX-512 "
                              "BF16, else float32; GPU backends: auto); the choice and its reason go to run.json",
                              choices=SERVED_DTYPES)
@@ -166,6 +168,7 @@ class History:
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # servers.json's records, kept current
     refused: dict[str, str] = field(default_factory=dict)  # optional server variants the engine refused: message
     run_dir: Path | None = None  # the run directory: server logs (servers/server-<variant>.log) and arm files
+    start_control: Any = None  # the cited A/A start control (``startcontrol.StartControl``), read by the claims
 
     def server_log(self, name: str) -> str:
         """Server variant ``name``'s log as written so far ('' when it has none)."""

@@ -16,8 +16,10 @@ ratio band ``[1/(1+m), 1+m]`` around no effect):
   * reject       — it lies entirely beyond the margin on the other side,
   * inconclusive — anything else; "no material effect" when it lies inside the band.
 adopt/reject need ``paired`` evidence: ``MIN_PAIRED_REPEATS`` repeats of arms interleaved
-on one start or on alternating restarts. Cross-start contrasts are ``repeated``; fewer
-repeats are ``single``; both cap the decision at inconclusive, with the reason.
+on one start or on alternating restarts. Cross-start contrasts are ``repeated`` unless an A/A
+start control measured on this host bounds the start-to-start shift (``widened``: the interval
+grows by that bound on the log scale, design ``cross-start-bounded``, evidence ``paired``); fewer
+repeats are ``single``; ``repeated`` and ``single`` cap the decision at inconclusive, with the reason.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ DEFAULT_MARGIN = 0.05  # a 5 % change: below it a serving setting is not worth s
 CONTROL_SHARE = 0.2  # a control shift worth 20 % of the claim's log effect could explain a material share
 SIGN_FLIP_EXACT_MAX = 16  # repeats up to which the sign-flip p enumerates every flip
 
-Design = Literal["interleaved", "alternating", "cross-start"]
+Design = Literal["interleaved", "alternating", "cross-start", "cross-start-bounded"]
 Better = Literal["lower", "higher"]
 Statistic = Callable[..., float]
 
@@ -93,6 +95,7 @@ class PairedEffect:
     resamples: int = 0
     seed: int = 0
     request_design: str = "joint"
+    widened_log: float = 0.0  # start-to-start bound added to each end of the interval (log scale; A/A control)
 
     @property
     def n_pairs(self) -> int:
@@ -108,7 +111,9 @@ class PairedEffect:
         if self.unit == "request":
             return (f"one repeat: {self.request_design} request bootstrap ({self.resamples} resamples, seed "
                     f"{self.seed}), percentile interval; {est}")
-        return f"Student t on per-repeat log ratios, {self.df} df, unit = repeat; {est}"
+        widened = (f", widened by ±{self.widened_log:.4f} on the log scale (A/A start-to-start bound)"
+                   if self.widened_log else "")
+        return f"Student t on per-repeat log ratios, {self.df} df, unit = repeat{widened}; {est}"
 
 
 @dataclass(frozen=True)
@@ -271,6 +276,12 @@ def _replace(eff: PairedEffect, **changes: object) -> PairedEffect:
     return dataclasses.replace(eff, **changes)  # type: ignore[arg-type]
 
 
+def widened(eff: PairedEffect, bound_log: float) -> PairedEffect:
+    """The interval widened by a start-to-start bound ``b`` on the log scale: ``[lo - b, hi + b]``."""
+    return _replace(eff, ci_low=eff.ci_low * math.exp(-bound_log), ci_high=eff.ci_high * math.exp(bound_log),
+                    widened_log=eff.widened_log + bound_log)
+
+
 def repeat_ratio_effect(
     pairs: Sequence[tuple[float, float]],
     *,
@@ -347,7 +358,8 @@ def p_beyond(effect: PairedEffect, *, better: Better, margin: float) -> float:
         beyond = finding(effect, better=better, margin=margin) == "material gain"
         return 0.0 if beyond else 1.0
     threshold = -math.log1p(margin) if better == "lower" else math.log1p(margin)
-    t = (effect.log_mean - threshold) / effect.log_se
+    shift = effect.widened_log if better == "lower" else -effect.widened_log  # the widened end must clear it
+    t = (effect.log_mean + shift - threshold) / effect.log_se
     return t_cdf(t, effect.df) if better == "lower" else 1 - t_cdf(t, effect.df)
 
 

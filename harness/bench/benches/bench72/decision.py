@@ -188,7 +188,8 @@ def _duel_claim(history: History, ranked: Sequence[Searched], duel: Mapping[str,
         seed=history.cfg.seed,
         resamples=history.cfg.resamples,
         design="cross-start",
-    )  # two kept-up starts
+        start=history.start_control,
+    )  # two kept-up starts: paired only where a cited A/A start control bounds the duel's metric
 
 
 def _no_slo() -> Decision:
