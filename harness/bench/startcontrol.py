@@ -132,7 +132,8 @@ def cite_start_control(choice: str, root: Path, here: Mapping[str, Any]) -> tupl
         if choice != "latest":
             raise
         return None, f"{exc.message.removeprefix(where + ': ')}: not cited; cross-start contrasts stay repeated"
-    shown = ", ".join(f"{k} ±{math.expm1(b):.1%}" for k, b in control.bounds.items()) or "no metric"
+    shown = (", ".join(f"{k} ±{math.expm1(b):.1%}" for k, b in control.bounds.items())
+             or "it bounds no metric, so cross-start contrasts stay repeated")
     return control, f"cited A/A start control {control.run_id} ({citation.to_dict(root)['manifest']}): {shown}"
 
 
