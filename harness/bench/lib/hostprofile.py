@@ -85,8 +85,8 @@ class BenchLoad:
 # The defaults of each `make bench-NN` on the CPU default, in those units, from each bench's Config defaults and
 # plan (arms x requests x repeats, server starts); ``fixed_s``: what the design fixes whatever the host.
 DEFAULT_LOADS = (
-    # the A/A start control: 2 starts x (5 repeats x 4 requests + 2 warm-up)
-    BenchLoad("00", server_starts=2, requests=2 * (5 * 4 + 2), input_tokens=32, output_tokens=8),
+    # the A/A start control: 2 starts x (8 repeats x 4 requests + 2 warm-up)
+    BenchLoad("00", server_starts=2, requests=2 * (8 * 4 + 2), input_tokens=32, output_tokens=8),
     # 3 arms (shared, unique, cache-off) x 8 requests x 3 repeats; two server starts
     BenchLoad("69", server_starts=2, requests=3 * 8 * 3, input_tokens=1056, output_tokens=16),
     # a >= 60 s refilling probe, then 5 levels each >= 60 s of arrivals, on one start

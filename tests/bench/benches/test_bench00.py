@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from harness.backends.base import BackendConfig
+from harness.bench import placement as placement_mod
 from harness.bench import runner as runner_mod
 from harness.bench.benches import bench00
 from harness.bench.startcontrol import CITED_KEY, DETAILS_KEY, SEMANTIC_ID, cite_start_control
@@ -15,6 +17,7 @@ from harness.contract.schemas import validate_file
 from harness.errors import InvalidInput
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.progress import Reporter
+from harness.runtime.base import ServerSpec
 from tests.bench import test_bench_runner as citing
 from tests.bench.test_bench_runner import bench_env  # noqa: F401  (fixture: the stand-in engine as backend "fake")
 from tests.bench_runs import run_bench
@@ -23,16 +26,33 @@ from tests.vllm_cpu_model import prepared_model_or_skip
 METRICS = ["ttft_ms.p50", "tpot_ms.p50", "e2e_ms.p50", "output_tokens_per_s"]
 
 
-def run_aa(root, **overrides):
-    # the stand-in's latencies are milliseconds, so its start-to-start jitter is large in relative terms: a wide
-    # limit lets it certify, which is what the citing half needs
-    cfg = bench00.Config(backend="fake", runtime="local", requests=3, warmup_requests=1, resamples=200,
+class SteadyStandIn(citing.FakeBackend):
+    """The stand-in with latencies long enough (TTFT 150 ms, 15 ms a token) that scheduler jitter on a busy host
+    stays a few per cent of them."""
+
+    def server_spec(self, cfg: BackendConfig) -> ServerSpec:
+        spec = super().server_spec(cfg)
+        return ServerSpec(argv=(*spec.argv, "--ttft-ms", "150", "--gap-ms", "15"), port=spec.port, env=spec.env)
+
+
+def run_aa(root, monkeypatch, **overrides):
+    steady = SteadyStandIn()
+    with monkeypatch.context() as m:
+        m.setattr(runner_mod, "get_backend", lambda name: steady)
+        m.setattr(placement_mod, "get_backend", lambda name: steady)
+        return _run_aa(root, **overrides)
+
+
+def _run_aa(root, **overrides):
+    # a wide limit lets the stand-in certify whatever its jitter, which is what the citing half needs
+    cfg = bench00.Config(backend="fake", runtime="local", repeats=5, requests=3, warmup_requests=1, resamples=200,
                          bound_limit=1.0, **overrides)
     return runner_mod.run_bench(bench00.SPEC, cfg, root=root, reporter=Reporter(io.StringIO(), every_s=60))
 
 
-def test_the_aa_control_bounds_each_metric_and_a_cross_start_bench_on_this_host_cites_it(bench_env):  # noqa: F811
-    aa = run_aa(bench_env)
+def test_the_aa_control_bounds_each_metric_and_a_cross_start_bench_on_this_host_cites_it(bench_env,  # noqa: F811
+                                                                                         monkeypatch):
+    aa = run_aa(bench_env, monkeypatch)
     assert validate_file(aa.run_dir / "comparison.json") == []
     concl = aa.result["conclusion"]
     assert (concl["evidence_level"], concl["decision"]) == ("repeated", "inconclusive")
@@ -87,14 +107,18 @@ def test_a_named_aa_manifest_that_is_missing_is_refused_before_anything_is_writt
 
 @pytest.mark.slow
 def test_real_aa_control_starts_two_servers_and_bounds_the_shift(tmp_path):
-    """The smallest real A/A: two vllm-cpu starts, 5 repeats of 2 short requests each."""
+    """The smallest real A/A: two vllm-cpu starts, 8 repeats (>= 5 valid pairs on a quiet host) of 2 short
+    requests each."""
     prepared_model_or_skip()
     done = run_bench(tmp_path, "00", SEMANTIC_ID, "--requests", "2", "--input-tokens", "16", "--output-tokens", "4",
                      "--warmup-requests", "1", "--resamples", "300", timeout_s=900)
     result = json.loads((done.run_dir / "comparison.json").read_text())
     rows = result["details"][DETAILS_KEY]["rows"]
     assert [r["metric"] for r in rows] == METRICS
-    assert all(r["n_repeats"] == 5 and r["ci_low"] <= r["ratio"] <= r["ci_high"] for r in rows)
+    valid = {(r["label"], r["repeat"]) for r in result["details"]["arm_runs"] if r["valid"]}
+    pairs = sum((bench00.FIRST, k) in valid and (bench00.SECOND, k) in valid for k in range(1, 9))
+    assert all(r["n_repeats"] == pairs and r["ci_low"] <= r["ratio"] <= r["ci_high"] for r in rows)
+    assert all(r["bounded"] == (pairs >= 5 and r["bound_pct"] <= 10.0) for r in rows)
     assert result["conclusion"]["summary"].startswith("start-to-start shift ")
     assert len(json.loads((done.run_dir / "servers" / "servers.json").read_text())["servers"]) == 2
     assert done.manifest.is_file()
