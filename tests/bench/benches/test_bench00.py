@@ -73,6 +73,7 @@ def test_the_aa_control_bounds_each_metric_and_a_cross_start_bench_on_this_host_
     # sequential order: slow and fast each on their own start, so the claim crosses starts
     outcome, log = citing.run(bench_env, slow_ttft_ms=80.0, repeats=5, order="sequential")
     assert f"cited A/A start control {aa.run_dir.name}" in log
+    assert f"cited A/A start control {aa.run_dir.name}" in (outcome.run_dir / "summary.txt").read_text()
     cited = json.loads((outcome.run_dir / "run.json").read_text())["effective"][CITED_KEY]
     assert cited["requested"] == "latest" and cited["cited"]["citation"]["run_id"] == aa.run_dir.name
     assert outcome.result["details"][CITED_KEY] == cited
