@@ -45,7 +45,7 @@ def start_rows(results: Sequence[ClaimResult | None], limit: float, min_repeats:
         eff = res.effect
         b = log_bound(eff.ci_low, eff.ci_high)
         n = eff.n_pairs
-        why = "; ".join([*([f"only {n} repeat(s) per start (< {min_repeats})"] if n < min_repeats else []),
+        why = "; ".join([*([f"only {n} valid pair(s) of repeats (< {min_repeats})"] if n < min_repeats else []),
                          *([f"bound ±{math.expm1(b):.1%} exceeds the limit ±{limit:.1%}"]
                            if b > math.log1p(limit) else [])])
         rows.append({"metric": eff.metric, "title": res.claim.metric.title, "ratio": eff.value,

@@ -118,6 +118,6 @@ def test_the_aa_rows_bound_each_metric_and_refuse_a_wide_or_short_one():
     assert not wrow["bounded"] and "exceeds the limit ±2.0%" in wrow["why_not"]
     short = runs(1.0, repeats=3, labels=(bench00.FIRST, bench00.SECOND))
     (srow,) = start_rows([claim_effect(short, plan.claims[0], seed=0, resamples=200, design="cross-start")], 0.1, 5)
-    assert not srow["bounded"] and "only 3 repeat(s)" in srow["why_not"]
+    assert not srow["bounded"] and "only 3 valid pair(s) of repeats" in srow["why_not"]
     cited = control_of([row, {**wrow, "metric": "tpot_ms.p50"}], "aa", CITATION)
     assert set(cited.bounds) == {TTFT_P50.name} and "exceeds" in cited.unbounded["tpot_ms.p50"]
