@@ -44,9 +44,9 @@ METRICS = (TTFT_P50, TPOT_P50, E2E_P50, OUTPUT_TOKENS_PER_S)
 
 @dataclass(frozen=True)
 class Config(BenchConfig):
-    """Defaults sized for about 3 minutes on 2 CPU cores with a warm compile cache (two server starts of about
-    70 s, then 2 x 8 runs of 4 short requests): 8 repeats, so that 5 pairs (Student t with 4 degrees of freedom)
-    survive when a loaded host makes a few runs invalid."""
+    """Defaults sized for about 2 minutes on 2 idle CPU cores with a warm compile cache (two server starts of about
+    40 s, then 2 x 8 runs of 4 short requests, about 2 s each): 8 repeats, so that 5 pairs (Student t with 4
+    degrees of freedom) survive when a loaded host makes a few runs invalid."""
 
     repeats: int = knob(8, "repeats per start (>= 5 valid pairs are needed to bound; 8 leave room for invalid runs)",
                         min=2)
