@@ -14,7 +14,8 @@ scheduler setting each, and every arm is predicted by the calibrated batching si
                the variant is capability_missing with the engine's reason, never a measured "no effect"
 
 A calibration arm replays the profiling plan on the first server at its start; the step-cost
-model fitted to it predicts every arm (or --cost-model-manifest cites a `make mech-calibrate` run).
+model fitted to it predicts every arm (or --cost-model-manifest cites a `make mech-calibrate` run),
+judged only on the repeats the calibration was not part of (bench70.heldout).
 """
 
 from __future__ import annotations
@@ -258,7 +259,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
             "open arms replay one bursty request list; static/continuous replay the same requests in a "
             f"closed loop of {cfg.concurrency}",
             "prefix caching off on every variant; caches reset per arm",
-            "the calibration arm is unmeasured for the claims: it fits the simulator's step costs",
+            "the calibration arm is unmeasured for the claims: it fits the simulator's step costs, and its "
+            "repeat is left out when the predictions are judged",
         ),
     )
     return replace(
