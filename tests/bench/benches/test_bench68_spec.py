@@ -52,7 +52,7 @@ def test_plan_pairs_every_variant_with_a_baseline_kept_up(model):
     # copy on every variant; the natural-text control on the n-gram variants only
     assert [p.planned_steps for p in plan.phases] == [12, 12, 6]
     assert [w.kind for w in plan.workloads] == ["copy", "natural", "random"] and not plan.workloads[2].measured
-    assert plan.workloads[2].common.input_tokens == cfg.input_tokens  # the warm-up takes copy's shape, not the control's
+    assert plan.workloads[2].common.input_tokens == cfg.input_tokens  # the warm-up: copy's shape
     assert len(plan.claims) == 3 * 2 + 2 * 2  # copy (E2E, TPOT) per variant, control (TPOT, tokens/s) per n-gram
     assert plan.claims[0].baseline == "copy/off@ngram-k2" and plan.claims[0].treatment == "copy/ngram-k2"
     assert plan.read is not None
