@@ -69,10 +69,12 @@ def test_a_control_with_high_acceptance_caps_the_n_gram_adopt(rate, copy_rate, w
     assert top.decision == "inconclusive" and "capped at inconclusive" in top.summary
 
 
-def test_a_control_whose_per_token_claim_reads_as_a_gain_fails_too():
-    control, top = read(0.1, natural_claim=GAIN)
-    assert not control["passed"] and "reads as a gain (material gain)" in control["arms"][0]["why"]
+def test_a_control_whose_per_token_claim_adopts_fails_too_and_a_gain_finding_is_recorded():
+    control, top = read(0.1, natural_claim=replace(GAIN, decision="adopt"))
+    assert not control["passed"] and "its TPOT claim adopts (x0.70)" in control["arms"][0]["why"]
     assert top.decision == "inconclusive"
+    control, top = read(0.1, natural_claim=GAIN)  # low acceptance with a material gain: echoed prose, not a loop
+    assert control["passed"] and control["arms"][0]["tpot_finding"] == "material gain" and top.decision == "adopt"
 
 
 def test_an_unmeasured_control_caps_and_a_reject_is_not_touched():

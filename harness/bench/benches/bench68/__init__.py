@@ -69,7 +69,7 @@ class Config(BenchConfig):
     """Defaults sized for <= 12 minutes on 2 CPU cores once the serving env and model are cached."""
 
     kv_cache_space_gib: int = knob(1, "CPU backends: KV-cache size in GiB per server (two are up at once)", min=1)
-    requests: int = knob(3, "requests per workload in every arm run (x --scale)", min=1)
+    requests: int = knob(3, "copy requests per arm run (x --scale)", min=1)
     input_tokens: int = knob(256, "prompt length in tokens (copy workload)", min=64)
     output_tokens: int = knob(48, "generated tokens per request (copy workload; ignore_eos: exact)", min=2)
     ngram_tokens: tuple[int, ...] = knob(

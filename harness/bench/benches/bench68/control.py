@@ -5,7 +5,8 @@ the chat API with end-of-sequence allowed, so a small model's repetition loops u
 cannot manufacture acceptance. Rule (stated in every result): for every n-gram arm, the control
 holds when its acceptance on ``natural`` is at or below ``--control-max-acceptance`` and at or
 below ``--control-max-copy-share`` of the same arm's acceptance on ``copy``, and its per-token
-claim (TPOT p50) neither adopts nor finds a material gain. Where it does not hold, or was not
+claim (TPOT p50) does not adopt (its finding, e.g. a material gain, is recorded beside it: prose
+that echoes the question gives lookup some real matches). Where it does not hold, or was not
 measured, every n-gram adopt is capped at inconclusive with the reason: the acceptance (or the
 speedup) would come from the workload, not the method. Answers end at EOS, so lengths differ by
 prompt; A and B run the same prompts, and under greedy decoding their outputs (and so their
@@ -26,8 +27,8 @@ WORKLOADS = ("copy",)  # every arm
 CONTROL = "natural"  # the n-gram arms' negative control
 CONTROL_CLIENT = {"api": "chat", "ignore_eos": False}  # the chat template ends an answer with EOS; max_tokens caps it
 RULE = ("negative control (natural workload, EOS allowed): for every n-gram arm, acceptance <= {abs:.0%} and <= "
-        "{share:.0%} of the same arm's copy acceptance, and its TPOT p50 claim neither adopts nor finds a material "
-        "gain; otherwise (or unmeasured) every n-gram adopt is capped at inconclusive")
+        "{share:.0%} of the same arm's copy acceptance, and its TPOT p50 claim does not adopt; otherwise (or "
+        "unmeasured) every n-gram adopt is capped at inconclusive")
 
 
 def workloads_of(kind: str) -> tuple[str, ...]:
@@ -48,7 +49,7 @@ def _arm_check(row: Row, copy: Row | None, max_acceptance: float, max_share: flo
     copy_rate = copy.acceptance.rate if copy and copy.acceptance else None
     limit = min(max_acceptance, max_share * copy_rate) if copy_rate is not None else max_acceptance
     claim = row.tpot
-    gain = claim is not None and (claim.decision == "adopt" or claim.finding == "material gain")
+    gain = claim is not None and claim.decision == "adopt"
     why = []
     if rate is None or claim is None:
         why.append("not measured (no acceptance or no completed pair)")
@@ -56,9 +57,10 @@ def _arm_check(row: Row, copy: Row | None, max_acceptance: float, max_share: flo
         why.append(f"acceptance {rate:.0%} > {limit:.0%}" + (f" (copy {copy_rate:.0%})" if copy_rate is not None
                                                             else ""))
     if gain and claim is not None:
-        why.append(f"TPOT x{claim.effect.value:.2f} reads as a gain ({claim.finding})")
+        why.append(f"its TPOT claim adopts (x{claim.effect.value:.2f})")
     return {"arm": row.arm, "acceptance": rate, "copy_acceptance": copy_rate, "limit": round(limit, 6),
-            "tpot_effect": claim.to_dict() if claim else None, "held": not why, "why": "; ".join(why)}
+            "tpot_effect": claim.to_dict() if claim else None, "tpot_finding": claim.finding if claim else None,
+            "held": not why, "why": "; ".join(why)}
 
 
 def negative_control(rows: Sequence[Row], max_acceptance: float, max_share: float,
@@ -81,7 +83,8 @@ def negative_control(rows: Sequence[Row], max_acceptance: float, max_share: floa
         text = "negative control (natural workload): not measured (no n-gram arm ran it): n-gram adopts are capped"
     elif held:
         text = "negative control (natural workload, EOS allowed): holds: " + ", ".join(
-            f"{c['arm']} acceptance {c['acceptance']:.0%} <= {c['limit']:.0%}" for c in checks)
+            f"{c['arm']} acceptance {c['acceptance']:.0%} <= {c['limit']:.0%} (TPOT {c['tpot_finding']})"
+            for c in checks)
     else:
         text = f"negative control (natural workload, EOS allowed) fails: {'; '.join(failed)}: n-gram adopts capped"
     return {"workload": CONTROL, "rule": RULE.format(abs=max_acceptance, share=max_share),

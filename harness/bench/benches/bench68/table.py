@@ -309,7 +309,8 @@ def decide_top(rows: Sequence[Row]) -> Top:
     decision = (
         "adopt" if head.decision == "adopt" else "reject" if head.decision.startswith("reject") else "inconclusive"
     )
-    also = [f"{r.label} (Holm p {r.holm_p:.3g})" for r, _ in ordered[1:] if r.decision == "adopt"]
+    also = [f"{r.label} (Holm p {r.holm_p:.3g})" for r, _ in ordered[1:]
+            if r.decision == "adopt" and r.role == "secondary"]
     if also:
         lines.append("secondary rows that also help after Holm's correction: " + ", ".join(also))
     e = claim.effect
