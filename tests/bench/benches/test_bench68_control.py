@@ -101,3 +101,22 @@ def test_like_for_like_lengths_and_terminations_are_recorded():
                                                    "requests": 2}
     assert like["greedy_agreement"]["identical"] == 8
     assert isinstance(runs[0].records[0], RequestRecord)
+
+
+def test_the_co_residence_shift_is_the_baseline_beside_a_variant_against_itself_alone():
+    from harness.bench.benches.bench68.coresidence import co_residence
+    from tests.bench.benches.test_speculative import run
+
+    def timed(label, repeat, end_s):  # 20 tokens from 0.1 s to end_s: TPOT = (end_s - 0.1) / 19 s
+        r = run(label, repeat, texts=("a", "b", "c", "d"))
+        return replace(r, records=tuple(replace(rec, end_s=end_s + 0.01 * rec.index) for rec in r.records))
+
+    runs = [timed(label, k, end) for k in (1, 2, 3)
+            for label, end in (("copy/off", 1.0), ("copy/off@ngram-k4", 1.225), ("copy/off@self-draft", 1.0))]
+    shift = co_residence(runs, ["ngram-k4", "self-draft", "draft-10L"], seed=0, resamples=200)
+    rows = {r["variant"]: r for r in shift["rows"]}
+    assert rows["ngram-k4"]["tpot_ms.p50"]["value"] == pytest.approx((1.225 + 0.015 - 0.1) / (1.015 - 0.1), rel=0.02)
+    assert rows["self-draft"]["tpot_ms.p50"]["value"] == pytest.approx(1.0)
+    assert rows["draft-10L"]["tpot_ms.p50"] is None  # no baseline runs beside it
+    assert shift["measured"] and "baseline beside ngram-k4: TPOT p50 x1.25" in "\n".join(shift["lines"])
+    assert not co_residence(runs[1:2], ["ngram-k4"], seed=0, resamples=200)["measured"]

@@ -85,7 +85,11 @@ def test_bench68_reads_acceptance_identity_and_decides_per_workload(bench_env):
     assert copy["greedy_agreement"]["compared"] == 15 and copy["prediction"]["cost_ratio"] == 0.0
     assert copy["served_speedup"]["value"] > 1
     labels = [a["label"] for a in result["details"]["arm_runs"]]
-    assert labels[:4] == ["copy/ngram-k4", "copy/off@ngram-k4", "natural/ngram-k4", "natural/off@ngram-k4"]
+    assert labels[:5] == ["copy/off"] * 5  # the baseline alone first, its co-residence reference
+    assert labels[5:9] == ["copy/ngram-k4", "copy/off@ngram-k4", "natural/ngram-k4", "natural/off@ngram-k4"]
+    (shift,) = [r for r in result["details"]["co_residence"]["rows"] if r["tpot_ms.p50"] is not None]
+    assert shift["variant"] == "ngram-k4" and shift["tpot_ms.p50"]["n_repeats"] == 5
+    assert 0.8 < shift["tpot_ms.p50"]["value"] < 1.25  # the stand-in baseline streams at one pace beside or alone
     assert not any("eagle" in x for x in labels)
     # the natural-text control: chat API, EOS allowed; read on per-token figures; its acceptance checked low
     natural_run = json.loads((run_dir / "arms" / "natural.ngram-k4" / "r1" / "result.json").read_text())
@@ -106,6 +110,7 @@ def test_bench68_reads_acceptance_identity_and_decides_per_workload(bench_env):
     assert "helps (E2E p50 interval below 1): copy/ngram-k4" in summary and "predicted vs served" in summary
     assert "proposal.json: none cited" in summary
     assert "not run here (capability_missing): eagle" in summary
+    assert "baseline beside ngram-k4: TPOT p50 x" in summary
     starts = [line for line in out.getvalue().splitlines() if line.startswith("server off: starting")]
     assert len(starts) == 1  # the baseline stayed up through both phases
     (report,) = audit_paths([outcome.finished.manifest], AuditConfig(root=bench_env))

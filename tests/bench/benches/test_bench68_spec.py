@@ -47,10 +47,12 @@ def test_plan_pairs_every_variant_with_a_baseline_kept_up(model):
     assert speculative_config(plan.server("self-draft")) == {"method": "draft_model", "model": str(model.path),
                                                             "num_speculative_tokens": 3}
     assert all(s.settings["kv_cache_space_gib"] == 1 for s in plan.servers)
-    assert [(p.servers, p.keep) for p in plan.phases] == [(("off", v), ("off",)) for v in
-                                                          ("ngram-k2", "ngram-k4", "self-draft")]
+    # the baseline alone first (its co-residence reference), then kept up beside each variant in turn
+    assert [(p.servers, p.keep) for p in plan.phases] == [(("off",), ())] + [(("off", v), ("off",)) for v in
+                                                                             ("ngram-k2", "ngram-k4", "self-draft")]
+    assert plan.phases[0].steps == [(r, plan.arms[0]) for r in (1, 2, 3)] and plan.arms[0].label == "copy/off"
     # copy on every variant; the natural-text control on the n-gram variants only
-    assert [p.planned_steps for p in plan.phases] == [12, 12, 6]
+    assert [p.planned_steps for p in plan.phases[1:]] == [12, 12, 6]
     assert [w.kind for w in plan.workloads] == ["copy", "natural", "random"] and not plan.workloads[2].measured
     assert plan.workloads[2].common.input_tokens == cfg.input_tokens  # the warm-up: copy's shape
     assert len(plan.claims) == 3 * 2 + 2 * 2  # copy (E2E, TPOT) per variant, control (TPOT, tokens/s) per n-gram
@@ -72,8 +74,9 @@ def test_the_negative_control_is_natural_text_served_with_eos_allowed(model):
     control_claims = [c for c in plan.claims if c.treatment.startswith("natural/")]
     assert {c.metric.name for c in control_claims} == {"tpot_ms.p50", "output_tokens_per_s"}  # per token, not E2E
     assert (cfg.control_max_acceptance, cfg.control_max_copy_share) == (0.5, 0.5)
-    no_ngram = SPEC.plan(Config(ngram_tokens=(), draft_layers=0), model)
+    no_ngram = SPEC.plan(Config(ngram_tokens=(), draft_layers=0, baseline_alone=False), model)
     assert [w.name for w in no_ngram.workloads] == ["copy"]  # the control is prompt lookup's
+    assert [p.name for p in no_ngram.phases] == ["off+self-draft"]
 
 
 def test_natural_prompts_are_distinct_and_drawn_without_replacement(tokenizer_dir):

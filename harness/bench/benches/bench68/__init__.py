@@ -36,6 +36,7 @@ from harness.bench.benches.bench68.arms import (
     spec_arms,
 )
 from harness.bench.benches.bench68.control import CONTROL, CONTROL_CLIENT, WORKLOADS, workloads_of
+from harness.bench.benches.bench68.coresidence import alone_steps
 from harness.bench.metrics import (
     ACCEPTANCE_RATE,
     E2E_P50,
@@ -80,6 +81,7 @@ class Config(BenchConfig):
     draft_layers: int = knob(10, "draft-model arm: the served model's first N layers (0: no such arm)", min=0)
     draft_tokens: int = knob(3, "draft-model and self-draft arms: tokens drafted per step", min=1, max=16)
     self_draft: bool = knob(True, "run the self-draft arm (acceptance ceiling)")
+    baseline_alone: bool = knob(True, "measure the baseline alone first: its co-residence shift beside each variant")
     eagle_model: str | None = knob(None, "EAGLE draft head directory: adds an eagle arm (GPU image)")
     eagle3_model: str | None = knob(None, "EAGLE-3 draft head directory: adds an eagle3 arm (GPU image)")
     mtp: bool = knob(False, "add an MTP arm (a model with multi-token-prediction layers; GPU image)")
@@ -164,6 +166,10 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         workloads.append(WorkloadPlan(CONTROL, CONTROL, control))
     common_settings = {"kv_cache_space_gib": cfg.kv_cache_space_gib, **({"dtype": cfg.dtype} if cfg.dtype else {})}
     servers, bench_arms, phases, claims = [ServerVariant("off", common_settings)], [], [], []
+    if cfg.baseline_alone:
+        steps = alone_steps(cfg.repeats)
+        bench_arms.append(steps[0][1])
+        phases.append(Phase("off", ("off",), steps))
     for sa in arms:
         extra = ("--speculative-config", json.dumps(sa.config, sort_keys=True))
         servers.append(ServerVariant(sa.name, {**common_settings, "extra_args": extra}, optional=True, note=sa.note))
@@ -174,7 +180,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
                             planned_steps=2 * len(pairs) * cfg.repeats, keep=("off",)))
     schedule = Schedule(
         tuple(phases),
-        "the baseline server stays up; each speculative variant is started in turn "
+        ("the baseline server starts first and runs copy alone (its co-residence reference); " if cfg.baseline_alone
+         else "") + "the baseline server stays up; each speculative variant is started in turn "
         "next to it and its arms interleave with a baseline arm on the same workload, order "
         "alternating per repeat",
     )

@@ -25,6 +25,7 @@ from harness.bench.benches.bench68.acceptance import (
     reference_outputs,
 )
 from harness.bench.benches.bench68.control import CONTROL, cap_ngram, negative_control, workloads_of
+from harness.bench.benches.bench68.coresidence import co_residence
 from harness.bench.benches.bench68.table import Row, decide_top, row_lines
 from harness.bench.lib.citations import Citation, cite, latest_manifest
 from harness.bench.lib.prediction import summarise
@@ -164,13 +165,15 @@ def read_speculative(cfg: Any, arms: Sequence[SpecArm],
         top = decide_top(rows)
         prop_lines, prop_details = proposal_lines(*proposal, arms, cfg)
         rows = list(top.rows) or rows  # with the primary row named and the secondaries' Holm-adjusted p
-        lines = ["", *row_lines(rows), f"verification cost fitted on self-draft: {beta}", control["text"], "",
-                 *prop_lines, "", *top.lines]
+        shift = co_residence(history.runs, [a.name for a in arms], seed=cfg.seed + 500, resamples=cfg.resamples)
+        lines = ["", *row_lines(rows), f"verification cost fitted on self-draft: {beta}", control["text"],
+                 *shift["lines"], "", *prop_lines, "", *top.lines]
         details = {"speculative": [r.to_dict() for r in rows], "claims": claims, "decision_rule": top.rule,
                    "arms": [{"name": a.name, "speculative_config": a.config, "kind": a.kind, "gamma": a.gamma,
                              "cost_ratio": a.cost_ratio, "cost_source": a.cost_source, "note": a.note,
                              "draft": a.draft or None} for a in arms],
                    "proposal": prop_details, "verify_cost": beta, "negative_control": control,
+                   "co_residence": {k: v for k, v in shift.items() if k != "lines"},
                    "prediction_summary": summarise([j for j in (r.judged() for r in rows) if j is not None])}
         cdf = tuple(Claim(E2E_P50, f"{r.workload}/off@{r.arm}", f"{r.workload}/{r.arm}") for r in rows)
         figures = claim_figures(history, Plan((), (), (), Schedule((), ""), claims=cdf),
