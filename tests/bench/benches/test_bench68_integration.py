@@ -72,9 +72,8 @@ def test_small_bench68_moves_the_acceptance_counters_and_keeps_greedy_outputs_id
                                               "source": "positions of vllm:spec_decode_num_accepted_tokens_per_pos"}
     assert comparison["details"]["proposal"]["cited"] is None
     # the natural-text control: chat API with EOS allowed, so the cap is a cap; same prompts, same greedy outputs
-    natural = arms["natural.ngram-k4"]
-    assert natural["details"]["client"]["ignore_eos"] is False
-    assert natural["details"]["client"]["api"] == "chat"
+    assert {k: arms["natural.ngram-k4"]["details"]["client"][k] for k in ("ignore_eos", "api")} == {
+        "ignore_eos": False, "api": "chat"}
     control = comparison["details"]["negative_control"]
     (check,) = control["arms"]
     like = check["like_for_like"]
@@ -84,8 +83,7 @@ def test_small_bench68_moves_the_acceptance_counters_and_keeps_greedy_outputs_id
     assert rows[("natural", "ngram-k4")]["greedy_agreement"]["passed"] is True
     assert control["passed"] is (check["held"] and check["acceptance"] <= check["limit"])
     summary = (run_dir / "summary.txt").read_text()
-    assert "predicted vs served" in summary and "greedy identity: 5/5" in summary and "ITL/token p50 ms" in summary
-    assert "negative control (natural workload" in summary
-
+    assert all(s in summary for s in ("predicted vs served", "greedy identity: 5/5", "ITL/token p50 ms",
+                                      "negative control (natural workload"))
     checked = audit(tmp_path, done.manifest)
     assert checked.returncode == 0 and "VALID" in checked.stdout, checked.stdout + checked.stderr
