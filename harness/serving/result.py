@@ -78,6 +78,7 @@ class ResultInputs:
     peak_memory_bytes: int | None
     failure: Failure | None
     references: dict[int, str] | None
+    cpu: dict[str, Any] | None = None  # details.cpu (harness.serving.cpushare): the client/server CPU split
 
 
 def _jsonable(value: Any) -> Any:
@@ -204,7 +205,8 @@ def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any
     timed = inputs.closed_concurrency is None
     health = _health(inputs.run)
     reasons = invalid_reasons(
-        records, health, facts.validity, timed=timed, ignore_eos=facts.ignore_eos, expected=len(w.requests)
+        records, health, facts.validity, timed=timed, ignore_eos=facts.ignore_eos, expected=len(w.requests),
+        cpu=inputs.cpu,
     )
     if inputs.failure is not None and not reasons:
         reasons = [f"{inputs.failure.kind}: {inputs.failure.message}"]
@@ -235,6 +237,7 @@ def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any
         "server_metrics": inputs.server_metrics,
         "client": _client_details(facts, inputs, health, timed=timed),
         "usage": _usage_details(records, done),
+        "cpu": inputs.cpu or {"measured": False, "why": "the CPU time was not read"},
         **({"sessions": turns} if (turns := session_details(records)) is not None else {}),
         "validity_limits": facts.validity.to_dict(),
         "requested": _jsonable(dict(facts.requested)),
