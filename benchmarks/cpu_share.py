@@ -36,7 +36,7 @@ RUNS = {  # name: (concurrency, requests, input tokens, output tokens)
     "loaded": (32, 96, 32, 32),
 }
 SHOWN = ("wall_s", "client_cpu_s", "frontend_cpu_s", "engine_cpu_s", "client_frontend_cores", "engine_cores_used",
-         "engine_wait_s", "engine_cores", "limit_cores")
+         "engine_cores", "limit_cores")
 
 
 def _burn() -> None:

@@ -75,7 +75,6 @@ def test_the_engine_processes_and_their_children_are_the_engine_the_rest_the_fro
     assert 0.6 - TICKS <= got.frontend_s < 0.6 + 0.5
     if len(os.sched_getaffinity(0)) > 1:
         assert got.engine_cores == (low,)  # the worker bound itself: the engine's core, observed
-    assert got.engine_wait_s is not None and got.engine_wait_s >= 0
     assert process_tree_cpu(proc.pid) is None  # gone
 
 

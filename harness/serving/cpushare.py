@@ -73,7 +73,7 @@ def cpu_details(window: CpuWindow, limits: ValidityLimits) -> dict[str, Any]:
     host = sorted(os.sched_getaffinity(0))
     out: dict[str, Any] = dict.fromkeys(
         ("wall_s", "client_cpu_s", "frontend_cpu_s", "engine_cpu_s", "engine_cores", "engine_cores_source",
-         "cores_left", "client_frontend_cores", "engine_cores_used", "engine_wait_s", "share", "limit_cores", "why",
+         "cores_left", "client_frontend_cores", "engine_cores_used", "share", "limit_cores", "why",
          "reason"))
     out.update(host_cores=host, measured=False)
     start, end = window.start, window.end
@@ -92,12 +92,10 @@ def cpu_details(window: CpuWindow, limits: ValidityLimits) -> dict[str, Any]:
     engine_s = round(end.server.engine_s - (start.server.engine_s or 0.0), 3)
     bound = [c for c in (end.server.engine_cores or ()) if c in host]
     demand = out["client_cpu_s"] + out["frontend_cpu_s"]
-    w0, w1 = start.server.engine_wait_s, end.server.engine_wait_s
     out.update(engine_cpu_s=engine_s, engine_cores=bound or None,
                engine_cores_source="engine thread affinity" if bound else None,
                cores_left=[c for c in host if c not in bound] if bound else None,
                client_frontend_cores=round(demand / wall, 3), engine_cores_used=round(engine_s / wall, 3),
-               engine_wait_s=round(max(0.0, w1 - w0), 3) if w0 is not None and w1 is not None else None,
                share=round(demand / (demand + engine_s), 4) if demand + engine_s > 0 else None, measured=True)
     if not bound:  # e.g. a GPU engine: the cores it needed are not known, and a busy client may use idle ones
         out["why"] = "the engine's threads are bound to no core: which cores it needed is not known, not judged"

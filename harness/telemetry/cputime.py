@@ -7,9 +7,7 @@ time, plus that of children it has reaped, so a helper that exits between two re
 time); an engine process and all its descendants count as the engine, everything else as the
 frontend. It also reads where the engine's threads may run: the union of the CPU affinities of
 engine threads bound narrower than the server's own (vLLM binds its OpenMP threads with
-``VLLM_CPU_OMP_THREADS_BIND``, ``auto`` by default); None when no engine thread is bound. And how long
-the engine's live threads sat runnable on a run queue (``/proc/PID/task/TID/schedstat``): CPU the engine
-wanted and did not get, whoever took it.
+``VLLM_CPU_OMP_THREADS_BIND``, ``auto`` by default); None when no engine thread is bound.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ class TreeCpu:
     engine_s: float | None  # None: no engine process was recognised, so the tree is not split
     engine_processes: int = 0
     engine_cores: tuple[int, ...] | None = None  # where the engine's bound threads may run; None: not bound
-    engine_wait_s: float | None = None  # time the engine's live threads were runnable but waited for a CPU
 
 
 def parse_cpu_list(text: str) -> tuple[int, ...]:
@@ -91,24 +88,6 @@ def _bound_cores(procs: Iterable[psutil.Process], allowed: frozenset[int]) -> se
     return cores
 
 
-def _wait_seconds(procs: Iterable[psutil.Process]) -> float | None:
-    """Run-queue wait of every live thread of ``procs`` (schedstat's second field, in ns); None without schedstat."""
-    total, read = 0, False
-    for proc in procs:
-        try:
-            tids = os.listdir(f"/proc/{proc.pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{proc.pid}/task/{tid}/schedstat") as fh:
-                    total += int(fh.read().split()[1])
-                read = True
-            except (OSError, IndexError, ValueError):
-                continue
-    return round(total / 1e9, 3) if read else None
-
-
 def _engine_roots(procs: Sequence[psutil.Process], markers: Sequence[str]) -> set[int]:
     """Pids of the engine processes and all their descendants."""
     engine: set[int] = set()
@@ -137,8 +116,7 @@ def process_tree_cpu(pid: int, markers: Sequence[str] = ENGINE_MARKERS) -> TreeC
     engine_procs = [p for p in procs if p.pid in engine]
     bound = _bound_cores(engine_procs, allowed)
     return TreeCpu(frontend_s=round(frontend_s, 3), engine_s=round(sum(_seconds(p) for p in engine_procs), 3),
-                   engine_processes=len(engine_procs), engine_cores=tuple(sorted(bound)) if bound else None,
-                   engine_wait_s=_wait_seconds(engine_procs))
+                   engine_processes=len(engine_procs), engine_cores=tuple(sorted(bound)) if bound else None)
 
 
 def cpu_probe(pid: int) -> Callable[[], TreeCpu | None]:
@@ -152,9 +130,7 @@ def sum_tree_cpu(readings: Sequence[TreeCpu | None]) -> TreeCpu | None:
         return None
     engines = [r.engine_s for r in known if r.engine_s is not None]
     cores = {c for r in known for c in (r.engine_cores or ())}
-    waits = [r.engine_wait_s for r in known if r.engine_wait_s is not None]
     return TreeCpu(frontend_s=round(sum(r.frontend_s for r in known), 3),
                    engine_s=round(sum(engines), 3) if engines else None,
                    engine_processes=sum(r.engine_processes for r in known),
-                   engine_cores=tuple(sorted(cores)) if cores else None,
-                   engine_wait_s=round(sum(waits), 3) if waits else None)
+                   engine_cores=tuple(sorted(cores)) if cores else None)
