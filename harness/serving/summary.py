@@ -31,6 +31,11 @@ def render_summary(doc: dict[str, Any]) -> str:
     prefix = (doc.get("details", {}).get("server_metrics") or {}).get("prefix_cache")
     if prefix and prefix.get("hit_rate") is not None:
         lines.append(f"prefix-cache hit rate {prefix['hit_rate']:.1%} ({prefix['series'][0]})")
+    cpu = doc.get("details", {}).get("cpu") or {}
+    if cpu.get("measured"):
+        lines.append(f"CPU: client + API server {cpu['client_frontend_cores']:.2f} cores, engine "
+                     f"{cpu['engine_cores_used']:.2f} (bound to {cpu['engine_cores'] or 'no core'}, "
+                     f"limit {cpu['limit_cores'] if cpu['limit_cores'] is not None else 'not judged'})")
     lines.append(f"terminations: {doc['correctness']['termination_counts']}")
     if concl["failure"]:
         lines.append(f"FAILED ({concl['failure']['kind']}): {concl['failure']['message']}")

@@ -103,3 +103,5 @@ def test_a_run_whose_api_server_hogs_the_cpu_is_invalid_and_the_result_stays_sch
     assert not hog.valid and cpu["reason"] in hog.result["conclusion"]["invalid_reasons"]
     assert validate_file(hog.result_path) == [] and "cpu_probe" not in hog.result["details"]["requested"]
     assert plain.valid and "no server CPU probe" in plain.result["details"]["cpu"]["why"]
+    assert "CPU: client + API server" in (tmp_path / "a" / "summary.txt").read_text()
+    assert "CPU:" not in (tmp_path / "b" / "summary.txt").read_text()
