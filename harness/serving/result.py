@@ -26,6 +26,7 @@ from harness.serving.validity import (
     ClientHealth,
     ValidityLimits,
     correctness,
+    cpu_share_reason,
     invalid_reasons,
     schedule_reasons,
     schedule_stats,
@@ -166,6 +167,7 @@ def _conclusion(failure: Failure | None, reasons: list[str], summary: str) -> Co
 
 def _client_details(facts: RunFacts, inputs: ResultInputs, health: ClientHealth, *, timed: bool) -> dict[str, Any]:
     """``details.client``: the client's processes, loop lag, schedule keeping and request settings."""
+    kept = schedule_reasons(inputs.records, health, facts.validity, timed=timed)
     return {
         "workers": inputs.run.workers,
         "event_loop": loop_name(),
@@ -177,7 +179,10 @@ def _client_details(facts: RunFacts, inputs: ResultInputs, health: ClientHealth,
         "min_tokens": facts.min_tokens,
         "batch_barrier": facts.batch_barrier,
         "stream": facts.stream,
-        "schedule_reasons": schedule_reasons(inputs.records, health, facts.validity, timed=timed),
+        "schedule_reasons": kept,
+        # what makes the run describe the client rather than the server: a schedule it did not keep, or the CPU
+        # it took from the engine
+        "client_reasons": [*kept, *filter(None, [cpu_share_reason(inputs.cpu, facts.validity)])],
     }
 
 

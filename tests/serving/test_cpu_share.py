@@ -101,6 +101,9 @@ def test_a_run_whose_api_server_hogs_the_cpu_is_invalid_and_the_result_stays_sch
     cpu = hog.result["details"]["cpu"]
     assert cpu["frontend_cpu_s"] == 1000.0 and cpu["engine_cpu_s"] == 0.0 and cpu["client_cpu_s"] > 0
     assert not hog.valid and cpu["reason"] in hog.result["conclusion"]["invalid_reasons"]
+    # the run describes the client, not the server: what a probe-reading bench (bench-72) checks
+    assert hog.result["details"]["client"]["client_reasons"] == [cpu["reason"]]
+    assert plain.result["details"]["client"]["client_reasons"] == []
     assert validate_file(hog.result_path) == [] and "cpu_probe" not in hog.result["details"]["requested"]
     assert plain.valid and "no server CPU probe" in plain.result["details"]["cpu"]["why"]
     assert "CPU: client + API server" in (tmp_path / "a" / "summary.txt").read_text()

@@ -229,6 +229,9 @@ def test_a_probe_verdict_names_every_broken_limit():
     assert verdict(arm_run([100.0] * 18, failed=2), slo, 2.0).violated == ("error rate",)  # 2 of 20 > 5 %
     late = verdict(arm_run([100.0] * 20, client=("client send lag P99 40 ms > 20 ms",)), slo, 2.0)
     assert not late.passed and late.violated == ("client schedule",)  # a client that fell behind cannot pass
+    bound = arm_run([100.0] * 20)
+    bound.result["details"]["client"]["client_reasons"] = ["client-bound here: the client took the engine's cores"]
+    assert verdict(bound, slo, 2.0).violated == ("client schedule",)  # nor one that took the engine's CPU
 
 
 def test_a_p99_limit_is_an_exceedance_count_from_the_scheduled_send():

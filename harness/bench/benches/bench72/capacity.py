@@ -149,7 +149,8 @@ def verdict(run: ArmRun, slo: SLO, rate: float) -> Probe:
     ttft, tpot = TTFT_P99.value([run]), TPOT_P99.value([run])
     ttft_all, tpot_all = request_latencies(run.records)
     judged = {TTFT: compliance(ttft_all, slo.ttft_p99_ms), TPOT: compliance(tpot_all, slo.tpot_p99_ms)}
-    client = list(((run.result.get("details") or {}).get("client") or {}).get("schedule_reasons") or [])
+    client_details = (run.result.get("details") or {}).get("client") or {}
+    client = list(client_details.get("client_reasons", client_details.get("schedule_reasons")) or [])
     violated = [CLIENT] if client else []
     if errors > slo.error_rate:
         violated.append(ERRORS)
