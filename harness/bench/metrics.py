@@ -52,6 +52,16 @@ class Metric:
     unit: str = "ms"
     margin: float = DEFAULT_MARGIN  # smallest relative change worth acting on (a claim or --margin overrides it)
     indexed: Callable[[Sequence[RequestRecord]], dict[int, tuple[float, ...]]] | None = None
+    throughput_key: str | None = None  # a throughput figure: over the steady-state window where a run has one
+
+    def pair_values(self, a: ArmRun, b: ArmRun) -> tuple[float | None, float | None]:
+        """Two runs' figures over one window: a throughput over the steady state only when both runs have one,
+        else both over the whole run (a pair never mixes windows)."""
+        if self.throughput_key is not None:
+            if None in (_perf("throughput", "steady_state", self.throughput_key)(r) for r in (a, b)):
+                whole = _perf("throughput", self.throughput_key)
+                return whole(a), whole(b)
+        return self.run_value(a), self.run_value(b)
 
     @property
     def per_request(self) -> bool:
@@ -228,12 +238,12 @@ E2E_SCHEDULED_P50 = _latency("e2e_from_scheduled_ms", "E2E+wait", 50, _e2e_from_
 E2E_SCHEDULED_P99 = _latency("e2e_from_scheduled_ms", "E2E+wait", 99, _e2e_from_scheduled)
 OUTPUT_TOKENS_PER_S = Metric(
     "output_tokens_per_s", "out tok/s", "higher", ".1f", of_run=_steady_or_whole("output_tokens_per_s"),
-    unit="tok/s"
+    unit="tok/s", throughput_key="output_tokens_per_s"
 )
 REQUEST_RATE = Metric(
-    "request_rate_rps", "req/s", "higher", ".2f", of_run=_steady_or_whole("request_rate_rps"), unit="req/s"
+    "request_rate_rps", "req/s", "higher", ".2f", of_run=_steady_or_whole("request_rate_rps"), unit="req/s",
+    throughput_key="request_rate_rps"
 )
-STEADY_METRICS = (OUTPUT_TOKENS_PER_S.name, REQUEST_RATE.name)  # read over the steady-state window where there is one
 GOODPUT = Metric(
     "goodput_rps", "goodput req/s", "higher", ".2f", of_run=_perf("throughput", "goodput_rps"), unit="req/s"
 )
