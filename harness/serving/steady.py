@@ -18,7 +18,7 @@ first send) / the same span.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from harness.client.records import RequestRecord
@@ -60,7 +60,8 @@ def _tokens(rec: RequestRecord, lo: float, hi: float, n_out: int) -> tuple[float
     return share * n_out, share * n_in
 
 
-def steady_state(records: Sequence[RequestRecord], output_tokens: Any, decimals: int) -> dict[str, Any] | None:
+def steady_state(records: Sequence[RequestRecord], output_tokens: Callable[[RequestRecord], int], decimals: int
+                 ) -> dict[str, Any] | None:
     """The ``throughput.steady_state`` object (module docstring), or None when nothing was sent and ended.
 
     ``output_tokens(rec)`` counts a request's output tokens (the measurement's definition).
