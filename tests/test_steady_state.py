@@ -89,10 +89,22 @@ def test_too_short_a_window_is_null_with_the_reason() -> None:
     assert wave["request_rate_rps"] is None and "first wave" in wave["null_reason"]
 
 
+def test_a_server_falling_behind_has_token_rates_but_no_request_rate() -> None:
+    """Latency grows with every request: few finish inside the window, but tokens flow through all of it."""
+    recs = [request(i, i / 10, 0.5 + 2 * i, 10) for i in range(200)]
+    st = performance(recs)["throughput"]["steady_state"]
+    assert st["request_rate_rps"] is None and "completions lag the sends" in st["null_reason"]
+    assert st["start_s"] == pytest.approx(11.0) and st["end_s"] == pytest.approx(19.9)
+    inside = sum(1 for r in recs for t in r.chunk_s if 11.0 < t <= 19.9)
+    assert st["output_tokens_per_s"] == pytest.approx(inside / 8.9, abs=1e-3)
+
+
 def test_result_schema_holds_the_steady_state_object() -> None:
     doc = json.loads(EXAMPLE.read_text())
-    doc["performance"]["throughput"]["steady_state"] = performance(open_loop())["throughput"]["steady_state"]
-    assert validate_document(doc) == []
+    behind = [request(i, i / 10, 0.5 + 2 * i, 10) for i in range(200)]
+    for recs in (open_loop(), behind):
+        doc["performance"]["throughput"]["steady_state"] = performance(recs)["throughput"]["steady_state"]
+        assert validate_document(doc) == []
     short = copy.deepcopy(doc)
     short["performance"]["throughput"]["steady_state"] = performance(open_loop(n=12))["throughput"]["steady_state"]
     assert validate_document(short) == []

@@ -89,7 +89,8 @@ def headline_entries(history: History, plan: Plan, results: Sequence[ClaimResult
             "n_repeats": r.effect.n_pairs, "n_requests": r.effect.n_requests, "method": r.effect.method,
             "margin": r.margin, "validity": VALIDITY_CONSEQUENCE, "excluded": list(r.excluded),
             **(basis_summary([x for x in history.runs if x.label in (r.claim.baseline, r.claim.treatment)
-                              and not x.failure and x.valid]) if r.claim.metric.throughput_key else {})}
+                              and not x.failure and x.valid], r.claim.metric.throughput_key)
+               if r.claim.metric.throughput_key else {})}
            for i in order if (r := results[i]) is not None]
     if plan.claims:
         metric = plan.claims[primary].metric
@@ -102,7 +103,7 @@ def headline_entries(history: History, plan: Plan, results: Sequence[ClaimResult
                 out.append({"name": metric.title, "value": metric.value(done), "unit": metric.unit, "arm": label,
                             "n_repeats": len(done), "n_requests": n, "duration_s": round(duration, 3),
                             "validity": VALIDITY_CONSEQUENCE,
-                            **(basis_summary(done) if metric.throughput_key else {})})
+                            **(basis_summary(done, metric.throughput_key) if metric.throughput_key else {})})
     return out
 
 

@@ -153,20 +153,20 @@ def _steady_or_whole(key: str) -> Callable[[ArmRun], float | None]:
     return read
 
 
-def throughput_basis(run: ArmRun) -> dict[str, Any]:
-    """Which window a run's throughput figures cover (``steady_state`` or ``whole_run``, with the reason), and its
-    drain fraction: what every throughput headline carries beside it."""
+def throughput_basis(run: ArmRun, key: str = "output_tokens_per_s") -> dict[str, Any]:
+    """Which window a run's throughput figure ``key`` covers (``steady_state`` or ``whole_run``, with the reason),
+    and its drain fraction: what every throughput headline carries beside it."""
     tp = (run.result.get("performance") or {}).get("throughput") or {}
     steady = tp.get("steady_state") or {}
-    whole = steady.get("request_rate_rps") is None
+    whole = steady.get(key) is None
     return {"window": "whole_run" if whole else "steady_state", "drain_fraction": steady.get("drain_fraction"),
             "ramp_fraction": steady.get("ramp_fraction"),
             "reason": (steady.get("null_reason") or "no steady-state window recorded") if whole else None}
 
 
-def basis_summary(runs: Sequence[ArmRun]) -> dict[str, Any]:
+def basis_summary(runs: Sequence[ArmRun], key: str = "output_tokens_per_s") -> dict[str, Any]:
     """``throughput_basis`` over an arm's runs: windows used (counts), drain fraction median and range."""
-    bases = [throughput_basis(r) for r in runs]
+    bases = [throughput_basis(r, key) for r in runs]
     drains = [b["drain_fraction"] for b in bases if b["drain_fraction"] is not None]
     windows: dict[str, int] = {}
     for b in bases:

@@ -11,7 +11,9 @@ Inside it, request rate = completions ending in the window / its length; output 
 arrived — at each content chunk's time (its own token count from per-chunk usage, else the request's tokens
 spread evenly over its chunks), and for a non-streamed request by clipping its span (sent → end) to the window
 proportionally; prompt tokens at the request's first token (non-streamed: clipped with the output). Below
-``MIN_WINDOW_S`` seconds or ``MIN_COMPLETIONS`` completions inside it the figures are null with the reason.
+``MIN_WINDOW_S`` seconds, or with fewer than ``MIN_COMPLETIONS`` requests whose tokens fall inside it, the
+figures are null with the reason; with fewer completions than that inside it (a server falling behind: tokens
+flow, requests do not finish) only the request rate is null.
 ``drain_fraction`` = (last end − last send) / (last end − first send); ``ramp_fraction`` = (window start −
 first send) / the same span.
 """
@@ -28,7 +30,8 @@ MIN_COMPLETIONS = 10
 RULE = ("window from the k-th completion (k = requests sent up to the first completion: the first wave turned over) "
         "to the last send (after it the system only drains); completions ending inside it per second; tokens "
         "counted at their chunk's arrival (non-streamed: each request's span clipped to the window "
-        f"proportionally); null below {MIN_WINDOW_S:g} s or {MIN_COMPLETIONS} completions inside")
+        f"proportionally); null below {MIN_WINDOW_S:g} s or {MIN_COMPLETIONS} requests with tokens inside, the "
+        f"request rate also below {MIN_COMPLETIONS} completions inside")
 __all__ = ["MIN_COMPLETIONS", "MIN_WINDOW_S", "RULE", "steady_state", "window"]
 
 
@@ -83,15 +86,25 @@ def steady_state(records: Sequence[RequestRecord], output_tokens: Callable[[Requ
     }
     if start >= stop:
         out["null_reason"] = ("no steady state: the first wave had not turned over by the last send (a list no "
-                              "longer than its first wave)")
-    elif length < MIN_WINDOW_S or completions < MIN_COMPLETIONS:
-        out["null_reason"] = (f"steady-state window too short to mean anything: {length:.3g} s, {completions} "
-                              f"completions inside (needs >= {MIN_WINDOW_S:g} s and >= {MIN_COMPLETIONS})")
-    if out["null_reason"]:
+                              "longer than its first wave, or a server falling behind from the start)")
+        return out
+    if length < MIN_WINDOW_S:
+        out["null_reason"] = (f"steady-state window too short to mean anything: {length:.3g} s (needs >= "
+                              f"{MIN_WINDOW_S:g} s)")
         return out
     tokens = [_tokens(r, start, stop, output_tokens(r)) for r in done]
+    streaming = sum(1 for t in tokens if t[0] or t[1])
+    if streaming < MIN_COMPLETIONS:
+        out["null_reason"] = (f"steady-state window too short to mean anything: {streaming} requests had tokens "
+                              f"inside its {length:.3g} s (needs >= {MIN_COMPLETIONS})")
+        return out
     out_tok, in_tok = sum(t[0] for t in tokens), sum(t[1] for t in tokens)
-    out.update(request_rate_rps=round(completions / length, decimals),
-               output_tokens_per_s=round(out_tok / length, decimals),
+    out.update(output_tokens_per_s=round(out_tok / length, decimals),
                total_tokens_per_s=round((out_tok + in_tok) / length, decimals))
+    if completions < MIN_COMPLETIONS:  # tokens flowed, but few requests finished: a server falling behind
+        out["null_reason"] = (f"request rate: only {completions} completions inside the {length:.3g} s window "
+                              f"(needs >= {MIN_COMPLETIONS}; completions lag the sends); token rates counted at "
+                              "their chunks")
+    else:
+        out["request_rate_rps"] = round(completions / length, decimals)
     return out

@@ -144,7 +144,7 @@ def verdict(run: ArmRun, slo: SLO, rate: float) -> Probe:
         violated.append(TPOT)
     passed = not violated and ttft is not None and tpot is not None
     detail = {"repeat": run.repeat, "ttft_p99_ms": ttft, "tpot_p99_ms": tpot, "error_rate": round(errors, 4),
-              "achieved_rps": of_run(REQUEST_RATE, run), "throughput_basis": throughput_basis(run),
+              "achieved_rps": of_run(REQUEST_RATE, run), "throughput_basis": throughput_basis(run, REQUEST_RATE.name),
               "client_reasons": client,
               "peak_memory_gib": of_run(PEAK_MEMORY_GIB, run), "kv_cache_usage_peak": KV_USAGE_PEAK(run),
               "running_peak": RUNNING_PEAK(run)}
