@@ -222,6 +222,9 @@ class Plan:
     reset_prefix_cache: bool = True  # before every arm run
     ignore_eos: bool = True
     run_label: str = ""
+    # a Poisson/gamma workload redraws its arrivals per repeat, the same draw for every arm of that repeat
+    # (``harness.bench.realisation``); False replays one draw in every repeat
+    fresh_arrivals: bool = True
 
     @property
     def phases(self) -> tuple[Phase, ...]:

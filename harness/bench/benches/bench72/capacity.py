@@ -35,6 +35,7 @@ from harness.bench.metrics import (
     TTFT_P99,
     Metric,
     server_metric,
+    throughput_basis,
 )
 from harness.bench.records import ArmRun
 from harness.bench.spec import Arm, History, Step, WorkloadPlan
@@ -158,7 +159,8 @@ def verdict(run: ArmRun, slo: SLO, rate: float) -> Probe:
     passed = not violated and bool(ttft_all) and bool(tpot_all)
     detail = {"repeat": run.repeat, "ttft_p99_ms": ttft, "tpot_p99_ms": tpot, "error_rate": round(errors, 4),
               "slo_compliance": judged,
-              "achieved_rps": of_run(REQUEST_RATE, run), "client_reasons": client,
+              "achieved_rps": of_run(REQUEST_RATE, run), "throughput_basis": throughput_basis(run, REQUEST_RATE.name),
+              "client_reasons": client,
               "peak_memory_gib": of_run(PEAK_MEMORY_GIB, run), "kv_cache_usage_peak": KV_USAGE_PEAK(run),
               "running_peak": RUNNING_PEAK(run)}
     return Probe(rate, passed, tuple(violated), detail)
