@@ -255,8 +255,12 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         claims=tuple(c for g in chosen.values() for c in g[1]),
         run_label="scheduler settings on bursty traffic",
         columns=COLUMNS,
+        # the simulator predicts the one list it replays: every repeat replays that list, so a prediction and the
+        # figure it is judged against describe the same arrivals
+        fresh_arrivals=False,
         notes=(
-            "open arms replay one bursty request list; static/continuous replay the same requests in a "
+            "open arms replay one bursty request list in every repeat (the list the simulator predicts); "
+            "static/continuous replay the same requests in a "
             f"closed loop of {cfg.concurrency}",
             "prefix caching off on every variant; caches reset per arm",
             "the calibration arm is unmeasured for the claims: it fits the simulator's step costs, and its "
