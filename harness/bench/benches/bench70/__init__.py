@@ -219,6 +219,16 @@ def with_calibration(cfg: Config, schedule: Schedule, workloads: list[WorkloadPl
     return replace(schedule, phases=(calibrated, *schedule.phases[1:]))
 
 
+def plan_notes(cfg: Config) -> tuple[str, ...]:
+    return (
+        "open arms replay one bursty request list in every repeat (the list the simulator predicts); "
+        f"static/continuous replay the same requests in a closed loop of {cfg.concurrency}",
+        "prefix caching off on every variant; caches reset per arm",
+        "the calibration arm is unmeasured for the claims: it fits the simulator's step costs, and its "
+        "repeat is left out when the predictions are judged",
+    )
+
+
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     lengths: dict[str, Any] = {
         "requests": cfg.requests * cfg.scale,
@@ -258,14 +268,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         # the simulator predicts the one list it replays: every repeat replays that list, so a prediction and the
         # figure it is judged against describe the same arrivals
         fresh_arrivals=False,
-        notes=(
-            "open arms replay one bursty request list in every repeat (the list the simulator predicts); "
-            "static/continuous replay the same requests in a "
-            f"closed loop of {cfg.concurrency}",
-            "prefix caching off on every variant; caches reset per arm",
-            "the calibration arm is unmeasured for the claims: it fits the simulator's step costs, and its "
-            "repeat is left out when the predictions are judged",
-        ),
+        notes=plan_notes(cfg),
     )
     return replace(
         base,
