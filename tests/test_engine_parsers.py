@@ -23,7 +23,8 @@ ENGINE_PATHS = {"vllm": "INFKIT_VLLM_011_PATH", "sglang": "INFKIT_SGLANG_055_PAT
 GPU_RUNS = [(b, {"gpu": g}) for b in ("66", "68", "69", "70", "72", "81") for g in ("0", "0,1")] + [
     (b, {"gpu": "0", "backend": "sglang"}) for b in ("69", "70", "72")] + [
     ("81", {"gpu": "0,1", "layouts": ("pp2", "tp2", "dp2", "dp2-replicas", "nodes-pp2", "ray-executor")}),
-    ("70", {"gpu": "0", "order": "concurrent"})]
+    ("70", {"gpu": "0", "order": "concurrent"})] + [
+    ("69", {"gpu": "0", "backend": b, "enforce_eager": True}) for b in ("vllm", "sglang")]
 # Refusals that rest on the command line alone: the engine's own code must refuse the same command.
 ENGINE_LEVEL = ("--nnodes", "NotImplementedError", "SGLang 0.5.5", "SGLang takes", "SGLang names", "SGLang has no")
 

@@ -45,6 +45,11 @@ def test_serve_calibrate_fits_real_records(prepared, tmp_path: Path) -> None:
     assert live["server"]["backend"] == "vllm-cpu" and "--no-enable-prefix-caching" in live["server"]["command"]
     assert live["phases"]["profile"]["completed"] == 35  # 7 single prompts + bursts of 2, 4, 8 at two lengths
     assert live["phases"]["heldout"]["completed"] == SMALL["heldout_requests"]
+    # the held-out run's CPU split, read from the real server's tree: its engine, its API server, and the client
+    cpu = json.loads(Path(live["phases"]["heldout"]["result"]).read_text())["details"]["cpu"]
+    assert cpu["measured"] and cpu["engine_cpu_s"] > 0 and cpu["frontend_cpu_s"] > 0 and cpu["client_cpu_s"] > 0, cpu
+    assert cpu["engine_cores"] and cpu["reason"] is None, cpu  # vLLM binds its threads; a light run is not client-bound
+    print(f"held-out CPU split: {cpu}")
 
     # the fit ran on the server's own records: every request measured, copied into the run folder
     profile = read_measured(run_dir / "profile_requests.jsonl")

@@ -38,6 +38,7 @@ class BackendConfig:
     gpus: tuple[int, ...] = ()
     host: str = "127.0.0.1"
     in_container: bool = False  # run by the docker runtime from the role's image
+    enforce_eager: bool = False  # no torch.compile / CUDA graphs: a start in seconds, slower steps
     extra_args: tuple[str, ...] = ()
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -152,6 +153,8 @@ def vllm_server_args(cfg: BackendConfig) -> list[str]:
         args += ["--max-num-batched-tokens", str(cfg.max_num_batched_tokens)]
     if cfg.max_num_seqs:
         args += ["--max-num-seqs", str(cfg.max_num_seqs)]
+    if cfg.enforce_eager:
+        args.append("--enforce-eager")
     return args + list(cfg.extra_args)
 
 

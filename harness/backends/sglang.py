@@ -36,6 +36,8 @@ class SglangBackend(Backend):
             args += ["--chunked-prefill-size", str(cfg.max_num_batched_tokens)]
         if cfg.max_num_seqs:
             args += ["--max-running-requests", str(cfg.max_num_seqs)]
+        if cfg.enforce_eager:
+            args.append("--disable-cuda-graph")
         argv = ("python3", "-m", "sglang.launch_server", *args, *cfg.extra_args)
         env = {"HF_HUB_OFFLINE": "1", **cfg.extra_env}
         return ServerSpec(argv=argv, port=cfg.port, env=env, role=self.role, gpus=gpu_devices(self.name, cfg),

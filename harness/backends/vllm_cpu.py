@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 from harness.backends.base import VLLM_EFFECTIVE_KEYS, Backend, BackendConfig, vllm_server_args
+from harness.backends.cpu_placement import allowed_cores, placement
 from harness.runtime.base import ServerSpec
 from harness.runtime.serving_env import VLLM_CPU, ServingEnv, ensure_serving_env
 
@@ -54,7 +57,11 @@ class VllmCpuBackend(Backend):
             "DO_NOT_TRACK": "1",
             **cfg.extra_env,
         }
-        return ServerSpec(argv=argv, port=cfg.port, env=env, role=self.role, host=cfg.host)
+        # a container inherits none of this process's environment; a local server inherits all of it
+        bind, placed = placement(cfg.extra_env, {} if cfg.in_container else os.environ, allowed_cores(),
+                                 cfg.extra_args)
+        return ServerSpec(argv=argv, port=cfg.port, env={**env, **bind}, role=self.role, host=cfg.host,
+                          placement=placed)
 
     def native_python(self) -> str | None:
         return str(self.env.python)

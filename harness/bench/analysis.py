@@ -32,7 +32,7 @@ from harness.bench.claims import (
     primary_index,
     secondary_entries,
 )
-from harness.bench.metrics import Metric
+from harness.bench.metrics import Metric, basis_summary
 from harness.bench.records import ArmRun, Reading, completed_runs
 from harness.bench.spec import History, Plan
 from harness.contract import (
@@ -87,7 +87,10 @@ def headline_entries(history: History, plan: Plan, results: Sequence[ClaimResult
             "ci_low": r.effect.ci_low, "ci_high": r.effect.ci_high, "arm": f"{r.effect.arm_b} vs {r.effect.arm_a}",
             "role": "primary" if i == primary else "secondary", "interval_unit": r.effect.unit,
             "n_repeats": r.effect.n_pairs, "n_requests": r.effect.n_requests, "method": r.effect.method,
-            "margin": r.margin, "validity": VALIDITY_CONSEQUENCE, "excluded": list(r.excluded)}
+            "margin": r.margin, "validity": VALIDITY_CONSEQUENCE, "excluded": list(r.excluded),
+            **(basis_summary([x for x in history.runs if x.label in (r.claim.baseline, r.claim.treatment)
+                              and not x.failure and x.valid], r.claim.metric.throughput_key)
+               if r.claim.metric.throughput_key else {})}
            for i in order if (r := results[i]) is not None]
     if plan.claims:
         metric = plan.claims[primary].metric
@@ -99,7 +102,8 @@ def headline_entries(history: History, plan: Plan, results: Sequence[ClaimResult
                                for r in done)
                 out.append({"name": metric.title, "value": metric.value(done), "unit": metric.unit, "arm": label,
                             "n_repeats": len(done), "n_requests": n, "duration_s": round(duration, 3),
-                            "validity": VALIDITY_CONSEQUENCE})
+                            "validity": VALIDITY_CONSEQUENCE,
+                            **(basis_summary(done, metric.throughput_key) if metric.throughput_key else {})})
     return out
 
 

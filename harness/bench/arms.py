@@ -63,6 +63,7 @@ def measure_config(ctx: ArmContext, srv: ServerSession, workload: Workload, out_
         "server_settings": srv.settings,
         "server_effective": srv.effective,
         "prefix_caching": srv.config.prefix_caching,
+        "server_placement": srv.placement,
     }
     if srv.group is not None:
         details["server_group"] = {
@@ -93,7 +94,8 @@ def measure_config(ctx: ArmContext, srv: ServerSession, workload: Workload, out_
         tokenizer_ref=model.tokenizer_ref,
         metrics_url=srv.metrics_url,
         memory_probe=srv.handle.memory_bytes,
-        ignore_eos=ctx.ignore_eos,
+        cpu_probe=srv.handle.cpu_seconds,
+        ignore_eos=settings.pop("ignore_eos", ctx.ignore_eos),  # an arm may serve with EOS allowed
         token_budget=token_budget,
         server_alive=srv.handle.alive,
         failure_refiner=lambda failure: crash_failure(srv, label, failure),

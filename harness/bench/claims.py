@@ -160,7 +160,7 @@ def claim_effect(runs: Sequence[ArmRun], claim: Claim, *, seed: int, resamples: 
             refuse = (f"{eff.statistic} of {eff.n_requests} requests is the max of {eff.n_requests}, not a "
                       f"{eff.statistic} (needs >= {need} per arm and repeat)")
     else:
-        figures = [(metric.run_value(a), metric.run_value(b)) for a, b in pairs]
+        figures = [metric.pair_values(a, b) for a, b in pairs]  # a throughput pair over one window
         values = [(x, y) for x, y in figures if x and y]
         if not values:
             return None

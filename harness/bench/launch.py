@@ -38,7 +38,8 @@ def base_config(cfg: Any, placement: Placement, model: Any) -> BackendConfig:
     """Every server's configuration before its variant's settings: the bench's knobs and GPU='s devices."""
     return BackendConfig(model_dir=str(model.path), served_model_name=cfg.model, port=0, seed=cfg.seed,
                          kv_cache_space_gib=cfg.kv_cache_space_gib, max_model_len=cfg.max_model_len,
-                         dtype=cfg.dtype or "auto", in_container=placement.runtime == "docker", gpus=placement.gpus)
+                         dtype=cfg.dtype or "auto", in_container=placement.runtime == "docker", gpus=placement.gpus,
+                         enforce_eager=cfg.enforce_eager)
 
 
 def model_dir_of(variant: ServerVariant) -> str | None:

@@ -4,7 +4,9 @@ A metric is either *per request* — ``samples(records)`` gives one value per co
 request and ``statistic`` reduces them (median, P99); an arm's figure pools every
 repeat's requests, and a paired effect resamples repeats and then requests — or *per
 run* — ``of_run(run)`` reads one figure of an arm run (throughput, hit rate) and a
-paired effect resamples repeats only. Definitions of the per-request values are the
+paired effect resamples repeats only. Throughput figures are over the run's steady-state window when it has one
+(ramp and drain left out), else over the whole run; ``throughput_basis`` says which, with the drain fraction.
+Definitions of the per-request values are the
 measurement's (``harness.serving.metrics.per_request``, docs/measurement.md).
 """
 
@@ -50,6 +52,16 @@ class Metric:
     unit: str = "ms"
     margin: float = DEFAULT_MARGIN  # smallest relative change worth acting on (a claim or --margin overrides it)
     indexed: Callable[[Sequence[RequestRecord]], dict[int, tuple[float, ...]]] | None = None
+    throughput_key: str | None = None  # a throughput figure: over the steady-state window where a run has one
+
+    def pair_values(self, a: ArmRun, b: ArmRun) -> tuple[float | None, float | None]:
+        """Two runs' figures over one window: a throughput over the steady state only when both runs have one,
+        else both over the whole run (a pair never mixes windows)."""
+        if self.throughput_key is not None:
+            if None in (_perf("throughput", "steady_state", self.throughput_key)(r) for r in (a, b)):
+                whole = _perf("throughput", self.throughput_key)
+                return whole(a), whole(b)
+        return self.run_value(a), self.run_value(b)
 
     @property
     def per_request(self) -> bool:
@@ -132,6 +144,39 @@ def _perf(*path: str) -> Callable[[ArmRun], float | None]:
     return read
 
 
+def _steady_or_whole(key: str) -> Callable[[ArmRun], float | None]:
+    """A throughput figure over the run's steady-state window when it has one, else over the whole run
+    (``throughput_basis`` says which a run's figure is)."""
+    def read(run: ArmRun) -> float | None:
+        steady = _perf("throughput", "steady_state", key)(run)
+        return steady if steady is not None else _perf("throughput", key)(run)
+    return read
+
+
+def throughput_basis(run: ArmRun, key: str = "output_tokens_per_s") -> dict[str, Any]:
+    """Which window a run's throughput figure ``key`` covers (``steady_state`` or ``whole_run``, with the reason),
+    and its drain fraction: what every throughput headline carries beside it."""
+    tp = (run.result.get("performance") or {}).get("throughput") or {}
+    steady = tp.get("steady_state") or {}
+    whole = steady.get(key) is None
+    return {"window": "whole_run" if whole else "steady_state", "drain_fraction": steady.get("drain_fraction"),
+            "ramp_fraction": steady.get("ramp_fraction"),
+            "reason": (steady.get("null_reason") or "no steady-state window recorded") if whole else None}
+
+
+def basis_summary(runs: Sequence[ArmRun], key: str = "output_tokens_per_s") -> dict[str, Any]:
+    """``throughput_basis`` over an arm's runs: windows used (counts), drain fraction median and range."""
+    bases = [throughput_basis(r, key) for r in runs]
+    drains = [b["drain_fraction"] for b in bases if b["drain_fraction"] is not None]
+    windows: dict[str, int] = {}
+    for b in bases:
+        windows[b["window"]] = windows.get(b["window"], 0) + 1
+    reasons = sorted({b["reason"] for b in bases if b["reason"]})
+    return {"throughput_window": windows, "drain_fraction": float(np.median(drains)) if drains else None,
+            "drain_fraction_range": [min(drains), max(drains)] if drains else None,
+            **({"whole_run_reason": reasons} if reasons else {})}
+
+
 def server_metric(*path: str) -> Callable[[ArmRun], float | None]:
     """A figure of ``details.server_metrics`` (counter deltas and gauge peaks the measurement recorded)."""
     def read(run: ArmRun) -> float | None:
@@ -192,10 +237,12 @@ TTFT_SCHEDULED_P99 = _latency("ttft_from_scheduled_ms", "TTFT+wait", 99, _ttft_f
 E2E_SCHEDULED_P50 = _latency("e2e_from_scheduled_ms", "E2E+wait", 50, _e2e_from_scheduled)
 E2E_SCHEDULED_P99 = _latency("e2e_from_scheduled_ms", "E2E+wait", 99, _e2e_from_scheduled)
 OUTPUT_TOKENS_PER_S = Metric(
-    "output_tokens_per_s", "out tok/s", "higher", ".1f", of_run=_perf("throughput", "output_tokens_per_s"), unit="tok/s"
+    "output_tokens_per_s", "out tok/s", "higher", ".1f", of_run=_steady_or_whole("output_tokens_per_s"),
+    unit="tok/s", throughput_key="output_tokens_per_s"
 )
 REQUEST_RATE = Metric(
-    "request_rate_rps", "req/s", "higher", ".2f", of_run=_perf("throughput", "request_rate_rps"), unit="req/s"
+    "request_rate_rps", "req/s", "higher", ".2f", of_run=_steady_or_whole("request_rate_rps"), unit="req/s",
+    throughput_key="request_rate_rps"
 )
 GOODPUT = Metric(
     "goodput_rps", "goodput req/s", "higher", ".2f", of_run=_perf("throughput", "goodput_rps"), unit="req/s"

@@ -16,7 +16,10 @@ from harness.models import PreparedModel, find_model
 from harness.workload import check_options
 
 
-def protocol_record(cfg: BenchConfig, plan: Plan, resets: list[dict[str, Any]]) -> dict[str, Any]:
+def protocol_record(cfg: BenchConfig, plan: Plan, resets: list[dict[str, Any]],
+                    realisations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """run.json's protocol: repeats, order, warm-up, the prefix-cache resets and, per arm run, the workload
+    realisation it replayed (``harness.bench.realisation``)."""
     return {
         "repeats": cfg.repeats,
         "order": plan.order,
@@ -30,6 +33,8 @@ def protocol_record(cfg: BenchConfig, plan: Plan, resets: list[dict[str, Any]]) 
             "declined": [r for r in resets if r["requested"] and r["confirmed"] is False],
         },
         "ignore_eos": plan.ignore_eos,
+        "fresh_arrivals_per_repeat": plan.fresh_arrivals,
+        "arrival_realisations": list(realisations or []),
         "notes": list(plan.notes),
     }
 

@@ -33,6 +33,7 @@ from harness.bench.launch import base_config, model_dir_of, prepare
 from harness.bench.outputs import arm_table, summary_text
 from harness.bench.placement import Placement, resolve_placement
 from harness.bench.planning import checked_plan, early_plan, protocol_record, protocol_violations
+from harness.bench.realisation import realisation_entry, realised
 from harness.bench.records import ArmRun, Workload
 from harness.bench.spec import (
     Arm,
@@ -123,6 +124,7 @@ class Bench:
         self.servers: dict[str, dict[str, Any]] = self.history.servers
         self.kv_cache: dict[str, dict[str, Any] | None] = {}
         self.resets: list[dict[str, Any]] = []  # one per arm run: the reset the protocol asks for, and its verdict
+        self.realisations: list[dict[str, Any]] = []  # one per arm run: the workload file it replayed
         self.refused = self.history.refused  # dynamic steps can skip arms that pair with a refused variant
         self.ctx = ArmContext(semantic_id=spec.semantic_id, run_id=rd.run_id, run_dir=rd.path, model=model,
                               request_timeout_s=cfg.request_timeout_s, runtime=placement.runtime,
@@ -141,10 +143,14 @@ class Bench:
             self.history.workloads[plan.name] = Workload(path, made.workload_id, len(made.requests))
         return self.history.workloads[plan.name]
 
-    def workload_of(self, arm: Arm) -> Workload:
-        if isinstance(arm.workload, WorkloadPlan):
-            return self.workload(arm.workload)
-        return self.workload(next(w for w in self.plan.workloads if w.name == arm.workload))
+    def workload_of(self, arm: Arm, repeat: int = 1) -> Workload:
+        """The arm's workload as ``repeat`` replays it (its own arrival draw: ``harness.bench.realisation``)."""
+        named = arm.workload if isinstance(arm.workload, WorkloadPlan) else None
+        plan = named or next(w for w in self.plan.workloads if w.name == arm.workload)
+        made = self.workload(realised(plan, repeat, self.plan.fresh_arrivals))
+        self.realisations.append(realisation_entry(plan, repeat, arm.label, made, str(made.path.relative_to(
+            self.rd.path)), self.plan.fresh_arrivals))
+        return made
 
     def start(self, name: str, stack: ExitStack) -> ServerSession:
         variant = self.plan.server(name)
@@ -178,7 +184,7 @@ class Bench:
 
     def run_step(self, servers: Servers, repeat: int, arm: Arm, index: int, total: int | None) -> ArmRun:
         srv = servers.get(arm.server)
-        workload = self.workload_of(arm)
+        workload = self.workload_of(arm, repeat)
         self.reporter(f"[{index}/{total or '?'}] {arm.label} repeat {repeat}")
         if self.plan.reset_prefix_cache:
             reset = srv.reset_prefix_cache()
@@ -196,13 +202,13 @@ class Bench:
                 result = read_json(out / RESULT_FILE)
                 self.history.runs.append(ArmRun(label=arm.label, repeat=repeat, result_path=out / RESULT_FILE,
                                                 result=result, records=tuple(read_records(out / REQUESTS_FILE)),
-                                                server=srv.name, workload=arm.workload_name,
+                                                server=srv.name, workload=workload.path.stem,
                                                 seconds=time.monotonic() - t0))
             raise
         if srv.name not in self.kv_cache and outcome.metrics_before_path is not None:
             self.kv_cache[srv.name] = kv_cache_config(outcome.metrics_before_path)
         run = ArmRun(label=arm.label, repeat=repeat, result_path=outcome.result_path, result=outcome.result,
-                     records=outcome.records, server=srv.name, workload=arm.workload_name,
+                     records=outcome.records, server=srv.name, workload=workload.path.stem,
                      seconds=time.monotonic() - t0)
         self.reporter.step_done(run.seconds)
         return run
@@ -361,7 +367,7 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
             for k, w in history.workloads.items()
         },
     }
-    protocol = protocol_record(cfg, plan, bench.resets)
+    protocol = protocol_record(cfg, plan, bench.resets, bench.realisations)
     reading = reading.capped_by(protocol_violations(protocol))  # a protocol the run did not keep decides nothing
     result = top_result(
         history,

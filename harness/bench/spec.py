@@ -71,6 +71,8 @@ class BenchConfig(KnobConfig):
     gpu: str | None = knob(None, "GPU index for the containerized path; without a GPU the CPU default runs")
     kv_cache_space_gib: int = knob(2, "CPU backends: KV-cache size in GiB", min=1)
     max_model_len: int = knob(4096, "the server's context length in tokens", min=64)
+    enforce_eager: bool = knob(False, "serve without torch.compile or CUDA graphs (--enforce-eager): starts in "
+                               "seconds instead of compiling, at slower steps; recorded in every server's command")
     start_timeout_s: float = knob(900.0, "seconds a server may take to become healthy", min=1)
     request_timeout_s: float = knob(120.0, "per-request timeout in seconds", min=0.001)
     resamples: int = knob(10_000, "resamples of every request-level bootstrap interval", min=100)
@@ -223,6 +225,9 @@ class Plan:
     reset_prefix_cache: bool = True  # before every arm run
     ignore_eos: bool = True
     run_label: str = ""
+    # a Poisson/gamma workload redraws its arrivals per repeat, the same draw for every arm of that repeat
+    # (``harness.bench.realisation``); False replays one draw in every repeat
+    fresh_arrivals: bool = True
 
     @property
     def phases(self) -> tuple[Phase, ...]:

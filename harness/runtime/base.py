@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.errors import InvalidInput
 from harness.images.engine import docker_engine_present
+from harness.telemetry.cputime import TreeCpu
 
 HARNESS_MOUNT = "/opt/infkit"  # where every container sees the harness, read-only
 
@@ -34,6 +35,7 @@ class ServerSpec:
     shm_bytes: int | None = None
     host: str = "127.0.0.1"
     host_network: bool = False  # containers: the host's network and IPC namespaces (group members that talk)
+    placement: dict[str, Any] | None = None  # where the engine's threads run and which cores it leaves (CPU backends)
 
 
 class ServerHandle(abc.ABC):
@@ -60,6 +62,10 @@ class ServerHandle(abc.ABC):
     @abc.abstractmethod
     def memory_bytes(self) -> int | None:
         """Current resident memory of the server (process tree RSS locally, container usage in docker)."""
+
+    def cpu_seconds(self) -> TreeCpu | None:
+        """CPU seconds of the server so far, split into engine and frontend; None where not measured."""
+        return None
 
     @abc.abstractmethod
     def stop(self, timeout_s: float = 20.0) -> int | None:

@@ -259,6 +259,11 @@ class DockerHandle(ServerHandle):
             return None
         return memory_in_use_bytes(stats.get("memory_stats") or {})
 
+    def cpu_seconds(self) -> None:
+        """Not measured: the container's processes live in its own PID namespace (and maybe another host), so
+        its engine and API server cannot be told apart from here; the result says the CPU share was not judged."""
+        return None
+
     def _signal(self, name: str) -> None:
         import docker
 

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from harness.errors import InvalidInput
 from harness.runtime.base import Runtime, ServerHandle, ServerSpec, ServerStartError
+from harness.telemetry.cputime import TreeCpu, sum_tree_cpu
 
 POLL_S = 0.5
 HEARTBEAT_S = 15.0
@@ -123,6 +124,9 @@ class GroupHandle(ServerHandle):
         values = [h.memory_bytes() for h in self.handles]
         known = [v for v in values if v is not None]
         return sum(known) if known else None
+
+    def cpu_seconds(self) -> TreeCpu | None:
+        return sum_tree_cpu([h.cpu_seconds() for h in self.handles])
 
     def wait_healthy(self, timeout_s: float, progress: Callable[[str], None] | None = None) -> None:
         started = time.monotonic()

@@ -33,6 +33,7 @@ from harness.runtime.base import (
     ServerSpec,
     ServerStartError,
 )
+from harness.telemetry.cputime import TreeCpu, process_tree_cpu
 from harness.telemetry.rss import process_tree_rss
 
 HEALTH_POLL_S = 0.5
@@ -167,6 +168,10 @@ class LocalHandle(ServerHandle):
     def memory_bytes(self) -> int | None:
         """Summed RSS of the server and all its descendants; None once it is gone."""
         return process_tree_rss(self._proc.pid)
+
+    def cpu_seconds(self) -> TreeCpu | None:
+        """CPU seconds of the server's tree: its engine processes (and their children) and the rest."""
+        return process_tree_cpu(self._proc.pid)
 
     def _signal_group(self, sig: int) -> None:
         try:

@@ -95,7 +95,7 @@ def check_workload_limits(workload: Workload) -> None:
                 )
 
 
-CALLBACKS = ("memory_probe", "server_alive", "failure_refiner", "reporter")
+CALLBACKS = ("memory_probe", "cpu_probe", "server_alive", "failure_refiner", "reporter")
 
 
 def recorded_settings(cfg: MeasureConfig) -> dict[str, Any]:

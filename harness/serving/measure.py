@@ -48,6 +48,7 @@ from harness.ids import new_run_id
 from harness.progress import Reporter
 from harness.serving.checks import check_config, recorded_settings
 from harness.serving.checks import check_workload_limits as check_workload_limits  # re-exported
+from harness.serving.cpushare import CpuProbe, CpuWindow, cpu_details
 from harness.serving.metrics import TokenEnds
 from harness.serving.result import ResultInputs, RunFacts, build_serving_result
 from harness.serving.summary import render_summary
@@ -101,6 +102,7 @@ class MeasureConfig:
     metrics_url: str | None = None  # None: <endpoint>/metrics
     memory_probe: Callable[[], int | None] | None = None  # sampled during the run for peak memory
     memory_source: str = "rss_process_tree"
+    cpu_probe: CpuProbe | None = None  # the server's CPU seconds (engine, frontend), read at the run's start and end
     ignore_eos: bool = False
     min_tokens: bool = False
     slo: Mapping[str, float] = field(default_factory=dict)  # ttft_ms, tpot_ms, e2e_ms, itl_ms
@@ -305,12 +307,8 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     shares = _shares(cfg, workload, requests_path, closed, cap)
 
     before, poller, sampler, run, peak_bytes = (
-        Scrape(None, None, "interrupted before the first scrape"),
-        None,
-        None,
-        None,
-        None,
-    )
+        Scrape(None, None, "interrupted before the first scrape"), None, None, None, None)
+    cpu = CpuWindow(cfg.cpu_probe)
     try:  # from here on, Ctrl-C (or a stop signal) ends the run and every request still gets a record
         before = scrape_all(metrics_urls)
         poller = GaugePoller(metrics_url, POLLED_GAUGES, cfg.gauge_interval_s).start() if before.snapshot else None
@@ -321,17 +319,20 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
             else contextlib.nullcontext()
         )
         with following:
+            cpu.open()
             run = run_client(shares)
     except KeyboardInterrupt:
         pass
     finally:
         with deferred_interrupt():
+            cpu.close()
             if poller:
                 poller.stop()
             peak_bytes = sampler.stop() if sampler else None
     with deferred_interrupt() as late:  # writing what was measured takes bounded time: a second Ctrl-C waits for it
         run = run or ClientRun(t0=time.monotonic(), stats=(), interrupted=True, workers=len(shares))
-        outcome = _write_outputs(cfg, workload, out_dir, run, before, poller, peak_bytes, references, closed, cap)
+        outcome = _write_outputs(cfg, workload, out_dir, run, before, poller, peak_bytes, references, closed, cap,
+                                 cpu_details(cpu, cfg.validity))
     if run.interrupted or late.hit:
         raise KeyboardInterrupt
     return outcome
@@ -348,6 +349,7 @@ def _write_outputs(
     references: Any,
     closed: int | None,
     cap: int | None,
+    cpu: dict[str, Any] | None = None,
 ) -> MeasureOutcome:
     """After the client: the second scrape, a record for every request, the gauges, the result and the summary."""
     metrics_urls = metrics_urls_of(cfg)
@@ -377,6 +379,7 @@ def _write_outputs(
         peak_memory_bytes=peak_bytes,
         failure=_failure(cfg, run, records),
         references=references,
+        cpu=cpu,
     )
     doc = build_serving_result(run_facts(cfg), inputs)
     if rows:  # listed in the result (server_metrics.gauges) and written with it, never without it

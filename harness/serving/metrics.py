@@ -13,7 +13,9 @@ Definitions (docs/measurement.md), over requests that completed (status ``stop``
 - output_tokens = the server's ``usage.completion_tokens``; the count of content chunks
   when the server sent no usage.
 - Client queue wait = sent − scheduled, over every request that was sent.
-- Duration = first send → last end over all requests; rates divide by it.
+- Duration = first send → last end over all requests; rates divide by it. ``throughput.steady_state`` holds
+  the same rates over the steady-state window, ramp and drain left out, with the drain fraction
+  (``harness.serving.steady``).
 - TTFT and E2E from the scheduled send (MLPerf LoadGen's definition) = the same ends −
   scheduled; the client's own lateness counts against them. SLOs are judged on these.
 - Goodput = completed requests meeting every stated SLO (``ttft_ms``, ``tpot_ms``,
@@ -33,6 +35,7 @@ import numpy as np
 
 from harness.client.records import RequestRecord
 from harness.contract.distribution import PERCENTILE_METHOD, distribution_ms, slo_compliance
+from harness.serving.steady import steady_state
 
 __all__ = ["DECIMALS", "PERCENTILE_METHOD", "SLO_KEYS", "from_scheduled", "meets_slo", "output_tokens", "per_request",
            "performance"]
@@ -168,6 +171,7 @@ def performance(records: Sequence[RequestRecord], slo: Mapping[str, float] | Non
     ends = [r.end_s for r in records if r.end_s is not None]
     if sent and ends and max(ends) > min(sent):
         group["throughput"] = _throughput(done, scheduled, slo, max(ends) - min(sent))
+        group["throughput"]["steady_state"] = steady_state(records, output_tokens, DECIMALS)
     reasons = {
         "ttft_ms": "no request completed with generated text",
         "tpot_ms": "no completed request produced more than one output token",

@@ -26,6 +26,7 @@ from harness.serving.validity import (
     ClientHealth,
     ValidityLimits,
     correctness,
+    cpu_share_reason,
     invalid_reasons,
     schedule_reasons,
     schedule_stats,
@@ -78,6 +79,7 @@ class ResultInputs:
     peak_memory_bytes: int | None
     failure: Failure | None
     references: dict[int, str] | None
+    cpu: dict[str, Any] | None = None  # details.cpu (harness.serving.cpushare): the client/server CPU split
 
 
 def _jsonable(value: Any) -> Any:
@@ -165,6 +167,7 @@ def _conclusion(failure: Failure | None, reasons: list[str], summary: str) -> Co
 
 def _client_details(facts: RunFacts, inputs: ResultInputs, health: ClientHealth, *, timed: bool) -> dict[str, Any]:
     """``details.client``: the client's processes, loop lag, schedule keeping and request settings."""
+    kept = schedule_reasons(inputs.records, health, facts.validity, timed=timed)
     return {
         "workers": inputs.run.workers,
         "event_loop": loop_name(),
@@ -176,7 +179,10 @@ def _client_details(facts: RunFacts, inputs: ResultInputs, health: ClientHealth,
         "min_tokens": facts.min_tokens,
         "batch_barrier": facts.batch_barrier,
         "stream": facts.stream,
-        "schedule_reasons": schedule_reasons(inputs.records, health, facts.validity, timed=timed),
+        "schedule_reasons": kept,
+        # what makes the run describe the client rather than the server: a schedule it did not keep, or the CPU
+        # it took from the engine
+        "client_reasons": [*kept, *filter(None, [cpu_share_reason(inputs.cpu, facts.validity)])],
     }
 
 
@@ -204,7 +210,8 @@ def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any
     timed = inputs.closed_concurrency is None
     health = _health(inputs.run)
     reasons = invalid_reasons(
-        records, health, facts.validity, timed=timed, ignore_eos=facts.ignore_eos, expected=len(w.requests)
+        records, health, facts.validity, timed=timed, ignore_eos=facts.ignore_eos, expected=len(w.requests),
+        cpu=inputs.cpu,
     )
     if inputs.failure is not None and not reasons:
         reasons = [f"{inputs.failure.kind}: {inputs.failure.message}"]
@@ -235,6 +242,7 @@ def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any
         "server_metrics": inputs.server_metrics,
         "client": _client_details(facts, inputs, health, timed=timed),
         "usage": _usage_details(records, done),
+        "cpu": inputs.cpu or {"measured": False, "why": "the CPU time was not read"},
         **({"sessions": turns} if (turns := session_details(records)) is not None else {}),
         "validity_limits": facts.validity.to_dict(),
         "requested": _jsonable(dict(facts.requested)),

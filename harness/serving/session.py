@@ -41,6 +41,7 @@ class ServerSession:
     effective: dict[str, Any] | None = None  # the engine's effective settings, read back after the start
     group: GroupSpec | None = None  # several processes: vLLM's multi-node launch, replicas, a Ray cluster
     model: PreparedModel | None = None  # the model it serves when not the bench's
+    placement: dict[str, Any] | None = None  # where the engine's threads run, the cores left to the client
 
     @property
     def base_url(self) -> str:
@@ -74,6 +75,7 @@ class ServerSession:
                 "startup_s": round(self.startup_s, 1), "log": self.handle.log_path.name,
                 "prefix_caching": self.config.prefix_caching, "exit_status": self.exit_status,
                 "image": self.handle.image, "effective": self.effective, **self.group_record(),
+                "cpu_placement": self.placement,
                 "confinement": getattr(self.handle, "confinement", None),  # a container's isolation, exceptions named
                 "effective_source": f"GET {self.backend.effective_path}" if self.backend.effective_path else None,
                 "prefix_cache_resets": {"requested": sum(r.requested for r in self.resets),
@@ -184,6 +186,7 @@ def server_session(
         settings=dict(settings or {}),
         group=group,
         model=model,
+        placement=spec.placement,
     )
     try:
         if on_start:

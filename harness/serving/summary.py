@@ -28,12 +28,30 @@ def render_summary(doc: dict[str, Any]) -> str:
             f"{tp['request_rate_rps']:.2f} req/s, {tp['output_tokens_per_s']:.1f} output tok/s, "
             f"{tp['total_tokens_per_s']:.1f} total tok/s over {tp['duration_s']:.2f} s{good}"
         )
+        lines.append(steady_line(tp.get("steady_state")))
     prefix = (doc.get("details", {}).get("server_metrics") or {}).get("prefix_cache")
     if prefix and prefix.get("hit_rate") is not None:
         lines.append(f"prefix-cache hit rate {prefix['hit_rate']:.1%} ({prefix['series'][0]})")
+    cpu = doc.get("details", {}).get("cpu") or {}
+    if cpu.get("measured"):
+        lines.append(f"CPU: client + API server {cpu['client_frontend_cores']:.2f} cores, engine "
+                     f"{cpu['engine_cores_used']:.2f} (bound to {cpu['engine_cores'] or 'no core'}, "
+                     f"limit {cpu['limit_cores'] if cpu['limit_cores'] is not None else 'not judged'})")
     lines.append(f"terminations: {doc['correctness']['termination_counts']}")
     if concl["failure"]:
         lines.append(f"FAILED ({concl['failure']['kind']}): {concl['failure']['message']}")
     lines.append("VALID" if concl["valid"] else "INVALID")
     lines += [f"  - {reason}" for reason in concl["invalid_reasons"]]
     return "\n".join(lines) + "\n"
+
+
+def steady_line(st: dict[str, Any] | None) -> str:
+    """The steady-state window's rates, or why there are none, with the drain fraction."""
+    if not st:
+        return "steady state: not measured"
+    drain = "-" if st["drain_fraction"] is None else f"{st['drain_fraction']:.0%}"
+    head = f"steady state {st['start_s']:.2f}-{st['end_s']:.2f} s (drain {drain} of the run): "
+    if st["request_rate_rps"] is None:
+        return head + str(st["null_reason"])
+    return head + (f"{st['request_rate_rps']:.2f} req/s, {st['output_tokens_per_s']:.1f} output tok/s, "
+                   f"{st['total_tokens_per_s']:.1f} total tok/s over {st['requests']} completions")

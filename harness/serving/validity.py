@@ -7,8 +7,11 @@ event-loop lag P99 above the same share of TTFT P99 (a lateness in 1 % of wake-u
 only move the tail), each judged only over ``min_lag_samples`` (50) sends or probes,
 since a P99 of fewer is their maximum; achieved versus scheduled send rate — or when requests
 did not complete, or when the server generated fewer tokens than an ``ignore_eos`` run
-asked for. An invalid run's latencies describe the client, not the server: every bench
-leaves it out of the figures it would distort (``harness.bench.claims``).
+asked for, or when the client and API server used more CPU than the cores left to them plus
+``engine_core_fraction`` of the engine's ("client-bound here": they took CPU the engine needed;
+not judged where the server's CPU is not measured). An invalid run's latencies describe the
+client, not the server: every bench leaves it out of the figures it would distort
+(``harness.bench.claims``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ class ValidityLimits:
     min_rate_fraction: float = 0.95  # timed schedules: scheduled span / achieved span
     lag_fraction: float = 0.05  # a lag P99 above this share of TTFT P50 (and of the mean arrival gap) distorts
     min_lag_samples: int = 50  # fewer sends (loop probes) than this: a P99 is a maximum, so not judged
+    # the client and API server may use the cores left to them plus this share of the engine's (bound) cores; past
+    # it they took CPU the engine needed, enough to move a latency by about the smallest effect a bench acts on
+    # (5 %); normal runs on 2 cores use 0.04-0.07 cores against a limit of 1.05 (figures: docs/measurement.md)
+    engine_core_fraction: float = 0.05
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -108,8 +115,27 @@ def schedule_reasons(records: Sequence[RequestRecord], health: ClientHealth, lim
     return reasons
 
 
+def cpu_share_limit(cpu: Mapping[str, Any], limits: ValidityLimits) -> float | None:
+    """The cores the client and API server may use: the ones left to them plus a share of the engine's."""
+    if not cpu.get("measured") or not cpu.get("engine_cores"):
+        return None  # not measured, or an engine bound to no core (which cores it needed is not known)
+    return round(len(cpu["cores_left"]) + limits.engine_core_fraction * len(cpu["engine_cores"]), 3)
+
+
+def cpu_share_reason(cpu: Mapping[str, Any] | None, limits: ValidityLimits) -> str | None:
+    """"client-bound here" when the client and API server used more cores than they were left (``details.cpu``)."""
+    limit = cpu_share_limit(cpu, limits) if cpu else None
+    if cpu is None or limit is None or cpu["client_frontend_cores"] <= limit:
+        return None
+    return (f"client-bound here: the client and API server used {cpu['client_frontend_cores']:.2f} cores "
+            f"(client {cpu['client_cpu_s']:.1f} s + API server {cpu['frontend_cpu_s']:.1f} s of CPU over "
+            f"{cpu['wall_s']:.1f} s) > {limit:.2f} ({len(cpu['cores_left'])} left to them + "
+            f"{limits.engine_core_fraction:.0%} of the engine's {len(cpu['engine_cores'])}): they took CPU the engine "
+            "needed, so the latencies measure this host's contention")
+
+
 def invalid_reasons(records: Sequence[RequestRecord], health: ClientHealth, limits: ValidityLimits, *,
-                    timed: bool, ignore_eos: bool, expected: int) -> list[str]:
+                    timed: bool, ignore_eos: bool, expected: int, cpu: Mapping[str, Any] | None = None) -> list[str]:
     reasons = []
     if health.interrupted:
         reasons.append("the run was interrupted before every request finished")
@@ -124,6 +150,8 @@ def invalid_reasons(records: Sequence[RequestRecord], health: ClientHealth, limi
                  and r.output_tokens_requested is not None and r.completion_tokens < r.output_tokens_requested]
         if short:
             reasons.append(f"{len(short)} requests generated fewer tokens than asked although ignore_eos was set")
+    if (cpu_reason := cpu_share_reason(cpu, limits)) is not None:
+        reasons.append(cpu_reason)
     return reasons
 
 

@@ -4,7 +4,7 @@ Data flows one way: ``make_workload`` → ``write_workload`` (canonical JSONL) �
 ``load_workload`` (validated, id re-checked) → the client.
 """
 
-from harness.workload import sessions, traces  # noqa: F401  (registers the trace and session kinds)
+from harness.workload import natural, sessions, traces  # noqa: F401  (registers the natural, trace and session kinds)
 from harness.workload.arrival import PROCESSES, Arrival
 from harness.workload.generators import (
     GENERATORS,

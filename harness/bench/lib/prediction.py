@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
-
 
 @dataclass(frozen=True)
 class Judged:
@@ -61,15 +59,3 @@ def summary_line(what: str, summary: dict[str, Any]) -> str:
             f"error (predicted / measured - 1) {summary['mean_signed_error']:+.1%}, MAPE {summary['mape']:.1%} over "
             f"{summary['n']}{excluded}")
 
-
-def bootstrap_interval(values: Sequence[float], statistic: Any, *, resamples: int = 2000, seed: int = 0,
-                       confidence: float = 0.95) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of ``statistic`` (a function of a 1-d array) over ``values``; None for < 2."""
-    a = np.asarray(values, dtype=float)
-    if a.size < 2:
-        return None
-    idx = np.random.default_rng(seed).integers(0, a.size, size=(resamples, a.size))
-    boot = np.asarray([statistic(a[row]) for row in idx], dtype=float)
-    alpha = (1 - confidence) / 2
-    lo, hi = np.quantile(boot, [alpha, 1 - alpha])
-    return float(lo), float(hi)

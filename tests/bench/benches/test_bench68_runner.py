@@ -85,11 +85,32 @@ def test_bench68_reads_acceptance_identity_and_decides_per_workload(bench_env):
     assert copy["greedy_agreement"]["compared"] == 15 and copy["prediction"]["cost_ratio"] == 0.0
     assert copy["served_speedup"]["value"] > 1
     labels = [a["label"] for a in result["details"]["arm_runs"]]
-    assert labels[:2] == ["copy/ngram-k4", "copy/off@ngram-k4"] and not any("eagle" in x for x in labels)
+    assert labels[:5] == ["copy/off"] * 5  # the baseline alone first, its co-residence reference
+    assert labels[5:9] == ["copy/ngram-k4", "copy/off@ngram-k4", "natural/ngram-k4", "natural/off@ngram-k4"]
+    (shift,) = [r for r in result["details"]["co_residence"]["rows"] if r["tpot_ms.p50"] is not None]
+    assert shift["variant"] == "ngram-k4" and shift["tpot_ms.p50"]["n_repeats"] == 5
+    assert 0.8 < shift["tpot_ms.p50"]["value"] < 1.25  # the stand-in baseline streams at one pace beside or alone
+    assert not any("eagle" in x for x in labels)
+    # the natural-text control: chat API, EOS allowed; read on per-token figures; its acceptance checked low
+    natural_run = json.loads((run_dir / "arms" / "natural.ngram-k4" / "r1" / "result.json").read_text())
+    copy_run = json.loads((run_dir / "arms" / "copy.ngram-k4" / "r1" / "result.json").read_text())
+    assert natural_run["details"]["client"]["ignore_eos"] is False and natural_run["details"]["client"]["api"] == "chat"
+    assert copy_run["details"]["client"]["ignore_eos"] is True
+    control_row = rows[("natural", "ngram-k4")]
+    assert control_row["role"] == "control" and control_row["decided_on"] == "tpot_ms.p50"
+    assert control_row["tokens_per_s_effect"]["metric"] == "output_tokens_per_s"
+    control = result["details"]["negative_control"]
+    (check,) = control["arms"]
+    # the stand-in accepts half of every draft on both workloads: 50 % > half of copy's 50 %, so it fails
+    assert not control["passed"] and check["acceptance"] == 0.5 and check["limit"] == 0.25
+    assert check["like_for_like"]["baseline"]["requests"] == 5 * 8
+    assert check["like_for_like"]["greedy_agreement"]["passed"] is True
+    assert "negative control did not hold" in copy["capped"]
     summary = (run_dir / "summary.txt").read_text()
     assert "helps (E2E p50 interval below 1): copy/ngram-k4" in summary and "predicted vs served" in summary
     assert "proposal.json: none cited" in summary
     assert "not run here (capability_missing): eagle" in summary
+    assert "baseline beside ngram-k4: TPOT p50 x" in summary
     starts = [line for line in out.getvalue().splitlines() if line.startswith("server off: starting")]
     assert len(starts) == 1  # the baseline stayed up through both phases
     (report,) = audit_paths([outcome.finished.manifest], AuditConfig(root=bench_env))

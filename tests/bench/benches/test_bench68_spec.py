@@ -47,13 +47,51 @@ def test_plan_pairs_every_variant_with_a_baseline_kept_up(model):
     assert speculative_config(plan.server("self-draft")) == {"method": "draft_model", "model": str(model.path),
                                                             "num_speculative_tokens": 3}
     assert all(s.settings["kv_cache_space_gib"] == 1 for s in plan.servers)
-    assert [(p.servers, p.keep) for p in plan.phases] == [(("off", v), ("off",)) for v in
-                                                          ("ngram-k2", "ngram-k4", "self-draft")]
-    assert [p.planned_steps for p in plan.phases] == [12, 12, 12]
-    assert [w.kind for w in plan.workloads] == ["copy", "random", "random"] and not plan.workloads[2].measured
-    assert len(plan.claims) == 3 * 2 * 2  # variants x workloads x (E2E, TPOT)
+    # the baseline alone first (its co-residence reference), then kept up beside each variant in turn
+    assert [(p.servers, p.keep) for p in plan.phases] == [(("off",), ())] + [(("off", v), ("off",)) for v in
+                                                                             ("ngram-k2", "ngram-k4", "self-draft")]
+    assert plan.phases[0].steps == [(r, plan.arms[0]) for r in (1, 2, 3)] and plan.arms[0].label == "copy/off"
+    # copy on every variant; the natural-text control on the n-gram variants only
+    assert [p.planned_steps for p in plan.phases[1:]] == [12, 12, 6]
+    assert [w.kind for w in plan.workloads] == ["copy", "natural", "random"] and not plan.workloads[2].measured
+    assert plan.workloads[2].common.input_tokens == cfg.input_tokens  # the warm-up: copy's shape
+    assert len(plan.claims) == 3 * 2 + 2 * 2  # copy (E2E, TPOT) per variant, control (TPOT, tokens/s) per n-gram
     assert plan.claims[0].baseline == "copy/off@ngram-k2" and plan.claims[0].treatment == "copy/ngram-k2"
     assert plan.read is not None
+
+
+def test_the_negative_control_is_natural_text_served_with_eos_allowed(model):
+    cfg = Config(draft_layers=0)
+    plan = SPEC.plan(cfg, model)
+    control = next(w for w in plan.workloads if w.name == "natural")
+    assert control.kind == "natural" and control.common.requests == 8 and control.common.output_tokens <= 64
+    natural = [a for a in plan.arms if a.workload == "natural"]
+    assert [a.label for a in natural] == ["natural/off@ngram-k2", "natural/ngram-k2", "natural/off@ngram-k4",
+                                          "natural/ngram-k4"]
+    # EOS allowed (max_tokens is a cap), through the chat template that ends an answer; copy keeps ignore_eos
+    assert all(a.client == {"api": "chat", "ignore_eos": False} for a in natural)
+    assert all(a.client == {} for a in plan.arms if a.workload == "copy") and plan.ignore_eos
+    control_claims = [c for c in plan.claims if c.treatment.startswith("natural/")]
+    assert {c.metric.name for c in control_claims} == {"tpot_ms.p50", "output_tokens_per_s"}  # per token, not E2E
+    assert (cfg.control_max_acceptance, cfg.control_max_copy_share) == (0.5, 0.5)
+    no_ngram = SPEC.plan(Config(ngram_tokens=(), draft_layers=0, baseline_alone=False), model)
+    assert [w.name for w in no_ngram.workloads] == ["copy"]  # the control is prompt lookup's
+    assert [p.name for p in no_ngram.phases] == ["off+self-draft"]
+
+
+def test_natural_prompts_are_distinct_and_drawn_without_replacement(tokenizer_dir):
+    from harness.workload import Arrival, Common, make_workload
+    from harness.workload.natural import PROMPTS
+
+    assert len(set(PROMPTS)) == len(PROMPTS) >= 24
+    common = Common(arrival=Arrival("closed", concurrency=1), seed=3, requests=8, output_tokens=48)
+    made = make_workload("natural", common, {}, tokenizer_dir)
+    prompts = [r.prompt for r in made.requests]
+    assert len(set(prompts)) == 8 and set(prompts) <= set(PROMPTS)
+    assert all(r.output_tokens == 48 and r.input_tokens > 5 for r in made.requests)
+    assert make_workload("natural", common, {}, tokenizer_dir).workload_id == made.workload_id
+    with pytest.raises(InvalidInput, match="distinct prompts"):
+        make_workload("natural", replace(common, requests=len(PROMPTS) + 1), {}, tokenizer_dir)
 
 
 def test_gpu_arms_launch_commands_name_their_heads_and_mount_them(model, tmp_path):
@@ -89,6 +127,8 @@ def test_no_speculative_arm_is_an_input_error(model):
     (["--draft-tokens", "17"], "--draft-tokens must be at most 16"),
     (["--input-tokens", "80", "--output-tokens", "64"], "must exceed --output-tokens by 32"),
     (["--eagle-model", "/no/such/head"], "--eagle-model /no/such/head: no such directory"),
+    (["--control-requests", "20", "--scale", "2"], "--control-requests x --scale = 40"),
+    (["--control-output-tokens", "65"], "--control-output-tokens must be at most 64"),
     (["--proposal-manifest", "missing.intoto.json"], "cited manifest missing.intoto.json: no such file"),
 ])
 def test_cli_bad_input_is_one_line_and_leaves_nothing(tmp_path, args, expected):

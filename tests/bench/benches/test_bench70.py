@@ -14,12 +14,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.backends.base import VLLM_EFFECTIVE_KEYS, BackendConfig
 from harness.bench import placement as placement_mod
 from harness.bench import runner as runner_mod
 from harness.bench.benches.bench70 import SPEC, Config
+from harness.client import read_records
+from harness.contract.distribution import PERCENTILE_METHOD
 from harness.contract.schemas import validate_file
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.progress import Reporter
@@ -87,8 +90,28 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
         low, high = p["measured_interval"]["ttft_ms.p50"]  # the measured figure's own interval ...
         assert low <= p["measured"]["ttft_ms.p50"] <= high
         assert p["inside_interval"]["ttft_ms.p50"] == (low <= p["predicted"]["ttft_ms.p50"] <= high)  # ... judges it
-    ttft = details["prediction_summary"]["TTFT p50 ms"]  # across the arms: bias, MAPE and the inside count
-    assert ttft["n"] == len(measured) and ttft["mape"] >= abs(ttft["mean_signed_error"]) and ttft["with_interval"] == 5
+    # held out: fitted on the calibration's repeat 1, judged on repeat 2 only (repeat 1's measurements never enter)
+    design = details["prediction_design"]
+    assert design["calibration"] == {"arm": "calibration", "repeat": 1} and design["test_repeats"] == [2]
+    assert {(k["arm"], k["repeat"]) for k in design["left_out"]} == {(a, 1) for a in measured}
+    assert {k["arm"] for k in design["same_start"]} == {"continuous", "static", "base"}  # the first server's arms
+    for label, p in details["predictions"].items():
+        assert p["judged_on_repeats"] == [2]
+        r2 = read_records(run_dir / "arms" / label / "r2" / "requests.jsonl")
+        assert p["measured"]["ttft_ms.p50"] == pytest.approx(float(np.percentile(
+            [1000 * (r.first_token_s - r.sent_s) for r in r2 if r.completed], 50, method=PERCENTILE_METHOD)))
+    ttft = details["prediction_summary"]["TTFT p50 ms"]  # across the arms: bias, MAPE, their intervals, inside
+    assert ttft["n"] == ttft["n_arms"] == len(measured) and ttft["with_interval"] == 5
+    assert ttft["mape"] >= abs(ttft["mean_signed_error"])
+    for key in ("mean_signed_error", "mape"):
+        low, high = ttft[f"{key}_interval"]
+        assert low <= ttft[key] <= high and low < high
+    every = details["prediction_summary"]["all figures"]
+    assert every["n_arms"] == 5 and every["n"] > ttft["n"] and every["inside"] <= every["with_interval"]
+    headline = details["prediction_headline"]
+    assert headline.startswith("simulator held out (fitted on calibration r1, judged on r2; 3/5 test runs")
+    assert f"{every['inside']}/{every['with_interval']} predictions inside" in headline
+    assert headline in result["conclusion"]["summary"]
     assert (
         details["predictions"]["static"]["mode"] == "barrier"
         and details["predictions"]["priority"]["engine"]["policy"] == "priority"
@@ -102,6 +125,8 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
     for text in (
         "predicted (simulator",
         "inside the measured interval; mean signed error",
+        "simulator held out (",
+        "vs measured on the held-out repeats",
         "per priority class",
         "static-batching signature",
         "capability_missing: server variant overlap",

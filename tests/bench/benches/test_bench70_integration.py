@@ -3,7 +3,8 @@
 Two arms on one start — continuous batching and the client-driven static batches at the same
 concurrency — after the calibration arm: schema-valid results, the engine's effective settings
 read back, the occupancy series polled, the static batches waiting in the client, every arm
-predicted by the simulator fitted on this server, and a manifest that audits VALID.
+predicted by the simulator fitted on this server, no prediction judged on the calibration's own repeat
+(one repeat: nothing held out), and a manifest that audits VALID.
 """
 
 from __future__ import annotations
@@ -59,10 +60,18 @@ def test_small_bench70_serves_static_and_continuous_and_predicts_both(tmp_path):
     result = json.loads((run_dir / "comparison.json").read_text())
     details = result["details"]
     assert details["cost_model"]["source"]["arm"] == "calibration"
+    # one repeat: the calibration's own, so nothing is held out and no prediction is judged against it
+    design = details["prediction_design"]
+    assert design["calibration"] == {"arm": "calibration", "repeat": 1} and design["test"] == []
+    assert {(k["arm"], k["repeat"]) for k in design["left_out"]} == {("continuous", 1), ("static", 1)}
+    assert details["prediction_headline"].startswith("simulator not judged: no held-out run")
+    assert details["prediction_headline"] in result["conclusion"]["summary"] and not details["prediction_summary"]
     for label in ("continuous", "static"):
         p = details["predictions"][label]
-        assert p["predicted"]["ttft_ms.p50"] > 0 and p["measured"]["ttft_ms.p50"] > 0 and "ttft_ms.p50" in p["error"]
-        assert p["measured"]["running.mean"] > 0  # the running gauge was polled during the arm
+        assert p["predicted"]["ttft_ms.p50"] > 0 and p["predicted"]["running.mean"] > 0
+        assert set(p["measured"].values()) == {None} and set(p["inside_interval"].values()) == {None}
+        arm = json.loads((run_dir / "arms" / label / "r1" / "result.json").read_text())
+        assert arm["details"]["server_metrics"]["occupancy"]["running_mean"] > 0  # the running gauge was polled
     waits = details["static_signature"]["figures"]["client_queue_wait_ms_p50"]
     assert waits["static"] > waits["continuous"]  # the static batches made requests wait in the client
     assert result["conclusion"]["evidence_level"] == "single" and result["conclusion"]["decision"] == "inconclusive"

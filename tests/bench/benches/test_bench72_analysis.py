@@ -229,6 +229,23 @@ def test_a_probe_verdict_names_every_broken_limit():
     assert verdict(arm_run([100.0] * 18, failed=2), slo, 2.0).violated == ("error rate",)  # 2 of 20 > 5 %
     late = verdict(arm_run([100.0] * 20, client=("client send lag P99 40 ms > 20 ms",)), slo, 2.0)
     assert not late.passed and late.violated == ("client schedule",)  # a client that fell behind cannot pass
+    bound = arm_run([100.0] * 20)
+    bound.result["details"]["client"]["client_reasons"] = ["client-bound here: the client took the engine's cores"]
+    assert verdict(bound, slo, 2.0).violated == ("client schedule",)  # nor one that took the engine's CPU
+
+
+def test_a_p99_limit_is_an_exceedance_count_from_the_scheduled_send():
+    slo = SLO(ttft_p99_ms=150.0, tpot_p99_ms=12.0, error_rate=0.05, basis="")
+    few = verdict(arm_run([100.0] * 19 + [160.0]), slo, 2.0)
+    assert few.violated == ("TTFT P99",) and few.detail["slo_compliance"]["TTFT P99"]["reading"] == "max of 20"
+    two = verdict(arm_run([100.0] * 198 + [200.0] * 2), slo, 2.0)  # 1 % of 200 exceed: the P99 limit holds
+    judged = two.detail["slo_compliance"]["TTFT P99"]
+    assert two.passed and judged["reading"] == "exceedance count" and judged["exceeded"] == 2
+    assert judged["exceedance_upper"] > judged["exceedance"] == 0.01  # the binomial bound is stated beside it
+    assert verdict(arm_run([100.0] * 197 + [200.0] * 3), slo, 2.0).violated == ("TTFT P99",)
+    run = arm_run([100.0] * 20)
+    late = replace(run.records[0], scheduled_s=0.9)  # sent 100 ms after its scheduled time: 200 ms from it
+    assert verdict(replace(run, records=(late, *run.records[1:])), slo, 2.0).violated == ("TTFT P99",)
 
 
 def searched(name, cap, low, high, binding=("TTFT P99",)):

@@ -8,15 +8,18 @@ Arms, each a server start with its own ``--speculative-config`` (greedy, tempera
                verification and drafting overhead (the acceptance ceiling)
   eagle, eagle3, mtp   written for the GPU image (--eagle-model, --eagle3-model, --mtp)
 Every speculative variant is optional: one the engine refuses here is capability_missing
-with the engine's message. Two workloads with identical token counts: ``copy`` (repeat
-the passage: the answer copies from the prompt, where speculation should help) and
-``random`` (independent prompts, where it should not).
+with the engine's message. Workloads: ``copy`` (repeat the passage: the answer copies from
+the prompt, where speculation should help) on every arm, and for the n-gram arms the negative
+control ``natural`` (natural-text requests asking for new prose, served through the chat API
+with end-of-sequence allowed, so repetition loops under ignore_eos cannot manufacture
+acceptance; compared on per-token figures, TPOT and tokens/s, since answer lengths differ).
 
 Protocol: the baseline server stays up throughout; each speculative variant is started in
 turn next to it (two servers up at once), and on that pair the baseline and the variant
 interleave per workload (order alternating per repeat), so every effect is paired against a
-baseline measured alongside it. Claims: E2E and TPOT p50 per workload x variant; greedy
-output identity per request against the baseline; acceptance from vllm:spec_decode_*.
+baseline measured alongside it. Claims: E2E and TPOT p50 per workload x variant (TPOT and
+tokens/s on the control); greedy output identity per request against the baseline; acceptance
+from vllm:spec_decode_*; the control's acceptance checked low (``control.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from harness.bench.benches.bench68.arms import (
     read_speculative,
     spec_arms,
 )
+from harness.bench.benches.bench68.control import CONTROL, CONTROL_CLIENT, WORKLOADS, workloads_of
+from harness.bench.benches.bench68.coresidence import alone_steps
 from harness.bench.metrics import (
     ACCEPTANCE_RATE,
     E2E_P50,
@@ -57,8 +62,7 @@ from harness.errors import InvalidInput
 from harness.knobs import knob
 from harness.models import PreparedModel
 from harness.workload import Arrival, Common
-
-WORKLOADS = ("copy", "random")
+from harness.workload.natural import PROMPTS
 
 
 @dataclass(frozen=True)
@@ -66,9 +70,9 @@ class Config(BenchConfig):
     """Defaults sized for <= 12 minutes on 2 CPU cores once the serving env and model are cached."""
 
     kv_cache_space_gib: int = knob(1, "CPU backends: KV-cache size in GiB per server (two are up at once)", min=1)
-    requests: int = knob(3, "requests per workload in every arm run (x --scale)", min=1)
-    input_tokens: int = knob(256, "prompt length in tokens (both workloads)", min=64)
-    output_tokens: int = knob(48, "generated tokens per request (ignore_eos: exact)", min=2)
+    requests: int = knob(3, "copy requests per arm run (x --scale)", min=1)
+    input_tokens: int = knob(256, "prompt length in tokens (copy workload)", min=64)
+    output_tokens: int = knob(48, "generated tokens per request (copy workload; ignore_eos: exact)", min=2)
     ngram_tokens: tuple[int, ...] = knob(
         (2, 4), "n-gram arms: tokens proposed per step, one arm each ('' for none)", min=1, max=16, empty=True
     )
@@ -77,6 +81,7 @@ class Config(BenchConfig):
     draft_layers: int = knob(10, "draft-model arm: the served model's first N layers (0: no such arm)", min=0)
     draft_tokens: int = knob(3, "draft-model and self-draft arms: tokens drafted per step", min=1, max=16)
     self_draft: bool = knob(True, "run the self-draft arm (acceptance ceiling)")
+    baseline_alone: bool = knob(True, "measure the baseline alone first: its co-residence shift beside each variant")
     eagle_model: str | None = knob(None, "EAGLE draft head directory: adds an eagle arm (GPU image)")
     eagle3_model: str | None = knob(None, "EAGLE-3 draft head directory: adds an eagle3 arm (GPU image)")
     mtp: bool = knob(False, "add an MTP arm (a model with multi-token-prediction layers; GPU image)")
@@ -86,15 +91,28 @@ class Config(BenchConfig):
         "run holding proposal.json under manifests/; 'none': cite nothing)",
     )
     mc_passes: int = knob(20_000, "Monte-Carlo verification passes of the prediction", min=100)
+    control_requests: int = knob(
+        8, f"negative control: natural-text requests per arm run (x --scale; at most {len(PROMPTS)})", min=1
+    )
+    control_output_tokens: int = knob(48, "negative control: max_tokens cap (EOS allowed)", min=2, max=64)
     control_max_acceptance: float = knob(
         0.5,
-        "negative control: n-gram acceptance on the random workload must stay "
-        "at or below this for it to count as a control",
+        "negative control: n-gram acceptance on the natural workload must stay at or below this "
+        "(above it most drafted tokens are accepted: a copy or loop regime, not natural prose)",
+        min=0,
+        max=1,
+    )
+    control_max_copy_share: float = knob(
+        0.5,
+        "negative control: and at or below this share of the same arm's acceptance on the copy workload",
         min=0,
         max=1,
     )
 
     def check(self) -> None:
+        if self.control_requests * self.scale > len(PROMPTS):
+            raise InvalidInput(f"--control-requests x --scale = {self.control_requests * self.scale}: the natural "
+                               f"workload has {len(PROMPTS)} distinct prompts")
         if self.prompt_lookup_min > self.prompt_lookup_max:
             raise InvalidInput("--prompt-lookup-min must not exceed --prompt-lookup-max")
         if self.input_tokens + self.output_tokens > self.max_model_len:
@@ -113,56 +131,57 @@ class Config(BenchConfig):
 COLUMNS = (TTFT_P50, TPOT_P50, ITL_P50, ITL_TOKEN_P50, E2E_P50, OUTPUT_TOKENS_PER_S, ACCEPTANCE_RATE,
            MEAN_ACCEPTANCE_LENGTH)
 NOTES = (
-    "greedy (temperature 0) with ignore_eos: every request generates exactly --output-tokens",
+    "greedy (temperature 0); copy with ignore_eos (every request generates exactly --output-tokens); the natural "
+    "control through the chat API with EOS allowed (--control-output-tokens is a cap)",
     "two servers are up at once (baseline + one variant), each with --kv-cache-space-gib",
     "warm-up requests use their own workload and are not measured",
 )
 
 
+def arm_pairs(sa: SpecArm) -> tuple[list[tuple[Arm, Arm]], list[Claim]]:
+    """(baseline, variant) arms per workload and their claims: E2E and TPOT p50, per-token figures on the control
+    (its answers end at EOS, so lengths differ by prompt: TPOT and tokens/s, not E2E)."""
+    pairs, claims = [], []
+    for w in workloads_of(sa.kind):
+        client = CONTROL_CLIENT if w == CONTROL else {}
+        base, spec = Arm(f"{w}/off@{sa.name}", w, "off", client), Arm(f"{w}/{sa.name}", w, sa.name, client)
+        pairs.append((base, spec))
+        metrics = (TPOT_P50, OUTPUT_TOKENS_PER_S) if w == CONTROL else (E2E_P50, TPOT_P50)
+        claims += [Claim(m, base.label, spec.label, name=f"{spec.label} {m.title.split(' ')[0]}") for m in metrics]
+    return pairs, claims
+
+
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     citation = cited_proposal(cfg.proposal_manifest, Path.cwd())
     arms: list[SpecArm] = spec_arms(cfg, model)
-    common = Common(
-        arrival=Arrival("closed", concurrency=1),
-        seed=cfg.seed,
-        requests=cfg.requests * cfg.scale,
-        input_tokens=cfg.input_tokens,
-        output_tokens=cfg.output_tokens,
-    )
-    workloads = [WorkloadPlan(w, w, common) for w in WORKLOADS]
-    common_settings = {"kv_cache_space_gib": cfg.kv_cache_space_gib, **({"dtype": cfg.dtype} if cfg.dtype else {})}
-    base = ServerVariant("off", common_settings)
-    servers, bench_arms, phases, claims = [base], [], [], []
-    for sa in arms:
-        servers.append(
-            ServerVariant(
-                sa.name,
-                {**common_settings, "extra_args": ("--speculative-config", json.dumps(sa.config, sort_keys=True))},
-                optional=True,
-                note=sa.note,
-            )
-        )
-        pairs = [(Arm(f"{w}/off@{sa.name}", w, "off"), Arm(f"{w}/{sa.name}", w, sa.name)) for w in WORKLOADS]
-        bench_arms += [a for pair in pairs for a in pair]
-        phases.append(
-            Phase(
-                f"off+{sa.name}",
-                ("off", sa.name),
-                paired_steps(pairs, cfg.repeats, sa.name),
-                planned_steps=2 * len(pairs) * cfg.repeats,
-                keep=("off",),
-            )
-        )
-        claims += [
-            Claim(m, b.label, s.label, name=f"{s.label} {m.title.split(' ')[0]}")
-            for b, s in pairs
-            for m in (E2E_P50, TPOT_P50)
-        ]
     if not arms:
         raise InvalidInput("no speculative arm to run: set --ngram-tokens, --draft-layers, --self-draft or a GPU arm")
+    closed = Arrival("closed", concurrency=1)
+    common = Common(arrival=closed, seed=cfg.seed, requests=cfg.requests * cfg.scale, input_tokens=cfg.input_tokens,
+                    output_tokens=cfg.output_tokens)
+    workloads = [WorkloadPlan(w, w, common) for w in WORKLOADS]
+    if any(sa.kind == "ngram" for sa in arms):
+        control = Common(arrival=closed, seed=cfg.seed, requests=cfg.control_requests * cfg.scale,
+                         output_tokens=cfg.control_output_tokens)
+        workloads.append(WorkloadPlan(CONTROL, CONTROL, control))
+    common_settings = {"kv_cache_space_gib": cfg.kv_cache_space_gib, **({"dtype": cfg.dtype} if cfg.dtype else {})}
+    servers, bench_arms, phases, claims = [ServerVariant("off", common_settings)], [], [], []
+    if cfg.baseline_alone:
+        steps = alone_steps(cfg.repeats)
+        bench_arms.append(steps[0][1])
+        phases.append(Phase("off", ("off",), steps))
+    for sa in arms:
+        extra = ("--speculative-config", json.dumps(sa.config, sort_keys=True))
+        servers.append(ServerVariant(sa.name, {**common_settings, "extra_args": extra}, optional=True, note=sa.note))
+        pairs, pair_claims = arm_pairs(sa)
+        bench_arms += [a for pair in pairs for a in pair]
+        claims += pair_claims
+        phases.append(Phase(f"off+{sa.name}", ("off", sa.name), paired_steps(pairs, cfg.repeats, sa.name),
+                            planned_steps=2 * len(pairs) * cfg.repeats, keep=("off",)))
     schedule = Schedule(
         tuple(phases),
-        "the baseline server stays up; each speculative variant is started in turn "
+        ("the baseline server starts first and runs copy alone (its co-residence reference); " if cfg.baseline_alone
+         else "") + "the baseline server stays up; each speculative variant is started in turn "
         "next to it and its arms interleave with a baseline arm on the same workload, order "
         "alternating per repeat",
     )

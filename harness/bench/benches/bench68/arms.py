@@ -1,12 +1,8 @@
 """bench-68's parts that are not data: its speculative arms, paired steps, the cited proposal and the reading.
 
-Decision rule (stated in every result): per workload x speculative variant, the paired
-E2E p50 effect decides (``stats.decide``: adopt only when its interval lies below 1 with
->= 3 paired repeats); a variant whose greedy outputs differ from the baseline's is never
-adopted. Top level: ``adopt`` when some variant is adopted on some workload (the headline is
-the adopted one with the largest E2E gain), ``reject`` when every variant is rejected on every
-workload, else ``inconclusive`` (the headline is the largest E2E gain on the copy workload).
-A greedy mismatch fails the correctness group and blocks the decision.
+The decision rule is ``table.RULE`` (the primary copy row decides, the others are Holm-corrected,
+a greedy mismatch blocks) and the negative control's is ``control.RULE`` (an n-gram adopt needs
+prompt lookup's acceptance on natural text to stay low); both are stated in every result.
 """
 
 from __future__ import annotations
@@ -28,10 +24,12 @@ from harness.bench.benches.bench68.acceptance import (
     predict,
     reference_outputs,
 )
+from harness.bench.benches.bench68.control import CONTROL, cap_ngram, negative_control, workloads_of
+from harness.bench.benches.bench68.coresidence import co_residence
 from harness.bench.benches.bench68.table import Row, decide_top, row_lines
 from harness.bench.lib.citations import Citation, cite, latest_manifest
 from harness.bench.lib.prediction import summarise
-from harness.bench.metrics import E2E_P50, TPOT, TPOT_P50, Metric
+from harness.bench.metrics import E2E_P50, OUTPUT_TOKENS_PER_S, TPOT, TPOT_P50, Metric
 from harness.bench.placement import planning_only
 from harness.bench.records import Reading
 from harness.bench.spec import Arm, Claim, History, Plan, Schedule, Step
@@ -162,17 +160,20 @@ def read_speculative(cfg: Any, arms: Sequence[SpecArm],
     """The reading: one row per workload x variant, the predictions, the proposal citation, the decision."""
     def reading(history: History) -> Reading:
         rows, claims, beta = speculative_rows(history, cfg, arms)
+        control = negative_control(rows, cfg.control_max_acceptance, cfg.control_max_copy_share, history.runs)
+        rows = cap_ngram(rows, control, [a.name for a in arms if a.kind == "ngram"])
         top = decide_top(rows)
         prop_lines, prop_details = proposal_lines(*proposal, arms, cfg)
-        control = negative_control(rows, cfg.control_max_acceptance)
         rows = list(top.rows) or rows  # with the primary row named and the secondaries' Holm-adjusted p
-        lines = ["", *row_lines(rows), f"verification cost fitted on self-draft: {beta}", control["text"], "",
-                 *prop_lines, "", *top.lines]
+        shift = co_residence(history.runs, [a.name for a in arms], seed=cfg.seed + 500, resamples=cfg.resamples)
+        lines = ["", *row_lines(rows), f"verification cost fitted on self-draft: {beta}", control["text"],
+                 *shift["lines"], "", *prop_lines, "", *top.lines]
         details = {"speculative": [r.to_dict() for r in rows], "claims": claims, "decision_rule": top.rule,
                    "arms": [{"name": a.name, "speculative_config": a.config, "kind": a.kind, "gamma": a.gamma,
                              "cost_ratio": a.cost_ratio, "cost_source": a.cost_source, "note": a.note,
                              "draft": a.draft or None} for a in arms],
                    "proposal": prop_details, "verify_cost": beta, "negative_control": control,
+                   "co_residence": {k: v for k, v in shift.items() if k != "lines"},
                    "prediction_summary": summarise([j for j in (r.judged() for r in rows) if j is not None])}
         cdf = tuple(Claim(E2E_P50, f"{r.workload}/off@{r.arm}", f"{r.workload}/{r.arm}") for r in rows)
         figures = claim_figures(history, Plan((), (), (), Schedule((), ""), claims=cdf),
@@ -202,23 +203,24 @@ def speculative_rows(history: History, cfg: Any, arms: Sequence[SpecArm]) -> tup
     the prediction with the verification cost β fitted on the self-draft arm (``fit_verify_cost``)."""
     runs, parts, claims = history.runs, [], []
     for i, sa in enumerate(arms):
-        for j, workload in enumerate(("copy", "random")):
+        for j, workload in enumerate(workloads_of(sa.kind)):
             base, spec, seed = f"{workload}/off@{sa.name}", f"{workload}/{sa.name}", cfg.seed + 10 * i + j
             # each variant runs on its own start beside the kept-up baseline: a cross-start contrast, paired only
             # where a cited A/A start control bounds the start-to-start shift
-            e2e, tpot, mean = (claim_effect(runs, Claim(m, base, spec), seed=seed + k, resamples=cfg.resamples,
-                                            design="cross-start", start=history.start_control)
-                               for k, m in ((0, E2E_P50), (5, TPOT_P50), (7, TPOT_MEAN)))
-            claims += [c.to_dict() for c in (e2e, tpot) if c]
-            parts.append((i, j, sa, workload, base, spec, e2e, tpot, mean, pooled_acceptance(runs, spec)))
+            metrics = ((0, E2E_P50), (5, TPOT_P50), (7, TPOT_MEAN), (9, OUTPUT_TOKENS_PER_S))
+            e2e, tpot, mean, rate = (claim_effect(runs, Claim(m, base, spec), seed=seed + k, resamples=cfg.resamples,
+                                                  design="cross-start", start=history.start_control)
+                                     for k, m in metrics)
+            claims += [c.to_dict() for c in ((tpot, rate) if workload == CONTROL else (e2e, tpot)) if c]
+            parts.append((i, j, sa, workload, base, spec, e2e, tpot, mean, pooled_acceptance(runs, spec), rate))
     fits = [b for b in (fit_verify_cost(acc, 1 / mean.effect.value)
-                        for _, _, sa, _, _, _, _, _, mean, acc in parts if sa.kind == "self" and acc and mean)
+                        for _, _, sa, _, _, _, _, _, mean, acc, _ in parts if sa.kind == "self" and acc and mean)
             if b is not None]
     beta = float(np.mean(fits)) if fits else 0.0
     fitted = {"value": round(beta, 6), "from": [f"{w}/{sa.name}" for _, _, sa, w, *_ in parts if sa.kind == "self"],
               "source": "self-draft arm (c = 1)" if fits else "no self-draft arm measured: 0 assumed"}
     rows = []
-    for i, j, sa, workload, base, spec, e2e, tpot, mean, acc in parts:
+    for i, j, sa, workload, base, spec, e2e, tpot, mean, acc, rate in parts:
         pred = predict(acc, sa.gamma, sa.cost_ratio, sa.cost_source, passes=cfg.mc_passes,
                        seed=cfg.seed + 100 * i + j, verify_cost=beta) if acc else None
         ref = reference_outputs(runs, [f"{workload}/off@{a.name}" for a in arms])
@@ -229,22 +231,6 @@ def speculative_rows(history: History, cfg: Any, arms: Sequence[SpecArm]) -> tup
                                 arm_values(runs, spec, [E2E_P50])[E2E_P50.name]),
                         acceptance=acc, prediction=pred, agreement=agreement(runs, spec, ref),
                         baseline_agreement=agreement(runs, base, ref), requested_tokens=sa.gamma, tpot_mean=mean,
-                        calibration=sa.kind == "self" and bool(fits)))
+                        calibration=sa.kind == "self" and bool(fits), control=workload == CONTROL,
+                        tokens_per_s=rate if workload == CONTROL else None))
     return rows, claims, fitted
-
-
-def negative_control(rows: Sequence[Row], max_acceptance: float) -> dict[str, Any]:
-    """n-gram acceptance on the ``random`` workload must stay low for it to be a negative control."""
-    checked = {r.arm: r.acceptance.rate for r in rows if r.workload == "random" and r.arm.startswith("ngram")
-               and r.acceptance is not None and r.acceptance.rate is not None}
-    high = {k: v for k, v in checked.items() if v > max_acceptance}
-    if not checked:
-        text = "negative control (random workload): no n-gram acceptance measured"
-    elif high:
-        shown = ", ".join(f"{k} {v:.0%}" for k, v in high.items())
-        text = (f"negative control (random workload) fails: n-gram acceptance {shown} > {max_acceptance:.0%} "
-                "(greedy outputs loop under ignore_eos): it is not a control here")
-    else:
-        text = f"negative control (random workload): n-gram acceptance <= {max_acceptance:.0%}: holds"
-    return {"workload": "random", "max_acceptance": max_acceptance, "acceptance": checked,
-            "passed": bool(checked) and not high, "text": text}

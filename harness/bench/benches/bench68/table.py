@@ -22,8 +22,9 @@ RULE = ("per workload x speculative variant, the paired E2E p50 ratio (variant /
         "is read against its margin: adopt only when its 95% interval lies beyond the margin band with >= 5 paired "
         "repeats and the variant's greedy outputs equal the baseline's; the primary row (the first variant on the "
         "copy workload) decides the top level and is the headline; every other row is secondary, Holm-corrected "
-        "over the family (adopt/reject only with an adjusted p < 0.025) and never the headline; a greedy "
-        "mismatch blocks it")
+        "over the family (adopt/reject only with an adjusted p < 0.025) and never the headline; the natural-text "
+        "negative control is read on TPOT p50, is outside the family and never decides, and an n-gram adopt needs it "
+        "to hold; a greedy mismatch blocks it")
 ALPHA = 0.025  # one-sided, the side of a 95 % two-sided interval
 
 
@@ -45,6 +46,14 @@ class Row:
     calibration: bool = False  # the arm β was fitted on: its prediction matches by construction
     role: str = "secondary"  # the primary row decides the bench; the others are Holm-corrected
     holm_p: float | None = None  # a secondary row's Holm-adjusted p over the family
+    control: bool = False  # the negative control's row: read on per-token figures, never in the family
+    tokens_per_s: ClaimResult | None = None  # paired output tokens/s ratio (the control's second per-token claim)
+    capped: str = ""  # why an adopt of this row is capped at inconclusive (the negative control did not hold)
+
+    @property
+    def deciding(self) -> ClaimResult | None:
+        """The claim the row is read on: E2E p50, or TPOT p50 on the control (its answer lengths differ)."""
+        return self.tpot if self.control else self.e2e
 
     @property
     def effective_tokens(self) -> int | None:
@@ -63,15 +72,18 @@ class Row:
     def decision(self) -> str:
         if self.refused is not None:
             return "capability_missing"
-        if self.e2e is None:
+        claim = self.deciding
+        if claim is None:
             return "no completed pair"
         if self.acceptance is None:
             return "not applied (no spec-decode counters)"
         if self.mismatched:
             return "reject (outputs differ)"
-        if self.holm_p is not None and self.e2e.decision in ("adopt", "reject") and self.holm_p >= ALPHA:
+        if self.capped and claim.decision == "adopt":
+            return "inconclusive (control failed)"
+        if self.holm_p is not None and claim.decision in ("adopt", "reject") and self.holm_p >= ALPHA:
             return "inconclusive (Holm)"
-        return self.e2e.decision
+        return claim.decision
 
     @property
     def served_speedup(self) -> tuple[float, float, float] | None:
@@ -103,6 +115,9 @@ class Row:
                 "capability_missing": self.refused,
                 "e2e_effect": self.e2e.to_dict() if self.e2e else None,
                 "tpot_effect": self.tpot.to_dict() if self.tpot else None,
+                "tokens_per_s_effect": self.tokens_per_s.to_dict() if self.tokens_per_s else None,
+                "decided_on": None if self.deciding is None else self.deciding.claim.metric.name,
+                "capped": self.capped or None,
                 "tpot_p50_ms": {"baseline": self.tpot_ms[0], "variant": self.tpot_ms[1]},
                 "e2e_p50_ms": {"baseline": self.e2e_ms[0], "variant": self.e2e_ms[1]},
                 "acceptance": self.acceptance.to_dict() if self.acceptance else None,
@@ -183,9 +198,9 @@ class Top:
 
 def with_roles(rows: Sequence[Row]) -> list[Row]:
     """The primary row (first on copy, else first run) and Holm-adjusted p for the secondaries."""
-    ran = [i for i, r in enumerate(rows) if r.refused is None and r.e2e is not None]
+    ran = [i for i, r in enumerate(rows) if r.refused is None and r.e2e is not None and not r.control]
     if not ran:
-        return list(rows)
+        return [replace(r, role="control") if r.control else r for r in rows]
     primary = next((i for i in ran if rows[i].workload == "copy"), ran[0])
     family = [i for i in ran if i != primary]
 
@@ -198,7 +213,8 @@ def with_roles(rows: Sequence[Row]) -> list[Row]:
 
     adjusted = dict(zip(family, holm([p_of(rows[i]) for i in family]), strict=True))
     return [
-        replace(r, role="primary" if i == primary else "secondary", holm_p=adjusted.get(i)) for i, r in enumerate(rows)
+        replace(r, role="control" if r.control else "primary" if i == primary else "secondary", holm_p=adjusted.get(i))
+        for i, r in enumerate(rows)
     ]
 
 
@@ -217,7 +233,8 @@ def _side_lines(ran: Sequence[tuple[Row, ClaimResult]]) -> list[str]:
                 f"{name} (E2E p50 interval {'below' if name == 'helps' else 'above' if name == 'hurts' else 'around'}"
                 " 1): "
                 + ", ".join(
-                    f"{r.label} (x{c.effect.value:.2f}{', outputs differ' if r.mismatched else ''})" for r, c in group
+                    f"{r.label} ({'control, TPOT ' if r.control else ''}x{c.effect.value:.2f}"
+                    f"{', outputs differ' if r.mismatched else ''})" for r, c in group
                 )
             )
     return lines
@@ -257,7 +274,7 @@ def _headline(ordered: Sequence[tuple[Row, ClaimResult]]) -> list[dict[str, Any]
 def decide_top(rows: Sequence[Row]) -> Top:
     """The top-level decision from the rows, by ``RULE``."""
     rows = with_roles(rows)
-    pairs = [(r, r.e2e) for r in rows if r.refused is None and r.e2e is not None]
+    pairs = [(r, c) for r in rows if r.refused is None and (c := r.deciding) is not None]
     ran = [r for r, _ in pairs]
     lines = _side_lines(pairs)
     refused = sorted({r.arm for r in rows if r.refused is not None})
@@ -278,16 +295,22 @@ def decide_top(rows: Sequence[Row]) -> Top:
         lines.append(f"the baseline's own greedy outputs differ between runs on: {', '.join(unrepeatable)}")
     quality = _quality(ran, mismatched, lines)
     lines.append(f"decision rule: {RULE}")
-    ordered = sorted(pairs, key=lambda p: p[0].role != "primary")
+    ordered = sorted(pairs, key=lambda p: ("primary", "secondary", "control").index(p[0].role))
     headline = _headline(ordered)
     if not ordered:
         return Top("blocked", "precheck", "no speculative variant completed a paired run", None, headline, lines,
                    quality, mismatched, rows=tuple(rows))
     head, claim = ordered[0]
+    if head.role == "control":
+        return Top("inconclusive", claim.evidence_level, "only the negative control completed a paired run", None,
+                   headline, lines, quality, mismatched, rows=tuple(rows))
+    if head.capped and head.decision == "inconclusive (control failed)":
+        lines.insert(0, f"{head.label} would adopt; capped at inconclusive: {head.capped}")
     decision = (
         "adopt" if head.decision == "adopt" else "reject" if head.decision.startswith("reject") else "inconclusive"
     )
-    also = [f"{r.label} (Holm p {r.holm_p:.3g})" for r, _ in ordered[1:] if r.decision == "adopt"]
+    also = [f"{r.label} (Holm p {r.holm_p:.3g})" for r, _ in ordered[1:]
+            if r.decision == "adopt" and r.role == "secondary"]
     if also:
         lines.append("secondary rows that also help after Holm's correction: " + ", ".join(also))
     e = claim.effect

@@ -4,10 +4,13 @@ the priority classes side by side, and the static-batching signature.
 - Claims are read by the framework (``read_claims``: paired effects with intervals, ``stats.decide``).
 - Predictions (``schedsim``): the step-cost model is fitted from the calibration arm (the profiling
   plan replayed on the bench's own server, at its start) or read from a cited ``step_cost.json``;
-  each arm's workload is simulated with that arm's effective engine settings. The table states
-  predicted, measured and the error (predicted / measured − 1) per arm, large or small; each prediction is
-  judged against the measured figure's own 95 % interval (requests resampled), and per figure the arms'
-  mean signed error and MAPE are stated with how many predictions fell inside (``bench.lib.prediction``).
+  each arm's workload is simulated with that arm's effective engine settings. Held out
+  (``heldout``): the calibration's repeat is never judged; the measured figures come from the
+  other repeats only. The table states predicted, measured and the error (predicted / measured − 1)
+  per arm, large or small; each prediction is judged against the measured figure's own 95 % interval
+  (test repeats, then their requests, resampled), and per figure and over every figure the arms'
+  mean signed error and MAPE are stated with intervals (the arm resampled) and how many predictions
+  fell inside. The headline sentence goes into the conclusion's summary.
 - Static signature: the client-driven static batches must leave slots idle (lower mean running,
   running below the concurrency in more of the samples: the saw-tooth in ``occupancy.png``) and
   make requests wait in the client (higher client queue wait) against continuous batching at the
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,6 +30,16 @@ from tabulate import tabulate
 
 from harness.bench.analysis import claim_figures, read_claims
 from harness.bench.arms import arm_dir
+from harness.bench.benches.bench70.heldout import (
+    ArmErrors,
+    Split,
+    across_arms,
+    interval,
+    pct_interval,
+    replicates,
+    rule,
+    split_runs,
+)
 from harness.bench.benches.bench70.predict import (
     CostModel,
     engine_from,
@@ -34,7 +47,7 @@ from harness.bench.benches.bench70.predict import (
     fit_from_profile,
     predict,
 )
-from harness.bench.lib.prediction import Judged, bootstrap_interval, summarise, summary_line
+from harness.bench.lib.prediction import Judged, summarise
 from harness.bench.metrics import (
     E2E_P50,
     QUEUE_WAIT_P50,
@@ -43,7 +56,6 @@ from harness.bench.metrics import (
     TPOT_P99,
     TTFT_P50,
     TTFT_P99,
-    Metric,
     priority_class,
 )
 from harness.bench.records import ArmRun, Reading, completed_runs
@@ -52,6 +64,7 @@ from harness.client.records import RequestRecord
 from harness.errors import InvalidInput
 from harness.serving.measure import GAUGES_FILE, REQUESTS_FILE
 
+ALL_FIGURES = "all figures"
 COMPARED = (TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, RUNNING_MEAN)
 PD_NOTE = ("P/D disaggregation is not served here: no prefill/decode pair is started on this engine, so it stays "
            "simulated (make mech-batching, mode disaggregated)")
@@ -75,15 +88,25 @@ class SchedulerReading:
     def __call__(self, history: History) -> Reading:
         cfg = history.cfg
         reading = read_claims(history, self.plan, seed=cfg.seed, resamples=cfg.resamples, repeats=cfg.repeats)
-        cost, why = self.cost_model(history)
-        predictions = {label: self.prediction(history, label, mode, cost)
-                       for label, mode in self.modes.items() if cost and completed_runs(history.runs, label)}
-        lines = ["", "predicted (simulator, calibrated step costs) vs measured, error = predicted/measured - 1:",
+        cost, why, calibrated_on = self.cost_model(history)
+        labels = [label for label in self.modes if completed_runs(history.runs, label)]
+        source = (f"cited: {self.cited.source.get('manifest')}" if self.cited else
+                  f"the profiling plan on server {calibrated_on.server}" if calibrated_on else why)
+        split = split_runs(self.plan, history.runs, labels, calibrated_on, source)
+        resamples = min(cfg.resamples, 2000)
+        made = {label: self.prediction(history, label, self.modes[label], cost, split, seed=cfg.seed + i)
+                for i, label in enumerate(labels) if cost}
+        predictions = {label: p for label, (p, _) in made.items()}
+        judged = judged_predictions(predictions, [e for _, e in made.values() if e], resamples=resamples,
+                                    seed=cfg.seed)
+        headline = prediction_headline(split, judged, cost is not None)
+        lines = ["", headline, "predicted (simulator, calibrated step costs) vs measured on the held-out repeats, "
+                 "error = predicted/measured - 1:",
                  prediction_table(predictions) if predictions else f"no prediction: {why}"]
-        judged = judged_predictions(predictions)
-        lines += [summary_line(f"  {name}", summary) for name, summary in judged.items()]
+        lines += [judged_line(f"  {name}", summary) for name, summary in judged.items()]
         details: dict[str, Any] = {"cost_model": cost.to_dict() if cost else None, "predictions": predictions,
-                                   "prediction_summary": judged,
+                                   "prediction_design": split.to_dict(), "prediction_summary": judged,
+                                   "prediction_headline": headline,
                                    "pd_disaggregation": {"served": False, "note": PD_NOTE}}
         if not cost:
             details["prediction_missing"] = why
@@ -95,65 +118,95 @@ class SchedulerReading:
             lines += ["", signature["text"]]
         lines += ["", PD_NOTE]
         figures = dict(claim_figures(history, self.plan, self.title))
-        labels = [label for label in self.modes if completed_runs(history.runs, label)]
         if labels:
             figures["occupancy.png"] = lambda path: occupancy_png(history, labels, predictions, path,
                                                                   title=f"{self.title}: occupancy over time")
+        reading = replace(reading, summary=f"{reading.summary}; {headline}")
         return reading.with_lines(*lines).with_details(**details).with_figures(figures)
 
-    def cost_model(self, history: History) -> tuple[CostModel | None, str]:
+    def cost_model(self, history: History) -> tuple[CostModel | None, str, ArmRun | None]:
+        """The step-cost model, why there is none, and the run it was fitted on (None: cited from another run)."""
         if self.cited is not None:
-            return self.cited, ""
+            return self.cited, "", None
         runs = completed_runs(history.runs, self.calibration or "")
         if not runs:
-            return None, f"the calibration arm {self.calibration!r} did not complete"
+            return None, f"the calibration arm {self.calibration!r} did not complete", None
         run = runs[0]
         engine = engine_from(run_effective(run), run_settings(run))
-        source = {"kind": "fitted at the start of this run on the same server", "arm": run.label,
+        source = {"kind": "fitted in this run; its repeat is not judged", "arm": run.label, "repeat": run.repeat,
                   "server": run.server, "requests": str(arm_dir(Path("."), run.label, run.repeat) / REQUESTS_FILE),
                   "plan": f"harness.mech.calibrate.profiling_plan(repeats=1, gap_s={self.gap_s:g})"}
         try:
-            return fit_from_profile(run.result_path.parent / REQUESTS_FILE, self.gap_s, engine, source), ""
+            return fit_from_profile(run.result_path.parent / REQUESTS_FILE, self.gap_s, engine, source), "", run
         except InvalidInput as exc:  # a degenerate profile (too few completed requests, zero-cost steps)
-            return None, f"the step-cost fit to the calibration arm failed: {exc}"
+            return None, f"the step-cost fit to the calibration arm failed: {exc}", run
 
-    def prediction(self, history: History, label: str, mode: str, cost: CostModel) -> dict[str, Any]:
+    def prediction(self, history: History, label: str, mode: str, cost: CostModel, split: Split, *, seed: int
+                   ) -> tuple[dict[str, Any], ArmErrors | None]:
+        """The arm's prediction, judged on its held-out runs only (none: measured is None, nothing judged)."""
         runs = completed_runs(history.runs, label)
         engine = engine_from(run_effective(runs[0]), run_settings(runs[0]))
         path = history.workloads[runs[0].workload].path
         predicted = predict(path, engine, cost, mode, self.classes if label in (self.policy_pair or ()) else None)
-        measured = {m.name: m.value(runs) for m in COMPARED}
         flat = {m.name: predicted_value(predicted, m.name) for m in COMPARED}
-        seed, resamples = history.cfg.seed, min(history.cfg.resamples, 2000)
-        intervals = {m.name: measured_interval(m, runs, resamples=resamples, seed=seed) for m in COMPARED}
+        test = split.runs(runs, label)
+        reps = replicates(COMPARED, test, resamples=min(history.cfg.resamples, 2000),
+                          rng=np.random.default_rng(seed))
+        measured = {m.name: m.value(test) if test else None for m in COMPARED}
+        intervals = {m.name: interval(reps[m.name]) if test else None for m in COMPARED}
         inside = {k: (None if v is None or (f := flat[k]) is None else v[0] <= f <= v[1])
                   for k, v in intervals.items()}
-        return {**predicted, "predicted": flat, "measured": measured, "measured_interval": intervals,
-                "inside_interval": inside, "error": {k: error(flat[k], measured[k]) for k in flat}}
+        out = {**predicted, "predicted": flat, "measured": measured, "measured_interval": intervals,
+               "inside_interval": inside, "error": {k: error(flat[k], measured[k]) for k in flat},
+               "judged_on_repeats": [r.repeat for r in test],
+               "same_start_as_calibration": [r.repeat for r in test if (label, r.repeat) in split.same_start]}
+        if not test:
+            return out, None
+        known = {k: v for k, v in flat.items() if v is not None}
+        return out, ArmErrors(label, known, {k: v for k, v in measured.items() if v is not None}, reps)
 
 
-def measured_interval(metric: Metric, runs: Sequence[ArmRun], *, resamples: int, seed: int
-                      ) -> tuple[float, float] | None:
-    """The measured figure's 95 % interval: its requests resampled (pooled over the repeats) for a per-request
-    percentile, its repeats resampled for a per-run figure (the gauges' mean running)."""
-    if metric.per_request and metric.samples is not None and metric.statistic is not None:
-        pooled = [v for run in runs for v in metric.samples(run.records)]
-        return bootstrap_interval(pooled, metric.statistic, resamples=resamples, seed=seed)
-    per_run = [v for v in (metric.of_run(run) for run in runs) if v is not None] if metric.of_run else []
-    return bootstrap_interval(per_run, np.median, resamples=resamples, seed=seed)
-
-
-def judged_predictions(predictions: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per compared figure, across arms: inside the measured interval or not, mean signed error and MAPE."""
+def judged_predictions(predictions: Mapping[str, Mapping[str, Any]], errors: Sequence[ArmErrors], *,
+                       resamples: int, seed: int) -> dict[str, dict[str, Any]]:
+    """Per compared figure across arms, and over every figure: inside the measured interval or not, and the mean
+    signed error and MAPE with their intervals (``heldout.across_arms``)."""
     out = {}
-    for m in COMPARED:
+    for i, m in enumerate(COMPARED):
         rows = [Judged(label, p["predicted"][m.name], p["measured"][m.name], *(p["measured_interval"][m.name] or
                                                                                (None, None)))
                 for label, p in predictions.items()
                 if p["predicted"][m.name] is not None and p["measured"][m.name]]
         if rows:
-            out[m.title] = summarise(rows)
+            out[m.title] = {**summarise(rows), **across_arms(errors, [m.name], resamples=resamples, seed=seed + i)}
+    if out:
+        names = [m.name for m in COMPARED]
+        out[ALL_FIGURES] = {"inside": sum(s["inside"] for s in out.values()),
+                            "with_interval": sum(s["with_interval"] for s in out.values()),
+                            **across_arms(errors, names, resamples=resamples, seed=seed + len(names))}
     return out
+
+
+def judged_line(what: str, summary: Mapping[str, Any]) -> str:
+    if not summary["n"]:
+        return f"{what}: no prediction to judge"
+    return (f"{what}: {summary['inside']}/{summary['with_interval']} inside the measured interval; mean signed "
+            f"error {pct_interval(summary['mean_signed_error'], summary['mean_signed_error_interval'], True)}, "
+            f"MAPE {pct_interval(summary['mape'], summary['mape_interval'], False)} over {summary['n']} "
+            f"({summary['n_arms']} arms)")
+
+
+def prediction_headline(split: Split, judged: Mapping[str, Mapping[str, Any]], predicted: bool) -> str:
+    """One sentence: how the prediction was held out, its bias and MAPE with intervals, and the inside count."""
+    if not predicted:
+        return "simulator: no prediction"
+    every = judged.get(ALL_FIGURES)
+    if not every:
+        return f"simulator not judged: no held-out run ({rule(split)})"
+    return (f"simulator held out ({rule(split, short=True)}): mean signed error "
+            f"{pct_interval(every['mean_signed_error'], every['mean_signed_error_interval'], True)}, MAPE "
+            f"{pct_interval(every['mape'], every['mape_interval'], False)} over {every['n']} figures of "
+            f"{every['n_arms']} arms (95 %, arms resampled); {every['inside']}/"
+            f"{every['with_interval']} predictions inside the measured interval")
 
 
 def run_effective(run: ArmRun) -> dict[str, Any] | None:

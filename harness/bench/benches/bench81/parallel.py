@@ -277,7 +277,8 @@ def read(cfg, cpu: bool):
         if left_out:
             lines.append("not in the headline: " + "; ".join(left_out))
         headline = [{"name": f"{r.layout} efficiency", "metric": "scaling_efficiency", "value": e.value,
-                     "unit": "ratio", "ci_low": e.ci_low, "ci_high": e.ci_high, "arm": r.layout}
+                     "unit": "ratio", "ci_low": e.ci_low, "ci_high": e.ci_high, "arm": r.layout,
+                     **r.throughput_basis}
                     for r in eff if (e := r.efficiency) is not None]  # every one in eff has its efficiency
         summary = ("scaling efficiency " + "; ".join(f"{r.layout} {e.text()}" for r in eff
                                                      if (e := r.efficiency) is not None)

@@ -3,7 +3,8 @@
 A layout on ``d`` devices serves the same request list at the same offered load as its baseline (one instance on
 one device). Every layout is started ``starts`` times, alternating with the baseline (round s: the baseline's
 s-th start, then each layout's s-th start), so drift of the host between rounds hits both sides. The unit of
-replication is the server start: a start's throughput is the mean output tok/s of its runs. Then:
+replication is the server start: a start's throughput is the mean output tok/s of its runs (each over its
+steady-state window, ramp and drain left out, else its whole run; the drain fraction is shown beside it). Then:
 
 - speedup      S = mean throughput / mean baseline throughput
 - per device   T_d = mean throughput / d
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.bench.metrics import E2E_P50, OUTPUT_TOKENS_PER_S, TPOT_P50, TTFT_P50, TTFT_P99
+from harness.bench.metrics import E2E_P50, OUTPUT_TOKENS_PER_S, TPOT_P50, TTFT_P50, TTFT_P99, basis_summary
 from harness.bench.records import ArmRun
 
 LATENCIES = (TTFT_P50, TTFT_P99, TPOT_P50, E2E_P50)
@@ -118,6 +119,8 @@ class LayoutScaling:
     invalid_repeats: int = 0  # repeats left out as invalid (the client could not keep its schedule, ...)
     starts: int = 0  # server starts measured (the unit of replication)
     cores: str = ""  # what the efficiency denominator counts, or why there is none
+    # which window the throughputs cover (steady state, else whole run) and the runs' drain fraction
+    throughput_basis: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -162,7 +165,7 @@ def layout_scaling(runs: Sequence[ArmRun], label: str, devices: int, baseline: s
         per_device_tok_s=mean / devices if mean is not None else None, speedup=speedup, efficiency=efficiency,
         latency_ms={m.name: m.value(done) for m in LATENCIES}, empty_repeats=empty,
         valid=bool(done) and not empty, starts=len(mine_by), cores=cores,
-        invalid_repeats=invalid)
+        invalid_repeats=invalid, throughput_basis=basis_summary(done))
 
 
 def scaling_table(rows: Sequence[LayoutScaling]) -> list[list[str]]:
@@ -176,6 +179,8 @@ def scaling_table(rows: Sequence[LayoutScaling]) -> list[list[str]]:
                   if row.throughput_range else "")
         empty = f" ({row.empty_repeats} empty)" if row.empty_repeats else ""
         empty += f" ({row.invalid_repeats} invalid, left out)" if row.invalid_repeats else ""
+        drain = row.throughput_basis.get("drain_fraction")
+        empty += f" drain {drain:.0%}" if drain is not None else ""
         out.append(
             [
                 row.layout,
