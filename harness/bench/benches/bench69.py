@@ -76,7 +76,8 @@ class Config(BenchConfig):
     prompts_per_group: int = knob(4, "prompts per group P", min=1)
     prefix_tokens: int = knob(512, "shared prefix length L in tokens", min=1)
     suffix_tokens: int = knob(32, "per-request suffix length in tokens", min=1)
-    output_tokens: int = knob(16, "generated tokens per request (ignore_eos)", min=1)
+    output_tokens: int = knob(8, "generated tokens per request (ignore_eos): the claim is on TTFT, so decode time "
+                              "only lengthens the run", min=1)
     concurrency: int = knob(1, "closed-loop concurrency", min=1)
     control: bool = knob(True, "run the shared-prefix cache-off control arm")
     synthetic: bool = knob(True, "run the synthetic shared/unique prefix pair (and its control)")
@@ -215,7 +216,7 @@ SPEC = BenchSpec(
         "adopt": "keep prefix caching on for shared-prefix traffic; confirm on the GPU image (make bench-69 GPU=0)",
         "reject": "prefix caching slowed TTFT here: check the hit rates and server logs before trusting it",
         "vetoed": "the cache-off control moved beyond its margin (either way): it runs on its own server start, so "
-                  "a start-to-start or host-load shift can explain it; rerun on an idle host, and check that the "
-                  "workloads are true twins",
+                  "a start-to-start or host-load shift can explain it; rerun on an idle host after make bench-00 "
+                  "(an A/A start control this bench cites), and check that the workloads are true twins",
     },
 )

@@ -87,8 +87,8 @@ class BenchLoad:
 DEFAULT_LOADS = (
     # the A/A start control: 2 starts x (8 repeats x 4 requests + 2 warm-up)
     BenchLoad("00", server_starts=2, requests=2 * (8 * 4 + 2), input_tokens=32, output_tokens=8),
-    # 3 arms (shared, unique, cache-off) x 8 requests x 3 repeats; two server starts
-    BenchLoad("69", server_starts=2, requests=3 * 8 * 3, input_tokens=1056, output_tokens=16),
+    # 3 arms (shared, unique, cache-off) x 8 requests x 5 repeats; two server starts
+    BenchLoad("69", server_starts=2, requests=3 * 8 * 5, input_tokens=544, output_tokens=8),
     # a >= 60 s refilling probe, then 5 levels each >= 60 s of arrivals, on one start
     BenchLoad("66", server_starts=1, requests=6 * 100, input_tokens=128, output_tokens=16, concurrency=4,
               fixed_s=60 + 5 * 60),
