@@ -91,6 +91,26 @@ def test_a_tree_without_an_engine_is_not_split_and_an_unbound_engine_has_no_core
     assert free.engine_cores is None
 
 
+# a headless multi-node follower: no EngineCore, its worker runs directly under the main process
+FOLLOWER = f"""
+import subprocess, sys, time
+worker = subprocess.Popen([sys.executable, "-c", {BURN!r}, "0.4", sys.argv[1], "VLLM::Worker_PP1"])
+time.sleep(120)
+"""
+
+
+def test_a_followers_worker_without_an_engine_core_is_the_engine():
+    low = min(os.sched_getaffinity(0))
+    proc = subprocess.Popen([sys.executable, "-c", FOLLOWER, str(low)], start_new_session=True)
+    try:
+        got = wait_for(proc.pid, lambda t: t.engine_processes == 1 and (t.engine_s or 0) >= 0.4 - TICKS)
+    finally:
+        kill_tree(proc)
+    assert got.frontend_s < 0.4 - TICKS  # the worker's compute is never the frontend's
+    if len(os.sched_getaffinity(0)) > 1:
+        assert got.engine_cores == (low,)
+
+
 def test_a_local_server_handle_reads_its_tree(tmp_path: Path):
     spec = ServerSpec(argv=(sys.executable, "-c", SERVER, "-1"), port=free_port())
     handle = LocalRuntime().start(spec, tmp_path)

@@ -2,7 +2,8 @@
 
 vLLM V1 runs its engine in processes of their own, named by ``setproctitle``: ``VLLM::EngineCore``
 (``VLLM::EngineCore_DP0`` … under data parallelism) and its workers (``VLLM::Worker``), children of
-the API server process. ``process_tree_cpu`` reads every process of the tree once (user + system
+the API server process; a headless multi-node follower has no EngineCore, its ``VLLM::Worker_PP1`` runs
+under its main process. ``process_tree_cpu`` reads every process of the tree once (user + system
 time, plus that of children it has reaped, so a helper that exits between two readings keeps its
 time); an engine process and all its descendants count as the engine, everything else as the
 frontend. It also reads where the engine's threads may run: the union of the CPU affinities of
@@ -19,6 +20,9 @@ from dataclasses import dataclass
 import psutil
 
 ENGINE_MARKERS = ("EngineCore",)  # in a process's name, or opening an argv word as ``VLLM::EngineCore_DP0`` does
+# a worker outside any EngineCore is the engine too: a headless multi-node follower runs its ``VLLM::Worker_PP1``
+# directly under its main process
+WORKER_PREFIX = "VLLM::Worker"
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,8 @@ def _is_engine(proc: psutil.Process, markers: Sequence[str]) -> bool:
     except psutil.Error:
         return False
     # a word that merely mentions the marker (a ``python -c`` program's text) does not make an engine
-    return any(m in name or any(w.startswith(f"VLLM::{m}") for w in argv) for m in markers)
+    return any(m in name or any(w.startswith(f"VLLM::{m}") for w in argv) for m in markers) or any(
+        w.startswith(WORKER_PREFIX) for w in (name, *argv))
 
 
 def _seconds(proc: psutil.Process) -> float:

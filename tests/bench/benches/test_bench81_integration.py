@@ -38,10 +38,17 @@ def test_multi_node_pipeline_and_ray_placed_replicas_run_and_audit(prepared, tmp
     assert validate_file(run_dir / "sweep.json") == [] and validate_file(run_dir / "run.json") == []
     result = json.loads((run_dir / "sweep.json").read_text())
     rows = {r["layout"]: r for r in result["details"]["layouts"]}
-    assert set(rows) == {"nodes-pp2", "ray-dp2"} and all(r["throughput_tok_s"] > 0 for r in rows.values())
-    for label in rows:
+    assert set(rows) == {"nodes-pp2", "ray-dp2"}
+    for label, row in rows.items():
         arm = json.loads((run_dir / "arms" / label / "r1" / "result.json").read_text())
         assert arm["correctness"]["termination_counts"] == {"length": 4}
+        cpu = arm["details"]["cpu"]  # both ranks pinned to the 2 cores: nothing is left to client and API server
+        assert cpu["measured"] and cpu["engine_cpu_s"] > 0 and len(cpu["engine_cores"]) == 2, cpu
+        if row["throughput_tok_s"] is None:  # they took the engine's CPU: left out, never a number
+            assert not row["valid"] and any(r.startswith("client-bound here")
+                                            for r in arm["conclusion"]["invalid_reasons"]), arm["conclusion"]
+        else:
+            assert row["throughput_tok_s"] > 0 and arm["conclusion"]["valid"]
 
     servers = {s["name"]: s for s in json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]}
     nodes = servers["nodes-pp2"]
