@@ -32,17 +32,24 @@ RULE = ("window from the k-th completion (k = requests sent up to the first comp
         "counted at their chunk's arrival (non-streamed: each request's span clipped to the window "
         f"proportionally); null below {MIN_WINDOW_S:g} s or {MIN_COMPLETIONS} requests with tokens inside, the "
         f"request rate also below {MIN_COMPLETIONS} completions inside")
-__all__ = ["MIN_COMPLETIONS", "MIN_WINDOW_S", "RULE", "steady_state", "window"]
+__all__ = ["MIN_COMPLETIONS", "MIN_WINDOW_S", "RULE", "bounds", "steady_state", "window"]
+
+
+def bounds(sent_s: Sequence[float], end_s: Sequence[float], k: int | None = None
+           ) -> tuple[float, float, float, float] | None:
+    """(first send, window start, last send, last end), or None when nothing was sent and ended; the window
+    opens at the k-th completion (default: k = the requests sent up to the first completion)."""
+    sent, ends = sorted(sent_s), sorted(end_s)
+    if not sent or not ends:
+        return None
+    k = sum(s <= ends[0] for s in sent) if k is None else k
+    return sent[0], ends[min(k, len(ends)) - 1], sent[-1], ends[-1]
 
 
 def window(records: Sequence[RequestRecord]) -> tuple[float, float, float, float] | None:
-    """(first send, window start, last send, last end) of the run, or None when nothing was sent and ended."""
-    sent = sorted(r.sent_s for r in records if r.sent_s is not None)
-    ends = sorted(r.end_s for r in records if r.end_s is not None)
-    if not sent or not ends:
-        return None
-    k = sum(s <= ends[0] for s in sent)
-    return sent[0], ends[min(k, len(ends)) - 1], sent[-1], ends[-1]
+    """``bounds`` of a run's records."""
+    return bounds([r.sent_s for r in records if r.sent_s is not None],
+                  [r.end_s for r in records if r.end_s is not None])
 
 
 def _inside(lo: float, hi: float, t: float) -> bool:

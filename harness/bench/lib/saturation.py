@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from harness.serving.steady import bounds
+
 KEEPS_UP, FALLS_BEHIND, UNDETERMINED, INVALID = "keeps up", "falls behind", "undetermined", "invalid"
 WINDOWS = 10
 # two-sided 95 % quantiles of Student's t by degrees of freedom (windows - 2); above 10, 2.228 is conservative
@@ -174,10 +176,12 @@ def bracket(levels: Sequence[Level]) -> Bracket:
 
 def steady_throughput(sent_s: Sequence[float], end_s: Sequence[float | None], concurrency: int
                       ) -> tuple[float | None, float]:
-    """(completions/s, window s) of a refilling closed loop between the loop filling up and the last send."""
-    ends = sorted(e for e in end_s if e is not None)
-    if len(ends) <= concurrency or not sent_s:
+    """(completions/s, window s) of a refilling closed loop between the loop filling up (its ``concurrency``-th
+    completion) and the last send: the measurement's steady-state window (``harness.serving.steady``)."""
+    ends = [e for e in end_s if e is not None]
+    span = bounds(sent_s, ends, concurrency) if len(ends) > concurrency else None
+    if span is None:
         return None, 0.0
-    start, stop = ends[concurrency - 1], max(sent_s)
+    _, start, stop, _ = span
     done = sum(start < e <= stop for e in ends)
     return (done / (stop - start) if stop > start and done else None), max(0.0, stop - start)
