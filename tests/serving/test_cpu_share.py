@@ -84,7 +84,8 @@ def test_what_was_not_measured_is_said_and_never_judged():
 
 @pytest.fixture(scope="module")
 def workload(tokenizer_dir, tmp_path_factory) -> Path:
-    common = Common(arrival=Arrival("closed", concurrency=2), requests=6, input_tokens=8, output_tokens=4)
+    # enough requests that the client's CPU time is more than a few of /proc's 10 ms ticks
+    common = Common(arrival=Arrival("closed", concurrency=2), requests=48, input_tokens=8, output_tokens=4)
     return write_workload(tmp_path_factory.mktemp("w") / "w.jsonl", make_workload("random", common, {},
                                                                                     tokenizer_dir))
 
