@@ -44,9 +44,11 @@ def test_multi_node_pipeline_and_ray_placed_replicas_run_and_audit(prepared, tmp
         assert arm["correctness"]["termination_counts"] == {"length": 4}
         cpu = arm["details"]["cpu"]  # both ranks pinned to the 2 cores: nothing is left to client and API server
         assert cpu["measured"] and cpu["engine_cpu_s"] > 0 and len(cpu["engine_cores"]) == 2, cpu
-        if row["throughput_tok_s"] is None:  # they took the engine's CPU: left out, never a number
-            assert not row["valid"] and any(r.startswith("client-bound here")
-                                            for r in arm["conclusion"]["invalid_reasons"]), arm["conclusion"]
+        if row["throughput_tok_s"] is None:  # the client could not keep up on 2 cores: left out, never a number
+            # either it took the engine's CPU ("client-bound here") or it fell behind its schedule on a loaded host
+            client = arm["details"]["client"]["client_reasons"]
+            assert not row["valid"] and client and set(client) <= set(arm["conclusion"]["invalid_reasons"]), \
+                arm["conclusion"]["invalid_reasons"]
         else:
             assert row["throughput_tok_s"] > 0 and arm["conclusion"]["valid"]
 
