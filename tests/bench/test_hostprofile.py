@@ -10,6 +10,7 @@ from harness.bench.lib.hostprofile import (
     HostProfile,
     bench_costs,
     decode_rate,
+    default_rate,
     load_scale,
     prefill_rate,
     read_profile,
@@ -57,3 +58,14 @@ def test_the_profile_round_trips_and_scales_loads_within_bounds(tmp_path):
     assert load_scale(None) == 1.0 and load_scale(profile) == pytest.approx(27.5 / 30)
     fast = HostProfile(**{**profile.__dict__, "decode_tokens_per_s": 3000.0})
     assert load_scale(fast) == 8.0  # bounded
+
+
+def test_a_default_rate_scales_with_the_profiled_engine_only(tmp_path, monkeypatch):
+    profile = profile_from({"prefill": PREFILL, "decode": DECODE}, Target("http://h", "m", None), DTYPE)
+    rate, why = default_rate(2.0, "vllm-cpu", profile)
+    assert rate == pytest.approx(2.0 * 27.5 / 30, abs=1e-3) and "27.5 tok/s over the reference 30" in why
+    assert default_rate(2.0, "vllm", profile) == (2.0, "2 req/s, the reference host's default (vllm is not the "
+                                                        "profiled engine)")
+    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))  # no profile written there
+    rate, why = default_rate(2.0, "vllm-cpu")
+    assert rate == 2.0 and "no host profile (run infkit doctor)" in why

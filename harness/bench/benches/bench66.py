@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.bench.lib.sweep import LoadSweep
+from harness.bench.lib.sweep import RATE_FRACTIONS, LoadSweep
 from harness.bench.metrics import (
     E2E_P50,
     E2E_P99,
@@ -59,8 +59,8 @@ class Config(BenchConfig):
     output_tokens: int = knob(16, "mean generated tokens per request (ignore_eos: exact)", min=2)
     length_range: float = knob(0.25, "prompt and output lengths uniform in [N(1-r), N(1+r)]", min=0, max=0.9)
     rates: tuple[float, ...] = knob((), "Poisson rates in req/s (empty: --rate-fractions of the probed capacity)")
-    rate_fractions: tuple[float, ...] = knob((0.25, 0.5, 0.75, 1.0, 1.25), "load levels as fractions of the "
-                                             "probed capacity", min=0.01)
+    rate_fractions: tuple[float, ...] = knob(RATE_FRACTIONS, "load levels as fractions of the probed capacity "
+                                             "(levels above the first that falls behind are not run)", min=0.01)
     concurrencies: tuple[int, ...] = knob((), "closed-loop concurrency levels added to the sweep", min=1)
     probe_concurrency: int = knob(8, "closed-loop concurrency of the capacity probe", min=1)
     tolerance: float = knob(0.05, "queue-growth rule: largest share of the offered load a level that keeps up may "
@@ -102,9 +102,9 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         min_level_s=cfg.min_level_s,
         min_level_requests=cfg.requests * cfg.scale,
         probe_s=cfg.probe_s,
-        label=f"{cfg.dtype} baseline",
+        label=f"{cfg.dtype} baseline" if cfg.dtype else "baseline",  # else the host-aware dtype (run.json)
         facts=(("dtype", cfg.dtype),),
-        title=f"bench-66 INF-FLOAT-BASELINE ({cfg.dtype}): latency vs throughput",
+        title=f"bench-66 INF-FLOAT-BASELINE{f' ({cfg.dtype})' if cfg.dtype else ''}: latency vs throughput",
     )
     phase = Phase("sweep", ("baseline",), sweep.steps, planned_steps=sweep.planned_steps)
     server = ServerVariant("baseline", {"dtype": cfg.dtype} if cfg.dtype else {})
@@ -115,7 +115,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         schedule=Schedule((phase,), "one server start; load levels in rounds low to high, repeated"),
         read=sweep.read,
         warmup=request_list(cfg, cfg.seed),
-        run_label=f"{cfg.dtype} latency-throughput sweep",
+        run_label=f"{cfg.dtype + ' ' if cfg.dtype else ''}latency-throughput sweep",
         columns=(TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, E2E_P50, E2E_P99, REQUEST_RATE, OUTPUT_TOKENS_PER_S),
         notes=(
             "every level's list has the same seeds (its first requests are the same); its length follows "

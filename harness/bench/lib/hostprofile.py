@@ -89,9 +89,9 @@ DEFAULT_LOADS = (
     BenchLoad("00", server_starts=2, requests=2 * (8 * 4 + 2), input_tokens=32, output_tokens=8),
     # 3 arms (shared, unique, cache-off) x 8 requests x 5 repeats; two server starts
     BenchLoad("69", server_starts=2, requests=3 * 8 * 5, input_tokens=544, output_tokens=8),
-    # a >= 60 s refilling probe, then 5 levels each >= 60 s of arrivals, on one start
-    BenchLoad("66", server_starts=1, requests=6 * 100, input_tokens=128, output_tokens=16, concurrency=4,
-              fixed_s=60 + 5 * 60),
+    # a pilot and a >= 60 s refilling probe, then up to 6 levels each >= 60 s of arrivals, on one start
+    BenchLoad("66", server_starts=1, requests=7 * 100, input_tokens=128, output_tokens=16, concurrency=4,
+              fixed_s=80 + 6 * 60),
     # 4 speculative arms, each paired with the baseline on 2 workloads x 3 requests x 3 repeats; 5 starts
     BenchLoad("68", server_starts=5, requests=4 * 2 * 2 * 3 * 3, input_tokens=256, output_tokens=48),
     # about 6 arms x 24 requests x 3 repeats, 6 variants
@@ -117,6 +117,20 @@ def load_scale(profile: HostProfile | None) -> float:
         return 1.0
     low, high = SCALE_BOUNDS
     return min(high, max(low, profile.decode_tokens_per_s / REFERENCE_DECODE_TOKENS_PER_S))
+
+
+def default_rate(reference_rps: float, backend: str, profile: HostProfile | None = None) -> tuple[float, str]:
+    """A bench's default arrival rate here and where it came from: ``reference_rps`` (sized on the reference host)
+    times ``load_scale`` of the measured profile on the CPU default, which is the engine the profile measured."""
+    profile = profile if profile is not None else read_profile()
+    if backend != "vllm-cpu" or profile is None:
+        why = "no host profile (run infkit doctor)" if profile is None else f"{backend} is not the profiled engine"
+        return reference_rps, f"{reference_rps:g} req/s, the reference host's default ({why})"
+    scale = load_scale(profile)
+    rate = round(reference_rps * scale, 3)
+    return rate, (f"{rate:g} req/s = {reference_rps:g} x {scale:.3g} (this host's decode "
+                  f"{profile.decode_tokens_per_s:.1f} tok/s over the reference {REFERENCE_DECODE_TOKENS_PER_S:g}, "
+                  f"infkit doctor {profile.measured_utc})")
 
 
 def profile_path(root: Path | None = None) -> Path:

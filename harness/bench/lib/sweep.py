@@ -53,6 +53,10 @@ from harness.client.records import RequestRecord
 from harness.workload import Arrival, Common
 
 PROBE, PROBE_LONG = "probe", "probe (long)"
+# the ladder, as fractions of the probed capacity: one light level, then denser steps around the capacity, where
+# the bracket is decided (the levels below 0.5 cost the most time, 100 requests each, and bracket nothing)
+RATE_FRACTIONS = (0.5, 0.75, 0.9, 1.0, 1.1, 1.25)
+PILOT_WAVES = 6  # the first probe's list, in multiples of its concurrency: enough to size the sustained one
 
 CURVE_METRICS = (TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, E2E_P50, E2E_P99)
 
@@ -177,7 +181,7 @@ class LoadSweep:
     server: str
     repeats: int
     rates: tuple[float, ...] = ()
-    rate_fractions: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0, 1.25)
+    rate_fractions: tuple[float, ...] = RATE_FRACTIONS
     concurrencies: tuple[int, ...] = ()
     probe_concurrency: int = 16
     tolerance: float = 0.05  # largest share of the offered load that may queue up at a level that keeps up
@@ -201,7 +205,7 @@ class LoadSweep:
 
     def probe(self, history: History) -> Iterator[Step]:
         """Closed loop at ``probe_concurrency`` over a list long enough that it refills for ``probe_s`` seconds."""
-        size = max(self.min_level_requests, 4 * self.probe_concurrency)
+        size = PILOT_WAVES * self.probe_concurrency  # a pilot: its rate sizes the sustained probe
         for label in (PROBE, PROBE_LONG):
             yield 1, self.level(label, Arrival("closed", concurrency=self.probe_concurrency), size)
             runs = [r for r in history.of(label) if not r.failure and r.records]
@@ -210,9 +214,13 @@ class LoadSweep:
                                   if runs else (None, 0.0))
             history.notes["capacity_probe"] = {"label": label, "requests": size, "rps": capacity,
                                                "window_s": round(window_s, 1), "concurrency": self.probe_concurrency}
-            if capacity is None or window_s >= self.probe_s:
+            if window_s >= self.probe_s or not runs:
                 return
-            size = math.ceil(1.2 * capacity * self.probe_s) + 2 * self.probe_concurrency
+            # too short for a steady window (a fast host): its whole-run rate still sizes the sustained probe
+            pilot = capacity or REQUEST_RATE.run_value(runs[-1])
+            if not pilot:
+                return
+            size = math.ceil(1.2 * pilot * self.probe_s) + 2 * self.probe_concurrency
 
     def steps(self, history: History) -> Iterator[Step]:
         rates = tuple(self.rates)
@@ -229,9 +237,16 @@ class LoadSweep:
         levels = [self.level(rate_label(r), Arrival("poisson", rate_rps=r),
                              level_requests(r, self.min_level_requests, self.min_level_s)) for r in sorted(rates)]
         levels += [self.level(f"closed c={c}", Arrival("closed", concurrency=c)) for c in self.concurrencies]
+        cutoff = math.inf  # the scheduled rate of the lowest level seen to fall behind
         for repeat in range(1, self.repeats + 1):
-            for arm in levels:
+            for arm, rate in zip(levels, [*sorted(rates), *[None] * len(self.concurrencies)], strict=True):
+                if rate is not None and rate > cutoff:  # the bracket is closed below it: more load only queues
+                    history.notes.setdefault("skipped_levels", []).append(f"{arm.label} repeat {repeat}")
+                    continue
                 yield repeat, arm
+                if rate is not None and load_point(history.runs, arm.label, offered_rps=rate,
+                                                   tolerance=self.tolerance).verdict == FALLS_BEHIND:
+                    cutoff = min(cutoff, rate)
 
     def points(self, history: History) -> list[LoadPoint]:
         offered, closed = history.notes.get("offered_rps", {}), history.notes.get("concurrency", {})
@@ -242,7 +257,8 @@ class LoadSweep:
         return (f"a level keeps up when the 95 % intervals of its TTFT slope (s/s) and backlog slope (share of the "
                 f"scheduled rate) both lie <= {self.tolerance:g}, falls behind when either lies wholly above; "
                 f"bracket [last level that kept up, first that fell behind] by scheduled rate, undetermined with "
-                f"invalid levels between; levels >= {self.min_level_s:g} s and >= {self.min_level_requests} requests")
+                f"invalid levels between; levels >= {self.min_level_s:g} s and >= {self.min_level_requests} requests; "
+                "levels above the first that fell behind are not run")
 
     def read(self, history: History) -> Reading:
         """Per-level table, the saturation bracket, the curve, and ``details.baseline`` for citing benches."""
@@ -257,6 +273,9 @@ class LoadSweep:
                  f"saturation bracket: {sat.text}",
                  f"closed-loop capacity (c={probe.get('concurrency')}, steady window {probe.get('window_s')} s): "
                  f"{probe['rps']:.3g} req/s" if probe.get("rps") else "closed-loop capacity: not probed"]
+        skipped = history.notes.get("skipped_levels", [])
+        if skipped:
+            lines.append("not run, above a level that fell behind (the bracket was closed): " + ", ".join(skipped))
         headline: list[dict[str, Any]] = [
             {"name": "saturation bracket low", "value": sat.low.scheduled_rps if sat.low else None, "unit": "req/s"},
             {"name": "saturation bracket high", "value": sat.high.scheduled_rps if sat.high else None,
@@ -266,6 +285,7 @@ class LoadSweep:
                           "unit": "ms"} for m in (TTFT_P50, TTFT_P99, TPOT_P50)]
         summary = f"{self.label}: saturation between {sat.text}"
         details = {"points": [p.to_dict() for p in points], "saturation": {"rule": self.rule(), **sat.to_dict()},
+                   "skipped_levels": skipped,
                    "baseline": {"label": self.label, **dict(self.facts), "capacity_probe": probe,
                                 "capacity_probe_rps": history.notes.get("capacity_probe_rps"),
                                 "light_load": light.to_dict() if light else None, "bracket": sat.to_dict(),

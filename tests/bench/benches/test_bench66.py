@@ -74,11 +74,29 @@ def test_the_probe_refills_until_its_steady_window_lasts_and_sets_the_ladder(ben
     doc = json.loads((outcome.run_dir / "sweep.json").read_text())
     labels = [a["label"] for a in doc["details"]["arm_runs"]]
     probe = doc["details"]["baseline"]["capacity_probe"]
-    # the first list (8 = 4 x concurrency requests) ends within a second here, so a longer one follows
+    # the pilot (12 = 6 x concurrency requests) ends within a second here, so a longer one follows
     assert labels[0] == "probe" and (labels[1] == "probe (long)") == (probe["label"] == "probe (long)")
     assert probe["rps"] > 0 and probe["concurrency"] == 2
     if probe["label"] == "probe (long)":
-        assert probe["requests"] > 8
+        assert probe["requests"] > 12
     rates = sorted(p["offered_rps"] for p in doc["details"]["points"] if p["offered_rps"] is not None)
     assert rates == pytest.approx([round(0.5 * probe["rps"], 3), round(1.0 * probe["rps"], 3)])
     assert len(labels) <= SPEC.plan(cfg, None).schedule.phases[0].planned_steps  # the progress bound holds
+
+
+def test_levels_above_the_first_that_falls_behind_are_not_run(monkeypatch):
+    from types import SimpleNamespace
+
+    from harness.bench.lib import sweep as sweep_mod
+    from harness.bench.spec import History
+
+    behind = {"rate=3/s"}  # what the stand-in reading says of each level once it ran
+    monkeypatch.setattr(sweep_mod, "load_point", lambda runs, label, **_: SimpleNamespace(
+        verdict=sweep_mod.FALLS_BEHIND if label in behind else sweep_mod.KEEPS_UP))
+    plan = SPEC.plan(Config(repeats=2, rates=(1.0, 2.0, 3.0, 4.0, 5.0), concurrencies=(2,)), None)
+    history = History(cfg=None, model=None)
+    ran = [(arm.label, repeat) for repeat, arm in plan.schedule.phases[0].steps(history)]
+    assert ran == [("rate=1/s", 1), ("rate=2/s", 1), ("rate=3/s", 1), ("closed c=2", 1),
+                   ("rate=1/s", 2), ("rate=2/s", 2), ("rate=3/s", 2), ("closed c=2", 2)]
+    assert history.notes["skipped_levels"] == ["rate=4/s repeat 1", "rate=5/s repeat 1", "rate=4/s repeat 2",
+                                               "rate=5/s repeat 2"]

@@ -130,3 +130,18 @@ def test_make_bench_81_runs_the_bench_with_its_make_variables():
     proc = subprocess.run(["make", "-C", str(REPO), "-n", "bench-81", "RAY_ADDRESS=10.0.0.1:6379", "NNODES=2"],
                           capture_output=True, text=True, timeout=60)
     assert "infkit bench 81" in proc.stdout and "RAY_ADDRESS=10.0.0.1:6379" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("cores, want", [
+    (2, {"single": 3, "single-even-heads": 1, "pp2": 1, "tp2": 1, "ray-dp2": 1}),
+    (3, {"single": 3, "single-even-heads": 3, "pp2": 3, "tp2": 3, "ray-dp2": 3}),
+])
+def test_a_layout_not_measurable_here_is_started_once_and_the_baseline_keeps_its_rounds(cores, want):
+    cfg = Config(layouts=("pp2", "tp2", "ray-dp2"), starts=3)
+    servers = dist.variants(cfg, cpu=True)
+    starts = dist.starts_of(cfg, servers, True, cores)
+    assert starts == want
+    phases = dist.phases(cfg, servers, None, starts)
+    assert len(phases) == sum(want.values())
+    assert [p.name for p in phases][:2] == ["single start 1", "single-even-heads start 1"]
+    assert dist.starts_of(cfg, servers, False, 1) == dict.fromkeys(want, 3)  # GPUs: a device is not a host core

@@ -28,6 +28,7 @@ from typing import Any, cast
 from harness.bench import metrics as m
 from harness.bench.benches.bench70.predict import cited_cost_model
 from harness.bench.benches.bench70.reading import SchedulerReading
+from harness.bench.lib.hostprofile import default_rate
 from harness.bench.placement import resolve_placement
 from harness.bench.spec import (
     Arm,
@@ -54,6 +55,7 @@ from harness.workload import HIGH_PRIORITY, NORMAL_PRIORITY, Arrival, Common
 GROUPS = ("static", "limits", "chunk", "policy", "overlap")
 CLASSES = {"high": HIGH_PRIORITY, "normal": NORMAL_PRIORITY}
 CALIBRATION = "calibration"
+REFERENCE_RATE_RPS = 2.0  # the bursty rate on the host the defaults were sized on (hostprofile's reference)
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ class Config(BenchConfig):
         choices=("sequential", "alternate", "concurrent"),
     )
     requests: int = knob(24, "requests per arm (x --scale)", min=2)
-    rate_rps: float = knob(2.0, "mean arrival rate of the bursty workload", min=0.01)
+    rate_rps: float | None = knob(None, f"mean arrival rate of the bursty workload (default: {REFERENCE_RATE_RPS:g} "
+                                        "req/s scaled by this host's measured profile, infkit doctor)", min=0.01)
     burstiness: float = knob(0.25, "gamma shape of the arrivals (< 1 burstier than Poisson)", min=0.01)
     input_tokens: int = knob(256, "mean prompt tokens", min=1)
     input_range: float = knob(0.75, "prompt tokens uniform in [N(1-r), N(1+r)]", min=0, max=0.95)
@@ -219,8 +222,16 @@ def with_calibration(cfg: Config, schedule: Schedule, workloads: list[WorkloadPl
     return replace(schedule, phases=(calibrated, *schedule.phases[1:]))
 
 
-def plan_notes(cfg: Config) -> tuple[str, ...]:
+def arrival_rate(cfg: Config, backend: str) -> tuple[float, str]:
+    """The bursty workload's mean rate: --rate-rps, else the reference rate scaled to this host."""
+    if cfg.rate_rps is not None:
+        return cfg.rate_rps, f"{cfg.rate_rps:g} req/s, set by --rate-rps"
+    return default_rate(REFERENCE_RATE_RPS, backend)
+
+
+def plan_notes(cfg: Config, rate_why: str) -> tuple[str, ...]:
     return (
+        f"bursty arrival rate: {rate_why}",
         "open arms replay one bursty request list in every repeat (the list the simulator predicts); "
         f"static/continuous replay the same requests in a closed loop of {cfg.concurrency}",
         "prefix caching off on every variant; caches reset per arm",
@@ -238,7 +249,9 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         "output_range": cfg.output_range,
         "high_priority_fraction": cfg.high_priority_fraction,
     }
-    bursty = Common(Arrival("gamma", rate_rps=cfg.rate_rps, burstiness=cfg.burstiness), seed=cfg.seed, **lengths)
+    backend = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend
+    rate, rate_why = arrival_rate(cfg, backend)
+    bursty = Common(Arrival("gamma", rate_rps=rate, burstiness=cfg.burstiness), seed=cfg.seed, **lengths)
     workloads = [
         WorkloadPlan("bursty", "random", bursty),  # the closed twin: same requests, arrivals by slot
         WorkloadPlan("closed", "random", replace(bursty, arrival=Arrival("closed", concurrency=cfg.concurrency))),
@@ -248,7 +261,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     arms = tuple(
         replace(a, client={**a.client, **poll}) for a in {a.label: a for g in chosen.values() for a in g[0]}.values()
     )
-    servers = variants(cfg, resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend)
+    servers = variants(cfg, backend)
     schedule = phases_for(arms, cfg.repeats, cast(Order, cfg.order))  # the knob's choices are Order's values
     cited = cited_cost_model(cfg.cost_model_manifest, Path(".")) if cfg.cost_model_manifest else None
     if cited is None:  # the calibration arm opens the first phase, on its first server
@@ -268,7 +281,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         # the simulator predicts the one list it replays: every repeat replays that list, so a prediction and the
         # figure it is judged against describe the same arrivals
         fresh_arrivals=False,
-        notes=plan_notes(cfg),
+        notes=plan_notes(cfg, rate_why),
     )
     return replace(
         base,

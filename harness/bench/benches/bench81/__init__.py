@@ -7,7 +7,8 @@ and data parallel 2, data parallel across the nodes of a local Ray cluster, pipe
 across two "nodes" through vLLM's multi-node launcher, and vLLM's Ray executor where the engine
 runs it. Every layout is started --starts times (3), alternating with the single-device baseline
 (ABAB restarts: round s starts the baseline, then each layout); --repeats runs per start, back to
-back. The server start is the unit of replication. On the CPU default a device is one core, and
+back. The server start is the unit of replication. A layout whose stack needs more cores than the host
+has is started once: it shows the path runs and what it served, but no efficiency is read from it. On the CPU default a device is one core, and
 the API server, scheduler and client need one more. Read: per layout, output tok/s, per device,
 speedup and scaling efficiency (speedup over the ratio of every core the two stacks use) with
 intervals from resampled rounds, and TTFT/TPOT/E2E at that equal offered load; a layout whose
@@ -19,6 +20,7 @@ NODE_RANK=0 MASTER_ADDR=... with followers from docker/comm-parallel (docs/bench
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,8 +41,8 @@ class Config(BenchConfig):
     layouts: tuple[str, ...] = knob(("pp2", "tp2", "dp2", "nodes-pp2", "ray-dp2", "ray-executor"),
                                     "layouts past the single-device baseline", choices=dist.CHOICES)
     repeats: int = knob(1, "runs per server start, back to back (the start is the unit of replication)", min=1)
-    starts: int = knob(3, "server starts of every layout, alternating with the baseline's (< 3: single evidence)",
-                       min=1)
+    starts: int = knob(3, "server starts of every layout, alternating with the baseline's (< 3: single evidence); "
+                          "a layout not measurable on this host's cores is started once", min=1)
     requests: int = knob(16, "requests in the list (x --scale); every layout replays it", min=2)
     input_tokens: int = knob(256, "mean prompt length in tokens", min=1)
     output_tokens: int = knob(32, "mean generated tokens per request (ignore_eos: exact)", min=2)
@@ -84,7 +86,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     if cfg.layouts == Config.layouts:  # the default list names only what the selected engine can run
         layouts, left = dist.default_layouts(cfg, cpu, get_backend(placement.backend), placement.runtime)
     servers = dist.variants(cfg, cpu, layouts)
-    phases = dist.phases(cfg, servers, cited)
+    starts = dist.starts_of(cfg, servers, cpu, dist.host_cores())
+    phases = dist.phases(cfg, servers, cited, starts)
     shape = Common(
         arrival=Arrival("closed", concurrency=1),
         seed=cfg.seed,
@@ -93,14 +96,15 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     )
     protocol = (
         f"ABAB restarts: {cfg.starts} rounds, each starting the baseline then every layout; "
-        f"{cfg.repeats} run(s) per start, back to back"
+        f"{cfg.repeats} run(s) per start, back to back; a layout not measurable on this host's cores (and a "
+        f"baseline only such layouts use) is started once: {json.dumps(starts)}"
     )
     return Plan(
         workloads=(),
         servers=servers,
         arms=(),
         schedule=Schedule(phases, protocol),
-        read=dist.read(cfg, cpu),
+        read=dist.read(cfg, cpu, starts),
         warmup=shape,
         run_label="parallel layouts at equal offered load",
         notes=(

@@ -26,10 +26,11 @@ from typing import Any
 
 from tabulate import tabulate
 
+from harness.backends.cpu_placement import allowed_cores
 from harness.backends.gating import refusal
 from harness.backends.layouts import Layout, LayoutKind, node_args
 from harness.bench.analysis import blocked_reading
-from harness.bench.benches.bench81.scaling import SCALING_HEADERS, layout_scaling, scaling_table
+from harness.bench.benches.bench81.scaling import SCALING_HEADERS, core_scale, layout_scaling, scaling_table
 from harness.bench.lib.saturation import steady_throughput
 from harness.bench.metrics import REQUEST_RATE
 from harness.bench.placement import planning_only
@@ -237,12 +238,32 @@ def probe_capacity(runs: Sequence, concurrency: int) -> float | None:
     return rate or REQUEST_RATE.value(runs)
 
 
-def phases(cfg, servers: Sequence[ServerVariant], cited: Cited | None) -> tuple[Phase, ...]:
-    """ABAB restarts: round s starts every baseline, then every layout, each for its s-th time."""
+def host_cores() -> int:
+    """The cores this process may run on (its affinity), the ones a CPU layout's stack can use."""
+    return len(allowed_cores()) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def starts_of(cfg, servers: Sequence[ServerVariant], cpu: bool, cores: int) -> dict[str, int]:
+    """Server starts per variant: ``cfg.starts`` for a layout whose stack fits the host, and for a baseline one of
+    them is read against; once for a layout not measurable on ``cores`` cores (its run shows the path works and
+    what it served, but no efficiency is read from it, so replicating it buys nothing) and for a baseline only
+    such layouts use. ``single`` always gets ``cfg.starts``: its capacity is this host's single-device figure."""
+    names = [s.name for s in servers]
+    fits = {n: core_scale(devices_of(n, cfg), cpu, cores)[0] is not None for n in names if not n.startswith("single")}
+    out = {n: cfg.starts if fits[n] else 1 for n in fits}
+    for n in names:
+        if n.startswith("single"):
+            used = any(fits[m] for m in fits if baseline_of(m) == n)
+            out[n] = cfg.starts if n == "single" or used else 1
+    return out
+
+
+def phases(cfg, servers: Sequence[ServerVariant], cited: Cited | None, starts: dict[str, int]) -> tuple[Phase, ...]:
+    """ABAB restarts: round s starts every baseline, then every layout, each for its s-th time (``starts``)."""
     base = [s.name for s in servers if s.name.startswith("single")]
     order = base + [s.name for s in servers if s.name not in base]
     return tuple(Phase(f"{name} start {start}", (name,), steps(cfg, name, cited, start), planned_steps=cfg.repeats)
-                 for start in range(1, cfg.starts + 1) for name in order)
+                 for start in range(1, cfg.starts + 1) for name in order if start <= starts[name])
 
 
 def communication(server: dict) -> dict:
@@ -250,17 +271,17 @@ def communication(server: dict) -> dict:
     return server.get("communication") or {}
 
 
-def read(cfg, cpu: bool):
+def read(cfg, cpu: bool, starts: dict[str, int]):
     def reading(history: History) -> Reading:
         labels = [label for label in dict.fromkeys(r.label for r in history.runs) if label != PROBE]
-        host_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        cores = host_cores()
         rows = [layout_scaling(history.runs, label, devices_of(label, cfg), baseline_of(label),
                                resamples=cfg.resamples, seed=cfg.seed, per_start=cfg.repeats, cpu=cpu,
-                               host_cores=host_cores) for label in labels]
+                               host_cores=cores) for label in labels]
         table = tabulate(scaling_table(rows), headers=SCALING_HEADERS, tablefmt="github")
         loads = history.notes.get("loadavg_1m", {})
         bound = (f"each device is one CPU core ({BIND} pins every rank, node or replica to its own) and the API "
-                 f"server, scheduler and client need one more; the host has {host_cores} usable core(s), and the "
+                 f"server, scheduler and client need one more; the host has {cores} usable core(s), and the "
                  "efficiency denominator counts every core a stack uses" if cpu else
                  "each device is one GPU; interconnect as in fingerprint.json's topology")
         offered = history.notes.get("offered_rps")
@@ -291,7 +312,8 @@ def read(cfg, cpu: bool):
                    "loadavg_1m": loads, "layout_notes": {k: v.note for k, v in LAYOUTS.items()},
                    "communication": {name: communication(s) for name, s in servers.items()},
                    "citation": history.notes.get("citation"), "starts": cfg.starts, "runs_per_start": cfg.repeats,
-                   "host_cores": host_cores, "not_in_headline": left_out}
+                   "host_cores": cores, "not_in_headline": left_out,
+                   "starts_by_layout": starts}
         derived = {name: s["model"] for name, s in servers.items() if (s.get("model") or {}).get("derived")}
         if derived:
             details["random_weights"] = derived

@@ -154,7 +154,8 @@ def layout_scaling(runs: Sequence[ArmRun], label: str, devices: int, baseline: s
             speedup = paired_ratio_of_means(num, den, resamples=resamples, seed=seed)
             efficiency = (paired_ratio_of_means(num, den, scale=1.0 / scale, resamples=resamples, seed=seed)
                           if scale else None)
-        else:  # the rounds do not line up (a start failed or was refused): starts resampled on each side
+        elif len(mine_by) > 1:  # the rounds do not line up (a start failed, or was not replicated): starts
+            # resampled on each side; one start has no spread of its own to resample, so it gets no ratio
             num, den = list(mine_by.values()), list(base_by.values())
             speedup = ratio_of_means(num, den, resamples=resamples, seed=seed)
             efficiency = ratio_of_means(num, den, scale=1.0 / scale, resamples=resamples, seed=seed) if scale else None
