@@ -7,14 +7,13 @@ and data parallel 2, data parallel across the nodes of a local Ray cluster, pipe
 across two "nodes" through vLLM's multi-node launcher, and vLLM's Ray executor where the engine
 runs it. Every layout is started --starts times (3), alternating with the single-device baseline
 (ABAB restarts: round s starts the baseline, then each layout); --repeats runs per start, back to
-back. The server start is the unit of replication. A layout whose stack needs more cores than the host
-has is started once: it shows the path runs and what it served, but no efficiency is read from it. On the CPU default a device is one core, and
-the API server, scheduler and client need one more. Read: per layout, output tok/s, per device,
-speedup and scaling efficiency (speedup over the ratio of every core the two stacks use) with
-intervals from resampled rounds, and TTFT/TPOT/E2E at that equal offered load; a layout whose
-stack needs more cores than the host has is "not measurable on N cores", and invalid rows stay
-out of the headline. A layout the engine refuses here is
-capability_missing with the engine's message. Real nodes: RAY_ADDRESS=... or NNODES=2
+back. The server start is the unit of replication. On the CPU default a device is one core, and the
+API server, scheduler and client need one more. Read: per layout, output tok/s, per device, speedup
+and scaling efficiency (speedup over the ratio of every core the two stacks use) with intervals from
+resampled rounds, and TTFT/TPOT/E2E at that equal offered load. A layout whose stack needs more cores
+than the host has is "not measurable on N cores" and started once: its run shows the path works and
+what it served, but no efficiency is read from it. Invalid rows stay out of the headline. A layout
+the engine refuses here is capability_missing with the engine's message. Real nodes: RAY_ADDRESS=... or NNODES=2
 NODE_RANK=0 MASTER_ADDR=... with followers from docker/comm-parallel (docs/bench-81.md).
 """
 
