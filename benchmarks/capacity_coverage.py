@@ -19,7 +19,7 @@ import numpy as np
 
 from harness.bench.lib.capacity_fit import ProbeSample, estimate_capacity, probe_schedule
 from harness.bench.lib.saturation import Level, Timeline, bracket, queue_growth, steady_throughput
-from harness.bench.lib.sweep import level_requests
+from harness.bench.lib.sweep import RATE_FRACTIONS, level_requests
 from harness.mech.engine.costmodel import StepCostModel
 from harness.mech.engine.simulate import run_continuous
 from harness.mech.engine.types import EngineConfig
@@ -61,7 +61,7 @@ def bracket_coverage(trials: int, tolerance: float = 0.05) -> dict:
         short = _sim(1.0, level_requests(mu, 100, 60.0), 2000 + seed, cost, closed=16)
         probe, _ = steady_throughput([r.admitted_s or 0.0 for r in short], [r.finish_s for r in short], 16)
         levels = []
-        for k, fraction in enumerate((0.25, 0.5, 0.75, 1.0, 1.25)):
+        for k, fraction in enumerate(RATE_FRACTIONS):
             rs = _sim(fraction * probe, level_requests(fraction * probe, 100, 60.0), 10 * seed + k, cost)
             growth = queue_growth(Timeline(tuple(r.arrival_s for r in rs), tuple(r.first_token_s for r in rs),
                                            tuple(r.finish_s for r in rs)), tolerance)
@@ -86,7 +86,8 @@ def main() -> None:
               f"{got['trials']} trials (nominal 95 %), mean width {got['mean_relative_width']:.0%} of the truth "
               f"{got['truth_rps']} req/s")
     sat = bracket_coverage(max(5, args.trials // 5))
-    print(f"bench-66 saturation bracket (simulated engine, 60-s levels at 0.25..1.25 x the probe): determined in "
+    ladder = ", ".join(f"{f:g}" for f in RATE_FRACTIONS)
+    print(f"bench-66 saturation bracket (simulated engine, 60-s levels at {ladder} x the probe): determined in "
           f"{sat['determined']}/{sat['trials']} sweeps, holding the sustained capacity in {sat['held']} of them, "
           f"within the 5 % tolerance of it in {sat['within_tolerance']}")
 

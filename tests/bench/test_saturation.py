@@ -26,7 +26,7 @@ from harness.bench.lib.saturation import (
     steady_throughput,
     window_slope,
 )
-from harness.bench.lib.sweep import level_requests
+from harness.bench.lib.sweep import RATE_FRACTIONS, level_requests
 from harness.mech.engine.costmodel import StepCostModel
 from harness.mech.engine.simulate import run_continuous
 from harness.mech.engine.types import EngineConfig
@@ -63,7 +63,7 @@ def test_a_sweep_of_sixty_second_levels_brackets_the_sustained_capacity(mu):
     probe, window_s = capacity(16, max(100, math.ceil(1.2 * mu * 60)))  # what bench-66's probe measures
     assert probe == pytest.approx(mu, rel=0.05) and window_s >= 60
     levels = []
-    for fraction in (0.25, 0.5, 0.75, 1.0, 1.25):
+    for fraction in RATE_FRACTIONS:  # bench-66's default ladder
         rate = fraction * probe
         line = level(rate, level_requests(rate, 100, 60.0))
         growth = queue_growth(line, tolerance=0.05)
