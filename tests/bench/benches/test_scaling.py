@@ -90,6 +90,16 @@ def test_rounds_are_resampled_jointly_and_starts_are_the_unit():
     # paired by round the ratio never moves (each round doubles); unpaired it would spread from 2/3 to 6
     assert (row.speedup.value, row.speedup.ci_low, row.speedup.ci_high) == pytest.approx((2.0, 2.0, 2.0))
     assert paired_ratio_of_means([1.0], [1.0, 2.0]) is None
+    # the throughput interval is Student t over the start means 20, 40, 60: 40 +- 4.303 x 20 / sqrt(3)
+    half = 4.302653 * 20.0 / 3 ** 0.5
+    assert row.throughput_tok_s == 40.0 and row.throughput_ci == pytest.approx((40.0 - half, 40.0 + half), rel=1e-5)
+
+
+def test_a_layout_started_once_beside_a_replicated_baseline_gets_no_ratio():
+    runs = [run("single", r, v) for r, v in ((1, 10.0), (2, 11.0), (3, 12.0))] + [run("pp2", 1, 20.0)]
+    row = layout_scaling(runs, "pp2", 2, "single", resamples=200, cpu=True, host_cores=2)
+    assert row.starts == 1 and row.throughput_tok_s == 20.0
+    assert row.speedup is None and row.efficiency is None and row.throughput_ci is None
 
 
 def test_every_core_of_the_stack_is_counted_or_the_layout_is_not_measurable():

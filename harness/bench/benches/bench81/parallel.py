@@ -301,10 +301,19 @@ def read(cfg, cpu: bool, starts: dict[str, int]):
                      "unit": "ratio", "ci_low": e.ci_low, "ci_high": e.ci_high, "arm": r.layout,
                      **r.throughput_basis}
                     for r in eff if (e := r.efficiency) is not None]  # every one in eff has its efficiency
+        single = next((r for r in rows if r.layout == "single" and r.valid and r.throughput_tok_s), None)
+        if single is not None:  # this host's single-device figure, with its interval over starts
+            ci = dict(zip(("ci_low", "ci_high"), single.throughput_ci or (), strict=False))
+            headline.append({"name": "single throughput", "metric": "output_tokens_per_s",
+                             "value": single.throughput_tok_s, "unit": "tok/s", **ci, "arm": "single",
+                             "n_starts": single.starts, **single.throughput_basis})
         summary = ("scaling efficiency " + "; ".join(f"{r.layout} {e.text()}" for r in eff
                                                      if (e := r.efficiency) is not None)
                    if eff else "no valid, measurable layout past the baseline here" +
                    (f" ({'; '.join(left_out)})" if left_out else ""))
+        if single is not None and single.throughput_ci:
+            summary += (f"; single device {single.throughput_tok_s:.1f} tok/s [{single.throughput_ci[0]:.1f}, "
+                        f"{single.throughput_ci[1]:.1f}] over {single.starts} starts")
         servers = history.servers
         details = {"layouts": [r.to_dict() for r in rows], "offered_rps": offered,
                    "baseline_capacity_rps": history.notes.get("baseline_capacity_rps"), "capacity_source": source,

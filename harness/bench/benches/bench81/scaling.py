@@ -9,6 +9,7 @@ steady-state window, ramp and drain left out, else its whole run; the drain frac
 - speedup      S = mean throughput / mean baseline throughput
 - per device   T_d = mean throughput / d
 - efficiency   E = S / (cores of the layout's stack / cores of the baseline's stack)
+- throughput   the mean over starts, with a 95 % Student t interval over them (the start is the unit)
 
 Every core the serving stack and the client use is counted: on the CPU default a device is one core and the API
 server, scheduler and client need one more (``STACK_CORES``), so the baseline uses 2 and a d-device layout d + 1.
@@ -30,6 +31,7 @@ import numpy as np
 
 from harness.bench.metrics import E2E_P50, OUTPUT_TOKENS_PER_S, TPOT_P50, TTFT_P50, TTFT_P99, basis_summary
 from harness.bench.records import ArmRun
+from harness.bench.stats import t_interval
 
 LATENCIES = (TTFT_P50, TTFT_P99, TPOT_P50, E2E_P50)
 CONFIDENCE = 0.95
@@ -118,6 +120,8 @@ class LayoutScaling:
     valid: bool = True
     invalid_repeats: int = 0  # repeats left out as invalid (the client could not keep its schedule, ...)
     starts: int = 0  # server starts measured (the unit of replication)
+    # 95 % Student t interval of the mean throughput over the starts (the unit); None with fewer than 2
+    throughput_ci: tuple[float, float] | None = None
     cores: str = ""  # what the efficiency denominator counts, or why there is none
     # which window the throughputs cover (steady state, else whole run) and the runs' drain fraction
     throughput_basis: dict[str, Any] = field(default_factory=dict)
@@ -160,12 +164,13 @@ def layout_scaling(runs: Sequence[ArmRun], label: str, devices: int, baseline: s
             speedup = ratio_of_means(num, den, resamples=resamples, seed=seed)
             efficiency = ratio_of_means(num, den, scale=1.0 / scale, resamples=resamples, seed=seed) if scale else None
     mean = float(np.mean(list(mine_by.values()))) if mine_by else None
+    ci = t_interval(np.asarray(list(mine_by.values())), CONFIDENCE)[:2] if len(mine_by) > 1 else None
     return LayoutScaling(
         layout=label, devices=devices, baseline=baseline, repeats=len(done), throughput_tok_s=mean,
         throughput_range=(min(mine), max(mine)) if mine else None,
         per_device_tok_s=mean / devices if mean is not None else None, speedup=speedup, efficiency=efficiency,
         latency_ms={m.name: m.value(done) for m in LATENCIES}, empty_repeats=empty,
-        valid=bool(done) and not empty, starts=len(mine_by), cores=cores,
+        valid=bool(done) and not empty, starts=len(mine_by), cores=cores, throughput_ci=ci,
         invalid_repeats=invalid, throughput_basis=basis_summary(done))
 
 
