@@ -30,7 +30,13 @@ from harness.backends.cpu_placement import allowed_cores
 from harness.backends.gating import refusal
 from harness.backends.layouts import Layout, LayoutKind, node_args
 from harness.bench.analysis import blocked_reading
-from harness.bench.benches.bench81.scaling import SCALING_HEADERS, core_scale, layout_scaling, scaling_table
+from harness.bench.benches.bench81.scaling import (
+    SCALING_HEADERS,
+    LayoutScaling,
+    core_scale,
+    layout_scaling,
+    scaling_table,
+)
 from harness.bench.lib.saturation import steady_throughput
 from harness.bench.metrics import REQUEST_RATE
 from harness.bench.placement import planning_only
@@ -271,6 +277,28 @@ def communication(server: dict) -> dict:
     return server.get("communication") or {}
 
 
+def headline_and_summary(rows: Sequence[LayoutScaling], eff: Sequence[LayoutScaling],
+                         left_out: Sequence[str]) -> tuple[list[dict[str, Any]], str]:
+    """The valid, measurable layouts' efficiencies, then this host's single-device throughput with its interval
+    over starts; the summary says the same in a line."""
+    headline = [{"name": f"{r.layout} efficiency", "metric": "scaling_efficiency", "value": e.value,
+                 "unit": "ratio", "ci_low": e.ci_low, "ci_high": e.ci_high, "arm": r.layout, **r.throughput_basis}
+                for r in eff if (e := r.efficiency) is not None]  # every one in eff has its efficiency
+    summary = ("scaling efficiency " + "; ".join(f"{r.layout} {e.text()}" for r in eff if (e := r.efficiency))
+               if eff else "no valid, measurable layout past the baseline here" +
+               (f" ({'; '.join(left_out)})" if left_out else ""))
+    single = next((r for r in rows if r.layout == "single" and r.valid and r.throughput_tok_s), None)
+    if single is not None:
+        ci = dict(zip(("ci_low", "ci_high"), single.throughput_ci or (), strict=False))
+        headline.append({"name": "single throughput", "metric": "output_tokens_per_s",
+                         "value": single.throughput_tok_s, "unit": "tok/s", **ci, "arm": "single",
+                         "n_starts": single.starts, **single.throughput_basis})
+        if single.throughput_ci:
+            summary += (f"; single device {single.throughput_tok_s:.1f} tok/s [{single.throughput_ci[0]:.1f}, "
+                        f"{single.throughput_ci[1]:.1f}] over {single.starts} starts")
+    return headline, summary
+
+
 def read(cfg, cpu: bool, starts: dict[str, int]):
     def reading(history: History) -> Reading:
         labels = [label for label in dict.fromkeys(r.label for r in history.runs) if label != PROBE]
@@ -297,23 +325,7 @@ def read(cfg, cpu: bool, starts: dict[str, int]):
                     for r in rows if r.layout != r.baseline and r not in eff]
         if left_out:
             lines.append("not in the headline: " + "; ".join(left_out))
-        headline = [{"name": f"{r.layout} efficiency", "metric": "scaling_efficiency", "value": e.value,
-                     "unit": "ratio", "ci_low": e.ci_low, "ci_high": e.ci_high, "arm": r.layout,
-                     **r.throughput_basis}
-                    for r in eff if (e := r.efficiency) is not None]  # every one in eff has its efficiency
-        single = next((r for r in rows if r.layout == "single" and r.valid and r.throughput_tok_s), None)
-        if single is not None:  # this host's single-device figure, with its interval over starts
-            ci = dict(zip(("ci_low", "ci_high"), single.throughput_ci or (), strict=False))
-            headline.append({"name": "single throughput", "metric": "output_tokens_per_s",
-                             "value": single.throughput_tok_s, "unit": "tok/s", **ci, "arm": "single",
-                             "n_starts": single.starts, **single.throughput_basis})
-        summary = ("scaling efficiency " + "; ".join(f"{r.layout} {e.text()}" for r in eff
-                                                     if (e := r.efficiency) is not None)
-                   if eff else "no valid, measurable layout past the baseline here" +
-                   (f" ({'; '.join(left_out)})" if left_out else ""))
-        if single is not None and single.throughput_ci:
-            summary += (f"; single device {single.throughput_tok_s:.1f} tok/s [{single.throughput_ci[0]:.1f}, "
-                        f"{single.throughput_ci[1]:.1f}] over {single.starts} starts")
+        headline, summary = headline_and_summary(rows, eff, left_out)
         servers = history.servers
         details = {"layouts": [r.to_dict() for r in rows], "offered_rps": offered,
                    "baseline_capacity_rps": history.notes.get("baseline_capacity_rps"), "capacity_source": source,
