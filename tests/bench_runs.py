@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# Real-server tests serve eagerly (no torch.compile warm-up: ~20 s less per start on 2 cores, more with a cold
+# compile cache); the compiled path, what `make bench-NN` serves, is the shared small bench-69 run's and the doctor's.
+EAGER = "--enforce-eager"
 BENCH69_SMALL = ("--repeats", "1", "--groups", "2", "--prompts-per-group", "3", "--warmup-requests", "1",
                  "--resamples", "1000")
 
@@ -62,7 +65,7 @@ def assert_bench_refuses(root: Path, number: str, args: list[str], expected: str
 
 
 BENCH69_MID_ARM = ("--repeats", "1", "--groups", "2", "--prompts-per-group", "8", "--warmup-requests", "1",
-                   "--no-control")
+                   "--no-control", EAGER)
 
 
 def wait_for(predicate, timeout_s: float, what: str):

@@ -20,7 +20,7 @@ from harness.progress import Reporter
 from harness.runtime.base import ServerSpec
 from tests.bench import test_bench_runner as citing
 from tests.bench.test_bench_runner import bench_env  # noqa: F401  (fixture: the stand-in engine as backend "fake")
-from tests.bench_runs import run_bench
+from tests.bench_runs import EAGER, run_bench
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 METRICS = ["ttft_ms.p50", "tpot_ms.p50", "e2e_ms.p50", "output_tokens_per_s"]
@@ -112,7 +112,7 @@ def test_real_aa_control_starts_two_servers_and_bounds_the_shift(tmp_path):
     requests each."""
     prepared_model_or_skip()
     done = run_bench(tmp_path, "00", SEMANTIC_ID, "--requests", "2", "--input-tokens", "16", "--output-tokens", "4",
-                     "--warmup-requests", "1", "--resamples", "300", timeout_s=900)
+                     "--warmup-requests", "1", "--resamples", "300", EAGER, timeout_s=900)
     result = json.loads((done.run_dir / "comparison.json").read_text())
     rows = result["details"][DETAILS_KEY]["rows"]
     assert [r["metric"] for r in rows] == METRICS

@@ -15,14 +15,14 @@ import pytest
 
 from harness.contract.schemas import validate_file
 from harness.workload import load_workload
-from tests.bench_runs import audit, env_for, infkit
+from tests.bench_runs import EAGER, audit, env_for, infkit
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = pytest.mark.slow
 # Short windows (the defaults are 60 s each): a probe of 8 s steady state, levels of 8 s of arrivals.
 SMALL = ["--repeats", "2", "--requests", "8", "--min-level-s", "8", "--probe-s", "8", "--input-tokens", "96",
          "--output-tokens", "12", "--rate-fractions", "0.4,1.6", "--probe-concurrency", "8", "--warmup-requests", "1",
-         "--resamples", "500"]
+         "--resamples", "500", EAGER]
 
 
 def test_small_bench66_sweep_is_valid_signed_and_reads_a_saturation_rule(tmp_path):

@@ -18,13 +18,14 @@ import json
 import pytest
 
 from harness.contract.schemas import validate_file
-from tests.bench_runs import audit, run_bench
+from tests.bench_runs import EAGER, audit, run_bench
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = pytest.mark.slow
 SMALL = ["--repeats", "1", "--requests", "2", "--input-tokens", "128", "--output-tokens", "24", "--ngram-tokens", "4",
          "--draft-layers", "0", "--no-self-draft", "--warmup-requests", "1", "--resamples", "300", "--mc-passes", "500",
-         "--dtype", "float32", "--control-requests", "3", "--control-output-tokens", "32", "--no-baseline-alone"]
+         "--dtype", "float32", "--control-requests", "3", "--control-output-tokens", "32", "--no-baseline-alone",
+         EAGER]
 
 
 def test_small_bench68_moves_the_acceptance_counters_and_keeps_greedy_outputs_identical(tmp_path):

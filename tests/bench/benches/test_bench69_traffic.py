@@ -11,7 +11,7 @@ from harness.bench.spec import InputFile
 from harness.client import read_records
 from harness.client.sessions import messages_digest
 from harness.errors import InvalidInput
-from tests.bench_runs import run_bench
+from tests.bench_runs import EAGER, run_bench
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 ROWS = [{"timestamp": 0, "input_length": 1100, "output_length": 40, "hash_ids": [10, 11, 12]},
@@ -69,7 +69,7 @@ def test_real_sessions_resend_the_server_replies_and_hit_more_with_each_turn(tmp
     # 16 output tokens: a turn and its reply then fill the first 128-token KV block, which the next turn hits
     done = run_bench(tmp_path, "69", "INF-PREFIX-CACHE", "--no-synthetic", "--sessions", "2", "--session-turns", "3",
                      "--session-tokens", "96", "--output-tokens", "16", "--repeats", "1", "--warmup-requests", "1",
-                     "--resamples", "300")
+                     "--resamples", "300", EAGER)
     arm = done.run_dir / "arms" / SESSIONS.replace("/", ".") / "r1"
     workload = [json.loads(line) for line in (done.run_dir / "workloads" / "sessions.jsonl").read_text().splitlines()]
     users = {(r["conversation"], r["turn"]): r["messages"][0] for r in workload[1:]}

@@ -15,12 +15,12 @@ import subprocess
 import pytest
 
 from harness.contract.schemas import validate_file
-from tests.bench_runs import audit, env_for, infkit
+from tests.bench_runs import EAGER, audit, env_for, infkit
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = pytest.mark.slow
 SMALL = ["--comparisons", "static", "--repeats", "1", "--requests", "12", "--concurrency", "4",
-         "--warmup-requests", "1", "--calibration-gap-s", "2", "--resamples", "1000"]
+         "--warmup-requests", "1", "--calibration-gap-s", "2", "--resamples", "1000", EAGER]
 
 
 def test_small_bench70_serves_static_and_continuous_and_predicts_both(tmp_path):

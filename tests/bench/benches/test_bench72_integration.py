@@ -14,7 +14,7 @@ import json
 import pytest
 
 from harness.contract.schemas import validate_file
-from tests.bench_runs import audit, run_bench
+from tests.bench_runs import EAGER, audit, run_bench
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = pytest.mark.slow
@@ -47,6 +47,7 @@ TINY = [
     "none",
     "--probe-seconds",
     "2",
+    EAGER,
 ]
 
 
