@@ -100,6 +100,9 @@ def test_a_layout_started_once_beside_a_replicated_baseline_gets_no_ratio():
     row = layout_scaling(runs, "pp2", 2, "single", resamples=200, cpu=True, host_cores=2)
     assert row.starts == 1 and row.throughput_tok_s == 20.0
     assert row.speedup is None and row.efficiency is None and row.throughput_ci is None
+    # one start of each side: one round, no spread of either to resample, so no ratio (not a zero-width one)
+    one = layout_scaling([run("single", 1, 10.0), run("pp2", 1, 20.0)], "pp2", 2, "single", resamples=200)
+    assert one.speedup is None and one.efficiency is None
 
 
 def test_every_core_of_the_stack_is_counted_or_the_layout_is_not_measurable():

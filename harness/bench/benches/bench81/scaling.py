@@ -153,7 +153,7 @@ def layout_scaling(runs: Sequence[ArmRun], label: str, devices: int, baseline: s
     scale, cores = core_scale(devices, cpu, host_cores)
     speedup = efficiency = None
     if label != baseline:
-        if rounds and len(rounds) == len(mine_by) == len(base_by):
+        if len(rounds) > 1 and len(rounds) == len(mine_by) == len(base_by):  # one round has no spread
             num, den = [mine_by[s] for s in rounds], [base_by[s] for s in rounds]
             speedup = paired_ratio_of_means(num, den, resamples=resamples, seed=seed)
             efficiency = (paired_ratio_of_means(num, den, scale=1.0 / scale, resamples=resamples, seed=seed)
