@@ -173,7 +173,7 @@ def rank(estimates: Mapping[str, Estimate], costs: Mapping[str, float | None], c
     if len(tied) == 1:
         return Ranking(best, tied, best, f"{best}'s capacity interval lies above every other candidate's")
     chosen = min(tied, key=lambda n: (costs.get(n) is None, costs.get(n) or 0.0, n))
-    shown = ", ".join(f"{n} {costs.get(n) if costs.get(n) is not None else 'unknown'}" for n in tied)
+    shown = ", ".join(f"{n} {format(cost, '.3g') if (cost := costs.get(n)) is not None else 'unknown'}" for n in tied)
     return Ranking(
         best,
         tied,
