@@ -39,7 +39,7 @@ class ValidityLimits:
     send_lag_p99_ms: float = 1.0  # floor: a send lag below it never invalidates (timer granularity)
     loop_lag_p99_ms: float = 20.0  # floor for the event-loop wake-up lateness P99 (a shared host wakes late)
     min_rate_fraction: float = 0.95  # timed schedules: scheduled span / achieved span
-    lag_fraction: float = 0.05  # a lag P99 above this share of TTFT P50 (and of the mean arrival gap) distorts
+    lag_fraction: float = 0.05  # a lag above this share of what it can move (TTFT, the mean arrival gap) distorts
     min_lag_samples: int = 50  # fewer sends (loop probes) than this: a P99 is a maximum, so not judged
     # the client and API server may use the cores left to them plus this share of the engine's (bound) cores; past
     # it they took CPU the engine needed, enough to move a latency by about the smallest effect a bench acts on
@@ -89,9 +89,10 @@ def schedule_stats(records: Sequence[RequestRecord], *, timed: bool) -> dict[str
 
 
 def lag_limit_ms(stats: Mapping[str, Any], limits: ValidityLimits, floor_ms: float,
-                 ttft_key: str = "ttft_p50_ms") -> float | None:
-    """``lag_fraction`` of the smaller of the TTFT reference and the mean arrival gap, never below ``floor_ms``."""
-    refs = [v for v in (stats.get(ttft_key), stats.get("mean_arrival_gap_ms")) if v]
+                 ttft_key: str = "ttft_p50_ms", *, gap: bool = True) -> float | None:
+    """``lag_fraction`` of the smaller of the TTFT reference and (with ``gap``) the mean arrival gap, never below
+    ``floor_ms``."""
+    refs = [v for v in (stats.get(ttft_key), stats.get("mean_arrival_gap_ms") if gap else None) if v]
     return max(floor_ms, limits.lag_fraction * min(refs)) if refs else None
 
 
@@ -104,10 +105,9 @@ def schedule_reasons(records: Sequence[RequestRecord], health: ClientHealth, lim
     # (judged where 5 % of sends are late: P95 against the median and the mean gap) and adds its lag to its own
     # request's latency (judged where 1 % are: P99 against the TTFT P99 it can move)
     judged = stats["sends"] >= limits.min_lag_samples
-    tail = stats["ttft_p99_ms"]
     checks = (("send_lag_p95_ms", "P95", lag_limit_ms(stats, limits, limits.send_lag_p99_ms),
                "TTFT P50 / mean arrival gap"),
-              ("send_lag_p99_ms", "P99", max(limits.send_lag_p99_ms, limits.lag_fraction * tail) if tail else None,
+              ("send_lag_p99_ms", "P99", lag_limit_ms(stats, limits, limits.send_lag_p99_ms, "ttft_p99_ms", gap=False),
                "TTFT P99"))
     for key, name, limit, what in checks:
         if judged and limit is not None and stats[key] > limit:

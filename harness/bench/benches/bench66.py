@@ -90,6 +90,7 @@ def request_list(cfg: Config, seed: int) -> Common:
 
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:
+    named = f"{cfg.dtype} " if cfg.dtype else ""  # else the host-aware dtype, recorded in run.json
     sweep = LoadSweep(
         request_list(cfg, cfg.seed),
         "baseline",
@@ -102,9 +103,9 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         min_level_s=cfg.min_level_s,
         min_level_requests=cfg.requests * cfg.scale,
         probe_s=cfg.probe_s,
-        label=f"{cfg.dtype} baseline" if cfg.dtype else "baseline",  # else the host-aware dtype (run.json)
+        label=f"{named}baseline",
         facts=(("dtype", cfg.dtype),),
-        title=f"bench-66 INF-FLOAT-BASELINE{f' ({cfg.dtype})' if cfg.dtype else ''}: latency vs throughput",
+        title=f"bench-66 INF-FLOAT-BASELINE: {named}latency vs throughput",
     )
     phase = Phase("sweep", ("baseline",), sweep.steps, planned_steps=sweep.planned_steps)
     server = ServerVariant("baseline", {"dtype": cfg.dtype} if cfg.dtype else {})
@@ -115,7 +116,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         schedule=Schedule((phase,), "one server start; load levels in rounds low to high, repeated"),
         read=sweep.read,
         warmup=request_list(cfg, cfg.seed),
-        run_label=f"{cfg.dtype + ' ' if cfg.dtype else ''}latency-throughput sweep",
+        run_label=f"{named}latency-throughput sweep",
         columns=(TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, E2E_P50, E2E_P99, REQUEST_RATE, OUTPUT_TOKENS_PER_S),
         notes=(
             "every level's list has the same seeds (its first requests are the same); its length follows "

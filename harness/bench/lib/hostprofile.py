@@ -122,10 +122,12 @@ def load_scale(profile: HostProfile | None) -> float:
 def default_rate(reference_rps: float, backend: str, profile: HostProfile | None = None) -> tuple[float, str]:
     """A bench's default arrival rate here and where it came from: ``reference_rps`` (sized on the reference host)
     times ``load_scale`` of the measured profile on the CPU default, which is the engine the profile measured."""
+    reference = f"{reference_rps:g} req/s, the reference host's default"
+    if backend != "vllm-cpu":
+        return reference_rps, f"{reference} ({backend} is not the profiled engine)"
     profile = profile if profile is not None else read_profile()
-    if backend != "vllm-cpu" or profile is None:
-        why = "no host profile (run infkit doctor)" if profile is None else f"{backend} is not the profiled engine"
-        return reference_rps, f"{reference_rps:g} req/s, the reference host's default ({why})"
+    if profile is None:
+        return reference_rps, f"{reference} (no host profile (run infkit doctor))"
     scale = load_scale(profile)
     rate = round(reference_rps * scale, 3)
     return rate, (f"{rate:g} req/s = {reference_rps:g} x {scale:.3g} (this host's decode "

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.backends import get_backend
+from harness.backends.cpu_placement import allowed_cores
 from harness.bench.benches.bench81 import parallel as dist
 from harness.bench.placement import resolve_placement
 from harness.bench.spec import BenchConfig, BenchSpec, Plan, Schedule
@@ -85,7 +86,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     if cfg.layouts == Config.layouts:  # the default list names only what the selected engine can run
         layouts, left = dist.default_layouts(cfg, cpu, get_backend(placement.backend), placement.runtime)
     servers = dist.variants(cfg, cpu, layouts)
-    starts = dist.starts_of(cfg, servers, cpu, dist.host_cores())
+    cores = len(allowed_cores())  # the cores this process may run on: a CPU layout's stack shares them
+    starts = dist.starts_of(cfg, servers, cpu, cores)
     phases = dist.phases(cfg, servers, cited, starts)
     shape = Common(
         arrival=Arrival("closed", concurrency=1),
@@ -103,7 +105,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         servers=servers,
         arms=(),
         schedule=Schedule(phases, protocol),
-        read=dist.read(cfg, cpu, starts),
+        read=dist.read(cfg, cpu, starts, cores),
         warmup=shape,
         run_label="parallel layouts at equal offered load",
         notes=(

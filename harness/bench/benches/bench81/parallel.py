@@ -26,7 +26,6 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness.backends.cpu_placement import allowed_cores
 from harness.backends.gating import refusal
 from harness.backends.layouts import Layout, LayoutKind, node_args
 from harness.bench.analysis import blocked_reading
@@ -244,11 +243,6 @@ def probe_capacity(runs: Sequence, concurrency: int) -> float | None:
     return rate or REQUEST_RATE.value(runs)
 
 
-def host_cores() -> int:
-    """The cores this process may run on (its affinity), the ones a CPU layout's stack can use."""
-    return len(allowed_cores()) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def starts_of(cfg, servers: Sequence[ServerVariant], cpu: bool, cores: int) -> dict[str, int]:
     """Server starts per variant: ``cfg.starts`` for a layout whose stack fits the host, and for a baseline one of
     them is read against; once for a layout not measurable on ``cores`` cores (its run shows the path works and
@@ -299,10 +293,9 @@ def headline_and_summary(rows: Sequence[LayoutScaling], eff: Sequence[LayoutScal
     return headline, summary
 
 
-def read(cfg, cpu: bool, starts: dict[str, int]):
+def read(cfg, cpu: bool, starts: dict[str, int], cores: int):
     def reading(history: History) -> Reading:
         labels = [label for label in dict.fromkeys(r.label for r in history.runs) if label != PROBE]
-        cores = host_cores()
         rows = [layout_scaling(history.runs, label, devices_of(label, cfg), baseline_of(label),
                                resamples=cfg.resamples, seed=cfg.seed, per_start=cfg.repeats, cpu=cpu,
                                host_cores=cores) for label in labels]
