@@ -28,3 +28,17 @@ benches: setup ## list the benches (make bench-NN runs one; infkit bench NN --he
 bench-%: setup ## run bench NN as its spec says (GPU=0 or GPU=0,1, SCALE= RUNTIME= BACKEND= any knob as VAR=, BENCH_ARGS=; DRY_RUN=1 prints the plan)
 	$(INFKIT) bench $* --scale $(SCALE) --gpu '$(GPU)' --runtime '$(RUNTIME)' --backend '$(BACKEND)' \
 	  --make-vars '$(MAKEOVERRIDES)' $(if $(filter 1,$(DRY_RUN)),--dry-run) $(BENCH_ARGS)
+
+# The six project exits in one go, in the order later ones cite earlier ones (bench-66 before 72 and 81). Every
+# bench runs even when an earlier one fails; the table at the end gives each one's wall time, run and decision.
+EXITS ?= 69 66 68 70 72 81
+.PHONY: benches-all
+benches-all: setup ## run the project benches one after another (EXITS="69 66 ..."), then a table of times and decisions
+	@rc=0; table=$$(mktemp); for n in $(EXITS); do t0=$$(date +%s); \
+	  before=$$(ls -td runs/$$n/*/ 2>/dev/null | head -1); \
+	  $(MAKE) --no-print-directory bench-$$n || rc=1; \
+	  run=$$(ls -td runs/$$n/*/ 2>/dev/null | head -1); [ "$$run" != "$$before" ] || run=; \
+	  decision=$$($(BIN)/python -c 'import json,sys; print(json.load(open(sys.argv[1])).get("decision"))' \
+	    "$${run}run.json" 2>/dev/null || echo "no run.json"); \
+	  printf 'bench-%s  %5d s  %s  %s\n' $$n $$(( $$(date +%s) - t0 )) "$${run:-no run}" "$$decision" >> $$table; \
+	done; echo; echo "benches-all: $(EXITS)"; cat $$table; rm -f $$table; exit $$rc

@@ -55,17 +55,23 @@ def test_the_profile_round_trips_and_scales_loads_within_bounds(tmp_path):
     profile = profile_from({"prefill": PREFILL, "decode": DECODE}, Target("http://h", "m", None), DTYPE)
     path = write_profile(profile, tmp_path / "p.json")
     assert read_profile(path) == profile and read_profile(tmp_path / "missing.json") is None
-    assert load_scale(None) == 1.0 and load_scale(profile) == pytest.approx(27.5 / 30)
-    fast = HostProfile(**{**profile.__dict__, "decode_tokens_per_s": 3000.0})
-    assert load_scale(fast) == 8.0  # bounded
+    assert load_scale(None, 128, 24) == 1.0
+    # prefill 1024 vs the reference 390 tokens/s, decode 27.5 vs 27.8: a prompt-heavy request gains more here
+    here, there = 128 / 1024 + 23 / 27.5, 128 / 390 + 23 / 27.8
+    assert load_scale(profile, 128, 24) == pytest.approx(there / here)
+    assert load_scale(profile, 1024, 2) > 1.0 > load_scale(profile, 8, 200)  # decode-heavy: 27.5 < 27.8
+    fast = HostProfile(**{**profile.__dict__, "decode_tokens_per_s": 3000.0, "prefill_tokens_per_s": 1e6})
+    slow = HostProfile(**{**profile.__dict__, "decode_tokens_per_s": 0.1})
+    assert load_scale(fast, 128, 24) == 8.0 and load_scale(slow, 128, 24) == 0.125  # bounded
 
 
 def test_a_default_rate_scales_with_the_profiled_engine_only(tmp_path, monkeypatch):
     profile = profile_from({"prefill": PREFILL, "decode": DECODE}, Target("http://h", "m", None), DTYPE)
-    rate, why = default_rate(2.0, "vllm-cpu", profile)
-    assert rate == pytest.approx(2.0 * 27.5 / 30, abs=1e-3) and "27.5 tok/s over the reference 30" in why
-    assert default_rate(2.0, "vllm", profile) == (2.0, "2 req/s, the reference host's default (vllm is not the "
-                                                        "profiled engine)")
+    rate, why = default_rate(2.0, "vllm-cpu", (128, 24), profile)
+    assert rate == pytest.approx(2.0 * load_scale(profile, 128, 24), abs=1e-3)
+    assert "prefill 1024 vs 390 tokens/s, decode 27.5 vs 27.8" in why and "128+24-token request" in why
+    assert default_rate(2.0, "vllm", (128, 24), profile) == (2.0, "2 req/s, the reference host's default (vllm is "
+                                                                  "not the profiled engine)")
     monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))  # no profile written there
-    rate, why = default_rate(2.0, "vllm-cpu")
+    rate, why = default_rate(2.0, "vllm-cpu", (128, 24))
     assert rate == 2.0 and "no host profile (run infkit doctor)" in why

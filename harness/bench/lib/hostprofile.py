@@ -3,9 +3,9 @@
 Two rates describe a server of the default model well enough to size loads: prefill tokens/s (a long prompt's
 tokens over its TTFT) and single-stream decode tokens/s (1 / TPOT). A request of I prompt and O output tokens
 then takes about I / prefill + (O - 1) / decode on an idle server. The profile is a small JSON file in the cache
-directory; benches read it to scale their default load (``load_scale``) so one ``make bench-NN`` stresses a slow
-host and a fast one alike. The cost figures are estimates (ideal, no queueing or batching gains): they say
-which bench will be long here, not how long to the second.
+directory; benches read it to scale their default load (``load_scale``, for the bench's request shape) so one
+``make bench-NN`` stresses a slow host and a fast one alike. The cost figures are estimates (ideal, no queueing
+or batching gains): they say which bench will be long here, not how long to the second.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ from harness.runtime.serving_env import cache_root
 
 PROFILE_NAME = "host-profile.json"
 SCHEMA = "infkit/host-profile/v1"
-# The host the default loads were sized on (docs/bench-66.md): a 2-core host with native bf16 serving
-# SmolLM2-135M. A host k times faster gets k times the default rates; loads are never scaled below 1/8.
-REFERENCE_DECODE_TOKENS_PER_S = 30.0
+# The host the default loads are sized on: the slowest these machines come as, a 2-core Xeon with AVX-512 BF16 and
+# no AMX serving SmolLM2-135M in bf16 (`make doctor` there, 2026-12-01: prefill 390 tokens/s, decode 27.8 tokens/s).
+# A host whose requests of a bench's shape take k times less gets k times the default rates, bounded to [1/8, 8].
+REFERENCE_PREFILL_TOKENS_PER_S = 390.0
+REFERENCE_DECODE_TOKENS_PER_S = 27.8
 SCALE_BOUNDS = (0.125, 8.0)
 
 
@@ -92,10 +94,11 @@ DEFAULT_LOADS = (
     # a pilot and a >= 60 s refilling probe, then up to 6 levels each >= 60 s of arrivals, on one start
     BenchLoad("66", server_starts=1, requests=7 * 100, input_tokens=128, output_tokens=16, concurrency=4,
               fixed_s=80 + 6 * 60),
-    # 4 speculative arms, each paired with the baseline on 2 workloads x 3 requests x 3 repeats; 5 starts
-    BenchLoad("68", server_starts=5, requests=4 * 2 * 2 * 3 * 3, input_tokens=256, output_tokens=48),
-    # about 6 arms x 24 requests x 3 repeats, 6 variants
-    BenchLoad("70", server_starts=6, requests=6 * 24 * 3, input_tokens=256, output_tokens=48, concurrency=4),
+    # 4 speculative arms, each paired with the baseline on copy (3 requests) and one n-gram arm on the control
+    # (8 requests), 3 repeats; 5 starts
+    BenchLoad("68", server_starts=5, requests=2 * 3 * (4 * 3 + 8), input_tokens=256, output_tokens=48),
+    # 6 arms x 16 requests x 3 repeats and a calibration arm, 6 variants
+    BenchLoad("70", server_starts=6, requests=6 * 16 * 3 + 35, input_tokens=128, output_tokens=24, concurrency=4),
     # 4 candidates x a 6-rate schedule, each probe >= 10 s of arrivals
     BenchLoad("72", server_starts=4, requests=4 * 6 * 12, input_tokens=256, output_tokens=32, concurrency=4,
               fixed_s=4 * 6 * 10),
@@ -111,27 +114,40 @@ def bench_costs(profile: HostProfile, loads: Iterable[BenchLoad] = DEFAULT_LOADS
     return {load.bench: load.cost_s(profile, start_s) for load in loads}
 
 
-def load_scale(profile: HostProfile | None) -> float:
-    """Factor on a bench's default rates: this host's decode rate over the reference host's, bounded; 1 unmeasured."""
+def reference_request_s(input_tokens: int, output_tokens: int) -> float:
+    """Idle-server seconds of one request on the reference host."""
+    return (input_tokens / REFERENCE_PREFILL_TOKENS_PER_S
+            + max(0, output_tokens - 1) / REFERENCE_DECODE_TOKENS_PER_S)
+
+
+def load_scale(profile: HostProfile | None, input_tokens: int, output_tokens: int) -> float:
+    """Factor on a bench's default rates for requests of this shape: the reference host's idle-server seconds of
+    one over this host's (prefill and decode both priced), bounded; 1 unmeasured."""
     if profile is None:
         return 1.0
     low, high = SCALE_BOUNDS
-    return min(high, max(low, profile.decode_tokens_per_s / REFERENCE_DECODE_TOKENS_PER_S))
+    ratio = reference_request_s(input_tokens, output_tokens) / profile.request_s(input_tokens, output_tokens)
+    return min(high, max(low, ratio))
 
 
-def default_rate(reference_rps: float, backend: str, profile: HostProfile | None = None) -> tuple[float, str]:
+def default_rate(reference_rps: float, backend: str, shape: tuple[int, int],
+                 profile: HostProfile | None = None) -> tuple[float, str]:
     """A bench's default arrival rate here and where it came from: ``reference_rps`` (sized on the reference host)
-    times ``load_scale`` of the measured profile on the CPU default, which is the engine the profile measured."""
+    times ``load_scale`` of the measured profile for requests of ``shape`` (prompt, output tokens) on the CPU
+    default, which is the engine the profile measured."""
     reference = f"{reference_rps:g} req/s, the reference host's default"
     if backend != "vllm-cpu":
         return reference_rps, f"{reference} ({backend} is not the profiled engine)"
     profile = profile if profile is not None else read_profile()
     if profile is None:
         return reference_rps, f"{reference} (no host profile (run infkit doctor))"
-    scale = load_scale(profile)
+    scale = load_scale(profile, *shape)
     rate = round(reference_rps * scale, 3)
-    return rate, (f"{rate:g} req/s = {reference_rps:g} x {scale:.3g} (this host's decode "
-                  f"{profile.decode_tokens_per_s:.1f} tok/s over the reference {REFERENCE_DECODE_TOKENS_PER_S:g}, "
+    here, there = profile.request_s(*shape), reference_request_s(*shape)
+    return rate, (f"{rate:g} req/s = {reference_rps:g} x {scale:.3g} (a {shape[0]}+{shape[1]}-token request takes "
+                  f"{here:.2f} s idle here against {there:.2f} s on the reference host: prefill "
+                  f"{profile.prefill_tokens_per_s:.0f} vs {REFERENCE_PREFILL_TOKENS_PER_S:g} tokens/s, decode "
+                  f"{profile.decode_tokens_per_s:.1f} vs {REFERENCE_DECODE_TOKENS_PER_S:g}; "
                   f"infkit doctor {profile.measured_utc})")
 
 

@@ -9,8 +9,8 @@ Arms, each a server start with its own ``--speculative-config`` (greedy, tempera
   eagle, eagle3, mtp   written for the GPU image (--eagle-model, --eagle3-model, --mtp)
 Every speculative variant is optional: one the engine refuses here is capability_missing
 with the engine's message. Workloads: ``copy`` (repeat the passage: the answer copies from
-the prompt, where speculation should help) on every arm, and for the n-gram arms the negative
-control ``natural`` (natural-text requests asking for new prose, served through the chat API
+the prompt, where speculation should help) on every arm, and for the n-gram arm proposing the most
+tokens the negative control ``natural`` (natural-text requests asking for new prose, served through the chat API
 with end-of-sequence allowed, so repetition loops under ignore_eos cannot manufacture
 acceptance; compared on per-token figures, TPOT and tokens/s, since answer lengths differ).
 
@@ -35,7 +35,7 @@ from harness.bench.benches.bench68.arms import (
     read_speculative,
     spec_arms,
 )
-from harness.bench.benches.bench68.control import CONTROL, CONTROL_CLIENT, WORKLOADS, workloads_of
+from harness.bench.benches.bench68.control import CONTROL, CONTROL_CLIENT, WORKLOADS
 from harness.bench.benches.bench68.coresidence import alone_steps
 from harness.bench.metrics import (
     ACCEPTANCE_RATE,
@@ -142,7 +142,7 @@ def arm_pairs(sa: SpecArm) -> tuple[list[tuple[Arm, Arm]], list[Claim]]:
     """(baseline, variant) arms per workload and their claims: E2E and TPOT p50, per-token figures on the control
     (its answers end at EOS, so lengths differ by prompt: TPOT and tokens/s, not E2E)."""
     pairs, claims = [], []
-    for w in workloads_of(sa.kind):
+    for w in sa.workloads:
         client = CONTROL_CLIENT if w == CONTROL else {}
         base, spec = Arm(f"{w}/off@{sa.name}", w, "off", client), Arm(f"{w}/{sa.name}", w, sa.name, client)
         pairs.append((base, spec))

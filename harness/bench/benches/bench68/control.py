@@ -2,7 +2,8 @@
 
 The ``natural`` workload (``harness.workload.natural``) asks for new prose and is served through
 the chat API with end-of-sequence allowed, so a small model's repetition loops under ignore_eos
-cannot manufacture acceptance. Rule (stated in every result): for every n-gram arm, the control
+cannot manufacture acceptance. It runs on the n-gram arm proposing the most tokens (the one chance matches
+reward most; the method is the same lookup at every K). Rule (stated in every result): for that arm, the control
 holds when its acceptance on ``natural`` is at or below ``--control-max-acceptance`` and at or
 below ``--control-max-copy-share`` of the same arm's acceptance on ``copy``, and its per-token
 claim (TPOT p50) does not adopt (its finding, e.g. a material gain, is recorded beside it: prose
@@ -26,14 +27,9 @@ from harness.bench.records import ArmRun, completed_runs
 WORKLOADS = ("copy",)  # every arm
 CONTROL = "natural"  # the n-gram arms' negative control
 CONTROL_CLIENT = {"api": "chat", "ignore_eos": False}  # the chat template ends an answer with EOS; max_tokens caps it
-RULE = ("negative control (natural workload, EOS allowed): for every n-gram arm, acceptance <= {abs:.0%} and <= "
-        "{share:.0%} of the same arm's copy acceptance, and its TPOT p50 claim does not adopt; otherwise (or "
-        "unmeasured) every n-gram adopt is capped at inconclusive")
-
-
-def workloads_of(kind: str) -> tuple[str, ...]:
-    """The workloads a speculative variant of ``kind`` runs: copy, and the natural control for prompt lookup."""
-    return (*WORKLOADS, CONTROL) if kind == "ngram" else WORKLOADS
+RULE = ("negative control (natural workload, EOS allowed, on the n-gram arm proposing most): acceptance <= "
+        "{abs:.0%} and <= {share:.0%} of the same arm's copy acceptance, and its TPOT p50 claim does not adopt; "
+        "otherwise (or unmeasured) every n-gram adopt is capped at inconclusive")
 
 
 def lengths(runs: Sequence[ArmRun], label: str) -> dict[str, Any]:

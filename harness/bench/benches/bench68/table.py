@@ -24,7 +24,8 @@ RULE = ("per workload x speculative variant, the paired E2E p50 ratio (variant /
         "copy workload) decides the top level and is the headline; every other row is secondary, Holm-corrected "
         "over the family (adopt/reject only with an adjusted p < 0.025) and never the headline; the natural-text "
         "negative control is read on TPOT p50, is outside the family and never decides, and an n-gram adopt needs it "
-        "to hold; a greedy mismatch blocks it")
+        "to hold; a row whose greedy outputs differ from the baseline's is rejected whatever its speed (another "
+        "computation, not a faster one)")
 ALPHA = 0.025  # one-sided, the side of a 95 % two-sided interval
 
 
@@ -314,8 +315,10 @@ def decide_top(rows: Sequence[Row]) -> Top:
     if also:
         lines.append("secondary rows that also help after Holm's correction: " + ", ".join(also))
     e = claim.effect
+    why = (f"greedy outputs differ from the baseline's on {head.agreement.compared - head.agreement.identical} of "
+           f"{head.agreement.compared} requests" if head.mismatched else claim.reason)
     summary = (
         f"{decision}: primary {head.label} E2E p50 x{e.value:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}] vs the "
-        f"baseline ({claim.reason})" + "; " + "; ".join(lines[:3])
+        f"baseline ({why})" + "; " + "; ".join(lines[:3])
     )
     return Top(decision, claim.evidence_level, summary, e, headline, lines, quality, mismatched, rows=tuple(rows))
