@@ -4,6 +4,7 @@ decision."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -299,6 +300,16 @@ def test_a_greedy_mismatch_is_never_adopted_and_fails_quality():
     assert (
         "helps (E2E p50 interval below 1): copy/self-draft (x0.60, outputs differ), copy/ngram-k2 (x0.90)" in top.lines
     )
+
+
+def test_a_mismatched_primary_on_cross_start_evidence_reads_inconclusive_with_the_mismatch_named():
+    # each variant on its own start: repeated evidence, and the result contract keeps reject for paired evidence
+    repeated = replace(claim(0.6, 0.5, 0.7, "inconclusive"), evidence_level="repeated")
+    top = decide_top([row("copy", "ngram-k2", repeated, texts_ok=False)])
+    assert top.rows[0].decision == "reject (outputs differ)"
+    assert top.decision == "inconclusive" and top.evidence_level == "repeated"
+    assert "greedy outputs differ from the baseline's on 1 of 4 requests: another computation, never adopted" in (
+        top.summary)
 
 
 def test_speculation_the_engine_did_not_apply_is_not_read_as_an_effect():

@@ -25,7 +25,7 @@ RULE = ("per workload x speculative variant, the paired E2E p50 ratio (variant /
         "over the family (adopt/reject only with an adjusted p < 0.025) and never the headline; the natural-text "
         "negative control is read on TPOT p50, is outside the family and never decides, and an n-gram adopt needs it "
         "to hold; a row whose greedy outputs differ from the baseline's is rejected whatever its speed (another "
-        "computation, not a faster one)")
+        "computation, not a faster one; at the top level a reject needs paired evidence, else it reads inconclusive)")
 ALPHA = 0.025  # one-sided, the side of a 95 % two-sided interval
 
 
@@ -307,16 +307,19 @@ def decide_top(rows: Sequence[Row]) -> Top:
                    headline, lines, quality, mismatched, rows=tuple(rows))
     if head.capped and head.decision == "inconclusive (control failed)":
         lines.insert(0, f"{head.label} would adopt; capped at inconclusive: {head.capped}")
-    decision = (
-        "adopt" if head.decision == "adopt" else "reject" if head.decision.startswith("reject") else "inconclusive"
-    )
+    # a reject needs paired evidence (the result contract); a primary whose outputs differ on cross-start
+    # evidence is never adopted and reads inconclusive, the mismatch named in the summary
+    paired = claim.evidence_level == "paired"
+    decision = ("adopt" if head.decision == "adopt" else
+                "reject" if head.decision.startswith("reject") and paired else "inconclusive")
     also = [f"{r.label} (Holm p {r.holm_p:.3g})" for r, _ in ordered[1:]
             if r.decision == "adopt" and r.role == "secondary"]
     if also:
         lines.append("secondary rows that also help after Holm's correction: " + ", ".join(also))
     e = claim.effect
     why = (f"greedy outputs differ from the baseline's on {head.agreement.compared - head.agreement.identical} of "
-           f"{head.agreement.compared} requests" if head.mismatched else claim.reason)
+           f"{head.agreement.compared} requests: another computation, never adopted" if head.mismatched
+           else claim.reason)
     summary = (
         f"{decision}: primary {head.label} E2E p50 x{e.value:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}] vs the "
         f"baseline ({why})" + "; " + "; ".join(lines[:3])
