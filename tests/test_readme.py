@@ -28,3 +28,14 @@ def test_readme_make_targets_exist(repo_root):
     defined = set(re.findall(r"^([a-zA-Z0-9_-]+):", database, re.M))
     assert {"bench-69", "test", "audit", "images"} <= targets
     assert targets - defined == set()
+
+
+def test_benches_all_runs_every_bench_after_a_failure_and_tables_them(repo_root):
+    # two benches that do not exist: each fails at once with its one-line error, the second still runs
+    proc = subprocess.run(["make", "-C", str(repo_root), "--no-print-directory", "benches-all", "EXITS=98 99"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    table = proc.stdout.split("benches-all: 98 99", 1)[1]
+    rows = [line.split() for line in table.strip().splitlines()]
+    assert [r[0] for r in rows] == ["bench-98", "bench-99"]
+    assert all(r[2:4] == ["s", "no"] and r[-1] == "run.json" for r in rows)  # no run directory was made
