@@ -45,8 +45,8 @@ class HostProfile:
     requests: int  # measured requests the rates come from
 
     def request_s(self, input_tokens: int, output_tokens: int) -> float:
-        """Idle-server seconds of one request: prefill plus single-stream decode."""
-        return input_tokens / self.prefill_tokens_per_s + max(0, output_tokens - 1) / self.decode_tokens_per_s
+        """Idle-server seconds of one request here."""
+        return idle_request_s(self.prefill_tokens_per_s, self.decode_tokens_per_s, input_tokens, output_tokens)
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, **asdict(self), "cpu_isa": list(self.cpu_isa)}
@@ -114,10 +114,15 @@ def bench_costs(profile: HostProfile, loads: Iterable[BenchLoad] = DEFAULT_LOADS
     return {load.bench: load.cost_s(profile, start_s) for load in loads}
 
 
+def idle_request_s(prefill_tokens_per_s: float, decode_tokens_per_s: float, input_tokens: int,
+                   output_tokens: int) -> float:
+    """Idle-server seconds of one request: prefill plus single-stream decode."""
+    return input_tokens / prefill_tokens_per_s + max(0, output_tokens - 1) / decode_tokens_per_s
+
+
 def reference_request_s(input_tokens: int, output_tokens: int) -> float:
     """Idle-server seconds of one request on the reference host."""
-    return (input_tokens / REFERENCE_PREFILL_TOKENS_PER_S
-            + max(0, output_tokens - 1) / REFERENCE_DECODE_TOKENS_PER_S)
+    return idle_request_s(REFERENCE_PREFILL_TOKENS_PER_S, REFERENCE_DECODE_TOKENS_PER_S, input_tokens, output_tokens)
 
 
 def load_scale(profile: HostProfile | None, input_tokens: int, output_tokens: int) -> float:
