@@ -29,7 +29,7 @@ bench-%: setup ## run bench NN as its spec says (GPU=0 or GPU=0,1, SCALE= RUNTIM
 	$(INFKIT) bench $* --scale $(SCALE) --gpu '$(GPU)' --runtime '$(RUNTIME)' --backend '$(BACKEND)' \
 	  --make-vars '$(MAKEOVERRIDES)' $(if $(filter 1,$(DRY_RUN)),--dry-run) $(BENCH_ARGS)
 
-# The six project exits in one go, in the order later ones cite earlier ones (bench-66 before 72 and 81). Every
+# The six project exits in one go, in the order later ones cite earlier ones (bench-66 before 72). Every
 # bench runs even when an earlier one fails; the table at the end gives each one's wall time, run and decision.
 EXITS ?= 69 66 68 70 72 81
 .PHONY: benches-all

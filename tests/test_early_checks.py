@@ -81,7 +81,7 @@ def refused_before_setup(tmp_path: Path, monkeypatch, number: str, argv: list[st
     assert_nothing_left(tmp_path / "runs", tmp_path / "manifests")
 
 
-@pytest.mark.parametrize("number, flag", [("81", "--cite-66"), ("68", "--proposal-manifest"),
+@pytest.mark.parametrize("number, flag", [("68", "--proposal-manifest"),
                                           ("70", "--cost-model-manifest"), ("72", "--baseline")])
 @pytest.mark.parametrize("content", [None, "garbage", json.dumps({"payloadType": "text/plain", "payload": ""})])
 def test_a_bad_citation_is_refused_before_the_model_is_prepared(tmp_path, monkeypatch, number, flag, content):

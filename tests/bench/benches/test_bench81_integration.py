@@ -21,7 +21,9 @@ from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = pytest.mark.slow
 # served compiled: pipeline parallel run eagerly fails on vllm-cpu 0.32 (harness/backends/gating.py)
-SMALL = ["--layouts", "nodes-pp2,ray-dp2", "--no-baseline", "--rate-rps", "4", "--requests", "4", "--repeats", "1",
+# the closed loop at saturation, one device's worth on 2 cores (neither layout is measurable there): 4 requests,
+# 2 in flight
+SMALL = ["--layouts", "nodes-pp2,ray-dp2", "--no-baseline", "--concurrency", "2", "--requests", "4", "--repeats", "1",
          "--starts", "1", "--warmup-requests", "1", "--resamples", "200", "--max-model-len", "1024"]
 
 
@@ -39,6 +41,7 @@ def test_multi_node_pipeline_and_ray_placed_replicas_run_and_audit(prepared, tmp
     result = json.loads((run_dir / "sweep.json").read_text())
     rows = {r["layout"]: r for r in result["details"]["layouts"]}
     assert set(rows) == {"nodes-pp2", "ray-dp2"}
+    assert result["details"]["load_multiples"] == {"nodes-pp2": 1, "ray-dp2": 1}
     for label, row in rows.items():
         arm = json.loads((run_dir / "arms" / label / "r1" / "result.json").read_text())
         assert arm["correctness"]["termination_counts"] == {"length": 4}

@@ -1,4 +1,4 @@
-"""bench-81 end to end against stand-in engines (fast): probe, offered load, a client-spread replica group,
+"""bench-81 end to end against stand-in engines (fast): the closed loop at saturation, a client-spread replica group,
 the scaling reading, a signed run that audits VALID; and its flags and GPU command lines as data."""
 
 from __future__ import annotations
@@ -25,12 +25,17 @@ REPO = Path(__file__).resolve().parents[3]
 
 def test_bench81_measures_a_replica_group_against_the_baseline_and_signs_it(bench_env):  # noqa: F811
     cfg = Config(backend="fake", runtime="local", layouts=("dp2-replicas",), requests=8, starts=3,
-                 warmup_requests=1, resamples=300, probe_concurrency=4)
+                 warmup_requests=1, resamples=300, concurrency=4)
     outcome = runner_mod.run_bench(SPEC, cfg, root=bench_env, reporter=Reporter(io.StringIO(), every_s=60))
     run_dir, result = outcome.run_dir, outcome.result
     assert not outcome.failed and validate_file(run_dir / "sweep.json") == []
     details = result["details"]
-    assert details["offered_rps"] == pytest.approx(2.0 * details["baseline_capacity_rps"], rel=1e-3)
+    # each layout saturated alike: a closed loop of 4 in flight per device, 8 requests per device
+    assert details["offered_rps"] is None and details["concurrency_per_device"] == 4
+    assert details["load_multiples"] == {"single": 1, "dp2-replicas": 2}
+    sent = {label: len((run_dir / "arms" / label / "r1" / "requests.jsonl").read_text().splitlines())
+            for label in ("single", "dp2-replicas")}
+    assert sent == {"single": 8, "dp2-replicas": 16}
     rows = {r["layout"]: r for r in details["layouts"]}
     assert set(rows) == {"single", "dp2-replicas"} and rows["dp2-replicas"]["devices"] == 2
     eff = rows["dp2-replicas"]["efficiency"]
@@ -38,7 +43,7 @@ def test_bench81_measures_a_replica_group_against_the_baseline_and_signs_it(benc
     assert rows["dp2-replicas"]["starts"] == rows["single"]["starts"] == 3
     # ABAB restarts: the baseline's start, then the layout's, three rounds; each a server start of its own
     order = [(a["label"], a["repeat"]) for a in details["arm_runs"]]
-    assert order == [("probe", 1), ("single", 1), ("dp2-replicas", 1), ("single", 2), ("dp2-replicas", 2),
+    assert order == [("single", 1), ("dp2-replicas", 1), ("single", 2), ("dp2-replicas", 2),
                      ("single", 3), ("dp2-replicas", 3)]
     # every replica served: the arm's server metrics sum both replicas' counters
     arm = json.loads((run_dir / "arms" / "dp2-replicas" / "r1" / "result.json").read_text())
@@ -47,7 +52,7 @@ def test_bench81_measures_a_replica_group_against_the_baseline_and_signs_it(benc
     servers = {s["name"]: s for s in json.loads((run_dir / "servers" / "servers.json").read_text())["servers"]}
     members = servers["dp2-replicas"]["group"]["members"]
     assert [m["role"] for m in members] == ["replica", "replica"] and all(m["exit_status"] is not None for m in members)
-    assert "efficiency" in outcome.finished.summary and "offered load: Poisson" in outcome.finished.summary
+    assert "efficiency" in outcome.finished.summary and "load: closed loop at saturation" in outcome.finished.summary
     (report,) = audit_paths([outcome.finished.manifest], AuditConfig(root=bench_env))
     assert report.valid, report
 
@@ -56,9 +61,9 @@ def test_bench81_measures_a_replica_group_against_the_baseline_and_signs_it(benc
     (dict(layouts=("pp3",)), "--layouts"),
     (dict(node_rank=1), "NODE_RANK=1 is a follower"),
     (dict(nnodes=0), "--nnodes must be at least 1"),
-    (dict(baseline=False), "--no-baseline needs --rate-rps or --cite-66"),
+    (dict(layouts=()), "--layouts: needs at least one value"),
     (dict(layouts=("pp2", "pp2")), "names a layout twice"),
-    (dict(load_factor=0), "--load-factor must be at least 0.1"),
+    (dict(concurrency=0), "--concurrency must be at least 1"),
 ])
 def test_bad_bench81_values_are_one_line_errors(values, message):
     with pytest.raises(InvalidInput, match=message):  # a config checks itself as it is made
@@ -141,7 +146,10 @@ def test_a_layout_not_measurable_here_is_started_once_and_the_baseline_keeps_its
     servers = dist.variants(cfg, cpu=True)
     starts = dist.starts_of(cfg, servers, True, cores)
     assert starts == want
-    phases = dist.phases(cfg, servers, None, starts)
+    phases = dist.phases(cfg, servers, starts, True, cores)
     assert len(phases) == sum(want.values())
+    # a measurable 2-device layout is loaded as two devices; one not measurable here with one device's worth
+    assert dist.load_multiple("pp2", cfg, True, cores) == (2 if cores >= 3 else 1)
+    assert dist.load_multiple("single", cfg, True, cores) == 1
     assert [p.name for p in phases][:2] == ["single start 1", "single-even-heads start 1"]
     assert dist.starts_of(cfg, servers, False, 1) == dict.fromkeys(want, 3)  # GPUs: a device is not a host core

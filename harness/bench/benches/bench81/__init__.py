@@ -1,8 +1,9 @@
 """bench-81, DIST-INFERENCE: what do more devices buy, on the engine's own parallel paths?
 
-One request list, replayed at one offered load (Poisson, --load-factor x the baseline's capacity:
-bench-66's saturation point when --cite-66 names its manifest, else a closed-loop probe of the
-baseline), on each layout: one instance on one device (the baseline), vLLM's pipeline, tensor
+Throughput at saturation on each layout: a closed loop keeping --concurrency requests in flight per
+device (refilling, --requests per device), read over each run's steady window (from the loop filling
+up to the last send; ramp and drain left out), or with --rate-rps one Poisson list at that offered
+load for every layout. The layouts: one instance on one device (the baseline), vLLM's pipeline, tensor
 and data parallel 2, data parallel across the nodes of a local Ray cluster, pipeline parallel 2
 across two "nodes" through vLLM's multi-node launcher, and vLLM's Ray executor where the engine
 runs it. Every layout is started --starts times (3), alternating with the single-device baseline
@@ -10,9 +11,9 @@ runs it. Every layout is started --starts times (3), alternating with the single
 back. The server start is the unit of replication. On the CPU default a device is one core, and the
 API server, scheduler and client need one more. Read: per layout, output tok/s, per device, speedup
 and scaling efficiency (speedup over the ratio of every core the two stacks use) with intervals from
-resampled rounds, and TTFT/TPOT/E2E at that equal offered load. A layout whose stack needs more cores
-than the host has is "not measurable on N cores" and started once: its run shows the path works and
-what it served, but no efficiency is read from it. Invalid rows stay out of the headline. A layout
+resampled rounds, and TTFT/TPOT/E2E at that load. A layout whose stack needs more cores than the host
+has is "not measurable on N cores" and started once with one device's worth of load: its run shows
+the path works and what it served, but no efficiency is read from it. Invalid rows stay out of the headline. A layout
 the engine refuses here is capability_missing with the engine's message. Real nodes: RAY_ADDRESS=... or NNODES=2
 NODE_RANK=0 MASTER_ADDR=... with followers from docker/comm-parallel (docs/bench-81.md).
 """
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from harness.backends import get_backend
 from harness.backends.cpu_placement import allowed_cores
@@ -43,17 +43,15 @@ class Config(BenchConfig):
     repeats: int = knob(1, "runs per server start, back to back (the start is the unit of replication)", min=1)
     starts: int = knob(3, "server starts of every layout, alternating with the baseline's (< 3: single evidence); "
                           "a layout not measurable on this host's cores is started once", min=1)
-    requests: int = knob(16, "requests in the list (x --scale); every layout replays it", min=2)
+    requests: int = knob(24, "requests per device (x --scale): with --concurrency 8 a steady window of 8 "
+                              "completions between the loop filling and the last send", min=2)
+    concurrency: int = knob(8, "closed-loop requests in flight per device (at saturation on one CPU core)", min=1)
     input_tokens: int = knob(256, "mean prompt length in tokens", min=1)
     output_tokens: int = knob(32, "mean generated tokens per request (ignore_eos: exact)", min=2)
     length_range: float = knob(0.25, "prompt and output lengths uniform in [N(1-r), N(1+r)]", min=0, max=0.9)
-    load_factor: float = knob(2.0, "offered load as a multiple of the baseline's capacity", min=0.1)
-    rate_rps: float | None = knob(None, "offered load in req/s (default: --load-factor x the baseline's capacity)",
-                                  min=0.001)
-    baseline: bool = knob(True, "measure the single-device baselines (without them: no efficiency; needs --rate-rps "
-                                "or --cite-66)")
-    probe_concurrency: int = knob(8, "closed-loop concurrency of the capacity probe", min=1)
-    cite_66: Path | None = knob(None, "a bench-66 manifest whose saturation point sets the load (audited first)")
+    rate_rps: float | None = knob(None, "an open-loop Poisson load in req/s instead of the closed loop, the same "
+                                  "list for every layout", min=0.001)
+    baseline: bool = knob(True, "measure the single-device baselines (without them: no efficiency)")
     ray_address: str | None = knob(None, "a running Ray cluster for the ray-executor layout (RAY_ADDRESS)")
     nnodes: int = knob(1, "real nodes for vLLM's multi-node launcher; this machine is the head", min=1)
     node_rank: int = knob(0, "this machine's node rank (the bench runs on node 0)", min=0)
@@ -64,10 +62,6 @@ class Config(BenchConfig):
         if self.node_rank > 0:
             raise InvalidInput(f"NODE_RANK={self.node_rank} is a follower: start it with "
                                "docker/comm-parallel/vllm-node.sh; the bench measures from node 0")
-        if not self.baseline and self.rate_rps is None and self.cite_66 is None:
-            raise InvalidInput("--no-baseline needs --rate-rps or --cite-66 to set the offered load")
-        if not self.baseline and not self.layouts and self.nnodes == 1:
-            raise InvalidInput("--no-baseline with no --layouts leaves nothing to run")
         if len(set(self.layouts)) != len(self.layouts):
             raise InvalidInput("--layouts names a layout twice")
         if (
@@ -78,7 +72,6 @@ class Config(BenchConfig):
 
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:
-    cited = dist.cited_capacity(cfg)
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
     cpu = placement.backend == "vllm-cpu"
     left: dict[str, str] = {}
@@ -88,7 +81,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     servers = dist.variants(cfg, cpu, layouts)
     cores = len(allowed_cores())  # the cores this process may run on: a CPU layout's stack shares them
     starts = dist.starts_of(cfg, servers, cpu, cores)
-    phases = dist.phases(cfg, servers, cited, starts)
+    phases = dist.phases(cfg, servers, starts, cpu, cores)
     shape = Common(
         arrival=Arrival("closed", concurrency=1),
         seed=cfg.seed,
@@ -109,7 +102,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         warmup=shape,
         run_label="parallel layouts at equal offered load",
         notes=(
-            "every layout replays the same request list at the same Poisson offered load",
+            dist.load_text(cfg),
             "a device is one CPU core on the CPU default (VLLM_CPU_OMP_THREADS_BIND), one GPU elsewhere",
             *(f"default layout {n} left out on this engine: {why}" for n, why in left.items()),
         ),

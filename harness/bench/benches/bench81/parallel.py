@@ -36,8 +36,6 @@ from harness.bench.benches.bench81.scaling import (
     layout_scaling,
     scaling_table,
 )
-from harness.bench.lib.saturation import steady_throughput
-from harness.bench.metrics import REQUEST_RATE
 from harness.bench.placement import planning_only
 from harness.bench.records import Reading
 from harness.bench.spec import Arm, History, Phase, ServerVariant, Step, WorkloadPlan
@@ -45,7 +43,6 @@ from harness.workload import Arrival, Common
 
 BIND = "VLLM_CPU_OMP_THREADS_BIND"
 EVEN_HEADS = "smollm2-135m-even-heads"
-PROBE = "probe"
 
 
 @dataclass(frozen=True)
@@ -157,90 +154,39 @@ def baseline_of(label: str) -> str:
     return LAYOUTS[label].baseline if label in LAYOUTS else "single"
 
 
-def request_list(cfg, rate_rps: float) -> WorkloadPlan:
-    common = Common(arrival=Arrival("poisson", rate_rps=rate_rps), seed=cfg.seed, requests=cfg.requests * cfg.scale,
+def measurable(label: str, cfg, cpu: bool, cores: int) -> bool:
+    """Whether a layout's whole stack fits this host's cores (always on GPUs)."""
+    return core_scale(devices_of(label, cfg), cpu, cores)[0] is not None
+
+
+def load_multiple(label: str, cfg, cpu: bool, cores: int) -> int:
+    """How many devices' worth of requests and concurrency a layout gets: its devices when it is measurable here
+    (each device saturated alike), else one (a layout not measurable here shows that its path serves)."""
+    return devices_of(label, cfg) if measurable(label, cfg, cpu, cores) else 1
+
+
+def request_list(cfg, multiple: int = 1) -> WorkloadPlan:
+    """The closed loop at saturation (--concurrency requests in flight per device, refilling, --requests per
+    device), or with --rate-rps the same Poisson list for every layout."""
+    arrival = (Arrival("poisson", rate_rps=cfg.rate_rps) if cfg.rate_rps is not None
+               else Arrival("closed", concurrency=cfg.concurrency * multiple))
+    common = Common(arrival=arrival, seed=cfg.seed, requests=cfg.requests * cfg.scale * multiple,
                     input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens, input_range=cfg.length_range,
                     output_range=cfg.length_range)
-    return WorkloadPlan("offered", "random", common)
+    name = "offered" if cfg.rate_rps is not None else f"closed x{multiple}"
+    return WorkloadPlan(name, "random", common)
 
 
-@dataclass(frozen=True)
-class Cited:
-    """The baseline capacity a cited bench-66 run measured, and the citation (manifest path and sha256)."""
-
-    capacity_rps: float
-    record: dict
-    source: str
-
-
-def cited_capacity(cfg) -> Cited | None:
-    """bench-66's saturation point from ``cfg.cite_66`` (audited first); None when nothing is cited.
-
-    Its request list must have this bench's shape (mean input and output tokens within 10 %), or its
-    capacity says nothing about this load: that is an input error, not a silent probe.
-    """
-    if cfg.cite_66 is None:
-        return None
-    from pathlib import Path
-
-    from harness.bench.lib.citations import cite, cited_saturation
-    from harness.errors import InvalidInput
-
-    got = cite(cfg.cite_66, Path.cwd(), semantic_id="INF-FLOAT-BASELINE")
-    result = got.result or {}
-    capacity = cited_saturation(result, f"--cite-66 {cfg.cite_66}").get("offered_rps")
-    if not capacity:
-        raise InvalidInput(f"--cite-66 {cfg.cite_66}: that run found no saturation point; cite another or leave "
-                           "--cite-66 out to probe")
-    workload = result.get("workload") or {}
-    for key, want in (("input_tokens", cfg.input_tokens), ("output_tokens", cfg.output_tokens)):
-        mean = (workload.get(key) or {}).get("mean")
-        if mean is None or abs(mean - want) > 0.1 * want:
-            raise InvalidInput(f"--cite-66 {cfg.cite_66}: its requests have mean {key} {mean}, this bench {want}: "
-                               f"set --{key.replace('_', '-')} to match or leave --cite-66 out to probe")
-    return Cited(float(capacity), got.to_dict(Path.cwd()),
-                 f"bench-66 run {got.run['run_id']}'s saturation point, cited by manifest")
-
-
-def steps(cfg, variant: str, cited: Cited | None, start: int = 1):
-    """A layout's runs on its ``start``-th server start; the first start of the first layout probes the baseline's
-    capacity when no bench-66 run is cited. Repeats are numbered across starts: start s holds
+def steps(cfg, variant: str, multiple: int, start: int = 1):
+    """A layout's runs on its ``start``-th server start. Repeats are numbered across starts: start s holds
     (s-1) x repeats + 1 ... s x repeats."""
+    arm = Arm(variant, request_list(cfg, multiple), variant)
+
     def gen(history: History) -> Iterator[Step]:
-        if "offered_rps" not in history.notes and cfg.rate_rps is not None:
-            history.notes["offered_rps"], history.notes["capacity_source"] = cfg.rate_rps, "set by --rate-rps"
-        if "offered_rps" not in history.notes:
-            capacity = cited.capacity_rps if cited else None
-            if cited is not None:
-                history.notes["citation"], history.notes["capacity_source"] = cited.record, cited.source
-            if capacity is None:
-                # a refilling loop several times the concurrency long, read over its steady window (ramp and
-                # drain left out): one wave of requests prefilled together is a makespan, not a rate
-                probe = Common(arrival=Arrival("closed", concurrency=cfg.probe_concurrency), seed=cfg.seed,
-                               requests=max(cfg.requests * cfg.scale, 6 * cfg.probe_concurrency),
-                               input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens,
-                               input_range=cfg.length_range, output_range=cfg.length_range)
-                yield 1, Arm(PROBE, WorkloadPlan("probe", "random", probe), variant)
-                capacity = probe_capacity([r for r in history.of(PROBE) if not r.failure], cfg.probe_concurrency)
-                if not capacity:
-                    return
-            history.notes["baseline_capacity_rps"] = capacity
-            history.notes["offered_rps"] = round(cfg.load_factor * capacity, 3)
-        arm = Arm(variant, request_list(cfg, history.notes["offered_rps"]), variant)
         for repeat in range((start - 1) * cfg.repeats + 1, start * cfg.repeats + 1):
             history.notes.setdefault("loadavg_1m", {}).setdefault(variant, []).append(round(os.getloadavg()[0], 2))
             yield repeat, arm
     return gen
-
-
-def probe_capacity(runs: Sequence, concurrency: int) -> float | None:
-    """The probe's steady-state completion rate (``steady_throughput``), else its achieved request rate."""
-    if not runs:
-        return None
-    records = runs[-1].records
-    rate, _ = steady_throughput([r.sent_s for r in records if r.sent_s is not None], [r.end_s for r in records],
-                                concurrency)
-    return rate or REQUEST_RATE.value(runs)
 
 
 def starts_of(cfg, servers: Sequence[ServerVariant], cpu: bool, cores: int) -> dict[str, int]:
@@ -249,7 +195,7 @@ def starts_of(cfg, servers: Sequence[ServerVariant], cpu: bool, cores: int) -> d
     what it served, but no efficiency is read from it, so replicating it buys nothing) and for a baseline only
     such layouts use. ``single`` always gets ``cfg.starts``: its capacity is this host's single-device figure."""
     names = [s.name for s in servers]
-    fits = {n: core_scale(devices_of(n, cfg), cpu, cores)[0] is not None for n in names if not n.startswith("single")}
+    fits = {n: measurable(n, cfg, cpu, cores) for n in names if not n.startswith("single")}
     out = {n: cfg.starts if fits[n] else 1 for n in fits}
     for n in names:
         if n.startswith("single"):
@@ -258,12 +204,22 @@ def starts_of(cfg, servers: Sequence[ServerVariant], cpu: bool, cores: int) -> d
     return out
 
 
-def phases(cfg, servers: Sequence[ServerVariant], cited: Cited | None, starts: dict[str, int]) -> tuple[Phase, ...]:
+def phases(cfg, servers: Sequence[ServerVariant], starts: dict[str, int], cpu: bool, cores: int) -> tuple[Phase, ...]:
     """ABAB restarts: round s starts every baseline, then every layout, each for its s-th time (``starts``)."""
     base = [s.name for s in servers if s.name.startswith("single")]
     order = base + [s.name for s in servers if s.name not in base]
-    return tuple(Phase(f"{name} start {start}", (name,), steps(cfg, name, cited, start), planned_steps=cfg.repeats)
+    return tuple(Phase(f"{name} start {start}", (name,), steps(cfg, name, load_multiple(name, cfg, cpu, cores), start),
+                       planned_steps=cfg.repeats)
                  for start in range(1, cfg.starts + 1) for name in order if start <= starts[name])
+
+
+def load_text(cfg) -> str:
+    if cfg.rate_rps is not None:
+        return (f"Poisson {cfg.rate_rps:g} req/s (--rate-rps), the same {cfg.requests * cfg.scale}-request list for "
+                "every layout")
+    return (f"closed loop at saturation: {cfg.concurrency} requests in flight per device, refilling, "
+            f"{cfg.requests * cfg.scale} requests per device (a layout not measurable here: one device's worth), "
+            "read over each run's steady window")
 
 
 def communication(server: dict) -> dict:
@@ -295,7 +251,7 @@ def headline_and_summary(rows: Sequence[LayoutScaling], eff: Sequence[LayoutScal
 
 def read(cfg, cpu: bool, starts: dict[str, int], cores: int):
     def reading(history: History) -> Reading:
-        labels = [label for label in dict.fromkeys(r.label for r in history.runs) if label != PROBE]
+        labels = list(dict.fromkeys(r.label for r in history.runs))
         rows = [layout_scaling(history.runs, label, devices_of(label, cfg), baseline_of(label),
                                resamples=cfg.resamples, seed=cfg.seed, per_start=cfg.repeats, cpu=cpu,
                                host_cores=cores) for label in labels]
@@ -305,12 +261,7 @@ def read(cfg, cpu: bool, starts: dict[str, int], cores: int):
                  f"server, scheduler and client need one more; the host has {cores} usable core(s), and the "
                  "efficiency denominator counts every core a stack uses" if cpu else
                  "each device is one GPU; interconnect as in fingerprint.json's topology")
-        offered = history.notes.get("offered_rps")
-        source = history.notes.get("capacity_source", "a closed-loop probe of the baseline")
-        capacity = history.notes.get("baseline_capacity_rps")
-        how = (f"{cfg.load_factor:g} x the baseline capacity {capacity} req/s ({source})" if capacity else source)
-        lines = ["", table, "", f"offered load: Poisson {offered} req/s = {how}, the same request list for every "
-                 "layout", f"bounded by: {bound}",
+        lines = ["", table, "", f"load: {load_text(cfg)}", f"bounded by: {bound}",
                  "load average (1 min) at each repeat: " + json.dumps(loads)]
         base_ok = {r.layout: r.valid for r in rows if r.layout == r.baseline}
         eff = [r for r in rows if r.efficiency is not None and r.valid and base_ok.get(r.baseline, False)]
@@ -320,12 +271,13 @@ def read(cfg, cpu: bool, starts: dict[str, int], cores: int):
             lines.append("not in the headline: " + "; ".join(left_out))
         headline, summary = headline_and_summary(rows, eff, left_out)
         servers = history.servers
-        details = {"layouts": [r.to_dict() for r in rows], "offered_rps": offered,
-                   "baseline_capacity_rps": history.notes.get("baseline_capacity_rps"), "capacity_source": source,
-                   "load_factor": cfg.load_factor, "device": "cpu core" if cpu else "gpu", "bounded_by": bound,
+        details = {"layouts": [r.to_dict() for r in rows], "load": load_text(cfg),
+                   "offered_rps": cfg.rate_rps, "concurrency_per_device": None if cfg.rate_rps else cfg.concurrency,
+                   "load_multiples": {label: load_multiple(label, cfg, cpu, cores) for label in labels},
+                   "device": "cpu core" if cpu else "gpu", "bounded_by": bound,
                    "loadavg_1m": loads, "layout_notes": {k: v.note for k, v in LAYOUTS.items()},
                    "communication": {name: communication(s) for name, s in servers.items()},
-                   "citation": history.notes.get("citation"), "starts": cfg.starts, "runs_per_start": cfg.repeats,
+                   "starts": cfg.starts, "runs_per_start": cfg.repeats,
                    "host_cores": cores, "not_in_headline": left_out,
                    "starts_by_layout": starts}
         derived = {name: s["model"] for name, s in servers.items() if (s.get("model") or {}).get("derived")}

@@ -18,7 +18,7 @@ is shown, and it has no efficiency. On GPUs a device is a GPU and E = S / d.
 
 Intervals: the rounds are resampled (a round pairs a baseline start with the layout's start of the same round),
 the ratio of the resampled means, seeded percentile bootstrap; unpaired when the rounds do not line up.
-Latencies (TTFT, TPOT, E2E) pool each layout's requests at that equal offered load.
+Latencies (TTFT, TPOT, E2E) pool each layout's requests at that load (the closed loop at saturation by default).
 """
 
 from __future__ import annotations
