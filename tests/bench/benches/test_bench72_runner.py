@@ -88,7 +88,7 @@ def test_two_candidates_get_one_schedule_and_capacities_fitted_between_its_rates
     assert details["slo"]["ttft_p99_ms"] == 150.0 and details["slo"]["basis"].startswith("tier server")
     assert details["slo_tier"] == "server" and "light load" in {a["label"] for a in details["arm_runs"]}
     schedule = details["schedule"]["rates_rps"]
-    assert len(schedule) == 6 and all(
+    assert len(schedule) == 5 and all(
         b / a == pytest.approx(2.0, rel=0.01) for a, b in zip(schedule, schedule[1:], strict=False)
     )
     probed = {c["name"]: [p["rate_rps"] for p in c["probes"]] for c in details["candidates"]}
@@ -104,7 +104,7 @@ def test_two_candidates_get_one_schedule_and_capacities_fitted_between_its_rates
         assert details["duel"]["rate_rps"] < fast["capacity_rps"]
     # the progress bound holds: every step the run took was counted in advance
     steps = len(details["arm_runs"])
-    assert steps <= 1 + 2 * 6 + 2 * 3
+    assert steps <= 1 + 2 * 5 + 2 * 3
     (report,) = audit_paths([outcome.finished.manifest], AuditConfig(root=fake_root))
     assert report.valid, report
 

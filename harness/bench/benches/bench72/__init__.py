@@ -84,7 +84,7 @@ class Config(BenchConfig):
     start_rps: float | None = knob(None, "centre of the probe schedule (unset: bench-66's saturation point or the "
                                    "light probe's rate)", min=0.001)
     growth: float = knob(2.0, "factor between neighbouring rates of the probe schedule", min=1.1)
-    schedule_below: int = knob(2, "schedule rates below its centre (start / growth^k)", min=0)
+    schedule_below: int = knob(1, "schedule rates below its centre (start / growth^k)", min=0)
     schedule_above: int = knob(3, "schedule rates above its centre (start x growth^k); every candidate gets the "
                                "same schedule", min=1)
     min_agreement: float = knob(0.9, "greedy-agreement gate: a candidate that changes numerics (dtype, "

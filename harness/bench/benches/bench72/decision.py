@@ -2,12 +2,13 @@
 
 Rule (stated in the result): every candidate is probed on one shared schedule of rates; its capacity is fitted
 from all its probes (``harness.bench.lib.capacity_fit``: the rate where the isotonic fit of P99 against rate
-crosses the SLO, with a 95 % interval from resampled requests). Candidates whose intervals overlap the leader's
-are tied, and the tie is the decision: inconclusive between them, the cheapest of the tie (lower peak memory)
-named with its reason. A leader whose interval lies above every other candidate's is adopted when the paired
-duel — the top two interleaved just inside the leader's capacity — shows its latency on the runner-up's binding
-SLO lower (``stats.decide``; >= 3 pairs, else capped). A candidate that changes numerics (dtype, quantization)
-must pass the greedy-agreement gate (``gate``), or it can be neither adopted nor named. The binding constraint
+crosses the SLO, with a 95 % interval: the union of resampled requests' and a lognormal fit's). Candidates
+whose intervals overlap the leader's are tied, and the tie is the decision: inconclusive between them, the
+cheapest of the tie (lower peak memory) named with its reason. A leader whose interval lies above every other
+candidate's is adopted when the paired duel — the top two interleaved just inside the leader's capacity — shows
+its latency on the runner-up's binding SLO lower (``stats.decide``; >= 3 pairs, else capped). A candidate that
+changes numerics (dtype, quantization) must pass the greedy-agreement gate (``gate``), or it can be neither
+adopted nor named. The binding constraint
 is the limit whose crossing sets the capacity.
 """
 
@@ -44,10 +45,11 @@ from harness.bench.records import Reading
 from harness.bench.spec import Claim, History
 
 RULE = ("capacity fitted from every probe of one shared schedule (isotonic P99 vs rate crossing the SLO, 95 % "
-        "interval from resampled requests); candidates whose intervals overlap the leader's are tied and the tie is "
-        "the decision (inconclusive, the cheapest of the tie by peak memory named); a leader standing alone is "
-        "adopted when the paired duel inside its capacity shows its P99 on the runner-up's binding SLO lower (CI "
-        "excludes 1, >= 3 pairs); a candidate that changes numerics must pass the greedy-agreement gate")
+        "interval: the union of resampled requests' and a lognormal fit's); candidates whose intervals overlap the "
+        "leader's are tied and the tie is the decision (inconclusive, the cheapest of the tie by peak memory named); "
+        "a leader standing alone is adopted when the paired duel inside its capacity shows its P99 on the "
+        "runner-up's binding SLO lower (CI excludes 1, >= 3 pairs); a candidate that changes numerics must pass the "
+        "greedy-agreement gate")
 HINTS = {
     TTFT: "prefill and queueing give way first: try a larger max_num_batched_tokens or more max_num_seqs",
     TPOT: "decode gives way first: try fewer max_num_seqs (smaller decode batches) or a faster dtype",
