@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.bench.benches.bench68.acceptance import Acceptance, Agreement, fit_verify_cost, predict
-from harness.bench.benches.bench68.table import Row
+from harness.bench.benches.bench68.table import Row, row_lines
 from harness.bench.lib.prediction import Judged, summarise, summary_line
 
 # 100 decode passes, every one drafting 3 tokens and accepting all: 400 decode tokens, L = 4
@@ -68,3 +68,7 @@ def test_a_row_whose_outputs_differ_or_that_fitted_beta_is_judged_but_left_out()
     assert j.inside is (1.6 <= j.predicted <= 2.5)
     assert replace(base, agreement=Agreement(3, 2, None)).judged().excluded == "outputs differ from the baseline's"
     assert replace(base, calibration=True).judged().excluded == "verification cost fitted on it"
+    # a counted row outside its interval names where its cost ratio came from (stated, not measured)
+    assert not j.inside  # every pass drafts 3 and accepts them at c = 0: 4x predicted against 2x served
+    line = next(x for x in row_lines([base]) if x.startswith("  copy/ngram-k4: predicted"))
+    assert "outside the served interval; why it may miss: c ngram" in line and "error +100%" in line

@@ -88,7 +88,10 @@ def test_bench68_reads_acceptance_identity_and_decides_per_workload(bench_env):
     assert labels[:5] == ["copy/off"] * 5  # the baseline alone first, its co-residence reference
     assert labels[5:9] == ["copy/ngram-k4", "copy/off@ngram-k4", "natural/ngram-k4", "natural/off@ngram-k4"]
     (shift,) = [r for r in result["details"]["co_residence"]["rows"] if r["tpot_ms.p50"] is not None]
-    assert shift["variant"] == "ngram-k4" and shift["tpot_ms.p50"]["n_repeats"] == 5
+    # the shift pairs every repeat whose alone and beside runs are both valid (a busy host can void one run)
+    valid = {(a["label"], a["repeat"]) for a in result["details"]["arm_runs"] if a["valid"]}
+    paired = [k for k in range(1, 6) if ("copy/off", k) in valid and ("copy/off@ngram-k4", k) in valid]
+    assert shift["variant"] == "ngram-k4" and shift["tpot_ms.p50"]["n_repeats"] == len(paired) >= 3
     assert 0.8 < shift["tpot_ms.p50"]["value"] < 1.25  # the stand-in baseline streams at one pace beside or alone
     assert not any("eagle" in x for x in labels)
     # the natural-text control: chat API, EOS allowed; read on per-token figures; its acceptance checked low

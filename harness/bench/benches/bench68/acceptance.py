@@ -19,7 +19,8 @@ match) costs one pass for one token. Over a run's decode tokens T (generated min
 request, which comes with the prefill), with D passes that had a draft:
   S_pred = T / (D·(γ̄·c + 1 + β·γ̄) + (T − D·L))
 which is E / (γ·c + 1 + β·γ) when every pass drafts. The served speedup is the inverse of the
-paired ratio of mean TPOT (a mean, as the prediction is); the error is served / predicted − 1.
+paired ratio of mean TPOT (a mean, as the prediction is); the error is predicted / served − 1
+(``harness.bench.lib.prediction``: > 0 over-predicts).
 """
 
 from __future__ import annotations

@@ -104,11 +104,6 @@ class Row:
                "verification cost fitted on it" if self.calibration else "")
         return Judged(self.label, self.prediction.speedup, served[0], served[1], served[2], why)
 
-    @property
-    def prediction_error(self) -> float | None:
-        served = self.served_speedup
-        return None if served is None or self.prediction is None else served[0] / self.prediction.speedup - 1
-
     def to_dict(self) -> dict[str, Any]:
         served, judged = self.served_speedup, self.judged()
         return {"workload": self.workload, "arm": self.arm, "decision": self.decision, "role": self.role,
@@ -128,7 +123,6 @@ class Row:
                 "served_speedup": None if served is None else
                 {"value": round(served[0], 6), "ci_low": round(served[1], 6), "ci_high": round(served[2], 6),
                  "estimator": "1 / paired mean TPOT ratio" if self.tpot_mean else "1 / paired TPOT p50 ratio"},
-                "prediction_error": None if self.prediction_error is None else round(self.prediction_error, 6),
                 "prediction_judged": judged.to_dict() if judged else None,
                 "greedy_agreement": self.agreement.to_dict(),
                 "baseline_repeatability": self.baseline_agreement.to_dict()}
@@ -174,9 +168,10 @@ def row_lines(rows: Sequence[Row]) -> list[str]:
             lines.append(
                 f"  {r.label}: predicted {p.speedup:.2f}x (E {mean_length:.2f}{mc}, c {p.cost_ratio:.2f}, "
                 f"{p.drafted_fraction:.0%} of passes drafted; iid formula {p.formula_speedup:.2f}x), served "
-                f"{served[0]:.2f}x [{served[1]:.2f}, {served[2]:.2f}], error {r.prediction_error:+.0%}, "
+                f"{served[0]:.2f}x [{served[1]:.2f}, {served[2]:.2f}], error {verdict.error:+.0%}, "
                 f"{'inside' if verdict.inside else 'outside'} the served interval"
                 + (f" (left out: {verdict.excluded})" if verdict.excluded else "")
+                + ("" if verdict.inside or verdict.excluded else f"; why it may miss: c {p.cost_source}")
             )
     judged = [j for j in (r.judged() for r in rows) if j is not None]
     lines.append(summary_line("  predictions", summarise(judged)))
