@@ -39,8 +39,13 @@ def _fifo(run_dir: Path) -> tuple[str, str]:
 
 def _socket(run_dir: Path) -> tuple[str, str]:
     sock = socket.socket(socket.AF_UNIX)
-    sock.bind(str(run_dir / "s"))
-    sock.close()
+    here = os.getcwd()
+    os.chdir(run_dir)  # bound by a relative name: a worker's temporary path can exceed AF_UNIX's 108 bytes
+    try:
+        sock.bind("s")
+    finally:
+        os.chdir(here)
+        sock.close()
     return "s", "is a socket; not read"
 
 

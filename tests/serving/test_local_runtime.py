@@ -37,7 +37,7 @@ def test_waits_for_health_logs_and_stops_whole_group(tmp_path):
         # the forked worker's 32 MiB count toward the tree's memory
         assert handle.memory_bytes() > psutil.Process(handle.pid).memory_info().rss + (16 << 20)
     finally:
-        handle.stop(timeout_s=5)
+        handle.stop()  # the default grace: a busy shared host can take seconds to deliver SIGINT's handler
     assert not handle.alive()
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
     log = handle.log_path.read_text()
