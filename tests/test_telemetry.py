@@ -58,6 +58,16 @@ def test_parse_sums_label_sets():
     assert snap.buckets("vllm:request_queue_time_seconds") == {0.01: 10, 0.1: 10, 1.0: 10, float("inf"): 10}
 
 
+def test_a_poll_parses_only_the_samples_it_names():
+    only = frozenset({"vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "vllm:num_requests_running"})
+    snap = parse(VLLM_BEFORE + "vllm:num_requests_running 3\n", only=only)
+    assert snap.names() == {"vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "vllm:num_requests_running"}
+    assert snap.total("vllm:kv_cache_usage_perc") == 0.1 and snap.total("vllm:num_requests_running") == 3
+    full = parse(VLLM_BEFORE)
+    assert snap.total("vllm:num_preemptions_total") == full.total("vllm:num_preemptions_total") == 2
+    assert parse(VLLM_BEFORE, only=frozenset()).names() == set()
+
+
 def test_deltas_across_the_run():
     s = summarize(parse(VLLM_BEFORE), parse(VLLM_AFTER), {"vllm:kv_cache_usage_perc": 0.73})
     # hits 100 -> 600 (+500), queries 1500 -> 2500 (+1000)

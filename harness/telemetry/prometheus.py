@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 SCRAPE_TIMEOUT_S = 5.0
+# A poll that answers late is still a reading: a loaded server's /metrics can take over a second on 2 cores.
+POLL_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -54,9 +56,12 @@ class Snapshot:
         return {n for n, _ in self.samples}
 
 
-def parse(text: str, taken_s: float = 0.0) -> Snapshot:
+def parse(text: str, taken_s: float = 0.0, only: frozenset[str] | None = None) -> Snapshot:
     """Samples of a Prometheus text page; a NaN or infinite sample is left out (absent, never a number:
-    it could not be written into a JSON result, and no delta or peak of it means anything)."""
+    it could not be written into a JSON result, and no delta or peak of it means anything). ``only``:
+    keep just these sample names (a poll parses a few gauges, not the whole page, in the client's process)."""
+    if only is not None:
+        text = "\n".join(line for line in text.splitlines() if _line_name(line) in only)
     samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -68,6 +73,14 @@ def parse(text: str, taken_s: float = 0.0) -> Snapshot:
     return Snapshot(samples=samples, taken_s=taken_s)
 
 
+def _line_name(line: str) -> str:
+    """The metric a text-format line is about: a sample's name, or the family a ``# HELP``/``# TYPE`` names."""
+    if line.startswith("#"):
+        parts = line.split(None, 3)
+        return parts[2] if len(parts) > 2 and parts[1] in ("HELP", "TYPE") else ""
+    return line.split("{", 1)[0].split(None, 1)[0] if line.strip() else ""
+
+
 @dataclass(frozen=True)
 class Scrape:
     """One scrape: the raw text (kept as evidence) and its parse, or why there is none."""
@@ -77,15 +90,15 @@ class Scrape:
     error: str | None = None
 
 
-def scrape(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> Scrape:
-    """GET ``url`` and parse it; network and parse failures come back as ``error``, not exceptions."""
+def scrape(url: str, timeout_s: float = SCRAPE_TIMEOUT_S, only: frozenset[str] | None = None) -> Scrape:
+    """GET ``url`` and parse it (``only``: these samples); network and parse failures come back as ``error``."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - the user's own endpoint
             text = resp.read().decode("utf-8", errors="replace")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return Scrape(None, None, f"{url}: {getattr(exc, 'reason', exc)}")
     try:
-        return Scrape(text, parse(text, time.monotonic()))
+        return Scrape(text, parse(text, time.monotonic(), only))
     except (ValueError, TypeError) as exc:
         return Scrape(text, None, f"{url}: not Prometheus text format: {exc}")
 
@@ -110,7 +123,7 @@ class GaugePoller:
     def _run(self) -> None:
         names = tuple(self.gauges)
         while not self._stop.wait(self.interval_s):
-            got = scrape(self.url, timeout_s=min(SCRAPE_TIMEOUT_S, max(self.interval_s * 4, 1.0)))
+            got = scrape(self.url, timeout_s=max(self.interval_s * 4, POLL_TIMEOUT_S), only=frozenset(names))
             if got.snapshot is None:
                 self.failures += 1
                 continue
@@ -132,4 +145,4 @@ class GaugePoller:
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(SCRAPE_TIMEOUT_S + 1)
+            self._thread.join(max(self.interval_s * 4, POLL_TIMEOUT_S) + 1)
