@@ -23,7 +23,8 @@ from harness.mech.engine.costmodel import load_cost_model
 from harness.mech.output import write_mech_run
 from tests.vllm_cpu_model import prepared_model_or_skip
 
-pytestmark = pytest.mark.slow
+# the hang guard, not a speed bound: a cold compile on an AVX2-only 2-core host took 373 s to start the server
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 SMALL = {"repeats": 1, "gap_s": 2.5, "heldout_requests": 12, "heldout_rate_rps": 1.0}
 
 
