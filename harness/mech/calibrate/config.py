@@ -20,6 +20,8 @@ class CalibrateConfig(MechConfig):
     record_dir: str = knob("runs/mech/calibrate-live", "live runs: where the measured phases are kept (one folder "
                            "per run)")
     request_timeout_s: float = knob(300.0, "live runs: per-request timeout (s)", min=0.001)
+    enforce_eager: bool = knob(False, "--serve: serve without torch.compile (a start without compiling, slower "
+                               "steps; a host whose compile is slow recompiles for new shapes mid-run)")
     start_timeout_s: float = knob(900.0, "--serve: how long the server may take to become healthy (s)", min=0.001)
     profile_records: str | None = knob(None, "requests.jsonl measured on the profiling plan")
     heldout_workload: str | None = knob(None, "held-out workload file")

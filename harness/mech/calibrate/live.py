@@ -177,7 +177,7 @@ def live_target(cfg: CalibrateConfig, run_dir: Path, progress: Progress = print)
     backend = get_backend("vllm-cpu")
     bcfg = BackendConfig(model_dir=str(model.path), served_model_name=MODEL_KEY, port=free_port(),
                          prefix_caching=False, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                         max_num_seqs=cfg.max_num_seqs, seed=cfg.seed)
+                         max_num_seqs=cfg.max_num_seqs, seed=cfg.seed, enforce_eager=cfg.enforce_eager)
     with server_session("calibrate", backend, get_runtime("local"), bcfg, run_dir / "server",
                         start_timeout_s=cfg.start_timeout_s, progress=progress) as srv:
         server = {"backend": backend.name, "version": backend.version(), "command": srv.command,
