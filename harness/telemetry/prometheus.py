@@ -120,10 +120,15 @@ class GaugePoller:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
+    @property
+    def poll_timeout_s(self) -> float:
+        """How long one poll waits for the server's answer: a loaded server answers late, not never."""
+        return max(self.interval_s * 4, POLL_TIMEOUT_S)
+
     def _run(self) -> None:
         names = tuple(self.gauges)
         while not self._stop.wait(self.interval_s):
-            got = scrape(self.url, timeout_s=max(self.interval_s * 4, POLL_TIMEOUT_S), only=frozenset(names))
+            got = scrape(self.url, timeout_s=self.poll_timeout_s, only=frozenset(names))
             if got.snapshot is None:
                 self.failures += 1
                 continue
@@ -145,4 +150,4 @@ class GaugePoller:
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(max(self.interval_s * 4, POLL_TIMEOUT_S) + 1)
+            self._thread.join(self.poll_timeout_s + 1)
