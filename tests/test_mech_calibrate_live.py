@@ -15,16 +15,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.backends.host_dtype import choose_dtype
 from harness.contract.schemas import validate_file
 from harness.mech import get_mechanism
 from harness.mech.calibrate.config import CalibrateConfig
 from harness.mech.calibrate.plan import read_measured
 from harness.mech.engine.costmodel import load_cost_model
 from harness.mech.output import write_mech_run
+from harness.rundir.fingerprint import host_isa
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 # the hang guard, not a speed bound; served eagerly as the bench tests are: on an AVX2-only 2-core host the
-# compiled server took 373 s to start and stalled 288 s recompiling for the held-out run's shapes
+# compiled server took 373 s to start and stalled 288 s recompiling for the held-out run's shapes; the dtype
+# is the host's (float32 there), as every bench serves
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 SMALL = {"enforce_eager": True, "repeats": 1, "gap_s": 2.5, "heldout_requests": 12, "heldout_rate_rps": 1.0}
 
@@ -45,6 +48,10 @@ def test_serve_calibrate_fits_real_records(prepared, tmp_path: Path) -> None:
 
     live = result["details"]["live"]
     assert live["server"]["backend"] == "vllm-cpu" and "--no-enable-prefix-caching" in live["server"]["command"]
+    # served in the host's dtype, as the benches are: bf16 emulated on an AVX2-only host stalled every request
+    host = choose_dtype("vllm-cpu", host_isa())
+    assert live["server"]["dtype"] == host.dtype and live["server"]["dtype_source"] == "host"
+    assert live["server"]["command"][live["server"]["command"].index("--dtype") + 1] == host.dtype
     assert live["phases"]["profile"]["completed"] == 35  # 7 single prompts + bursts of 2, 4, 8 at two lengths
     assert live["phases"]["heldout"]["completed"] == SMALL["heldout_requests"]
     # the held-out run's CPU split, read from the real server's tree: its engine, its API server, and the client

@@ -168,20 +168,24 @@ def live_target(cfg: CalibrateConfig, run_dir: Path, progress: Progress = print)
         yield _given_target(cfg)
         return
     from harness.backends import BackendConfig, get_backend
+    from harness.backends.host_dtype import choose_dtype
     from harness.models import ensure_model
+    from harness.rundir.fingerprint import host_isa
     from harness.runtime.base import get_runtime
     from harness.runtime.local import free_port
     from harness.serving.session import server_session
 
     model = ensure_model(MODEL_KEY, progress=progress)
     backend = get_backend("vllm-cpu")
+    dtype = choose_dtype(backend.name, host_isa(), cfg.dtype)
     bcfg = BackendConfig(model_dir=str(model.path), served_model_name=MODEL_KEY, port=free_port(),
                          prefix_caching=False, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                         max_num_seqs=cfg.max_num_seqs, seed=cfg.seed, enforce_eager=cfg.enforce_eager)
+                         max_num_seqs=cfg.max_num_seqs, seed=cfg.seed, enforce_eager=cfg.enforce_eager,
+                         dtype=dtype.dtype)
     with server_session("calibrate", backend, get_runtime("local"), bcfg, run_dir / "server",
                         start_timeout_s=cfg.start_timeout_s, progress=progress) as srv:
         server = {"backend": backend.name, "version": backend.version(), "command": srv.command,
-                  "startup_s": round(srv.startup_s, 1), "log": str(srv.handle.log_path)}
+                  "startup_s": round(srv.startup_s, 1), "log": str(srv.handle.log_path), **dtype.record()}
         yield LiveTarget(endpoint=srv.base_url, served_model=MODEL_KEY, tokenizer_dir=model.path,
                          model_ref=model.model_ref, tokenizer_ref=model.tokenizer_ref, server=server,
                          memory_probe=srv.handle.memory_bytes, cpu_probe=srv.handle.cpu_seconds)
