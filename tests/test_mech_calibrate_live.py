@@ -25,9 +25,8 @@ from harness.mech.output import write_mech_run
 from harness.rundir.fingerprint import host_isa
 from tests.vllm_cpu_model import prepared_model_or_skip
 
-# the hang guard, not a speed bound; served eagerly as the bench tests are: on an AVX2-only 2-core host the
-# compiled server took 373 s to start and stalled 288 s recompiling for the held-out run's shapes; the dtype
-# is the host's (float32 there), as every bench serves
+# the hang guard, not a speed bound; served eagerly as the bench tests are (a compiled start took 373 s on an
+# AVX2-only 2-core host) and in the host's dtype, as every bench serves (emulated bf16 stalled every request there)
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 SMALL = {"enforce_eager": True, "repeats": 1, "gap_s": 2.5, "heldout_requests": 12, "heldout_rate_rps": 1.0}
 

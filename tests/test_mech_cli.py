@@ -79,6 +79,7 @@ def test_same_inputs_give_byte_identical_results(tmp_path) -> None:
     (["mech", "kvcache", "--prefix-tokens", "400", "--input-mean", "300"], "--prefix-tokens (400) must be below"),
     (["mech", "specdec", "--schedule-alpha", "1.5"], "--schedule-alpha must be at most 1"),
     (["mech", "calibrate", "--repeats", "0"], "--repeats must be at least 1"),
+    (["mech", "calibrate", "--serve", "--dtype", "fp32"], "--dtype: 'fp32' is not one of"),  # before any start
 ])
 def test_bad_input_is_one_line_and_nonzero(argv: list[str], message: str, tmp_path, capsys) -> None:
     assert main([*argv, "--out", str(tmp_path)]) != 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+SERVED_DTYPES = ("bfloat16", "float16", "float32", "auto")  # what a --dtype may name (the engines' own words)
 NATIVE_BF16 = ("amx_bf16", "amx_tile", "avx512_bf16")  # x86 extensions with native bf16 dot products
 CPU_BACKENDS = ("vllm-cpu",)
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from harness.backends.base import BackendConfig
+from harness.backends.host_dtype import SERVED_DTYPES
 from harness.backends.layouts import Layout
 from harness.bench.metrics import (
     E2E_P50,
@@ -51,7 +52,6 @@ from harness.workload import Arrival, Common
 if TYPE_CHECKING:
     from harness.models import PreparedModel
 
-SERVED_DTYPES = ("bfloat16", "float16", "float32", "auto")
 Order = Literal["sequential", "alternate", "concurrent"]
 DEFAULT_COLUMNS = (TTFT_P50, TTFT_P95, TPOT_P50, E2E_P50, OUTPUT_TOKENS_PER_S, PEAK_MEMORY_GIB)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.backends.host_dtype import SERVED_DTYPES
 from harness.errors import InvalidInput
 from harness.knobs import knob
 from harness.mech import MechConfig
@@ -21,9 +22,9 @@ class CalibrateConfig(MechConfig):
                            "per run)")
     request_timeout_s: float = knob(300.0, "live runs: per-request timeout (s)", min=0.001)
     enforce_eager: bool = knob(False, "--serve: serve without torch.compile (a start without compiling, slower "
-                               "steps; a host whose compile is slow recompiles for new shapes mid-run)")
+                               "steps)")
     dtype: str | None = knob(None, "--serve: the served dtype (default: from the host, bfloat16 only where the CPU "
-                             "has AMX or AVX-512 BF16, else float32)")
+                             "has AMX or AVX-512 BF16, else float32)", choices=SERVED_DTYPES)
     start_timeout_s: float = knob(900.0, "--serve: how long the server may take to become healthy (s)", min=0.001)
     profile_records: str | None = knob(None, "requests.jsonl measured on the profiling plan")
     heldout_workload: str | None = knob(None, "held-out workload file")
