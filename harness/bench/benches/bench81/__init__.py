@@ -81,6 +81,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     servers = dist.variants(cfg, cpu, layouts)
     cores = len(allowed_cores())  # the cores this process may run on: a CPU layout's stack shares them
     starts = dist.starts_of(cfg, servers, cpu, cores)
+    servers = tuple(s for s in servers if starts[s.name])
     phases = dist.phases(cfg, servers, starts, cpu, cores)
     shape = Common(
         arrival=Arrival("closed", concurrency=1),
@@ -90,8 +91,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     )
     protocol = (
         f"ABAB restarts: {cfg.starts} rounds, each starting the baseline then every layout; "
-        f"{cfg.repeats} run(s) per start, back to back; a layout not measurable on this host's cores (and a "
-        f"baseline only such layouts use) is started once: {json.dumps(starts)}"
+        f"{cfg.repeats} run(s) per start, back to back; a layout not measurable on this host's cores is started "
+        f"once, and a baseline only such layouts use not at all: {json.dumps(starts)}"
     )
     return Plan(
         workloads=(),

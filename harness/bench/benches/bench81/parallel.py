@@ -192,15 +192,16 @@ def steps(cfg, variant: str, multiple: int, start: int = 1):
 def starts_of(cfg, servers: Sequence[ServerVariant], cpu: bool, cores: int) -> dict[str, int]:
     """Server starts per variant: ``cfg.starts`` for a layout whose stack fits the host, and for a baseline one of
     them is read against; once for a layout not measurable on ``cores`` cores (its run shows the path works and
-    what it served, but no efficiency is read from it, so replicating it buys nothing) and for a baseline only
-    such layouts use. ``single`` always gets ``cfg.starts``: its capacity is this host's single-device figure."""
+    what it served, but no efficiency is read from it, so replicating it buys nothing); none for a baseline only
+    such layouts use (nothing is read against it). ``single`` always gets ``cfg.starts``: its capacity is this
+    host's single-device figure."""
     names = [s.name for s in servers]
     fits = {n: measurable(n, cfg, cpu, cores) for n in names if not n.startswith("single")}
     out = {n: cfg.starts if fits[n] else 1 for n in fits}
     for n in names:
         if n.startswith("single"):
             used = any(fits[m] for m in fits if baseline_of(m) == n)
-            out[n] = cfg.starts if n == "single" or used else 1
+            out[n] = cfg.starts if n == "single" or used else 0
     return out
 
 
