@@ -104,9 +104,10 @@ def test_a_host_whose_every_pair_is_invalid_says_client_bound_instead_of_a_numbe
     assert reading.summary.startswith("client-bound here") and len(reading.invalid_reasons) == 6
 
 
-def test_the_bench69_defaults_can_decide():
+def test_the_bench69_defaults_can_decide(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))  # no host profile: the reference host's sizes
     cfg = bench69.Config()
-    assert cfg.repeats == 5 and cfg.prefix_tokens == 512
+    assert cfg.repeats == 5 and bench69.prefix_length(cfg, "vllm-cpu")[0] == 512
     plan = bench69.plan(cfg, None)
     from harness.bench.claims import primary_index
 

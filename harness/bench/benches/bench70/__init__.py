@@ -28,7 +28,7 @@ from typing import Any, cast
 from harness.bench import metrics as m
 from harness.bench.benches.bench70.predict import cited_cost_model
 from harness.bench.benches.bench70.reading import SchedulerReading
-from harness.bench.lib.hostprofile import default_rate
+from harness.bench.lib.hostprofile import default_rate, default_size
 from harness.bench.placement import resolve_placement
 from harness.bench.spec import (
     Arm,
@@ -58,6 +58,8 @@ CALIBRATION = "calibration"
 # the bursty rate on the host the defaults are sized on (hostprofile's reference, the slowest of this kind): about
 # 0.6 of what its base server sustains for these requests in a closed loop of 8
 REFERENCE_RATE_RPS = 1.0
+REFERENCE_REQUESTS = 16  # a list at the reference rate spans about 16 s
+MIN_REQUESTS = 10
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,9 @@ class Config(BenchConfig):
         "(alternate), or all kept up together (concurrent)",
         choices=("sequential", "alternate", "concurrent"),
     )
-    requests: int = knob(16, "requests per arm (x --scale)", min=2)
+    requests: int | None = knob(None, f"requests per arm (x --scale; default: {REFERENCE_REQUESTS} on the reference "
+                                      f"host, fewer (at least {MIN_REQUESTS}) where the profile scales the rate down, "
+                                      "so a list spans about the same time)", min=2)
     rate_rps: float | None = knob(None, f"mean arrival rate of the bursty workload (default: {REFERENCE_RATE_RPS:g} "
                                         "req/s scaled by this host's measured profile, infkit doctor)", min=0.01)
     burstiness: float = knob(0.25, "gamma shape of the arrivals (< 1 burstier than Poisson)", min=0.01)
@@ -232,9 +236,20 @@ def arrival_rate(cfg: Config, backend: str) -> tuple[float, str]:
     return default_rate(REFERENCE_RATE_RPS, backend, (cfg.input_tokens, cfg.output_tokens))
 
 
-def plan_notes(cfg: Config, rate_why: str) -> tuple[str, ...]:
+def list_length(cfg: Config, backend: str) -> tuple[int, str]:
+    """Requests per arm: --requests, else the reference count scaled down with the rate (a slower host's lists
+    span about the reference host's time, not longer)."""
+    if cfg.requests is not None:
+        return cfg.requests, f"{cfg.requests}, set by --requests"
+    if cfg.rate_rps is not None:
+        return REFERENCE_REQUESTS, f"{REFERENCE_REQUESTS}, the reference host's default (the rate is set by --rate-rps)"
+    return default_size(REFERENCE_REQUESTS, backend, (cfg.input_tokens, cfg.output_tokens), floor=MIN_REQUESTS)
+
+
+def plan_notes(cfg: Config, rate_why: str, requests_why: str) -> tuple[str, ...]:
     return (
         f"bursty arrival rate: {rate_why}",
+        f"requests per arm: {requests_why}",
         "open arms replay one bursty request list in every repeat (the list the simulator predicts); "
         f"static/continuous replay the same requests in a closed loop of {cfg.concurrency}",
         "prefix caching off on every variant; caches reset per arm",
@@ -244,15 +259,16 @@ def plan_notes(cfg: Config, rate_why: str) -> tuple[str, ...]:
 
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:
+    backend = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend
+    requests, requests_why = list_length(cfg, backend)
     lengths: dict[str, Any] = {
-        "requests": cfg.requests * cfg.scale,
+        "requests": requests * cfg.scale,
         "input_tokens": cfg.input_tokens,
         "output_tokens": cfg.output_tokens,
         "input_range": cfg.input_range,
         "output_range": cfg.output_range,
         "high_priority_fraction": cfg.high_priority_fraction,
     }
-    backend = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend
     rate, rate_why = arrival_rate(cfg, backend)
     bursty = Common(Arrival("gamma", rate_rps=rate, burstiness=cfg.burstiness), seed=cfg.seed, **lengths)
     workloads = [
@@ -284,7 +300,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         # the simulator predicts the one list it replays: every repeat replays that list, so a prediction and the
         # figure it is judged against describe the same arrivals
         fresh_arrivals=False,
-        notes=plan_notes(cfg, rate_why),
+        notes=plan_notes(cfg, rate_why, requests_why),
     )
     return replace(
         base,
