@@ -32,8 +32,21 @@ $(STAMP): pyproject.toml
 	set -o pipefail; $(BIN)/pip install -q -e '.[$(EXTRAS)]' 2>&1 | { grep -v 'is ignored: it is neither' || true; }
 	touch $@
 
-test: setup ## run the test suite (TESTS=path-or-nodeid to filter, PYTEST_ARGS=...)
+# Without TESTS the suite runs in two parts: every test that starts no engine server and no measured container,
+# spread over the cores (pytest-xdist, WORKERS of them, a file's tests on one worker); then the server and container
+# tests one at a time, since each server takes every core. Both parts run; either failing fails the target.
+WORKERS ?= auto
+BESIDE  := (not slow and not docker) or serverless
+
+test: setup ## run the test suite (TESTS=path-or-nodeid to filter, PYTEST_ARGS=..., WORKERS=auto|N for the first part)
+ifeq ($(strip $(TESTS)),)
+	@rc=0; \
+	$(BIN)/python -m pytest -m "$(BESIDE)" -n $(WORKERS) --dist loadfile $(PYTEST_ARGS) || rc=1; \
+	$(BIN)/python -m pytest -m "not ($(BESIDE))" $(PYTEST_ARGS) || rc=1; \
+	exit $$rc
+else
 	$(BIN)/python -m pytest $(TESTS) $(PYTEST_ARGS)
+endif
 
 test-fast: setup ## tests without the slow (real server) and docker markers
 	$(BIN)/python -m pytest -m "not slow and not docker and not gpu" $(TESTS) $(PYTEST_ARGS)

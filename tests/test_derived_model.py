@@ -10,7 +10,7 @@ from harness.models.derived import DERIVED, derive
 from harness.runtime.serving_env import find_serving_env
 from tests.vllm_cpu_model import prepared_model_or_skip
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serverless]
 
 
 def test_the_same_recipe_gives_the_same_checkpoint_and_the_stamp_says_random(tmp_path):

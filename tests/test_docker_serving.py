@@ -3,8 +3,9 @@ know, and a small bench-69 whose servers run in that image, signed and audited.
 
 Needs what ``tests/test_docker_podman.py`` needs (``.ci/setup-docker.sh``) plus the
 model (prepared on the host, mounted read-only). The image is built once per session
-(``tests/conftest.py``): about 5 minutes from a warm pip cache on 2 cores, seconds
-from podman's layer cache.
+(``tests/conftest.py``): about 4 minutes from a warm pip cache on 2 cores, seconds
+from podman's layer cache — ``make test`` builds it in its first part, beside the fast
+tests, so the server tests find it cached.
 """
 
 from __future__ import annotations
@@ -53,6 +54,16 @@ raise SystemExit(0 if files else 21)
 @pytest.fixture(scope="module")
 def prepared():
     return prepared_model_or_skip()
+
+
+@pytest.mark.serverless  # the build starts no server: make test runs it beside the fast tests, its layers cached
+def test_the_serving_image_builds_on_the_local_base_and_records_what_it_was_built_from(inf_vllm_cpu, local_base):
+    labels = inf_vllm_cpu.labels
+    lock = load_lock("inf-vllm-cpu")
+    assert labels["io.infkit.role"] == "inf-vllm-cpu" and labels["org.opencontainers.image.base.name"] == local_base
+    assert labels["io.infkit.base.substituted-for"] == lock.base_image
+    assert labels["io.infkit.wheelhouse.sha256"].startswith("sha256:")  # its wheels: the host's, hash-checked
+    assert inf_vllm_cpu.attrs["Config"]["User"] == "10001:10001"
 
 
 def test_runtime_container_compiles_as_an_unknown_uid(inf_vllm_cpu, tmp_path: Path, monkeypatch):

@@ -16,7 +16,7 @@ from harness.bench.dryrun import dry_run
 from harness.runtime import base as runtime_base
 from tests.conftest import require_or_skip
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serverless]
 HERE = Path(__file__).resolve().parent
 ENGINE_PATHS = {"vllm": "INFKIT_VLLM_011_PATH", "sglang": "INFKIT_SGLANG_055_PATH"}
 # Each bench x form the docs say runs on the pinned GPU images (docs/bench-*.md, "On the pinned GPU images").

@@ -141,6 +141,7 @@ def torch_only_python(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.serverless
 @pytest.mark.timeout(1800)
 def test_bundle_rehearsal_runs_every_cpu_fallback_with_only_torch(tmp_path: Path, torch_only_python: Path):
     bundle = tmp_path / "infkit-gpu-check.tar.gz"

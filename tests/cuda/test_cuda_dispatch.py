@@ -43,6 +43,7 @@ def test_compiler_failure_is_recorded_as_eager_fallback(run_cuda, valid, torch, 
 
 
 @pytest.mark.slow
+@pytest.mark.serverless
 def test_compiled_block_agrees_with_eager(run_cuda, valid):
     out = run_cuda("dispatch", model="tiny", batch=1, seq_len=16, iters=3, warmup=1, modes=("eager", "default"))
     valid(out.run_dir / "result.json")

@@ -88,6 +88,7 @@ def _real_model_dir() -> Path | None:
 
 
 @pytest.mark.slow
+@pytest.mark.serverless
 def test_real_smollm2_outputs_identical_and_passes_counted(run_cuda, valid, require):
     model_dir = _real_model_dir()
     if model_dir is None:

@@ -13,7 +13,7 @@ from harness.models.stamp import STAMP_NAME
 from harness.runtime.serving_env import ensure_serving_env
 from tests.conftest import require_or_skip
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serverless]
 
 
 @pytest.fixture(scope="module")
