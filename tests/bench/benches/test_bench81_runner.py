@@ -14,6 +14,7 @@ from harness.backends.vllm import VllmBackend
 from harness.bench import runner as runner_mod
 from harness.bench.benches.bench81 import SPEC, Config
 from harness.bench.benches.bench81 import parallel as dist
+from harness.bench.spec import History
 from harness.contract.schemas import validate_file
 from harness.errors import InvalidInput
 from harness.manifest.audit import AuditConfig, audit_paths
@@ -149,8 +150,14 @@ def test_a_layout_not_measurable_here_is_started_once_and_the_baseline_keeps_its
     assert starts == want
     phases = dist.phases(cfg, servers, starts, True, cores)
     assert len(phases) == sum(want.values())
-    # a measurable 2-device layout is loaded as two devices; one not measurable here with one device's worth
+    # a measurable 2-device layout is loaded as two devices; one not measurable here gets one wave, a serving check
     assert dist.load_multiple("pp2", cfg, True, cores) == (2 if cores >= 3 else 1)
+    pp2 = next(p for p in phases if p.name == "pp2 start 1")
+    (_, arm), = list(pp2.steps(History(cfg, None)))
+    assert (arm.workload.name, arm.workload.common.requests) == (
+        ("serving check", cfg.concurrency) if cores < 3 else ("closed x2", 2 * cfg.requests))
+    offered = Config(layouts=("pp2",), rate_rps=1.0)
+    assert dist.request_list(offered, 1, check=True).common.requests == offered.requests  # one list for all
     assert dist.load_multiple("single", cfg, True, cores) == 1
     assert [p.name for p in phases][:2] == ["single start 1", first]
     assert dist.starts_of(cfg, servers, False, 1) == dict.fromkeys(want, 3)  # GPUs: a device is not a host core

@@ -12,10 +12,11 @@ back. The server start is the unit of replication. On the CPU default a device i
 API server, scheduler and client need one more. Read: per layout, output tok/s, per device, speedup
 and scaling efficiency (speedup over the ratio of every core the two stacks use) with intervals from
 resampled rounds, and TTFT/TPOT/E2E at that load. A layout whose stack needs more cores than the host
-has is "not measurable on N cores" and started once with one device's worth of load: its run shows
-the path works and what it served, but no efficiency is read from it. Invalid rows stay out of the headline. A layout
-the engine refuses here is capability_missing with the engine's message. Real nodes: RAY_ADDRESS=... or NNODES=2
-NODE_RANK=0 MASTER_ADDR=... with followers from docker/comm-parallel (docs/bench-81.md).
+has is "not measurable on N cores" and started once with one wave of --concurrency requests: its run
+shows the path works and what it served, but no efficiency is read from it. Invalid rows stay out of
+the headline. A layout the engine refuses here is capability_missing with the engine's message. Real
+nodes: RAY_ADDRESS=... or NNODES=2 NODE_RANK=0 MASTER_ADDR=... with followers from docker/comm-parallel
+(docs/bench-81.md).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class Config(BenchConfig):
     starts: int = knob(3, "server starts of every layout, alternating with the baseline's (< 3: single evidence); "
                           "a layout not measurable on this host's cores is started once", min=1)
     requests: int = knob(24, "requests per device (x --scale): with --concurrency 8 a steady window of 8 "
-                              "completions between the loop filling and the last send", min=2)
+                              "completions between the loop filling and the last send (a layout not measurable "
+                              "on this host's cores: one wave of --concurrency, a serving check)", min=2)
     concurrency: int = knob(8, "closed-loop requests in flight per device (at saturation on one CPU core)", min=1)
     input_tokens: int = knob(256, "mean prompt length in tokens", min=1)
     output_tokens: int = knob(32, "mean generated tokens per request (ignore_eos: exact)", min=2)

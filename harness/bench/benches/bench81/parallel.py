@@ -165,22 +165,26 @@ def load_multiple(label: str, cfg, cpu: bool, cores: int) -> int:
     return devices_of(label, cfg) if measurable(label, cfg, cpu, cores) else 1
 
 
-def request_list(cfg, multiple: int = 1) -> WorkloadPlan:
+def request_list(cfg, multiple: int = 1, check: bool = False) -> WorkloadPlan:
     """The closed loop at saturation (--concurrency requests in flight per device, refilling, --requests per
-    device), or with --rate-rps the same Poisson list for every layout."""
-    arrival = (Arrival("poisson", rate_rps=cfg.rate_rps) if cfg.rate_rps is not None
-               else Arrival("closed", concurrency=cfg.concurrency * multiple))
-    common = Common(arrival=arrival, seed=cfg.seed, requests=cfg.requests * cfg.scale * multiple,
-                    input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens, input_range=cfg.length_range,
-                    output_range=cfg.length_range)
-    name = "offered" if cfg.rate_rps is not None else f"closed x{multiple}"
+    device), or with --rate-rps the same Poisson list for every layout. ``check``: a layout not measurable here
+    gets one wave of --concurrency requests, a serving check (nothing is read from it but that it served)."""
+    if cfg.rate_rps is not None:
+        arrival, requests, name = Arrival("poisson", rate_rps=cfg.rate_rps), cfg.requests * cfg.scale, "offered"
+    elif check:
+        arrival, requests, name = Arrival("closed", concurrency=cfg.concurrency), cfg.concurrency, "serving check"
+    else:
+        arrival = Arrival("closed", concurrency=cfg.concurrency * multiple)
+        requests, name = cfg.requests * cfg.scale * multiple, f"closed x{multiple}"
+    common = Common(arrival=arrival, seed=cfg.seed, requests=requests, input_tokens=cfg.input_tokens,
+                    output_tokens=cfg.output_tokens, input_range=cfg.length_range, output_range=cfg.length_range)
     return WorkloadPlan(name, "random", common)
 
 
-def steps(cfg, variant: str, multiple: int, start: int = 1):
+def steps(cfg, variant: str, multiple: int, start: int = 1, check: bool = False):
     """A layout's runs on its ``start``-th server start. Repeats are numbered across starts: start s holds
     (s-1) x repeats + 1 ... s x repeats."""
-    arm = Arm(variant, request_list(cfg, multiple), variant)
+    arm = Arm(variant, request_list(cfg, multiple, check), variant)
 
     def gen(history: History) -> Iterator[Step]:
         for repeat in range((start - 1) * cfg.repeats + 1, start * cfg.repeats + 1):
@@ -209,7 +213,9 @@ def phases(cfg, servers: Sequence[ServerVariant], starts: dict[str, int], cpu: b
     """ABAB restarts: round s starts every baseline, then every layout, each for its s-th time (``starts``)."""
     base = [s.name for s in servers if s.name.startswith("single")]
     order = base + [s.name for s in servers if s.name not in base]
-    return tuple(Phase(f"{name} start {start}", (name,), steps(cfg, name, load_multiple(name, cfg, cpu, cores), start),
+    return tuple(Phase(f"{name} start {start}", (name,),
+                       steps(cfg, name, load_multiple(name, cfg, cpu, cores), start,
+                             check=not measurable(name, cfg, cpu, cores)),
                        planned_steps=cfg.repeats)
                  for start in range(1, cfg.starts + 1) for name in order if start <= starts[name])
 
@@ -219,7 +225,8 @@ def load_text(cfg) -> str:
         return (f"Poisson {cfg.rate_rps:g} req/s (--rate-rps), the same {cfg.requests * cfg.scale}-request list for "
                 "every layout")
     return (f"closed loop at saturation: {cfg.concurrency} requests in flight per device, refilling, "
-            f"{cfg.requests * cfg.scale} requests per device (a layout not measurable here: one device's worth), "
+            f"{cfg.requests * cfg.scale} requests per device (a layout not measurable here: one wave of "
+            f"{cfg.concurrency}, a serving check), "
             "read over each run's steady window")
 
 
