@@ -141,18 +141,26 @@ def load_scale(profile: HostProfile | None, input_tokens: int, output_tokens: in
     return min(high, max(low, ratio))
 
 
+def profiled_scale(backend: str, shape: tuple[int, int],
+                   profile: HostProfile | None = None) -> tuple[HostProfile | None, float, str]:
+    """This host's profile and ``load_scale`` for requests of ``shape`` on the CPU default (the engine the profile
+    measured), or (None, 1, why the reference host's sizes apply)."""
+    if backend != "vllm-cpu":
+        return None, 1.0, f"{backend} is not the profiled engine"
+    profile = profile if profile is not None else read_profile()
+    if profile is None:
+        return None, 1.0, "no host profile (run infkit doctor)"
+    return profile, load_scale(profile, *shape), ""
+
+
 def default_rate(reference_rps: float, backend: str, shape: tuple[int, int],
                  profile: HostProfile | None = None) -> tuple[float, str]:
     """A bench's default arrival rate here and where it came from: ``reference_rps`` (sized on the reference host)
-    times ``load_scale`` of the measured profile for requests of ``shape`` (prompt, output tokens) on the CPU
-    default, which is the engine the profile measured."""
+    times ``load_scale`` of the measured profile for requests of ``shape`` (prompt, output tokens)."""
     reference = f"{reference_rps:g} req/s, the reference host's default"
-    if backend != "vllm-cpu":
-        return reference_rps, f"{reference} ({backend} is not the profiled engine)"
-    profile = profile if profile is not None else read_profile()
+    profile, scale, why = profiled_scale(backend, shape, profile)
     if profile is None:
-        return reference_rps, f"{reference} (no host profile (run infkit doctor))"
-    scale = load_scale(profile, *shape)
+        return reference_rps, f"{reference} ({why})"
     rate = round(reference_rps * scale, 3)
     here, there = profile.request_s(*shape), reference_request_s(*shape)
     return rate, (f"{rate:g} req/s = {reference_rps:g} x {scale:.3g} (a {shape[0]}+{shape[1]}-token request takes "
@@ -170,12 +178,9 @@ def default_size(reference: int, backend: str, shape: tuple[int, int], *, floor:
     about the time it takes on the reference host; a faster one keeps the reference size (its rates scale up
     instead, where the bench has rates)."""
     reference_text = f"{reference}, the reference host's default"
-    if backend != "vllm-cpu":
-        return reference, f"{reference_text} ({backend} is not the profiled engine)"
-    profile = profile if profile is not None else read_profile()
+    profile, scale, why = profiled_scale(backend, shape, profile)
     if profile is None:
-        return reference, f"{reference_text} (no host profile (run infkit doctor))"
-    scale = load_scale(profile, *shape)
+        return reference, f"{reference_text} ({why})"
     if scale >= 1:
         return reference, (f"{reference_text} (this host serves a {shape[0]}+{shape[1]}-token request {scale:.3g}x "
                            "as fast)")
