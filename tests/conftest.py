@@ -93,3 +93,10 @@ def inf_cpu(api, local_base):
 def inf_vllm_cpu(api, local_base):
     """The serving role: its wheels come from the host's pip (a hash-checked wheelhouse)."""
     return build_role(api, local_base, "inf-vllm-cpu", 3000)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The serverless slow tests first (the serving image build, the GPU bundle rehearsal: minutes each), so in
+    ``make test``'s parallel part they start at once and the workers finish together instead of one of them
+    running a long test alone at the end. The sort is stable: everything else keeps its order."""
+    items.sort(key=lambda item: item.get_closest_marker("serverless") is None)
