@@ -48,8 +48,8 @@ else
 	$(BIN)/python -m pytest $(TESTS) $(PYTEST_ARGS)
 endif
 
-test-fast: setup ## tests without the slow (real server) and docker markers
-	$(BIN)/python -m pytest -m "not slow and not docker and not gpu" $(TESTS) $(PYTEST_ARGS)
+test-fast: setup ## tests without the slow (real server) and docker markers, spread over the cores (WORKERS=auto|N)
+	$(BIN)/python -m pytest -m "not slow and not docker and not gpu" -n $(WORKERS) --dist loadfile $(TESTS) $(PYTEST_ARGS)
 
 lint: setup ## ruff (line length 120) over the package, tests and benchmarks; mypy over bench, serving, contract
 	$(BIN)/ruff check harness tests benchmarks
