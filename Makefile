@@ -36,12 +36,13 @@ $(STAMP): pyproject.toml
 # spread over the cores (pytest-xdist, WORKERS of them, a file's tests on one worker); then the server and container
 # tests one at a time, since each server takes every core. Both parts run; either failing fails the target.
 WORKERS ?= auto
+XDIST   := -n $(WORKERS) --dist loadfile
 BESIDE  := (not slow and not docker) or serverless
 
 test: setup ## run the test suite (TESTS=path-or-nodeid to filter, PYTEST_ARGS=..., WORKERS=auto|N for the first part)
 ifeq ($(strip $(TESTS)),)
 	@rc=0; \
-	$(BIN)/python -m pytest -m "$(BESIDE)" -n $(WORKERS) --dist loadfile $(PYTEST_ARGS) || rc=1; \
+	$(BIN)/python -m pytest -m "$(BESIDE)" $(XDIST) $(PYTEST_ARGS) || rc=1; \
 	$(BIN)/python -m pytest -m "not ($(BESIDE))" $(PYTEST_ARGS) || rc=1; \
 	exit $$rc
 else
@@ -49,7 +50,7 @@ else
 endif
 
 test-fast: setup ## tests without the slow (real server) and docker markers, spread over the cores (WORKERS=auto|N)
-	$(BIN)/python -m pytest -m "not slow and not docker and not gpu" -n $(WORKERS) --dist loadfile $(TESTS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow and not docker and not gpu" $(XDIST) $(TESTS) $(PYTEST_ARGS)
 
 lint: setup ## ruff (line length 120) over the package, tests and benchmarks; mypy over bench, serving, contract
 	$(BIN)/ruff check harness tests benchmarks
