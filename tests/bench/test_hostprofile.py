@@ -8,6 +8,7 @@ import pytest
 
 from harness.backends.host_dtype import DtypeChoice
 from harness.bench.lib.hostprofile import (
+    REFERENCE_START_S,
     BenchLoad,
     HostProfile,
     bench_costs,
@@ -18,6 +19,7 @@ from harness.bench.lib.hostprofile import (
     prefill_rate,
     read_profile,
     reference_request_s,
+    start_excess_s,
     write_profile,
 )
 from harness.client.records import RequestRecord
@@ -91,7 +93,8 @@ def test_a_default_size_shrinks_on_a_slower_host_only_in_steps_and_never_below_i
     # a 544+8-token request: 2.77 s there against 1.65 s on the reference host, x 0.594
     size, why = default_size(512, "vllm-cpu", (544, 8), floor=128, step=128, profile=slow)
     assert size == 256 and "x 0.594 in steps of 128, at least 128" in why and "2.77 s idle here" in why
-    assert default_size(16, "vllm-cpu", (128, 24), floor=10, profile=slow)[0] == 10  # 16 x 0.62, rounded
+    assert default_size(16, "vllm-cpu", (128, 24), floor=10, profile=slow)[0] == 10  # 16 x 0.62 = 9.9: the floor
+    assert default_size(20, "vllm-cpu", (128, 24), floor=1, profile=slow)[0] == 12  # 20 x 0.62 = 12.4, rounded down
     assert default_size(16, "vllm-cpu", (128, 24), floor=12, profile=slow)[0] == 12  # the floor holds
     crawl = HostProfile(**{**profile.__dict__, "decode_tokens_per_s": 0.1})
     assert default_size(512, "vllm-cpu", (544, 8), floor=128, step=128, profile=crawl)[0] == 128
@@ -102,6 +105,22 @@ def test_a_default_size_shrinks_on_a_slower_host_only_in_steps_and_never_below_i
         512, "512, the reference host's default (vllm is not the profiled engine)")
     monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))  # no profile written there
     assert default_size(512, "vllm-cpu", (544, 8), floor=128)[0] == 512
+
+
+def test_a_slower_hosts_longer_server_starts_come_out_of_the_sized_work():
+    profile = profile_from({"prefill": PREFILL, "decode": DECODE}, Target("http://h", "m", None), DTYPE)
+    slow = HostProfile(**{**profile.__dict__, **AVX2_ONLY})
+    scale = reference_request_s(544, 2) / slow.request_s(544, 2)  # 0.588
+    assert start_excess_s(2, scale) == pytest.approx(2 * REFERENCE_START_S * (1 / scale - 1))  # 56 s
+    assert start_excess_s(0, scale) == 0 and start_excess_s(2, 1.0) == 0
+    # 120 requests of 1.43 s there: 172 s of work, less the starts' 56 s, x 0.674: 512 x 0.588 x 0.674 = 203
+    size, why = default_size(512, "vllm-cpu", (544, 2), floor=128, step=128, starts=2, work_s=120 * 1.431,
+                             profile=slow)
+    assert size == 128 and "x 0.674 (its 2 server starts about 56 s longer than there, out of 172 s of work)" in why
+    assert default_size(512, "vllm-cpu", (544, 2), floor=128, step=128, starts=2, work_s=1e6, profile=slow)[0] == 256
+    assert default_size(512, "vllm-cpu", (544, 2), floor=128, step=128, starts=2, work_s=10, profile=slow)[0] == 128
+    fast = HostProfile(**{**profile.__dict__, "prefill_tokens_per_s": 2000.0, "decode_tokens_per_s": 60.0})
+    assert default_size(512, "vllm-cpu", (544, 2), floor=128, step=128, starts=2, work_s=10, profile=fast)[0] == 512
 
 
 def test_a_sized_bench_costs_the_reference_time_on_a_slower_host():
@@ -122,8 +141,10 @@ def test_bench69_and_bench70_size_their_defaults_from_the_profile_here(tmp_path,
     write_profile(HostProfile(**{**profile.__dict__, **AVX2_ONLY}), tmp_path / "host-profile.json")
     made = bench69.plan(bench69.Config(), None)
     shared = next(w for w in made.workloads if w.name == "shared-prefix")
-    assert shared.options["prefix_tokens"] == 256 and shared.common.input_tokens == 256 + 32
-    assert any(n.startswith("shared prefix: 256 = 512 x 0.594") for n in made.notes)
+    assert shared.options["prefix_tokens"] == 128 and shared.common.input_tokens == 128 + 32
+    assert any(n.startswith("shared prefix: 128 = 512 x 0.588 x 0.674 (its 2 server starts") for n in made.notes)
+    alone = bench69.plan(bench69.Config(control=False), None)  # one start, two arms: less to take the excess from
+    assert next(w for w in alone.workloads if w.name == "shared-prefix").options["prefix_tokens"] == 128
     chosen = bench69.plan(bench69.Config(prefix_tokens=512), None)
     assert next(w for w in chosen.workloads if w.name == "shared-prefix").options["prefix_tokens"] == 512
     assert bench70.list_length(bench70.Config(), "vllm-cpu")[0] == 10

