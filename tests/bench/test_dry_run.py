@@ -133,6 +133,13 @@ def test_sglang_gets_its_own_scheduler_flags_and_refuses_what_it_lacks(planned):
     assert set(doc["refused"]) == {"overlap"}
 
 
+def test_the_cpu_defaults_overlap_variant_is_refused_before_a_start_and_the_gpu_engine_starts_it(planned):
+    cpu = planned("70")
+    assert set(cpu["refused"]) == {"overlap"} and "forces async_scheduling off" in cpu["refused"]["overlap"]
+    assert "--async-scheduling" in next(s["argv"] for s in cpu["servers"] if s["name"] == "overlap")
+    assert planned("70", gpu="0")["refused"] == {}  # vLLM 0.11.0 on a GPU applies it
+
+
 def test_secret_values_are_masked(planned, monkeypatch):
     from harness.bench.launch import masked
 

@@ -58,7 +58,7 @@ def vllm_env(request, monkeypatch):
 
 SMALL = dict(backend="fake-vllm", runtime="local", repeats=2, warmup_requests=1, resamples=300, requests=8,
              rate_rps=40.0, input_tokens=24, output_tokens=6, concurrency=2, seqs_low=2, seqs_high=4, chunk_small=16,
-             chunk_large=512, calibration_gap_s=0.2, comparisons=("static", "policy", "overlap"))
+             chunk_large=512, calibration_gap_s=0.2, comparisons=("static", "policy", "overlap"), pair_repeats=3)
 
 
 def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
@@ -79,7 +79,10 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
     assert servers["priority"]["effective"]["scheduler_config.policy"] == "priority"
     labels = {(a["label"], a["repeat"]) for a in details["arm_runs"]}
     measured = ("continuous", "static", "base", "seqs-low", "priority")  # base: the overlap arm's comparator
-    assert labels == {("calibration", 1), *((a, r) for a in measured for r in (1, 2))}
+    pair = ("continuous", "static")  # the headline pair: --pair-repeats 3 on the base server, the rest --repeats 2
+    assert labels == {("calibration", 1), *((a, r) for a in measured for r in (1, 2)), *((a, 3) for a in pair)}
+    headline_claim = next(c for c in details["claims"] if c["name"].startswith("continuous vs static: E2E"))
+    assert headline_claim["n_repeats"] == 3
     # every measured arm is predicted from the calibration arm's fit, with its error stated
     assert details["cost_model"] is not None, details.get("prediction_missing")
     assert details["cost_model"]["source"]["arm"] == "calibration"
@@ -92,11 +95,13 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
         assert p["inside_interval"]["ttft_ms.p50"] == (low <= p["predicted"]["ttft_ms.p50"] <= high)  # ... judges it
     # held out: fitted on the calibration's repeat 1, judged on repeat 2 only (repeat 1's measurements never enter)
     design = details["prediction_design"]
-    assert design["calibration"] == {"arm": "calibration", "repeat": 1} and design["test_repeats"] == [2]
+    assert design["calibration"] == {"arm": "calibration", "repeat": 1} and design["test_repeats"] == [2, 3]
     assert {(k["arm"], k["repeat"]) for k in design["left_out"]} == {(a, 1) for a in measured}
     assert {k["arm"] for k in design["same_start"]} == {"continuous", "static", "base"}  # the first server's arms
     for label, p in details["predictions"].items():
-        assert p["judged_on_repeats"] == [2]
+        assert p["judged_on_repeats"] == ([2, 3] if label in pair else [2])
+        if label in pair:
+            continue
         r2 = read_records(run_dir / "arms" / label / "r2" / "requests.jsonl")
         assert p["measured"]["ttft_ms.p50"] == pytest.approx(float(np.percentile(
             [1000 * (r.first_token_s - r.sent_s) for r in r2 if r.completed], 50, method=PERCENTILE_METHOD)))
@@ -109,7 +114,7 @@ def test_bench70_runs_calibrates_predicts_and_records_the_overlap_gap(vllm_env):
     every = details["prediction_summary"]["all figures"]
     assert every["n_arms"] == 5 and every["n"] > ttft["n"] and every["inside"] <= every["with_interval"]
     headline = details["prediction_headline"]
-    assert headline.startswith("simulator held out (fitted on calibration r1, judged on r2; 3/5 test runs")
+    assert headline.startswith("simulator held out (fitted on calibration r1, judged on r2, r3; 5/7 test runs")
     assert f"{every['inside']}/{every['with_interval']} predictions inside" in headline
     assert headline in result["conclusion"]["summary"]
     assert (
@@ -188,3 +193,21 @@ def test_a_cited_calibration_run_drives_the_predictions_and_an_edited_one_is_ref
     step_cost.write_text(step_cost.read_text().replace('"base_ms"', '"base_ms" ', 1))
     with pytest.raises(InvalidInput, match="does not audit VALID"):
         cited_cost_model(manifest, tmp_path)
+
+
+@pytest.mark.parametrize("order", ["sequential", "alternate", "concurrent"])
+def test_the_headline_pair_gets_its_own_repeats_on_its_server_in_every_order(order):
+    from harness.bench.benches.bench70 import plan
+
+    made = plan(Config(order=order), None)  # type: ignore[arg-type]
+    runs = [(r, a.label, ph.name) for ph in made.schedule.phases for r, a in ph.steps if a.label != "calibration"]
+    by_arm = {label: sorted(r for r, lab, _ in runs if lab == label) for _, label, _ in runs}
+    assert by_arm["continuous"] == by_arm["static"] == [1, 2, 3, 4, 5]  # --pair-repeats 5
+    assert all(by_arm[a] == [1, 2, 3] for a in ("base", "seqs-low", "chunk-small", "priority", "overlap"))
+    extra = [(r, lab, ph) for r, lab, ph in runs if r > 3]
+    assert [lab for _, lab, _ in extra] == ["continuous", "static", "continuous", "static"]  # A B A B, after the rest
+    phases = {"alternate": {"base-r4", "base-r5"}, "concurrent": {"all"}}.get(order, {"base"})
+    assert {ph for _, _, ph in extra} == phases
+    assert any("5 repeats (the headline pair; every other arm 3)" in n for n in made.notes)
+    fewer = plan(Config(order=order, repeats=6, pair_repeats=2), None)  # type: ignore[arg-type]
+    assert max(r for ph in fewer.schedule.phases for r, a in ph.steps if a.label == "static") == 6

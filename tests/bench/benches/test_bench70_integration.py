@@ -19,7 +19,7 @@ from tests.bench_runs import EAGER, audit, env_for, infkit
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 pytestmark = pytest.mark.slow
-SMALL = ["--comparisons", "static", "--repeats", "1", "--requests", "12", "--concurrency", "4",
+SMALL = ["--comparisons", "static", "--repeats", "1", "--pair-repeats", "1", "--requests", "12", "--concurrency", "4",
          "--warmup-requests", "1", "--calibration-gap-s", "2", "--resamples", "1000", EAGER]
 
 

@@ -45,6 +45,7 @@ from harness.bench.spec import (
     WorkloadPlan,
     phases_for,
 )
+from harness.bench.stats import MIN_PAIRED_REPEATS
 from harness.errors import InvalidInput
 from harness.knobs import knob
 from harness.mech.calibrate.live import plan_trace
@@ -60,6 +61,7 @@ CALIBRATION = "calibration"
 REFERENCE_RATE_RPS = 1.0
 REFERENCE_REQUESTS = 16  # a list at the reference rate spans about 16 s
 MIN_REQUESTS = 10
+PAIR_REPEATS = MIN_PAIRED_REPEATS  # the fewest paired repeats that may adopt
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,9 @@ class Config(BenchConfig):
     output_range: float = knob(0.9, "output tokens uniform in [N(1-r), N(1+r)]", min=0, max=0.95)
     high_priority_fraction: float = knob(0.25, "fraction of requests tagged high priority", min=0.01, max=0.99)
     concurrency: int = knob(8, "static vs continuous: closed-loop concurrency B (the static batch size)", min=1)
+    pair_repeats: int = knob(PAIR_REPEATS, "repeats of the continuous/static pair, at least --repeats: the "
+                                           "headline, interleaved on one start, where 5 repeats may decide and each "
+                                           "costs one short closed-loop list", min=1)
     seqs_low: int = knob(4, "max_num_seqs of the low-limit variants", min=1)
     seqs_high: int = knob(16, "max_num_seqs of the base variant", min=1)
     chunk_small: int = knob(64, "max_num_batched_tokens (prefill chunk) of the small-chunk variant", min=1)
@@ -229,6 +234,32 @@ def with_calibration(cfg: Config, schedule: Schedule, workloads: list[WorkloadPl
     return replace(schedule, phases=(calibrated, *schedule.phases[1:]))
 
 
+def with_pair_repeats(schedule: Schedule, pair: Sequence[Arm], repeats: int, total: int, order: str) -> Schedule:
+    """The schedule with the static pair's repeats ``repeats`` + 1 .. ``total`` after the rest: on the phase that
+    hosts the pair (its own restarts under ``alternate``), A B A B as before."""
+    extra = [(r, a) for r in range(repeats + 1, total + 1) for a in pair]
+    if not extra:
+        return schedule
+    server = pair[0].server
+    if order == "alternate":
+        added = tuple(Phase(f"{server}-r{r}", (server,), [(r, a) for a in pair]) for r in range(repeats + 1, total + 1))
+        return replace(schedule, phases=(*schedule.phases, *added))
+    phases = tuple(replace(p, steps=[*cast(Sequence[Step], p.steps), *extra]) if server in p.servers else p
+                   for p in schedule.phases)
+    return replace(schedule, phases=phases)
+
+
+def schedule_for(cfg: Config, arms: Sequence[Arm], pair: bool) -> Schedule:
+    """The arms' phases in ``--order`` (the knob's choices are Order's values), with the headline pair's extra
+    repeats where it runs."""
+    schedule = phases_for(arms, cfg.repeats, cast(Order, cfg.order))
+    if not pair:
+        return schedule
+    total = max(cfg.repeats, cfg.pair_repeats)
+    return with_pair_repeats(schedule, [a for a in arms if a.label in ("continuous", "static")], cfg.repeats, total,
+                             cfg.order)
+
+
 def arrival_rate(cfg: Config, backend: str) -> tuple[float, str]:
     """The bursty workload's mean rate: --rate-rps, else the reference rate scaled to this host."""
     if cfg.rate_rps is not None:
@@ -251,7 +282,8 @@ def plan_notes(cfg: Config, rate_why: str, requests_why: str) -> tuple[str, ...]
         f"bursty arrival rate: {rate_why}",
         f"requests per arm: {requests_why}",
         "open arms replay one bursty request list in every repeat (the list the simulator predicts); "
-        f"static/continuous replay the same requests in a closed loop of {cfg.concurrency}",
+        f"static/continuous replay the same requests in a closed loop of {cfg.concurrency}, "
+        f"{max(cfg.repeats, cfg.pair_repeats)} repeats (the headline pair; every other arm {cfg.repeats})",
         "prefix caching off on every variant; caches reset per arm",
         "the calibration arm is unmeasured for the claims: it fits the simulator's step costs, and its "
         "repeat is left out when the predictions are judged",
@@ -281,7 +313,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         replace(a, client={**a.client, **poll}) for a in {a.label: a for g in chosen.values() for a in g[0]}.values()
     )
     servers = variants(cfg, backend)
-    schedule = phases_for(arms, cfg.repeats, cast(Order, cfg.order))  # the knob's choices are Order's values
+    schedule = schedule_for(cfg, arms, "static" in chosen)
     cited = cited_cost_model(cfg.cost_model_manifest, Path(".")) if cfg.cost_model_manifest else None
     if cited is None:  # the calibration arm opens the first phase, on its first server
         schedule = with_calibration(cfg, schedule, workloads, poll)
