@@ -216,7 +216,9 @@ class Bench:
     def execute(self) -> Failure | None:
         """Every phase in order; the failure that stopped the schedule, if any."""
         plan, history = self.plan, self.history
-        total = sum(len(p.steps) if not callable(p.steps) else (p.planned_steps or 0) for p in plan.phases) or None
+        # arms on a variant refused before any start never run: not counted in the total the ETA reads
+        total = sum(sum(a.server not in self.refused for _, a in p.steps) if not callable(p.steps)
+                    else (p.planned_steps or 0) for p in plan.phases) or None
         self.reporter.begin(total, f"{len(plan.phases)} phase(s), {total or 'a number of'} arm runs")
         index = 0
         servers = Servers(self)

@@ -211,3 +211,24 @@ def test_the_headline_pair_gets_its_own_repeats_on_its_server_in_every_order(ord
     assert any("5 repeats (the headline pair; every other arm 3)" in n for n in made.notes)
     fewer = plan(Config(order=order, repeats=6, pair_repeats=2), None)  # type: ignore[arg-type]
     assert max(r for ph in fewer.schedule.phases for r, a in ph.steps if a.label == "static") == 6
+
+
+def test_a_variant_refused_before_any_start_is_capability_missing_and_out_of_the_progress_total(vllm_env,
+                                                                                               monkeypatch):
+    from harness.bench import launch
+
+    def refuse_overlap(backend, version, argv, **_):
+        return "the platform hook forces it off" if "--async-scheduling" in argv else None
+
+    monkeypatch.setattr(launch, "refusal", refuse_overlap)
+    out = io.StringIO()
+    cfg = Config(**{**SMALL, "comparisons": ("static", "overlap"), "repeats": 1, "pair_repeats": 1})
+    outcome = runner_mod.run_bench(SPEC, cfg, root=vllm_env, reporter=Reporter(out, every_s=60))
+    assert not outcome.failed
+    text = out.getvalue()
+    # calibration, continuous, static, base on the base server; overlap's arm never runs, so it is not counted
+    assert "4 arm runs" in text and "[4/4] base repeat 1" in text and "/5]" not in text
+    assert "server overlap: capability_missing here, not started: fake-vllm" in text
+    assert "the platform hook forces it off" in outcome.result["details"]["capability_missing"]["overlap"]
+    servers = json.loads((outcome.run_dir / "servers" / "servers.json").read_text())["servers"]
+    assert "overlap" not in {s["name"] for s in servers if s.get("exit_status") is not None}  # never started
