@@ -6,14 +6,12 @@ the arm runs, Ctrl-C, a server that dies or does not start — then the reading,
 the top-level result (built and validated once), the summary, figures, run.json
 and the signed manifest.
 
-Failure rules: a failed arm run (e.g. the server died) stops the bench, keeps every
-completed request and blocks the decision. A server variant the spec marks optional
-that the engine refuses to start is recorded as ``capability_missing`` with the
-engine's own message, and the bench goes on without its arms. After every start the
-engine's effective settings are read back (servers.json, each arm's result); a variant
-whose ``expect``ed settings the engine did not apply is stopped at once and is
-``capability_missing`` too (requested vs effective, and the engine's reason where known).
-Ctrl-C keeps what was measured and signs it as an aborted run.
+Failure rules: a failed arm run (e.g. the server died) stops the bench, keeps every completed request and blocks the
+decision. A server variant the spec marks optional that the engine refuses to start is recorded as
+``capability_missing`` with the engine's own message, and the bench goes on without its arms. After every start the
+engine's effective settings are read back (servers.json, each arm's result); a variant whose ``expect``ed settings
+the engine did not apply is stopped at once and is ``capability_missing`` too (requested vs effective, and the
+engine's reason where known). Ctrl-C keeps what was measured and signs it as an aborted run.
 """
 
 from __future__ import annotations
@@ -216,8 +214,7 @@ class Bench:
     def execute(self) -> Failure | None:
         """Every phase in order; the failure that stopped the schedule, if any."""
         plan, history = self.plan, self.history
-        # arms on a variant refused before any start never run: not counted in the total the ETA reads
-        total = sum(sum(a.server not in self.refused for _, a in p.steps) if not callable(p.steps)
+        total = sum(sum(a.server not in self.refused for _, a in p.steps) if not callable(p.steps)  # refused: never run
                     else (p.planned_steps or 0) for p in plan.phases) or None
         self.reporter.begin(total, f"{len(plan.phases)} phase(s), {total or 'a number of'} arm runs")
         index = 0

