@@ -15,7 +15,7 @@ command line with the engine's own parser). Facts, each against the release the 
   (seen live on nodes-pp2, 2026-12-01). Its platform hook (``vllm/platforms/cpu.py``,
   ``CpuPlatform.check_and_update_config``) sets ``scheduler_config.async_scheduling = False`` whatever was
   asked, so an ``--async-scheduling`` server would serve the synchronous scheduler under another name
-  (``tests/test_engine_parsers.py`` builds the engine's config with it on and reads it back off).
+  (``tests/test_vllm_cpu_platform.py`` builds the engine's config with it on and reads it back off).
 - Ray-placed replicas run host ``ray start`` processes from the host's Ray venv with the CPU role:
   they have no container form with a GPU request.
 """
