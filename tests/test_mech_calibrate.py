@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -155,3 +156,17 @@ def test_invalid_calibration_inputs(tmp_path) -> None:
         CalibrateConfig(endpoint="127.0.0.1:9")
     with pytest.raises(InvalidInput, match="usable measurements"):
         equations(profiling_plan(), {}, TRUTH, ENGINE)
+
+
+def test_a_fit_whose_rounds_cycle_keeps_the_round_that_reproduces_the_measurements() -> None:
+    # a live calibration arm (bench-70 on 2 cores, bf16, base server) whose rounds alternate between two solutions
+    measured = read_measured(Path(__file__).parent / "mech_data" / "live-calibration-cycle.jsonl")
+    engine = EngineConfig(max_num_seqs=16, max_num_batched_tokens=2048, block_size=128, num_blocks=364)
+    plan = profiling_plan(1, 3.0)
+    model, _, stats = fit_to_measurements(plan, measured, engine, iterations=8)
+    assert not stats["settled"] and stats["kept_round"] == 1 and stats["iterations"] == 8
+    assert stats["median_abs_relative_residual"] < 0.1 and model.decode_ms_per_kilotoken > 0
+    # the other solution of the cycle: solved on the kept model's schedule, it reproduces its own schedule far worse
+    # (and prices decode at the step's base alone); the last of an even number of rounds would have been this one
+    other, _, other_stats = fit_to_measurements(plan, measured, engine, start=model, iterations=1)
+    assert other_stats["median_abs_relative_residual"] > 0.3 and other.decode_ms_per_kilotoken == 0
