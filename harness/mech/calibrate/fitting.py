@@ -111,43 +111,45 @@ def fit_to_measurements(workload: SimWorkload, measured: dict[int, Observation],
     """Fit (model, TTFT overhead ms, stats) so the simulator reproduces the measured TTFT and TPOT.
 
     Each round solves the equations of the current model's schedule; the fit kept is the round whose coefficients
-    best reproduce the measurements *under their own schedule* (median relative residual), not the last round: a
-    schedule that flips with the coefficients can make the rounds cycle between a good and a bad solution (seen
-    on a live calibration: 0.06 and 0.42 alternating), and a stop at the round limit must not keep the bad one."""
+    best reproduce the measurements *under their own schedule* (median relative residual, read from the next
+    round's equations), not the last round: a schedule that flips with the coefficients can make the rounds cycle
+    between a good and a bad solution (seen on a live calibration: 0.06 and 0.42 alternating), and a stop at the
+    round limit must not keep the bad one."""
     model = start or StepCostModel()
-    coef = np.zeros(len(COLUMNS))
-    best: tuple[float, np.ndarray, StepCostModel, int, int] | None = None  # residual, coef, model, dropped, round
-    rounds, settled = 0, False
-    while rounds < iterations and not settled:
+    coef: np.ndarray | None = None
+    best: tuple[float, np.ndarray, StepCostModel, int, int, np.ndarray, int] | None = None
+    rounds, settled, dropped = 0, False, 0
+    while True:
+        x, y, nonpositive = positive_equations(workload, measured, model, engine)  # ``model``'s own schedule
+        if coef is not None:
+            rel = (x @ coef - y) / y
+            if best is None or np.median(np.abs(rel)) < best[0]:
+                best = (float(np.median(np.abs(rel))), coef, model, dropped + nonpositive, rounds, rel, nonpositive)
+        if settled or rounds == iterations:
+            break
         rounds += 1
-        x, y, nonpositive = positive_equations(workload, measured, model, engine)
-        coef_new = nnls_relative(x, y)
-        rel = (x @ coef_new - y) / y
-        mad = float(np.median(np.abs(rel - np.median(rel))))
-        inliers = np.abs(rel - np.median(rel)) <= max(0.25, 5 * 1.4826 * mad)
-        if not inliers.all() and inliers.sum() >= len(COLUMNS):
-            coef_new = nnls_relative(x[inliers], y[inliers])
-        settled = np.allclose(coef_new, coef, rtol=1e-6, atol=1e-9)
+        coef_new, dropped = robust_solve(x, y)
+        settled = coef is not None and np.allclose(coef_new, coef, rtol=1e-6, atol=1e-9)
         coef, model = coef_new, _model(coef_new)
-        own = self_consistent_residual(workload, measured, model, engine, coef)
-        if best is None or own < best[0]:
-            best = (own, coef, model, int((~inliers).sum()) + nonpositive, rounds)
     assert best is not None  # iterations >= 1
-    _, coef, model, dropped, kept = best
-    x, y, nonpositive = positive_equations(workload, measured, model, engine)
-    rel = (x @ coef - y) / y
-    stats = {"equations": int(len(y)) + nonpositive, "iterations": rounds, "kept_round": kept,
+    _, coef, model, dropped, kept, rel, nonpositive = best
+    stats = {"equations": len(rel) + nonpositive, "iterations": rounds, "kept_round": kept,
              "settled": bool(settled), "dropped_outliers": dropped, "nonpositive_targets": nonpositive,
              "median_abs_relative_residual": float(np.median(np.abs(rel))),
              "rms_relative_residual": float(np.sqrt(np.mean(rel**2)))}
     return model, float(coef[-1]), stats
 
 
-def self_consistent_residual(workload: SimWorkload, measured: dict[int, Observation], model: StepCostModel,
-                             engine: EngineConfig, coef: np.ndarray) -> float:
-    """The median relative residual of ``coef`` on the equations of ``model``'s own schedule."""
-    x, y, _ = positive_equations(workload, measured, model, engine)
-    return float(np.median(np.abs((x @ coef - y) / y)))
+def robust_solve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, int]:
+    """``nnls_relative``, solved again without the rows whose residual is far outside the rest (a median-absolute-
+    deviation rule) when enough remain; the coefficients and how many rows were dropped."""
+    coef = nnls_relative(x, y)
+    rel = (x @ coef - y) / y
+    mad = float(np.median(np.abs(rel - np.median(rel))))
+    inliers = np.abs(rel - np.median(rel)) <= max(0.25, 5 * 1.4826 * mad)
+    if not inliers.all() and inliers.sum() >= len(COLUMNS):
+        coef = nnls_relative(x[inliers], y[inliers])
+    return coef, int((~inliers).sum())
 
 
 def _model(coef: np.ndarray) -> StepCostModel:
