@@ -27,6 +27,7 @@ from harness.bench.lib.saturation import (
     FALLS_BEHIND,
     INVALID,
     KEEPS_UP,
+    MIN_VERDICT_REQUESTS,
     UNDETERMINED,
     Bracket,
     Level,
@@ -257,8 +258,9 @@ class LoadSweep:
         return (f"a level keeps up when the 95 % intervals of its TTFT slope (s/s) and backlog slope (share of the "
                 f"scheduled rate) both lie <= {self.tolerance:g}, falls behind when either lies wholly above; "
                 f"bracket [last level that kept up, first that fell behind] by scheduled rate, undetermined with "
-                f"invalid levels between; levels >= {self.min_level_s:g} s and >= {self.min_level_requests} requests; "
-                "levels above the first that fell behind are not run")
+                f"invalid levels between; levels >= {self.min_level_s:g} s and >= {self.min_level_requests} requests "
+                f"(a level of fewer than {MIN_VERDICT_REQUESTS} is undetermined); levels above the first that fell "
+                "behind are not run")
 
     def read(self, history: History) -> Reading:
         """Per-level table, the saturation bracket, the curve, and ``details.baseline`` for citing benches."""

@@ -61,7 +61,9 @@ def test_small_bench66_sweep_is_valid_signed_and_reads_a_saturation_rule(tmp_pat
         assert steady["rule"] and (steady["request_rate_rps"] is not None or steady["null_reason"])
     saturation = sweep["details"]["saturation"]
     assert "backlog slope" in saturation["rule"] and isinstance(saturation["determined"], bool)
-    assert all(p["verdict"] for p in timed)  # each timed level kept up, fell behind, or says why not
+    # levels this short (8-16 requests) are too few to read a slope from: no verdict, so no level closes the
+    # bracket and both run in every repeat
+    assert all(p["verdict"] in ("undetermined", "invalid") for p in timed) and not saturation["determined"]
 
     # Every level replays the same request list: same prompts and lengths, only the schedule differs.
     files = sorted((run_dir / "workloads").glob("*.jsonl"))
