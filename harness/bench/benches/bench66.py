@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.bench.lib.saturation import MIN_VERDICT_REQUESTS
 from harness.bench.lib.sweep import RATE_FRACTIONS, LoadSweep
 from harness.bench.metrics import (
     E2E_P50,
@@ -52,7 +53,7 @@ class Config(BenchConfig):
     repeats: int = knob(1, "repeats of every level (each level is already >= --min-level-s of arrivals; "
                          "< 3 gives single evidence)", min=1)
     requests: int = knob(100, "fewest requests of a timed level (x --scale); its list is lengthened to span "
-                         "--min-level-s", min=2)
+                         f"--min-level-s (a level of fewer than {MIN_VERDICT_REQUESTS} gets no verdict)", min=2)
     min_level_s: float = knob(60.0, "a timed level's arrivals span at least this many seconds", min=0.1)
     probe_s: float = knob(60.0, "the capacity probe's steady-state window lasts at least this many seconds", min=0.1)
     input_tokens: int = knob(128, "mean prompt length in tokens", min=1)
