@@ -150,4 +150,10 @@ def test_bench69_and_bench70_size_their_defaults_from_the_profile_here(tmp_path,
     assert bench70.list_length(bench70.Config(), "vllm-cpu")[0] == 10
     assert bench70.list_length(bench70.Config(rate_rps=0.5), "vllm-cpu")[0] == 16  # a set rate keeps the list
     assert bench70.list_length(bench70.Config(requests=7), "vllm-cpu") == (7, "7, set by --requests")
-    assert "requests per arm: 10 = 16 x 0.619, at least 10" in " ".join(bench70.plan(bench70.Config(), None).notes)
+    plan70 = bench70.plan(bench70.Config(), None)
+    assert "requests per arm: 10 = 16 x 0.619, at least 10" in " ".join(plan70.notes)
+    # the closed-loop pair keeps two waves of B = 8 whatever the host: the open list shrinks, the pair's does not
+    lists = {w.name: w.common.requests for w in plan70.workloads if w.name in ("bursty", "closed")}
+    assert lists == {"bursty": 10, "closed": 16} and "(16: at least 2 waves of B)" in " ".join(plan70.notes)
+    wide = bench70.plan(bench70.Config(concurrency=12), None)
+    assert next(w for w in wide.workloads if w.name == "closed").common.requests == 24

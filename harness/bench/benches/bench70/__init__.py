@@ -61,6 +61,11 @@ CALIBRATION = "calibration"
 REFERENCE_RATE_RPS = 1.0
 REFERENCE_REQUESTS = 16  # a list at the reference rate spans about 16 s
 MIN_REQUESTS = 10
+# The closed-loop pair's list holds at least this many waves of B, on every host: the reference list (16) is two
+# waves of the default B (8). A list sized down below that leaves static one full batch and a remainder, and the
+# pair reads the list's tail instead of the policy (an emulated slower host's 10-request list at B = 8 read
+# continuous / static E2E 1.149 [1.115, 1.185], reject, where 16-request lists read 0.877 [0.835, 0.922], adopt).
+PAIR_WAVES = 2
 PAIR_REPEATS = MIN_PAIRED_REPEATS  # the fewest paired repeats that may adopt
 
 
@@ -277,12 +282,18 @@ def list_length(cfg: Config, backend: str) -> tuple[int, str]:
     return default_size(REFERENCE_REQUESTS, backend, (cfg.input_tokens, cfg.output_tokens), floor=MIN_REQUESTS)
 
 
-def plan_notes(cfg: Config, rate_why: str, requests_why: str) -> tuple[str, ...]:
+def pair_length(cfg: Config, requests: int) -> int:
+    """The closed-loop pair's list: the arms' list (x --scale), at least ``PAIR_WAVES`` waves of --concurrency."""
+    return max(requests * cfg.scale, PAIR_WAVES * cfg.concurrency)
+
+
+def plan_notes(cfg: Config, rate_why: str, requests_why: str, pair_requests: int) -> tuple[str, ...]:
     return (
         f"bursty arrival rate: {rate_why}",
         f"requests per arm: {requests_why}",
         "open arms replay one bursty request list in every repeat (the list the simulator predicts); "
-        f"static/continuous replay the same requests in a closed loop of {cfg.concurrency}, "
+        f"static/continuous replay the same requests ({pair_requests}: at least {PAIR_WAVES} waves of B) in a "
+        f"closed loop of B = {cfg.concurrency}, "
         f"{max(cfg.repeats, cfg.pair_repeats)} repeats (the headline pair; every other arm {cfg.repeats})",
         "prefix caching off on every variant; caches reset per arm",
         "the calibration arm is unmeasured for the claims: it fits the simulator's step costs, and its "
@@ -303,9 +314,10 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     }
     rate, rate_why = arrival_rate(cfg, backend)
     bursty = Common(Arrival("gamma", rate_rps=rate, burstiness=cfg.burstiness), seed=cfg.seed, **lengths)
-    workloads = [
-        WorkloadPlan("bursty", "random", bursty),  # the closed twin: same requests, arrivals by slot
-        WorkloadPlan("closed", "random", replace(bursty, arrival=Arrival("closed", concurrency=cfg.concurrency))),
+    closed = Arrival("closed", concurrency=cfg.concurrency)
+    workloads = [  # the closed twin: the same requests (its list at least PAIR_WAVES waves long), arrivals by slot
+        WorkloadPlan("bursty", "random", bursty),
+        WorkloadPlan("closed", "random", replace(bursty, arrival=closed, requests=pair_length(cfg, requests))),
     ]
     chosen = {g: groups(cfg)[g] for g in GROUPS if g in cfg.comparisons}
     poll = {"gauge_interval_s": cfg.gauge_interval_s}
@@ -332,7 +344,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         # the simulator predicts the one list it replays: every repeat replays that list, so a prediction and the
         # figure it is judged against describe the same arrivals
         fresh_arrivals=False,
-        notes=plan_notes(cfg, rate_why, requests_why),
+        notes=plan_notes(cfg, rate_why, requests_why, pair_length(cfg, requests)),
     )
     return replace(
         base,
