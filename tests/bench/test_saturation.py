@@ -118,6 +118,9 @@ def test_the_bracket_is_undetermined_with_invalid_levels_between_or_no_transitio
     holed = bracket([*ok[:2], Level("c", 3.0, INVALID), *ok[3:]])
     assert not holed.determined and "invalid levels between" in holed.reason and "undetermined" in holed.text
     assert not bracket(ok[:2]).determined and bracket(ok[:2]).high is None  # never fell behind
+    assert "the sweep ends below saturation" in bracket(ok[:2]).reason
+    unread = bracket([ok[0], Level("c", 3.0, UNDETERMINED)])  # short levels: no verdict, not "below saturation"
+    assert "1 undetermined (too short to read" in unread.reason and "below saturation" not in unread.reason
     assert not bracket(ok[3:]).determined and bracket(ok[3:]).low is None  # fell behind from the first level
     again = bracket([*ok, Level("f", 6.0, KEEPS_UP)])
     assert not again.determined and "not monotone" in again.reason

@@ -168,7 +168,10 @@ def bracket(levels: Sequence[Level]) -> Bracket:
     below = [lv for lv in ordered if high is None or lv.scheduled_rps < high.scheduled_rps]
     low = next((lv for lv in reversed(below) if lv.verdict == KEEPS_UP), None)
     if high is None:
-        return Bracket(low, None, False, "no level fell behind: the sweep ends below saturation")
+        unread = [lv.label for lv in ordered if lv.verdict == UNDETERMINED]
+        return Bracket(low, None, False, f"no level fell behind and {len(unread)} undetermined (too short to read, "
+                       f"fewer than {MIN_VERDICT_REQUESTS} requests, or at the capacity)" if unread else
+                       "no level fell behind: the sweep ends below saturation")
     if low is None:
         return Bracket(None, high, False, "no level below the first that fell behind kept up")
     between = [lv.label for lv in below if lv.scheduled_rps > low.scheduled_rps and lv.verdict == INVALID]
