@@ -157,3 +157,25 @@ def test_bench69_and_bench70_size_their_defaults_from_the_profile_here(tmp_path,
     assert lists == {"bursty": 10, "closed": 16} and "(16: at least 2 waves of B)" in " ".join(plan70.notes)
     wide = bench70.plan(bench70.Config(concurrency=12), None)
     assert next(w for w in wide.workloads if w.name == "closed").common.requests == 24
+
+
+def test_bench68_shortens_its_requests_on_a_slower_host_prompt_and_output_alike(tmp_path, monkeypatch):
+    from harness.bench.benches import bench68
+
+    profile = profile_from({"prefill": PREFILL, "decode": DECODE}, Target("http://h", "m", None), DTYPE)
+    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))
+    reference = bench68.request_lengths(bench68.Config(), "vllm-cpu", 5)  # no profile: the reference lengths
+    assert (reference.input_tokens, reference.output_tokens, reference.control_output_tokens) == (256, 48, 48)
+    write_profile(HostProfile(**{**profile.__dict__, **AVX2_ONLY}), tmp_path / "host-profile.json")
+    # a 256+48-token request: 3.79 s there against 2.35 s, x 0.620; five starts about 123 s longer, out of 490 s:
+    # 48 x 0.620 x 0.749 = 22.3, in steps of 4: 20; the prompt in proportion, 256 x 20/48 = 107
+    slow = bench68.request_lengths(bench68.Config(), "vllm-cpu", 5)
+    assert (slow.input_tokens, slow.output_tokens, slow.control_output_tokens) == (107, 20, 20)
+    assert slow.why.startswith("20 output tokens: 20 = 48 x 0.62 x 0.749 (its 5 server starts about 123 s longer")
+    assert bench68.request_lengths(bench68.Config(), "vllm-cpu", 2).output_tokens == 24  # fewer starts: less excess
+    assert bench68.request_lengths(bench68.Config(), "vllm", 5).output_tokens == 48  # not the profiled engine
+    chosen = bench68.request_lengths(bench68.Config(output_tokens=40), "vllm-cpu", 5)  # a set length is kept
+    assert (chosen.input_tokens, chosen.output_tokens, chosen.control_output_tokens) == (256, 40, 48)
+    assert "set by --output-tokens" in chosen.why
+    prompt = bench68.request_lengths(bench68.Config(input_tokens=200, control_output_tokens=30), "vllm-cpu", 5)
+    assert (prompt.input_tokens, prompt.output_tokens, prompt.control_output_tokens) == (200, 20, 30)

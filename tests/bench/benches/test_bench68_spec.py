@@ -24,6 +24,7 @@ from tests.bench_runs import assert_bench_refuses
 @pytest.fixture
 def model(tmp_path, monkeypatch) -> PreparedModel:
     monkeypatch.chdir(tmp_path)  # the default proposal citation looks under ./manifests
+    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path / "cache"))  # no host profile: the reference host's lengths
     path = tmp_path / "models" / "target"
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps(SMOLLM2))
@@ -54,7 +55,10 @@ def test_plan_pairs_every_variant_with_a_baseline_kept_up(model):
     # copy on every variant; the natural-text control on the n-gram variant proposing most only
     assert [p.planned_steps for p in plan.phases[1:]] == [6, 12, 6]
     assert [w.kind for w in plan.workloads] == ["copy", "natural", "random"] and not plan.workloads[2].measured
-    assert plan.workloads[2].common.input_tokens == cfg.input_tokens  # the warm-up: copy's shape
+    assert plan.workloads[2].common.input_tokens == plan.workloads[0].common.input_tokens == 256  # warm-up: copy
+    assert plan.workloads[0].common.output_tokens == plan.workloads[1].common.output_tokens == 48
+    assert plan.notes[0].startswith("request lengths: 48 output tokens: 48, the reference host's default (no host "
+                                    "profile")
     assert len(plan.claims) == 3 * 2 + 2  # copy (E2E, TPOT) per variant, control (TPOT, tokens/s) on ngram-k4
     assert plan.claims[0].baseline == "copy/off@ngram-k2" and plan.claims[0].treatment == "copy/ngram-k2"
     assert plan.read is not None
@@ -98,7 +102,7 @@ def test_gpu_arms_launch_commands_name_their_heads_and_mount_them(model, tmp_pat
     eagle.mkdir(parents=True)
     eagle3.mkdir(parents=True)
     cfg = Config(ngram_tokens=(), draft_layers=0, self_draft=False, eagle_model=str(eagle),
-                 eagle3_model=str(eagle3), mtp=True, draft_tokens=2, backend="vllm")
+                 eagle3_model=str(eagle3), mtp=True, draft_tokens=2, backend="vllm", runtime="docker")
     plan = SPEC.plan(cfg, model)
     assert [s.name for s in plan.servers] == ["off", "eagle", "eagle3", "mtp"]
     base = BackendConfig(model_dir=str(model.path), served_model_name="m", port=8000, gpus=(0,))

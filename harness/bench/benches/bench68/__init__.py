@@ -37,6 +37,7 @@ from harness.bench.benches.bench68.arms import (
 )
 from harness.bench.benches.bench68.control import CONTROL, CONTROL_CLIENT, WORKLOADS
 from harness.bench.benches.bench68.coresidence import alone_steps
+from harness.bench.lib.hostprofile import default_size
 from harness.bench.metrics import (
     ACCEPTANCE_RATE,
     E2E_P50,
@@ -47,6 +48,7 @@ from harness.bench.metrics import (
     TPOT_P50,
     TTFT_P50,
 )
+from harness.bench.placement import resolve_placement
 from harness.bench.spec import (
     Arm,
     BenchConfig,
@@ -64,15 +66,37 @@ from harness.models import PreparedModel
 from harness.workload import Arrival, Common
 from harness.workload.natural import PROMPTS
 
+# The copy request on the reference host (hostprofile), and what its default run spends there besides the five server
+# starts: 689 s wall less about 200 s of starts (docs/bench-68.md, 2026-12-01), the work a slower host's longer starts
+# come out of (``request_lengths``).
+REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS = 256, 48
+REFERENCE_WORK_S = 490.0
+MIN_OUTPUT_TOKENS = 16  # several verification steps of the longest default n-gram proposal (4) per request
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """The copy workload's prompt and output tokens and the control's cap, and where they came from."""
+
+    input_tokens: int
+    output_tokens: int
+    control_output_tokens: int
+    why: str
+
 
 @dataclass(frozen=True)
 class Config(BenchConfig):
-    """Defaults sized for <= 12 minutes on 2 CPU cores once the serving env and model are cached."""
+    """Defaults sized for <= 12 minutes on 2 CPU cores once the serving env and model are cached: the reference
+    host's request lengths, shorter on a slower host (``request_lengths``)."""
 
     kv_cache_space_gib: int = knob(1, "CPU backends: KV-cache size in GiB per server (two are up at once)", min=1)
     requests: int = knob(3, "copy requests per arm run (x --scale)", min=1)
-    input_tokens: int = knob(256, "prompt length in tokens (copy workload)", min=64)
-    output_tokens: int = knob(48, "generated tokens per request (copy workload; ignore_eos: exact)", min=2)
+    input_tokens: int | None = knob(None, f"prompt length in tokens (copy workload; default: "
+                                    f"{REFERENCE_INPUT_TOKENS} on the reference host, in proportion where the "
+                                    "output is sized shorter)", min=64)
+    output_tokens: int | None = knob(None, f"generated tokens per request (copy workload; ignore_eos: exact; default: "
+                                     f"{REFERENCE_OUTPUT_TOKENS} on the reference host, fewer where this host's "
+                                     "profile prices a request higher, infkit doctor)", min=2)
     ngram_tokens: tuple[int, ...] = knob(
         (2, 4), "n-gram arms: tokens proposed per step, one arm each ('' for none)", min=1, max=16, empty=True
     )
@@ -94,7 +118,8 @@ class Config(BenchConfig):
     control_requests: int = knob(
         8, f"negative control: natural-text requests per arm run (x --scale; at most {len(PROMPTS)})", min=1
     )
-    control_output_tokens: int = knob(48, "negative control: max_tokens cap (EOS allowed)", min=2, max=64)
+    control_output_tokens: int | None = knob(None, f"negative control: max_tokens cap (EOS allowed; default: "
+                                             f"{REFERENCE_OUTPUT_TOKENS}, sized as the copy output)", min=2, max=64)
     control_max_acceptance: float = knob(
         0.5,
         "negative control: n-gram acceptance on the natural workload must stay at or below this "
@@ -115,9 +140,12 @@ class Config(BenchConfig):
                                f"workload has {len(PROMPTS)} distinct prompts")
         if self.prompt_lookup_min > self.prompt_lookup_max:
             raise InvalidInput("--prompt-lookup-min must not exceed --prompt-lookup-max")
-        if self.input_tokens + self.output_tokens > self.max_model_len:
+        # unset lengths are bounded by the reference host's, the longest the defaults can be
+        input_tokens = self.input_tokens or REFERENCE_INPUT_TOKENS
+        output_tokens = self.output_tokens or REFERENCE_OUTPUT_TOKENS
+        if input_tokens + output_tokens > self.max_model_len:
             raise InvalidInput(f"input plus output tokens exceed --max-model-len {self.max_model_len}")
-        if self.output_tokens + 32 > self.input_tokens:
+        if output_tokens + 32 > input_tokens:
             raise InvalidInput(
                 "--input-tokens must exceed --output-tokens by 32 or more, so the copy workload's "
                 "passage is longer than the answer"
@@ -151,18 +179,39 @@ def arm_pairs(sa: SpecArm) -> tuple[list[tuple[Arm, Arm]], list[Claim]]:
     return pairs, claims
 
 
+def request_lengths(cfg: Config, backend: str, starts: int) -> Lengths:
+    """The copy request's lengths and the control's cap: as set, else the reference host's, all three scaled by one
+    factor where this host's profile prices a copy request higher (``default_size``, the ``starts`` server starts'
+    excess taken out of the reference run's work), so the run takes about the reference host's time and the prompt
+    keeps its share of each request (TTFT about a fifth of E2E on both)."""
+    if cfg.output_tokens is not None:
+        output, why = cfg.output_tokens, f"{cfg.output_tokens} output tokens, set by --output-tokens"
+    else:
+        output, sized = default_size(REFERENCE_OUTPUT_TOKENS, backend,
+                                     (REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS), floor=MIN_OUTPUT_TOKENS,
+                                     step=4, starts=starts, work_s=REFERENCE_WORK_S)
+        why = f"{output} output tokens: {sized}"
+    factor = output / REFERENCE_OUTPUT_TOKENS if cfg.output_tokens is None else 1.0
+    input_tokens = cfg.input_tokens or max(output + 32, round(REFERENCE_INPUT_TOKENS * factor))
+    control = cfg.control_output_tokens or round(REFERENCE_OUTPUT_TOKENS * factor)
+    return Lengths(input_tokens, output, control,
+                   f"{why}; prompt {input_tokens}{', set by --input-tokens' if cfg.input_tokens else ''}, control cap "
+                   f"{control}{', set by --control-output-tokens' if cfg.control_output_tokens else ''}")
+
+
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     citation = cited_proposal(cfg.proposal_manifest, Path.cwd())
     arms: list[SpecArm] = spec_arms(cfg, model)
     if not arms:
         raise InvalidInput("no speculative arm to run: set --ngram-tokens, --draft-layers, --self-draft or a GPU arm")
+    lengths = request_lengths(cfg, resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend, 1 + len(arms))
     closed = Arrival("closed", concurrency=1)
-    common = Common(arrival=closed, seed=cfg.seed, requests=cfg.requests * cfg.scale, input_tokens=cfg.input_tokens,
-                    output_tokens=cfg.output_tokens)
+    common = Common(arrival=closed, seed=cfg.seed, requests=cfg.requests * cfg.scale,
+                    input_tokens=lengths.input_tokens, output_tokens=lengths.output_tokens)
     workloads = [WorkloadPlan(w, w, common) for w in WORKLOADS]
     if any(sa.kind == "ngram" for sa in arms):
         control = Common(arrival=closed, seed=cfg.seed, requests=cfg.control_requests * cfg.scale,
-                         output_tokens=cfg.control_output_tokens)
+                         output_tokens=lengths.control_output_tokens)
         workloads.append(WorkloadPlan(CONTROL, CONTROL, control))
     common_settings = {"kv_cache_space_gib": cfg.kv_cache_space_gib, **({"dtype": cfg.dtype} if cfg.dtype else {})}
     servers, bench_arms, phases, claims = [ServerVariant("off", common_settings)], [], [], []
@@ -194,7 +243,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         read=read_speculative(cfg, arms, citation),
         run_label="speculative decoding vs off",
         columns=COLUMNS,
-        notes=NOTES,
+        notes=(f"request lengths: {lengths.why}", *NOTES),
     )
 
 
