@@ -20,7 +20,7 @@ from harness.workload import (
     make_workload,
     write_workload,
 )
-from harness.workload.arrival import offsets
+from harness.workload.arrival import offsets, requests_spanning
 
 
 def _closed(**kw) -> Common:
@@ -251,3 +251,16 @@ def test_cli_bad_input_is_one_line(tokenizer_dir, tmp_path, capsys, argv, messag
 def test_missing_tokenizer_is_clear(tmp_path):
     with pytest.raises(InvalidInput, match="no tokenizer.json"):
         ExactTokenizer(tmp_path)
+
+
+def test_a_list_spanning_seconds_is_counted_on_its_own_draws_not_its_nominal_rate():
+    for seed in range(20):
+        for rate in (0.3, 1.0, 4.7):
+            arrival = Arrival("poisson", rate_rps=rate)
+            n = requests_spanning(arrival, 60.0, seed, at_least=10)
+            sends = offsets(arrival, n, seed)
+            assert sends[-1] >= 60.0 and (n == 10 or sends[-2] < 60.0), (seed, rate, n)
+    assert requests_spanning(Arrival("constant", rate_rps=2.0), 10.0, 0) == 21  # sends at 0, 0.5, ... 10.0
+    assert requests_spanning(Arrival("poisson", rate_rps=100.0), 1.0, 0, at_least=500) == 500
+    with pytest.raises(ValueError, match="closed arrival"):
+        requests_spanning(Arrival("closed", concurrency=2), 10.0, 0)

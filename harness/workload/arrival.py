@@ -83,3 +83,15 @@ def offsets(arrival: Arrival, count: int, seed: int, trace_s: list[float] | None
     if not math.isfinite(t):  # a rate so small that its gaps overflow a float
         raise InvalidInput(f"--rate {rate:g}: send offsets overflow; use a larger rate")
     return out
+
+
+def requests_spanning(arrival: Arrival, seconds: float, seed: int, at_least: int = 1) -> int:
+    """The fewest requests, at least ``at_least``, whose send offsets under ``arrival`` (drawn from ``seed``, as the
+    workload file draws them) reach ``seconds``: the list's own draws, not its nominal rate, which a short Poisson
+    list often runs 10-15 % below. The draws are sequential, so a longer list starts with the same offsets."""
+    if arrival.process not in ("poisson", "gamma", "constant"):
+        raise ValueError(f"a {arrival.process} arrival has no send offsets to span seconds with")
+    count = max(2, at_least)
+    while (sends := offsets(arrival, count, seed))[-1] < seconds:  # type: ignore[operator]
+        count *= 2
+    return max(at_least, next(i + 1 for i, t in enumerate(sends) if t >= seconds))  # type: ignore[operator]

@@ -27,11 +27,12 @@ from harness.bench.lib.saturation import (
     steady_throughput,
     window_slope,
 )
-from harness.bench.lib.sweep import RATE_FRACTIONS, level_requests
+from harness.bench.lib.sweep import RATE_FRACTIONS
 from harness.mech.engine.costmodel import StepCostModel
 from harness.mech.engine.simulate import run_continuous
 from harness.mech.engine.types import EngineConfig
 from harness.mech.engine.workload import SyntheticSpec, synthetic
+from harness.workload.arrival import Arrival, requests_spanning
 
 COST = StepCostModel(base_ms=20.0, prefill_ms_per_token=0.5, decode_ms_per_seq=4.0)  # a slow CPU-like server
 ENGINE = EngineConfig(max_num_seqs=8, max_num_batched_tokens=512)
@@ -66,7 +67,7 @@ def test_a_sweep_of_sixty_second_levels_brackets_the_sustained_capacity(mu):
     levels = []
     for fraction in RATE_FRACTIONS:  # bench-66's default ladder
         rate = fraction * probe
-        line = level(rate, level_requests(rate, 100, 60.0))
+        line = level(rate, requests_spanning(Arrival("poisson", rate_rps=rate), 60.0, seed=2, at_least=100))
         growth = queue_growth(line, tolerance=0.05)
         assert line.span_s >= 55 and growth.requests >= 100
         levels.append(Level(f"{fraction:g}", growth.scheduled_rps or 0.0, growth.verdict))

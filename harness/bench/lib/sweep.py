@@ -52,6 +52,7 @@ from harness.bench.records import ArmRun, Reading
 from harness.bench.spec import Arm, History, Step, WorkloadPlan
 from harness.client.records import RequestRecord
 from harness.workload import Arrival, Common
+from harness.workload.arrival import requests_spanning
 
 PROBE, PROBE_LONG = "probe", "probe (long)"
 # the ladder, as fractions of the probed capacity: one light level, then denser steps around the capacity, where
@@ -165,17 +166,11 @@ def rate_label(rate: float) -> str:
     return f"rate={rate:.3g}/s"
 
 
-def level_requests(rate_rps: float, min_requests: int, min_span_s: float) -> int:
-    """Requests a level needs for its arrivals to span ``min_span_s`` at ``rate_rps`` (Poisson lists run short of
-    their nominal rate by chance, hence the 15 % margin), and at least ``min_requests``."""
-    return max(min_requests, math.ceil(1.15 * rate_rps * min_span_s) + 1)
-
-
 @dataclass(frozen=True)
 class LoadSweep:
     """One request list at load levels on one server: a sustained closed-loop capacity probe, then Poisson rates
     as fractions of the probed capacity (or given rates) and closed-loop concurrencies, low to high, ``repeats``
-    times. Every timed level's list is sized by duration (``level_requests``); read by queue growth
+    times. Every timed level's list is sized by duration (``requests_spanning``); read by queue growth
     (``harness.bench.lib.saturation``)."""
 
     requests: Common  # the request list (its arrival is replaced, and its length sized, per level)
@@ -235,8 +230,10 @@ class LoadSweep:
         history.notes["offered_rps"] = {rate_label(r): r for r in sorted(rates)}
         history.notes["concurrency"] = {PROBE: self.probe_concurrency, PROBE_LONG: self.probe_concurrency,
                                         **{f"closed c={c}": c for c in self.concurrencies}}
-        levels = [self.level(rate_label(r), Arrival("poisson", rate_rps=r),
-                             level_requests(r, self.min_level_requests, self.min_level_s)) for r in sorted(rates)]
+        seed = self.requests.seed_for("arrival")  # every level draws the same unit gaps, scaled by its rate
+        levels = [self.level(rate_label(r), arrival := Arrival("poisson", rate_rps=r),
+                             requests_spanning(arrival, self.min_level_s, seed, self.min_level_requests))
+                  for r in sorted(rates)]
         levels += [self.level(f"closed c={c}", Arrival("closed", concurrency=c)) for c in self.concurrencies]
         cutoff = math.inf  # the scheduled rate of the lowest level seen to fall behind
         for repeat in range(1, self.repeats + 1):

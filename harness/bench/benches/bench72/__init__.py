@@ -52,9 +52,9 @@ class Config(BenchConfig):
     kv_cache_space_gib: int = knob(2, "unused: each candidate sets its own (--kv-cache-values-gib)", min=1, cli=False)
     requests: int = knob(12, "requests per probe (x --scale); every probe replays the same list, "
                          "lengthened to --probe-seconds of arrivals", min=4)
-    probe_seconds: float = knob(10.0, "a probe's arrivals span at least this long: it holds max(--requests, "
-                                "rate x this) requests, so a rate passes by being served, not by absorbing a burst",
-                                min=0)
+    probe_seconds: float = knob(10.0, "a probe's arrivals span at least this long: it holds --requests, or as many "
+                                "as its own Poisson draws need to span this, so a rate passes by being served, not by "
+                                "absorbing a burst", min=0)
     light_requests: int = knob(8, "requests of the light-load probe (one at a time) when no bench-66 run is cited",
                                min=2)
     input_tokens: int = knob(256, "mean prompt length in tokens (as bench-66)", min=1)

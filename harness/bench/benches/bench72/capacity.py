@@ -16,7 +16,6 @@ candidates and rates), so an interrupted bench reads exactly what it measured.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -42,6 +41,7 @@ from harness.bench.spec import Arm, History, Step, WorkloadPlan
 from harness.client.records import RequestRecord
 from harness.contract.distribution import slo_compliance
 from harness.workload import Arrival, Common
+from harness.workload.arrival import requests_spanning
 
 TTFT, TPOT, ERRORS, CLIENT = "TTFT P99", "TPOT P99", "error rate", "client schedule"
 SLO_QUANTILE = 0.99  # the tiers' limits are P99s: at most 1 % of a probe's requests may exceed one
@@ -202,8 +202,8 @@ class Campaign:
     def rate_workload(self, rate: float) -> WorkloadPlan:
         """The request list at ``rate``, lengthened so its arrivals span at least --probe-seconds (the
         generator is sequential: a longer list starts with the same requests)."""
-        plan = self.request_list(Arrival("poisson", rate_rps=rate))
-        requests = max(plan.requests, math.ceil(rate * self.cfg.probe_seconds))
+        plan = self.request_list(arrival := Arrival("poisson", rate_rps=rate))
+        requests = requests_spanning(arrival, self.cfg.probe_seconds, plan.seed_for("arrival"), plan.requests)
         return WorkloadPlan(f"rate-{rate:g}", "random", replace(plan, requests=requests))
 
     def search_config(self, start_rps: float) -> SearchConfig:
