@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import statistics
 from dataclasses import replace
@@ -20,7 +21,7 @@ from harness.workload import (
     make_workload,
     write_workload,
 )
-from harness.workload.arrival import offsets, requests_spanning
+from harness.workload.arrival import offsets, poisson_scheduled
 
 
 def _closed(**kw) -> Common:
@@ -253,14 +254,14 @@ def test_missing_tokenizer_is_clear(tmp_path):
         ExactTokenizer(tmp_path)
 
 
-def test_a_list_spanning_seconds_is_counted_on_its_own_draws_not_its_nominal_rate():
+def test_a_list_scheduled_at_a_rate_runs_at_it_whatever_its_draws():
     for seed in range(20):
         for rate in (0.3, 1.0, 4.7):
-            arrival = Arrival("poisson", rate_rps=rate)
-            n = requests_spanning(arrival, 60.0, seed, at_least=10)
+            arrival, n = poisson_scheduled(rate, 60.0, seed, at_least=10)
             sends = offsets(arrival, n, seed)
-            assert sends[-1] >= 60.0 and (n == 10 or sends[-2] < 60.0), (seed, rate, n)
-    assert requests_spanning(Arrival("constant", rate_rps=2.0), 10.0, 0) == 21  # sends at 0, 0.5, ... 10.0
-    assert requests_spanning(Arrival("poisson", rate_rps=100.0), 1.0, 0, at_least=500) == 500
-    with pytest.raises(ValueError, match="closed arrival"):
-        requests_spanning(Arrival("closed", concurrency=2), 10.0, 0)
+            assert (n - 1) / sends[-1] == pytest.approx(rate, rel=1e-3), (seed, rate)  # scheduled, not nominal
+            assert sends[-1] >= 60.0 - 1e-3 and n == max(10, math.ceil(rate * 60.0) + 1)
+    # the nominal rate is what moved: by the draws' own luck, the same at every rate for one seed
+    nominal = [poisson_scheduled(r, 60.0, 7, at_least=100)[0].rate_rps / r for r in (1.0, 1.5)]
+    assert nominal[0] == pytest.approx(nominal[1]) and nominal[0] != pytest.approx(1.0, abs=1e-3)
+    assert poisson_scheduled(100.0, 1.0, 0, at_least=500)[1] == 500

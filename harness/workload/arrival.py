@@ -85,13 +85,11 @@ def offsets(arrival: Arrival, count: int, seed: int, trace_s: list[float] | None
     return out
 
 
-def requests_spanning(arrival: Arrival, seconds: float, seed: int, at_least: int = 1) -> int:
-    """The fewest requests, at least ``at_least``, whose send offsets under ``arrival`` (drawn from ``seed``, as the
-    workload file draws them) reach ``seconds``: the list's own draws, not its nominal rate, which a short Poisson
-    list often runs 10-15 % below. The draws are sequential, so a longer list starts with the same offsets."""
-    if arrival.process not in ("poisson", "gamma", "constant"):
-        raise ValueError(f"a {arrival.process} arrival has no send offsets to span seconds with")
-    count = max(2, at_least)
-    while (sends := offsets(arrival, count, seed))[-1] < seconds:  # type: ignore[operator]
-        count *= 2
-    return max(at_least, next(i + 1 for i, t in enumerate(sends) if t >= seconds))  # type: ignore[operator]
+def poisson_scheduled(rate_rps: float, seconds: float, seed: int, at_least: int = 2) -> tuple[Arrival, int]:
+    """A Poisson arrival and request count whose list, drawn from ``seed``, is *scheduled* at ``rate_rps`` (its n - 1
+    gaps span (n - 1) / rate_rps) and spans at least ``seconds``, with at least ``at_least`` requests. A short list runs
+    10-15 % off its nominal rate by chance, and the levels of a sweep share their draws (same seed), so they would
+    all be off alike: the nominal rate is scaled by the list's own unit-rate span instead."""
+    count = max(2, at_least, math.ceil(rate_rps * seconds) + 1)
+    unit_span = offsets(Arrival("poisson", rate_rps=1.0), count, seed)[-1]
+    return Arrival("poisson", rate_rps=rate_rps * unit_span / (count - 1)), count  # type: ignore[operator]

@@ -32,7 +32,7 @@ from harness.mech.engine.costmodel import StepCostModel
 from harness.mech.engine.simulate import run_continuous
 from harness.mech.engine.types import EngineConfig
 from harness.mech.engine.workload import SyntheticSpec, synthetic
-from harness.workload.arrival import Arrival, requests_spanning
+from harness.workload.arrival import poisson_scheduled
 
 COST = StepCostModel(base_ms=20.0, prefill_ms_per_token=0.5, decode_ms_per_seq=4.0)  # a slow CPU-like server
 ENGINE = EngineConfig(max_num_seqs=8, max_num_batched_tokens=512)
@@ -67,7 +67,7 @@ def test_a_sweep_of_sixty_second_levels_brackets_the_sustained_capacity(mu):
     levels = []
     for fraction in RATE_FRACTIONS:  # bench-66's default ladder
         rate = fraction * probe
-        line = level(rate, requests_spanning(Arrival("poisson", rate_rps=rate), 60.0, seed=2, at_least=100))
+        line = level(rate, poisson_scheduled(rate, 60.0, seed=2, at_least=100)[1])
         growth = queue_growth(line, tolerance=0.05)
         assert line.span_s >= 55 and growth.requests >= 100
         levels.append(Level(f"{fraction:g}", growth.scheduled_rps or 0.0, growth.verdict))

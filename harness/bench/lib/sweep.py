@@ -52,7 +52,7 @@ from harness.bench.records import ArmRun, Reading
 from harness.bench.spec import Arm, History, Step, WorkloadPlan
 from harness.client.records import RequestRecord
 from harness.workload import Arrival, Common
-from harness.workload.arrival import requests_spanning
+from harness.workload.arrival import poisson_scheduled
 
 PROBE, PROBE_LONG = "probe", "probe (long)"
 # the ladder, as fractions of the probed capacity: one light level, then denser steps around the capacity, where
@@ -170,8 +170,8 @@ def rate_label(rate: float) -> str:
 class LoadSweep:
     """One request list at load levels on one server: a sustained closed-loop capacity probe, then Poisson rates
     as fractions of the probed capacity (or given rates) and closed-loop concurrencies, low to high, ``repeats``
-    times. Every timed level's list is sized by duration (``requests_spanning``); read by queue growth
-    (``harness.bench.lib.saturation``)."""
+    times. Every timed level's list is scheduled at its rate and sized by duration (``poisson_scheduled``); read by
+    queue growth (``harness.bench.lib.saturation``)."""
 
     requests: Common  # the request list (its arrival is replaced, and its length sized, per level)
     server: str
@@ -230,9 +230,8 @@ class LoadSweep:
         history.notes["offered_rps"] = {rate_label(r): r for r in sorted(rates)}
         history.notes["concurrency"] = {PROBE: self.probe_concurrency, PROBE_LONG: self.probe_concurrency,
                                         **{f"closed c={c}": c for c in self.concurrencies}}
-        seed = self.requests.seed_for("arrival")  # every level draws the same unit gaps, scaled by its rate
-        levels = [self.level(rate_label(r), arrival := Arrival("poisson", rate_rps=r),
-                             requests_spanning(arrival, self.min_level_s, seed, self.min_level_requests))
+        seed = self.requests.seed_for("arrival")  # every level draws the same unit gaps, scaled to its rate
+        levels = [self.level(rate_label(r), *poisson_scheduled(r, self.min_level_s, seed, self.min_level_requests))
                   for r in sorted(rates)]
         levels += [self.level(f"closed c={c}", Arrival("closed", concurrency=c)) for c in self.concurrencies]
         cutoff = math.inf  # the scheduled rate of the lowest level seen to fall behind

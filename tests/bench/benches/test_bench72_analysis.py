@@ -58,6 +58,23 @@ def test_the_cpu_grid_is_one_factor_at_a_time_around_the_base_or_the_full_produc
     assert len(cpu_candidates(("bfloat16", "bfloat16"), (16,), (2,), full=False)) == 1  # repeats fold
 
 
+def test_the_cpu_grid_centres_on_the_dtype_this_host_serves(monkeypatch):
+    monkeypatch.setattr(bench72, "host_isa", lambda: ["avx2", "avx512f", "avx512_bf16"])
+    assert bench72.candidate_dtypes(bench72.Config(), "vllm-cpu") == (
+        ("bfloat16", "float32"), "candidate dtypes bfloat16, float32: the base bfloat16, as the CPU has native bf16 "
+        "(avx512_bf16)")
+    # an AVX2-only host serves float32 (bf16 is emulated there): the grid's other dimensions vary around it
+    monkeypatch.setattr(bench72, "host_isa", lambda: ["avx2", "fma"])
+    dtypes, why = bench72.candidate_dtypes(bench72.Config(), "vllm-cpu")
+    assert dtypes == ("float32", "bfloat16") and "no AMX or AVX-512 BF16" in why
+    names = [c.name for c in cpu_candidates(dtypes, (16, 4), (2, 1), full=False)]
+    assert names == ["fp32-s16-kv2", "bf16-s16-kv2", "fp32-s4-kv2", "fp32-s16-kv1"]
+    assert bench72.candidate_dtypes(bench72.Config(dtype="float32"), "vllm-cpu")[0] == ("float32", "bfloat16")
+    assert bench72.candidate_dtypes(bench72.Config(dtypes=("bfloat16",)), "vllm-cpu") == (
+        ("bfloat16",), "candidate dtypes bfloat16, set by --dtypes")
+    assert bench72.candidate_dtypes(bench72.Config(), "vllm")[0] == ("bfloat16",)
+
+
 def test_the_kv_pool_mapping_gives_both_engines_the_same_pool():
     # An 80 GiB device, SmolLM2 in bf16 (0.2506 GiB), an 8 GiB pool, 2 GiB vLLM activations, 1 GiB in use.
     weights = SMOLLM2_PARAMS * 2
@@ -149,9 +166,9 @@ def test_a_probe_is_lengthened_so_its_arrivals_span_probe_seconds():
     cfg = bench72.Config(requests=12, probe_seconds=10.0)
     campaign = Campaign(cfg, ("a",), None)
     assert campaign.rate_workload(0.5).common.requests == 12  # 12 requests already span about 24 s
-    fast = campaign.rate_workload(6.32).common  # about 64 requests: counted on the list's own draws
+    fast = campaign.rate_workload(6.32).common  # 10 s at 6.32 req/s as scheduled: 64 gaps, 65 requests
     sends = offsets(fast.arrival, fast.requests, fast.seed_for("arrival"))
-    assert sends[-1] >= 10.0 > sends[-2] and 50 <= fast.requests <= 80
+    assert fast.requests == 65 and (fast.requests - 1) / sends[-1] == pytest.approx(6.32, rel=1e-3)
     assert Campaign(replace(cfg, probe_seconds=0.0), ("a",), None).rate_workload(6.32).common.requests == 12
 
 

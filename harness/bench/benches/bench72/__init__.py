@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.backends.host_dtype import CPU_BACKENDS, choose_dtype
 from harness.bench.benches.bench72.candidates import cpu_candidates, gpu_candidates, parameter_count
 from harness.bench.benches.bench72.capacity import Campaign, cited_light_load
 from harness.bench.benches.bench72.decision import deployment_reading
@@ -38,7 +39,7 @@ from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, Schedule
 from harness.errors import InvalidInput
 from harness.knobs import knob
 from harness.models import PreparedModel
-from harness.rundir.fingerprint import gpu_info
+from harness.rundir.fingerprint import gpu_info, host_isa
 from harness.runtime.base import parse_gpus
 from harness.workload import Arrival
 
@@ -60,7 +61,9 @@ class Config(BenchConfig):
     input_tokens: int = knob(256, "mean prompt length in tokens (as bench-66)", min=1)
     output_tokens: int = knob(32, "mean generated tokens per request (ignore_eos: exact)", min=2)
     length_range: float = knob(0.25, "prompt and output lengths uniform in [N(1-r), N(1+r)]", min=0, max=0.9)
-    dtypes: tuple[str, ...] = knob(("bfloat16", "float32"), "candidate dtypes (the first is the base)", choices=DTYPES)
+    dtypes: tuple[str, ...] = knob((), "candidate dtypes, the first the base (default: on the CPU default the dtype "
+                                   "this host serves, bfloat16 only with native bf16, or --dtype, then the other; on "
+                                   "a GPU bfloat16)", choices=DTYPES)
     max_num_seqs_values: tuple[int, ...] = knob((16, 4), "candidate max_num_seqs values (the first is the base)", min=1)
     kv_cache_values_gib: tuple[int, ...] = knob((2, 1), "CPU: candidate KV-cache sizes in GiB", min=1)
     full_grid: bool = knob(False, "every combination instead of one factor at a time around the base")
@@ -117,16 +120,30 @@ def device_bytes(cfg: Config) -> int:
     return gpus[index]["memory_total_bytes"]
 
 
+def candidate_dtypes(cfg: Config, backend: str) -> tuple[tuple[str, ...], str]:
+    """The candidates' dtypes, the base first, and why: --dtypes as given; else on a CPU backend the dtype this host
+    serves (``choose_dtype``: bf16 only with native bf16 arithmetic, or --dtype) and then the other, so the grid's
+    other dimensions vary around the dtype that serves fastest here; else bfloat16 (a GPU's)."""
+    if cfg.dtypes:
+        return cfg.dtypes, f"candidate dtypes {', '.join(cfg.dtypes)}, set by --dtypes"
+    if backend not in CPU_BACKENDS:
+        return ("bfloat16",), f"candidate dtype bfloat16 on {backend}"
+    choice = choose_dtype(backend, host_isa(), cfg.dtype)
+    dtypes = (choice.dtype, "float32" if choice.dtype == "bfloat16" else "bfloat16")
+    return dtypes, f"candidate dtypes {', '.join(dtypes)}: the base {choice.dtype}, as {choice.reason}"
+
+
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
+    dtypes, dtypes_why = candidate_dtypes(cfg, placement.backend)
     mappings: dict = {}
     if placement.backend in ("vllm", "sglang"):
         candidates, mappings = gpu_candidates(
-            cfg.backends, cfg.max_num_seqs_values, cfg.quantizations, dtype=cfg.dtypes[0], full=cfg.full_grid,
+            cfg.backends, cfg.max_num_seqs_values, cfg.quantizations, dtype=dtypes[0], full=cfg.full_grid,
             params=parameter_count(Path(model.path)), kv_pool_gib=cfg.gpu_kv_pool_gib, device_bytes=device_bytes(cfg),
             activation_gib=cfg.gpu_activation_gib, in_use_gib=cfg.gpu_in_use_gib)
     else:
-        candidates = cpu_candidates(cfg.dtypes, cfg.max_num_seqs_values, cfg.kv_cache_values_gib, full=cfg.full_grid)
+        candidates = cpu_candidates(dtypes, cfg.max_num_seqs_values, cfg.kv_cache_values_gib, full=cfg.full_grid)
     citation = cite_choice(cfg.baseline, Path.cwd(), "INF-FLOAT-BASELINE")
     cited: dict[str, Any] | None = None
     light = None
@@ -150,7 +167,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
                                                 mappings=mappings, title=SPEC.title),
         run_label=f"capacity under SLOs: {', '.join(names)}",
         columns=(TTFT_P99, TPOT_P99, E2E_P99, REQUEST_RATE, PEAK_MEMORY_GIB),
-        notes=("every probe replays the same request list at its Poisson rate (a faster rate's list is longer, so its "
+        notes=(dtypes_why,
+               "every probe replays the same request list at its Poisson rate (a faster rate's list is longer, so its "
                "arrivals span --probe-seconds, and starts with the same requests); only the arrival schedule differs",
                "a probe where the client could not keep its schedule cannot pass"))
 

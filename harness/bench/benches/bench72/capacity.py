@@ -41,7 +41,7 @@ from harness.bench.spec import Arm, History, Step, WorkloadPlan
 from harness.client.records import RequestRecord
 from harness.contract.distribution import slo_compliance
 from harness.workload import Arrival, Common
-from harness.workload.arrival import requests_spanning
+from harness.workload.arrival import poisson_scheduled
 
 TTFT, TPOT, ERRORS, CLIENT = "TTFT P99", "TPOT P99", "error rate", "client schedule"
 SLO_QUANTILE = 0.99  # the tiers' limits are P99s: at most 1 % of a probe's requests may exceed one
@@ -202,9 +202,9 @@ class Campaign:
     def rate_workload(self, rate: float) -> WorkloadPlan:
         """The request list at ``rate``, lengthened so its arrivals span at least --probe-seconds (the
         generator is sequential: a longer list starts with the same requests)."""
-        plan = self.request_list(arrival := Arrival("poisson", rate_rps=rate))
-        requests = requests_spanning(arrival, self.cfg.probe_seconds, plan.seed_for("arrival"), plan.requests)
-        return WorkloadPlan(f"rate-{rate:g}", "random", replace(plan, requests=requests))
+        plan = self.request_list(Arrival("poisson", rate_rps=rate))
+        arrival, requests = poisson_scheduled(rate, self.cfg.probe_seconds, plan.seed_for("arrival"), plan.requests)
+        return WorkloadPlan(f"rate-{rate:g}", "random", replace(plan, arrival=arrival, requests=requests))
 
     def search_config(self, start_rps: float) -> SearchConfig:
         cfg = self.cfg
