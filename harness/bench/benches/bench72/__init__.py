@@ -21,18 +21,19 @@ Read: the decision record (harness/bench/benches/bench72/decision.py states the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from harness.backends.host_dtype import CPU_BACKENDS, choose_dtype
 from harness.bench.benches.bench72.candidates import cpu_candidates, gpu_candidates, parameter_count
-from harness.bench.benches.bench72.capacity import Campaign, cited_light_load
+from harness.bench.benches.bench72.capacity import Campaign, LightLoad, cited_light_load
 from harness.bench.benches.bench72.decision import deployment_reading
 from harness.bench.benches.bench72.tiers import CHOICES as TIER_CHOICES
 from harness.bench.benches.bench72.tiers import default_tier
 from harness.bench.devices import alone
 from harness.bench.lib.citations import cite_choice
+from harness.bench.lib.hostprofile import request_cost_ratio
 from harness.bench.metrics import E2E_P99, PEAK_MEMORY_GIB, REQUEST_RATE, TPOT_P99, TTFT_P99
 from harness.bench.placement import planning_only, resolve_placement
 from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, Schedule
@@ -133,6 +134,28 @@ def candidate_dtypes(cfg: Config, backend: str) -> tuple[tuple[str, ...], str]:
     return dtypes, f"candidate dtypes {', '.join(dtypes)}: the base {choice.dtype}, as {choice.reason}"
 
 
+def in_shape_of(result: dict[str, Any] | None) -> tuple[int, int] | None:
+    """A cited run's request shape: its workload's mean prompt and output tokens."""
+    workload = (result or {}).get("workload") or {}
+    try:
+        return round(workload["input_tokens"]["mean"]), round(workload["output_tokens"]["mean"])
+    except (KeyError, TypeError):
+        return None
+
+
+def in_this_shape(light: LightLoad | None, result: dict[str, Any] | None, cfg: Config,
+                  backend: str) -> LightLoad | None:
+    """The cited saturation point carried to this bench's request shape (bench-66 serves shorter requests): the
+    schedule's centre, so a candidate's capacity falls inside the schedule rather than below it."""
+    shape = in_shape_of(result)
+    if light is None or light.rate_rps is None or shape is None:
+        return light
+    ratio, why = request_cost_ratio(shape, (cfg.input_tokens, cfg.output_tokens), backend)
+    rate = round(light.rate_rps * ratio, 3)
+    return replace(light, rate_rps=rate, source=f"{light.source}; its saturation point {light.rate_rps:.3g} req/s "
+                   f"{why} = {rate:g} req/s in this bench's requests")
+
+
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
     dtypes, dtypes_why = candidate_dtypes(cfg, placement.backend)
@@ -149,7 +172,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     light = None
     if citation:
         cited = citation.to_dict(Path.cwd())
-        light = cited_light_load(citation.result, f"bench-66 light load, {cited['manifest']}")
+        light = in_this_shape(cited_light_load(citation.result, f"bench-66 light load, {cited['manifest']}"),
+                              citation.result, cfg, placement.backend)
     names = [c.name for c in candidates]
     tier = default_tier(placement.backend) if cfg.slo_tier == "auto" else cfg.slo_tier
     campaign = Campaign(cfg, names, light, tier)

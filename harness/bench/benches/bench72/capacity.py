@@ -200,10 +200,11 @@ class Campaign:
                       output_range=cfg.length_range)
 
     def rate_workload(self, rate: float) -> WorkloadPlan:
-        """The request list at ``rate``, lengthened so its arrivals span at least --probe-seconds (the
+        """The request list scheduled at ``rate``, lengthened so its arrivals span at least --probe-seconds (the
         generator is sequential: a longer list starts with the same requests)."""
         plan = self.request_list(Arrival("poisson", rate_rps=rate))
-        arrival, requests = poisson_scheduled(rate, self.cfg.probe_seconds, plan.seed_for("arrival"), plan.requests)
+        arrival, requests = poisson_scheduled(rate, self.cfg.probe_seconds, plan.seed_for("arrival"),
+                                              self.cfg.requests * self.cfg.scale)
         return WorkloadPlan(f"rate-{rate:g}", "random", replace(plan, arrival=arrival, requests=requests))
 
     def search_config(self, start_rps: float) -> SearchConfig:

@@ -85,7 +85,9 @@ def decide(ranked: Sequence[Searched], duel: ClaimResult | None, duel_rate: floa
            costs: Mapping[str, float | None], gates: Mapping[str, dict[str, Any]] | None = None) -> Decision:
     """The decision record from the fitted capacities, the gate and the duel's paired effect (module docstring)."""
     gates = gates or {}
-    ok = [s for s in ranked if _capacity(s) is not None and gates.get(s.name, {}).get("passed", True)]
+    # a capacity below the schedule is only a bound (its lowest rate already broke a limit): it does not qualify
+    ok = [s for s in ranked if _capacity(s) is not None and gates.get(s.name, {}).get("passed", True)
+          and cast(Estimate, s.estimate).status != "below the schedule"]
     failed = [s.name for s in ranked if not gates.get(s.name, {}).get("passed", True)]
     gate_text = f"; greedy-agreement gate failed: {', '.join(failed)}" if failed else ""
     if not ok:
