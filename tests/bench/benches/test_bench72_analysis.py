@@ -38,7 +38,7 @@ from harness.bench.lib.search import Capacity, Probe
 from harness.bench.metrics import TTFT_P99
 from harness.bench.placement import Placement
 from harness.bench.records import ArmRun
-from harness.bench.spec import Claim
+from harness.bench.spec import Claim, History
 from harness.client.records import RequestRecord
 from harness.contract import Effect
 from harness.errors import InvalidInput
@@ -376,6 +376,10 @@ def test_the_cited_saturation_point_centres_the_schedule_in_this_benchs_request_
     assert moved.rate_rps == pytest.approx(1.44 * 0.497, abs=0.002) and (moved.ttft_ms, moved.tpot_ms) == (90.0, 15.0)
     assert "its saturation point 1.44 req/s x 0.497, a 133+16-token request's idle cost" in moved.source
     assert bench72.in_this_shape(light, {}, bench72.Config(), "vllm-cpu") == light  # no shape cited: as cited
+    centre = Campaign(bench72.Config(), ("a",), moved).centre_source(History(None, None))
+    assert centre.startswith("0.716 req/s: src; its saturation point 1.44 req/s x 0.497")
+    assert Campaign(bench72.Config(start_rps=2.0), ("a",), moved).centre_source(History(None, None)) == (
+        "2 req/s, set by --start-rps")
     assert bench72.in_this_shape(None, result, bench72.Config(), "vllm-cpu") is None
 
 

@@ -276,6 +276,13 @@ class Campaign:
         light = history.notes.get("light") or self.light
         return self.cfg.start_rps or (light.rate_rps if light else None)
 
+    def centre_source(self, history: History) -> str | None:
+        """Where the schedule's centre came from (``start_rps``)."""
+        light = history.notes.get("light") or self.light
+        if self.cfg.start_rps:
+            return f"{self.cfg.start_rps:g} req/s, set by --start-rps"
+        return f"{light.rate_rps:g} req/s: {light.source}" if light and light.rate_rps else None
+
     def schedule(self, history: History) -> tuple[float, ...]:
         """The probe rates every candidate gets (fixed at the first candidate's start; empty without a start)."""
         if "schedule" not in history.notes:
