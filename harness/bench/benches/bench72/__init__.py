@@ -59,7 +59,8 @@ class Config(BenchConfig):
                                 "absorbing a burst", min=0)
     light_requests: int = knob(8, "requests of the light-load probe (one at a time) when no bench-66 run is cited",
                                min=2)
-    input_tokens: int = knob(256, "mean prompt length in tokens (as bench-66)", min=1)
+    input_tokens: int = knob(256, "mean prompt length in tokens (a cited bench-66 rate is carried to this "
+                             "shape)", min=1)
     output_tokens: int = knob(32, "mean generated tokens per request (ignore_eos: exact)", min=2)
     length_range: float = knob(0.25, "prompt and output lengths uniform in [N(1-r), N(1+r)]", min=0, max=0.9)
     dtypes: tuple[str, ...] = knob((), "candidate dtypes, the first the base (default: on the CPU default the dtype "
