@@ -11,7 +11,7 @@ Every integer knob is bounded above, so a 61-digit value never reaches the work:
 ``max`` where it declares one, else by ``int_bound`` (``SEED_MAX`` for seeds, which results and
 numpy hold as signed 64-bit integers; ``BYTES_MAX`` for byte sizes; ``COUNT_MAX`` for every
 other count, length or size, beyond what a run on one machine can honour). A list knob whose
-default is not empty cannot be set empty (``--dtypes ''``): an empty list would run nothing.
+default is not empty cannot be set empty (``--max-num-seqs-values ''``): an empty list would run nothing.
 """
 
 from __future__ import annotations

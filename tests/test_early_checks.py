@@ -56,8 +56,9 @@ def test_bench66_refuses_before_any_work(tmp_path, args, expected):
     assert_bench_refuses(tmp_path, "66", args, expected)
 
 
-def test_an_empty_dtype_list_is_refused(tmp_path):
-    assert_bench_refuses(tmp_path, "72", ["--dtypes", ""], "--dtypes: needs at least one value")
+def test_an_empty_list_is_refused_where_the_default_is_not_empty(tmp_path):
+    assert_bench_refuses(tmp_path, "72", ["--max-num-seqs-values", ""],
+                         "--max-num-seqs-values: needs at least one value")
 
 
 def refused_before_setup(tmp_path: Path, monkeypatch, number: str, argv: list[str], match: str) -> None:
