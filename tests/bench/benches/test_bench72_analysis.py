@@ -376,10 +376,10 @@ def test_the_cited_saturation_point_centres_the_schedule_in_this_benchs_request_
     assert moved.rate_rps == pytest.approx(1.44 * 0.497, abs=0.002) and (moved.ttft_ms, moved.tpot_ms) == (90.0, 15.0)
     assert "its saturation point 1.44 req/s x 0.497, a 133+16-token request's idle cost" in moved.source
     assert bench72.in_this_shape(light, {}, bench72.Config(), "vllm-cpu") == light  # no shape cited: as cited
-    centre = Campaign(bench72.Config(), ("a",), moved).centre_source(History(None, None))
-    assert centre.startswith("0.716 req/s: src; its saturation point 1.44 req/s x 0.497")
-    assert Campaign(bench72.Config(start_rps=2.0), ("a",), moved).centre_source(History(None, None)) == (
-        "2 req/s, set by --start-rps")
+    rate, centre = Campaign(bench72.Config(), ("a",), moved).centre(History(None, None))
+    assert rate == 0.716 and centre.startswith("0.716 req/s: src; its saturation point 1.44 req/s x 0.497")
+    assert Campaign(bench72.Config(start_rps=2.0), ("a",), moved).centre(History(None, None)) == (
+        2.0, "2 req/s, set by --start-rps")
     assert bench72.in_this_shape(None, result, bench72.Config(), "vllm-cpu") is None
 
 

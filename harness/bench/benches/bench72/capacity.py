@@ -271,22 +271,20 @@ class Campaign:
                 f"cited{caveat}",
             )
 
-    def start_rps(self, history: History) -> float | None:
-        """The schedule's centre: --start-rps, else the cited bench-66 saturation point, else the light probe's."""
-        light = history.notes.get("light") or self.light
-        return self.cfg.start_rps or (light.rate_rps if light else None)
-
-    def centre_source(self, history: History) -> str | None:
-        """Where the schedule's centre came from (``start_rps``)."""
-        light = history.notes.get("light") or self.light
+    def centre(self, history: History) -> tuple[float | None, str | None]:
+        """The schedule's centre and where it came from: --start-rps, else the cited bench-66 saturation point (in
+        this bench's requests), else the light probe's rate."""
         if self.cfg.start_rps:
-            return f"{self.cfg.start_rps:g} req/s, set by --start-rps"
-        return f"{light.rate_rps:g} req/s: {light.source}" if light and light.rate_rps else None
+            return self.cfg.start_rps, f"{self.cfg.start_rps:g} req/s, set by --start-rps"
+        light = history.notes.get("light") or self.light
+        if light and light.rate_rps:
+            return light.rate_rps, f"{light.rate_rps:g} req/s: {light.source}"
+        return None, None
 
     def schedule(self, history: History) -> tuple[float, ...]:
         """The probe rates every candidate gets (fixed at the first candidate's start; empty without a start)."""
         if "schedule" not in history.notes:
-            start = self.start_rps(history)
+            start = self.centre(history)[0]
             if start is None:
                 return ()
             cfg = self.cfg

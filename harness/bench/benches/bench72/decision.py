@@ -292,7 +292,7 @@ def deployment_reading(
         "kv_pool_mapping": dict(mappings) or None,
         "schedule": {
             "rates_rps": history.notes.get("schedule"),
-            "centre": campaign.centre_source(history),
+            "centre": campaign.centre(history)[1],
             **{k: getattr(cfg, k) for k in ("growth", "schedule_below", "schedule_above", "min_rps", "max_rps")},
         },
         "slo_tier": campaign.tier,
