@@ -14,13 +14,14 @@ Prints the figures; no assertion (the tests check single cases).
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import replace
 
 import numpy as np
 
 from harness.bench.lib.capacity_fit import ProbeSample, estimate_capacity, probe_schedule
-from harness.bench.lib.saturation import Level, Timeline, bracket, queue_growth, steady_throughput
-from harness.bench.lib.sweep import RATE_FRACTIONS, level_requests
+from harness.bench.lib.saturation import FALLS_BEHIND, Level, Timeline, bracket, queue_growth, steady_throughput
+from harness.bench.lib.sweep import EXTRA_RUNGS, EXTRA_STEP, RATE_FRACTIONS
 from harness.mech.engine.costmodel import StepCostModel
 from harness.mech.engine.simulate import run_continuous
 from harness.mech.engine.types import EngineConfig
@@ -55,53 +56,82 @@ def capacity_coverage(trials: int, resamples: int, requests: int, shape: str = "
 
 
 def _sim(rate: float, requests: int, seed: int, cost: StepCostModel, closed: int = 0) -> list:
-    wl = synthetic(SyntheticSpec(requests=requests, rate_rps=rate, input_mean=128, output_mean=16, spread=0.25,
+    """The simulated engine's records for ``requests`` of the bench's shape: Poisson arrivals *scheduled* at ``rate``
+    (the draws of ``seed`` scaled so the n - 1 gaps span (n - 1) / rate, as ``arrival.poisson_scheduled`` does), or
+    a closed loop of ``closed``."""
+    wl = synthetic(SyntheticSpec(requests=requests, rate_rps=1.0, input_mean=128, output_mean=16, spread=0.25,
                                  seed=seed))
     if closed:
         wl = replace(wl, requests=tuple(replace(r, arrival_s=None) for r in wl.requests), concurrency=closed)
+    else:
+        stretch = (requests - 1) / rate / wl.requests[-1].arrival_s
+        wl = replace(wl, requests=tuple(replace(r, arrival_s=r.arrival_s * stretch) for r in wl.requests))
     run, _ = run_continuous(wl, EngineConfig(max_num_seqs=8, max_num_batched_tokens=512), cost)
     return sorted(run.records, key=lambda r: r.index)
 
 
-def bracket_coverage(trials: int, tolerance: float = 0.05) -> dict:
+def bracket_coverage(trials: int, fractions: tuple[float, ...] = RATE_FRACTIONS, tolerance: float = 0.05,
+                     level_s: float = 60.0, at_least: int = 100) -> dict:
+    """Sweeps as bench-66 runs them: a closed-loop probe sets the ladder, every level's list shares the sweep's
+    draws, is scheduled at its rate and spans ``level_s`` with at least ``at_least`` requests, and levels above the
+    first that falls behind are not run (up to ``EXTRA_RUNGS`` more above the ladder when none does). The truth is
+    a 3000-request closed loop's steady rate."""
     determined = held = within = 0
+    seconds = widths = 0.0
     for seed in range(trials):
         cost = StepCostModel(base_ms=20.0 + seed % 7, prefill_ms_per_token=0.5, decode_ms_per_seq=4.0)
         long = _sim(1.0, 3000, 1000 + seed, cost, closed=16)
         mu, _ = steady_throughput([r.admitted_s or 0.0 for r in long], [r.finish_s for r in long], 16)
-        short = _sim(1.0, level_requests(mu, 100, 60.0), 2000 + seed, cost, closed=16)
+        short = _sim(1.0, math.ceil(1.2 * mu * level_s) + 16, 2000 + seed, cost, closed=16)
         probe, _ = steady_throughput([r.admitted_s or 0.0 for r in short], [r.finish_s for r in short], 16)
         levels = []
-        for k, fraction in enumerate(RATE_FRACTIONS):
-            rs = _sim(fraction * probe, level_requests(fraction * probe, 100, 60.0), 10 * seed + k, cost)
+        rungs = [fraction * probe for fraction in fractions]
+        for rate in rungs:  # the rungs above the ladder, appended below, too
+            rs = _sim(rate, max(at_least, math.ceil(rate * level_s) + 1), 10 * seed, cost)
             growth = queue_growth(Timeline(tuple(r.arrival_s for r in rs), tuple(r.first_token_s for r in rs),
                                            tuple(r.finish_s for r in rs)), tolerance)
-            levels.append(Level(f"{fraction}", growth.scheduled_rps or 0.0, growth.verdict))
+            seconds += max(r.finish_s for r in rs) - min(r.arrival_s for r in rs)
+            levels.append(Level(f"{rate:g}", growth.scheduled_rps or 0.0, growth.verdict))
+            if growth.verdict == FALLS_BEHIND:
+                break
+            if rate == rungs[-1] and len(rungs) < len(fractions) + EXTRA_RUNGS:
+                rungs.append(rate * EXTRA_STEP)
         sat = bracket(levels)
         determined += sat.determined
-        held += sat.determined and sat.low.scheduled_rps <= mu <= sat.high.scheduled_rps
-        # a level leaving less than ``tolerance`` of its load queued keeps up by the rule: the low end may lie
-        # up to mu / (1 - tolerance)
-        within += sat.determined and sat.low.scheduled_rps <= mu / (1 - tolerance) and mu <= sat.high.scheduled_rps
-    return {"trials": trials, "determined": determined, "held": held, "within_tolerance": within}
+        if sat.determined:
+            held += sat.low.scheduled_rps <= mu <= sat.high.scheduled_rps
+            # a level leaving less than ``tolerance`` of its load queued keeps up by the rule: the low end may lie
+            # up to mu / (1 - tolerance)
+            within += sat.low.scheduled_rps <= mu / (1 - tolerance) and mu <= sat.high.scheduled_rps
+            widths += (sat.high.scheduled_rps - sat.low.scheduled_rps) / mu
+    return {"trials": trials, "determined": determined, "held": held, "within_tolerance": within,
+            "mean_level_s_per_capacity": seconds / trials, "mean_relative_width": widths / max(1, determined)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--resamples", type=int, default=500)
+    parser.add_argument("--ladder", action="append", default=[],
+                        help="bench-66 rate fractions to compare, comma-separated (repeatable; default: the bench's)")
+    parser.add_argument("--only-bracket", action="store_true", help="skip bench-72's capacity interval")
     args = parser.parse_args()
-    for shape in SHAPES:
-        for requests in (12, 28, 100, 200):
-            got = capacity_coverage(args.trials, args.resamples, requests, shape)
-            print(f"bench-72 capacity interval, {shape} latencies, {requests} requests/probe: coverage "
-                  f"{got['coverage']:.0%} over {got['trials']} trials (nominal 95 %), mean width "
-                  f"{got['mean_relative_width']:.0%} of the truth {got['truth_rps']} req/s", flush=True)
-    sat = bracket_coverage(max(5, args.trials // 5))
-    ladder = ", ".join(f"{f:g}" for f in RATE_FRACTIONS)
-    print(f"bench-66 saturation bracket (simulated engine, 60-s levels at {ladder} x the probe): determined in "
-          f"{sat['determined']}/{sat['trials']} sweeps, holding the sustained capacity in {sat['held']} of them, "
-          f"within the 5 % tolerance of it in {sat['within_tolerance']}")
+    if not args.only_bracket:
+        for shape in SHAPES:
+            for requests in (12, 28, 100, 200):
+                got = capacity_coverage(args.trials, args.resamples, requests, shape)
+                print(f"bench-72 capacity interval, {shape} latencies, {requests} requests/probe: coverage "
+                      f"{got['coverage']:.0%} over {got['trials']} trials (nominal 95 %), mean width "
+                      f"{got['mean_relative_width']:.0%} of the truth {got['truth_rps']} req/s", flush=True)
+    ladders = [tuple(float(f) for f in ladder.split(",")) for ladder in args.ladder] or [RATE_FRACTIONS]
+    for fractions in ladders:
+        sat = bracket_coverage(max(5, args.trials // 5), fractions)
+        ladder = ", ".join(f"{f:g}" for f in fractions)
+        print(f"bench-66 saturation bracket (simulated engine, levels >= 60 s and >= 100 requests at {ladder} x the "
+              f"probe): determined in {sat['determined']}/{sat['trials']} sweeps, holding the sustained capacity in "
+              f"{sat['held']} of them, within the 5 % tolerance of it in {sat['within_tolerance']}; mean width "
+              f"{sat['mean_relative_width']:.0%} of the capacity; levels {sat['mean_level_s_per_capacity']:.0f} s "
+              f"a sweep", flush=True)
 
 
 if __name__ == "__main__":

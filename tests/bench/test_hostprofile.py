@@ -179,3 +179,23 @@ def test_bench68_shortens_its_requests_on_a_slower_host_prompt_and_output_alike(
     assert "set by --output-tokens" in chosen.why
     prompt = bench68.request_lengths(bench68.Config(input_tokens=200, control_output_tokens=30), "vllm-cpu", 5)
     assert (prompt.input_tokens, prompt.output_tokens, prompt.control_output_tokens) == (200, 20, 30)
+
+
+def test_bench66_shortens_its_requests_on_a_slower_host_so_its_floor_held_levels_keep_their_time(tmp_path, monkeypatch):
+    from harness.bench.benches import bench66
+
+    profile = profile_from({"prefill": PREFILL, "decode": DECODE}, Target("http://h", "m", None), DTYPE)
+    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))
+    assert bench66.request_shape(bench66.Config(), "vllm-cpu")[:2] == (128, 16)  # no profile: the reference shape
+    write_profile(HostProfile(**{**profile.__dict__, **AVX2_ONLY}), tmp_path / "host-profile.json")
+    # a 128+16-token request: 1.41 s here against 0.87 s, x 0.615; its start about 25 s longer, out of 160 s:
+    # 16 x 0.615 x 0.843 = 8.3 -> 8; the prompt in proportion, 128 x 8/16 = 64
+    prompt, output, why = bench66.request_shape(bench66.Config(), "vllm-cpu")
+    assert (prompt, output) == (64, 8)
+    assert why.startswith("8 output tokens: 8 = 16 x 0.615 x 0.843 (its 1 server start about 25 s longer")
+    made = bench66.plan(bench66.Config(), None)
+    assert (made.warmup.input_tokens, made.warmup.output_tokens) == (64, 8)
+    assert made.notes[0] == f"request lengths: {why}"
+    assert bench66.request_shape(bench66.Config(), "vllm")[:2] == (128, 16)  # not the profiled engine
+    assert bench66.request_shape(bench66.Config(output_tokens=12), "vllm-cpu")[:2] == (128, 12)  # set: kept
+    assert bench66.request_shape(bench66.Config(input_tokens=200), "vllm-cpu")[:2] == (200, 8)

@@ -6,7 +6,8 @@ window >= --probe-s; lengthened once when the first list ends too soon) sets a l
 Each timed level's list is sized by duration: arrivals spanning >= --min-level-s and >= --requests requests
 (same seeds: every list starts with the same requests). The model is served in the host-aware dtype (bf16 with
 native bf16 on the CPU, else fp32; recorded with its reason); requests are short by default (128 prompt, 16
-output tokens) so the sweep fits its time target on the CPU default.
+output tokens on the reference host, shorter in proportion where ``infkit doctor``'s profile prices them higher, so
+the levels held at their request floor take about as long) so the sweep fits its time target on the CPU default.
 
 Read: per level, the scheduled rate (what the arrivals actually had), achieved throughput, TTFT/TPOT/E2E
 P50/P99, and queue growth: the slopes of TTFT and of the backlog over the level's time, each with a 95 %
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.bench.lib.hostprofile import sized_shape
 from harness.bench.lib.saturation import MIN_VERDICT_REQUESTS
 from harness.bench.lib.sweep import RATE_FRACTIONS, LoadSweep
 from harness.bench.metrics import (
@@ -32,6 +34,7 @@ from harness.bench.metrics import (
     TTFT_P50,
     TTFT_P99,
 )
+from harness.bench.placement import resolve_placement
 from harness.bench.spec import (
     BenchConfig,
     BenchSpec,
@@ -45,6 +48,12 @@ from harness.knobs import knob
 from harness.models import PreparedModel
 from harness.workload import Arrival, Common
 
+REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS = 128, 16
+# The reference host's levels held at their request floor rather than at --min-level-s (0.5 and 0.75 of its 2.13
+# req/s capacity: 94 + 63 s): the work shorter requests shorten, and out of which a slower start is taken.
+REFERENCE_WORK_S = 160.0
+MIN_OUTPUT_TOKENS = 8
+
 
 @dataclass(frozen=True)
 class Config(BenchConfig):
@@ -56,8 +65,11 @@ class Config(BenchConfig):
                          f"--min-level-s (a level of fewer than {MIN_VERDICT_REQUESTS} gets no verdict)", min=2)
     min_level_s: float = knob(60.0, "a timed level's arrivals span at least this many seconds", min=0.1)
     probe_s: float = knob(60.0, "the capacity probe's steady-state window lasts at least this many seconds", min=0.1)
-    input_tokens: int = knob(128, "mean prompt length in tokens", min=1)
-    output_tokens: int = knob(16, "mean generated tokens per request (ignore_eos: exact)", min=2)
+    input_tokens: int | None = knob(None, f"mean prompt length in tokens (default: {REFERENCE_INPUT_TOKENS} on the "
+                                    "reference host, in proportion to the output where this host is slower)", min=1)
+    output_tokens: int | None = knob(None, f"mean generated tokens per request (ignore_eos: exact; default: "
+                                     f"{REFERENCE_OUTPUT_TOKENS} on the reference host, fewer where infkit doctor's "
+                                     f"profile prices a request higher, at least {MIN_OUTPUT_TOKENS})", min=2)
     length_range: float = knob(0.25, "prompt and output lengths uniform in [N(1-r), N(1+r)]", min=0, max=0.9)
     rates: tuple[float, ...] = knob((), "Poisson rates in req/s (empty: --rate-fractions of the probed capacity)")
     rate_fractions: tuple[float, ...] = knob(RATE_FRACTIONS, "load levels as fractions of the probed capacity "
@@ -70,21 +82,35 @@ class Config(BenchConfig):
     def check(self) -> None:
         if any(r <= 0 for r in self.rates):
             raise InvalidInput("--rates must all be > 0 requests per second")
-        if (
-            self.input_tokens * (1 + self.length_range) + self.output_tokens * (1 + self.length_range)
-            > self.max_model_len
-        ):
+        # unset lengths are bounded by the reference host's, the longest the defaults can be
+        longest = ((self.input_tokens or REFERENCE_INPUT_TOKENS) + (self.output_tokens or REFERENCE_OUTPUT_TOKENS)) * (
+            1 + self.length_range)
+        if longest > self.max_model_len:
             raise InvalidInput(f"the longest prompt plus output exceeds --max-model-len {self.max_model_len}")
 
 
-def request_list(cfg: Config, seed: int) -> Common:
+def request_shape(cfg: Config, backend: str) -> tuple[int, int, str]:
+    """Mean prompt and output tokens, and why: as set, else the reference host's, both scaled by one factor where
+    this host's profile prices a request higher (``sized_shape``, its slower start taken out of the floor-held
+    levels), so those levels take about the reference host's time."""
+    if cfg.output_tokens is not None:
+        prompt, output = cfg.input_tokens or REFERENCE_INPUT_TOKENS, cfg.output_tokens
+        return prompt, output, f"{output} output tokens, set by --output-tokens; prompt {prompt}"
+    prompt, output, why = sized_shape((REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS), backend,
+                                      floor=MIN_OUTPUT_TOKENS, starts=1, work_s=REFERENCE_WORK_S)
+    prompt = cfg.input_tokens or prompt
+    return prompt, output, (f"{output} output tokens: {why}; prompt {prompt}"
+                            f"{', set by --input-tokens' if cfg.input_tokens else ''}")
+
+
+def request_list(cfg: Config, seed: int, shape: tuple[int, int]) -> Common:
     """The one request list: same seeds, same lengths and prompts; only the arrival differs per level."""
     return Common(
         arrival=Arrival("closed", concurrency=1),
         seed=seed,
         requests=cfg.requests * cfg.scale,
-        input_tokens=cfg.input_tokens,
-        output_tokens=cfg.output_tokens,
+        input_tokens=shape[0],
+        output_tokens=shape[1],
         input_range=cfg.length_range,
         output_range=cfg.length_range,
     )
@@ -92,8 +118,10 @@ def request_list(cfg: Config, seed: int) -> Common:
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     named = f"{cfg.dtype} " if cfg.dtype else ""  # else the host-aware dtype, recorded in run.json
+    prompt, output, shape_why = request_shape(cfg, resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend)
+    shape = (prompt, output)
     sweep = LoadSweep(
-        request_list(cfg, cfg.seed),
+        request_list(cfg, cfg.seed, shape),
         "baseline",
         cfg.repeats,
         cfg.rates,
@@ -116,10 +144,11 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         arms=(),
         schedule=Schedule((phase,), "one server start; load levels in rounds low to high, repeated"),
         read=sweep.read,
-        warmup=request_list(cfg, cfg.seed),
+        warmup=request_list(cfg, cfg.seed, shape),
         run_label=f"{named}latency-throughput sweep",
         columns=(TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, E2E_P50, E2E_P99, REQUEST_RATE, OUTPUT_TOKENS_PER_S),
         notes=(
+            f"request lengths: {shape_why}",
             "every level's list has the same seeds (its first requests are the same); its length follows "
             "its rate so its arrivals span --min-level-s",
             "the capacity probe is the list in a refilling closed loop; its steady-state completion rate "

@@ -96,9 +96,10 @@ DEFAULT_LOADS = (
     BenchLoad("00", server_starts=2, requests=2 * (8 * 4 + 2), input_tokens=32, output_tokens=8),
     # 3 arms (shared, unique, cache-off) x 8 requests x 5 repeats; two server starts; a shorter prefix on a slower host
     BenchLoad("69", server_starts=2, requests=3 * 8 * 5, input_tokens=544, output_tokens=2, sized=True),
-    # a pilot and a >= 60 s refilling probe, then up to 6 levels each >= 60 s of arrivals, on one start
-    BenchLoad("66", server_starts=1, requests=7 * 100, input_tokens=128, output_tokens=16, concurrency=4,
-              fixed_s=80 + 6 * 60),
+    # a pilot and a >= 60 s refilling probe, then up to 5 levels each >= 60 s of arrivals, on one start; shorter
+    # requests on a slower host
+    BenchLoad("66", server_starts=1, requests=6 * 100, input_tokens=128, output_tokens=16, concurrency=4, sized=True,
+              fixed_s=80 + 5 * 60),
     # 4 speculative arms, each paired with the baseline on copy (3 requests) and one n-gram arm on the control
     # (8 requests), 3 repeats; 5 starts; shorter requests on a slower host
     BenchLoad("68", server_starts=5, requests=2 * 3 * (4 * 3 + 8), input_tokens=256, output_tokens=48, sized=True),
@@ -190,12 +191,23 @@ def default_size(reference: int, backend: str, shape: tuple[int, int], *, floor:
     excess = start_excess_s(starts, scale)
     share = max(0.0, 1 - excess / work_s) if excess and work_s else 1.0
     size = max(floor, int(reference * scale * share // step) * step)
-    starts_text = (f" x {share:.3g} (its {starts} server starts about {excess:.0f} s longer than there, out of "
-                   f"{work_s:.0f} s of work)" if share < 1 else "")
+    plural = "s" if starts != 1 else ""
+    starts_text = (f" x {share:.3g} (its {starts} server start{plural} about {excess:.0f} s longer than there, out "
+                   f"of {work_s:.0f} s of work)" if share < 1 else "")
     return size, (f"{size} = {reference} x {scale:.3g}{starts_text}{f' in steps of {step}' if step > 1 else ''}, "
                   f"at least {floor} (a {shape[0]}+{shape[1]}-token request takes {profile.request_s(*shape):.2f} s "
                   f"idle here against {reference_request_s(*shape):.2f} s on the reference host; infkit doctor "
                   f"{profile.measured_utc})")
+
+
+def sized_shape(reference: tuple[int, int], backend: str, *, floor: int, step: int = 1, starts: int = 0,
+                work_s: float = 0.0, profile: HostProfile | None = None) -> tuple[int, int, str]:
+    """A request shape here (prompt, output tokens) and where it came from: the output sized by ``default_size`` and
+    the prompt by the same factor, so a slower host's requests are shorter but the prompt keeps its share of each
+    (TTFT a like part of E2E on both)."""
+    output, why = default_size(reference[1], backend, reference, floor=floor, step=step, starts=starts,
+                               work_s=work_s, profile=profile)
+    return round(reference[0] * output / reference[1]), output, why
 
 
 def request_cost_ratio(source: tuple[int, int], target: tuple[int, int], backend: str,

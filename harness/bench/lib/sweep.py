@@ -56,8 +56,13 @@ from harness.workload.arrival import poisson_scheduled
 
 PROBE, PROBE_LONG = "probe", "probe (long)"
 # the ladder, as fractions of the probed capacity: one light level, then denser steps around the capacity, where
-# the bracket is decided (the levels below 0.5 cost the most time, 100 requests each, and bracket nothing)
-RATE_FRACTIONS = (0.5, 0.75, 0.9, 1.0, 1.1, 1.25)
+# the bracket is decided (the levels below 0.5 cost the most time, 100 requests each, and bracket nothing; a 0.9
+# rung was undetermined in all four 2-core runs and bought 5 points of bracket width on the simulated engine for
+# 60 s a sweep: benchmarks/capacity_coverage.py)
+RATE_FRACTIONS = (0.5, 0.75, 1.0, 1.1, 1.25)
+# when no level of the ladder falls behind (the closed-loop probe's concurrency held the server below what open
+# arrivals drive it to: short requests on a slow host), up to this many rungs more, each this much above the last
+EXTRA_RUNGS, EXTRA_STEP = 2, 1.25
 PILOT_WAVES = 6  # the first probe's list, in multiples of its concurrency: enough to size the sustained one
 
 CURVE_METRICS = (TTFT_P50, TTFT_P99, TPOT_P50, TPOT_P99, E2E_P50, E2E_P99)
@@ -191,7 +196,7 @@ class LoadSweep:
     @property
     def planned_steps(self) -> int:
         """The bound progress shows: two probes at most (the second lengthened to last ``probe_s``), then levels."""
-        return (0 if self.rates else 2) + self.repeats * (len(self.rates or self.rate_fractions)
+        return (0 if self.rates else 2) + self.repeats * (len(self.rates) or len(self.rate_fractions) + EXTRA_RUNGS
                                                           + len(self.concurrencies))
 
     def level(self, label: str, arrival: Arrival, requests: int | None = None) -> Arm:
@@ -231,19 +236,31 @@ class LoadSweep:
         history.notes["concurrency"] = {PROBE: self.probe_concurrency, PROBE_LONG: self.probe_concurrency,
                                         **{f"closed c={c}": c for c in self.concurrencies}}
         seed = self.requests.seed_for("arrival")  # every level draws the same unit gaps, scaled to its rate
-        levels = [self.level(rate_label(r), *poisson_scheduled(r, self.min_level_s, seed, self.min_level_requests))
-                  for r in sorted(rates)]
-        levels += [self.level(f"closed c={c}", Arrival("closed", concurrency=c)) for c in self.concurrencies]
+
+        def timed(rate: float) -> tuple[float, Arm]:
+            return rate, self.level(rate_label(rate), *poisson_scheduled(rate, self.min_level_s, seed,
+                                                                         self.min_level_requests))
+
+        levels = [timed(r) for r in sorted(rates)]
+        closed = [self.level(f"closed c={c}", Arrival("closed", concurrency=c)) for c in self.concurrencies]
+        extra = 0 if self.rates else EXTRA_RUNGS  # given rates are run as given
         cutoff = math.inf  # the scheduled rate of the lowest level seen to fall behind
         for repeat in range(1, self.repeats + 1):
-            for arm, rate in zip(levels, [*sorted(rates), *[None] * len(self.concurrencies)], strict=True):
-                if rate is not None and rate > cutoff:  # the bracket is closed below it: more load only queues
+            for rate, arm in levels:  # a list iterator also yields what is appended below
+                if rate > cutoff:  # the bracket is closed below it: more load only queues
                     history.notes.setdefault("skipped_levels", []).append(f"{arm.label} repeat {repeat}")
                     continue
                 yield repeat, arm
-                if rate is not None and load_point(history.runs, arm.label, offered_rps=rate,
-                                                   tolerance=self.tolerance).verdict == FALLS_BEHIND:
+                if load_point(history.runs, arm.label, offered_rps=rate,
+                              tolerance=self.tolerance).verdict == FALLS_BEHIND:
                     cutoff = min(cutoff, rate)
+                elif repeat == 1 and extra and cutoff == math.inf and arm is levels[-1][1]:
+                    extra -= 1  # nothing fell behind yet: one rung higher
+                    levels.append(timed(round(rate * EXTRA_STEP, 3)))
+                    history.notes["offered_rps"][levels[-1][1].label] = levels[-1][0]
+                    history.notes.setdefault("extra_levels", []).append(levels[-1][1].label)
+            for arm in closed:
+                yield repeat, arm
 
     def points(self, history: History) -> list[LoadPoint]:
         offered, closed = history.notes.get("offered_rps", {}), history.notes.get("concurrency", {})
@@ -256,7 +273,8 @@ class LoadSweep:
                 f"bracket [last level that kept up, first that fell behind] by scheduled rate, undetermined with "
                 f"invalid levels between; levels >= {self.min_level_s:g} s and >= {self.min_level_requests} requests "
                 f"(a level of fewer than {MIN_VERDICT_REQUESTS} is undetermined); levels above the first that fell "
-                "behind are not run")
+                "behind are not run" + ("" if self.rates else f"; when none of the ladder's does, up to "
+                                          f"{EXTRA_RUNGS} more, each {EXTRA_STEP:g} x the last"))
 
     def read(self, history: History) -> Reading:
         """Per-level table, the saturation bracket, the curve, and ``details.baseline`` for citing benches."""
@@ -274,6 +292,9 @@ class LoadSweep:
         skipped = history.notes.get("skipped_levels", [])
         if skipped:
             lines.append("not run, above a level that fell behind (the bracket was closed): " + ", ".join(skipped))
+        extra = history.notes.get("extra_levels", [])
+        if extra:
+            lines.append("run above the ladder, none of whose levels fell behind: " + ", ".join(extra))
         headline: list[dict[str, Any]] = [
             {"name": "saturation bracket low", "value": sat.low.scheduled_rps if sat.low else None, "unit": "req/s"},
             {"name": "saturation bracket high", "value": sat.high.scheduled_rps if sat.high else None,
@@ -283,7 +304,7 @@ class LoadSweep:
                           "unit": "ms"} for m in (TTFT_P50, TTFT_P99, TPOT_P50)]
         summary = f"{self.label}: saturation between {sat.text}"
         details = {"points": [p.to_dict() for p in points], "saturation": {"rule": self.rule(), **sat.to_dict()},
-                   "skipped_levels": skipped,
+                   "skipped_levels": skipped, "extra_levels": extra,
                    "baseline": {"label": self.label, **dict(self.facts), "capacity_probe": probe,
                                 "capacity_probe_rps": history.notes.get("capacity_probe_rps"),
                                 "light_load": light.to_dict() if light else None, "bracket": sat.to_dict(),

@@ -80,7 +80,10 @@ def test_the_probe_refills_until_its_steady_window_lasts_and_sets_the_ladder(ben
     if probe["label"] == "probe (long)":
         assert probe["requests"] > 12
     rates = sorted(p["offered_rps"] for p in doc["details"]["points"] if p["offered_rps"] is not None)
-    assert rates == pytest.approx([round(0.5 * probe["rps"], 3), round(1.0 * probe["rps"], 3)])
+    assert rates[:2] == pytest.approx([round(0.5 * probe["rps"], 3), round(1.0 * probe["rps"], 3)])
+    # the fake server keeps up with every level it can be sent, so rungs above the ladder were tried, 1.25 x each
+    assert len(rates) <= 4
+    assert all(high == pytest.approx(1.25 * low, rel=1e-3) for low, high in zip(rates[1:-1], rates[2:], strict=True))
     assert len(labels) <= SPEC.plan(cfg, None).schedule.phases[0].planned_steps  # the progress bound holds
 
 
@@ -100,3 +103,32 @@ def test_levels_above_the_first_that_falls_behind_are_not_run(monkeypatch):
                    ("rate=1/s", 2), ("rate=2/s", 2), ("rate=3/s", 2), ("closed c=2", 2)]
     assert history.notes["skipped_levels"] == ["rate=4/s repeat 1", "rate=5/s repeat 1", "rate=4/s repeat 2",
                                                "rate=5/s repeat 2"]
+
+
+@pytest.mark.parametrize(("behind", "expected"), [
+    (set(), ["rate=2/s", "rate=4/s", "rate=5/s", "rate=6.25/s"]),  # none fell behind: two rungs more, then stop
+    ({"rate=5/s"}, ["rate=2/s", "rate=4/s", "rate=5/s"]),  # the first rung more fell behind: the bracket is closed
+    ({"rate=4/s"}, ["rate=2/s", "rate=4/s"]),  # the ladder's own top fell behind: nothing more
+])
+def test_a_ladder_none_of_whose_levels_falls_behind_runs_rungs_above_it_until_one_does(monkeypatch, behind, expected):
+    from types import SimpleNamespace
+
+    from harness.bench.lib import sweep as sweep_mod
+    from harness.bench.spec import History
+
+    def probed(self, history):  # a capacity probe that measured 4 req/s
+        history.notes["capacity_probe"] = {"rps": 4.0}
+        yield from ()
+
+    monkeypatch.setattr(sweep_mod.LoadSweep, "probe", probed)
+    monkeypatch.setattr(sweep_mod, "load_point", lambda runs, label, **_: SimpleNamespace(
+        verdict=sweep_mod.FALLS_BEHIND if label in behind else sweep_mod.UNDETERMINED))
+    plan = SPEC.plan(Config(repeats=2, rate_fractions=(0.5, 1.0), input_tokens=24, output_tokens=6), None)
+    history = History(cfg=None, model=None)
+    ran = [(arm.label, repeat) for repeat, arm in plan.schedule.phases[0].steps(history)]
+    assert ran == [(label, repeat) for repeat in (1, 2) for label in expected]  # the second round runs them too
+    assert history.notes.get("extra_levels", []) == expected[2:]
+    assert len(ran) <= plan.schedule.phases[0].planned_steps
+    given = SPEC.plan(Config(rates=(2.0, 4.0), input_tokens=24, output_tokens=6), None)  # given rates: as given
+    assert [arm.label for _, arm in given.schedule.phases[0].steps(History(cfg=None, model=None))] == [
+        "rate=2/s", "rate=4/s"]

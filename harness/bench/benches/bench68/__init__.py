@@ -37,7 +37,7 @@ from harness.bench.benches.bench68.arms import (
 )
 from harness.bench.benches.bench68.control import CONTROL, CONTROL_CLIENT, WORKLOADS
 from harness.bench.benches.bench68.coresidence import alone_steps
-from harness.bench.lib.hostprofile import default_size
+from harness.bench.lib.hostprofile import sized_shape
 from harness.bench.metrics import (
     ACCEPTANCE_RATE,
     E2E_P50,
@@ -185,15 +185,14 @@ def request_lengths(cfg: Config, backend: str, starts: int) -> Lengths:
     excess taken out of the reference run's work), so the run takes about the reference host's time and the prompt
     keeps its share of each request (TTFT about a fifth of E2E on both)."""
     if cfg.output_tokens is not None:
-        output, why = cfg.output_tokens, f"{cfg.output_tokens} output tokens, set by --output-tokens"
+        prompt, output = REFERENCE_INPUT_TOKENS, cfg.output_tokens
+        why = f"{output} output tokens, set by --output-tokens"
     else:
-        output, sized = default_size(REFERENCE_OUTPUT_TOKENS, backend,
-                                     (REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS), floor=MIN_OUTPUT_TOKENS,
-                                     step=4, starts=starts, work_s=REFERENCE_WORK_S)
+        prompt, output, sized = sized_shape((REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS), backend,
+                                            floor=MIN_OUTPUT_TOKENS, step=4, starts=starts, work_s=REFERENCE_WORK_S)
         why = f"{output} output tokens: {sized}"
-    factor = output / REFERENCE_OUTPUT_TOKENS if cfg.output_tokens is None else 1.0
-    input_tokens = cfg.input_tokens or max(output + 32, round(REFERENCE_INPUT_TOKENS * factor))
-    control = cfg.control_output_tokens or round(REFERENCE_OUTPUT_TOKENS * factor)
+    input_tokens = cfg.input_tokens or max(output + 32, prompt)
+    control = cfg.control_output_tokens or (output if cfg.output_tokens is None else REFERENCE_OUTPUT_TOKENS)
     return Lengths(input_tokens, output, control,
                    f"{why}; prompt {input_tokens}{', set by --input-tokens' if cfg.input_tokens else ''}, control cap "
                    f"{control}{', set by --control-output-tokens' if cfg.control_output_tokens else ''}")
