@@ -373,9 +373,12 @@ def test_the_cited_saturation_point_centres_the_schedule_in_this_benchs_request_
     result = {"workload": {"input_tokens": {"mean": 132.7}, "output_tokens": {"mean": 15.6}}}
     moved = bench72.in_this_shape(light, result, bench72.Config(), "vllm-cpu")
     # 133+16 tokens take 0.341 + 0.540 s idle there, 256+32 tokens 0.656 + 1.115 s: x 0.497
-    assert moved.rate_rps == pytest.approx(1.44 * 0.497, abs=0.002) and (moved.ttft_ms, moved.tpot_ms) == (90.0, 15.0)
+    # ... and its light-load latencies, of 133+16-token requests, are not carried
+    assert moved.rate_rps == pytest.approx(1.44 * 0.497, abs=0.002) and (moved.ttft_ms, moved.tpot_ms) == (None, None)
     assert "its saturation point 1.44 req/s x 0.497, a 133+16-token request's idle cost" in moved.source
     assert bench72.in_this_shape(light, {}, bench72.Config(), "vllm-cpu") == light  # no shape cited: as cited
+    same = {"workload": {"input_tokens": {"mean": 256.2}, "output_tokens": {"mean": 32.0}}}
+    assert bench72.in_this_shape(light, same, bench72.Config(), "vllm-cpu") == light  # this bench's shape: as cited
     rate, centre = Campaign(bench72.Config(), ("a",), moved).centre(History(None, None))
     assert rate == 0.716 and centre.startswith("0.716 req/s: src; its saturation point 1.44 req/s x 0.497")
     assert Campaign(bench72.Config(start_rps=2.0), ("a",), moved).centre(History(None, None)) == (
@@ -405,6 +408,25 @@ def test_make_bench_72_runs_the_bench_with_make_variables():
         ["make", "-n", "-C", str(root), "bench-72", "SLO_TTFT_P99_MS=800"], capture_output=True, text=True, timeout=60
     ).stdout
     assert "infkit bench 72 --scale 1" in out and "--make-vars 'SLO_TTFT_P99_MS=800'" in out, out
+
+
+def test_relative_slos_from_a_cited_run_in_other_requests_take_this_benchs_own_light_probe():
+    from harness.bench.spec import History
+
+    cfg = bench72.Config(light_requests=8)
+    cited = LightLoad(None, None, 0.716, "bench-66 light load, m.json; its saturation point 1.44 req/s x 0.497")
+    history = History(cfg=cfg, model=None, run_dir=Path("."))
+    campaign = Campaign(cfg, ("a",), cited, "relative")
+    assert campaign.slo(history) is None  # nothing to scale from yet
+    (step,) = list(campaign.light_steps(history, "a"))
+    assert step[1].workload.common.requests == 100  # >= 100 unqueued requests in this bench's shape
+    history.notes["light"] = LightLoad(400.0, 60.0, 1.5, "a light-load probe on a: 100 requests one at a time")
+    slo = campaign.slo(history)
+    assert (slo.ttft_p99_ms, slo.tpot_p99_ms) == (1200.0, 120.0) and "light-load probe" in slo.basis
+    # the schedule is still centred on the cited saturation point, not on the one-at-a-time probe's rate
+    assert campaign.centre(history) == (0.716, f"0.716 req/s: {cited.source}")
+    # an absolute tier needs no probe: the cited rate centres it
+    assert list(Campaign(cfg, ("a",), cited, "cpu-server").light_steps(history, "a")) == []
 
 
 def test_relative_slos_take_a_reference_of_at_least_100_unqueued_requests():

@@ -147,14 +147,18 @@ def in_shape_of(result: dict[str, Any] | None) -> tuple[int, int] | None:
 def in_this_shape(light: LightLoad | None, result: dict[str, Any] | None, cfg: Config,
                   backend: str) -> LightLoad | None:
     """The cited saturation point carried to this bench's request shape (bench-66 serves shorter requests): the
-    schedule's centre, so a candidate's capacity falls inside the schedule rather than below it."""
+    schedule's centre, so a candidate's capacity falls inside the schedule rather than below it. Its light-load
+    latencies are of the other shape and are not carried: relative SLOs then come from this bench's own light
+    probe."""
     shape = in_shape_of(result)
-    if light is None or light.rate_rps is None or shape is None:
+    if light is None or light.rate_rps is None or shape is None or shape == (cfg.input_tokens, cfg.output_tokens):
         return light
     ratio, why = request_cost_ratio(shape, (cfg.input_tokens, cfg.output_tokens), backend)
     rate = round(light.rate_rps * ratio, 3)
-    return replace(light, rate_rps=rate, source=f"{light.source}; its saturation point {light.rate_rps:.3g} req/s "
-                   f"{why} = {rate:g} req/s in this bench's requests")
+    return replace(light, rate_rps=rate, ttft_ms=None, tpot_ms=None,
+                   source=f"{light.source}; its saturation point {light.rate_rps:.3g} req/s {why} = {rate:g} req/s "
+                          f"in this bench's requests (its light-load latencies, of {shape[0]}+{shape[1]}-token "
+                          "requests, are not)")
 
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:

@@ -261,14 +261,15 @@ class Campaign:
         yield 1, arm
         run = next((r for r in history.of(LIGHT) if not r.failure), None)
         if run is not None:
+            why = ("the cited bench-66 run's light load is of other requests" if self.light else
+                   "no bench-66 run was cited")
             caveat = ("" if run.valid else
                       f"; the probe was invalid: {'; '.join(run.result['conclusion']['invalid_reasons'])}")
             history.notes["light"] = LightLoad(
                 TTFT_P50.value([run]),
                 TPOT_P50.value([run]),
                 of_run(REQUEST_RATE, run),
-                f"a light-load probe on {server}: {run.completed} requests one at a time; no bench-66 run was "
-                f"cited{caveat}",
+                f"a light-load probe on {server}: {run.completed} requests one at a time; {why}{caveat}",
             )
 
     def centre(self, history: History) -> tuple[float | None, str | None]:
@@ -276,7 +277,7 @@ class Campaign:
         this bench's requests), else the light probe's rate."""
         if self.cfg.start_rps:
             return self.cfg.start_rps, f"{self.cfg.start_rps:g} req/s, set by --start-rps"
-        light = history.notes.get("light") or self.light
+        light = self.light if self.light and self.light.rate_rps else history.notes.get("light")
         if light and light.rate_rps:
             return light.rate_rps, f"{light.rate_rps:g} req/s: {light.source}"
         return None, None
