@@ -14,6 +14,7 @@ A normal stop closes the pipe after the group is gone, and the watchdog finds no
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -59,6 +60,13 @@ if group(signal.SIGTERM):
     while group(0) and time.monotonic() < end:
         time.sleep(0.1)
     group(signal.SIGKILL)
+"""
+# A process started while SIGINT is ignored keeps it ignored (a background job of a script starts so), and stop()
+# asks with SIGINT: the server is started through this, which restores SIGINT's default and becomes the server.
+DEFAULT_SIGINT = """\
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execv(sys.argv[1], sys.argv[2:])
 """
 
 
@@ -228,9 +236,16 @@ class LocalRuntime(Runtime):
         env = {**os.environ, **spec.env}
         if spec.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
+        argv = list(spec.argv)
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            executable = shutil.which(argv[0], path=env.get("PATH"))
+            if executable is None:  # as Popen's own error would say, before the stand-in starts
+                log_fh.close()
+                raise ServerStartError(f"cannot start {argv[0]}: no such executable")
+            argv = [sys.executable, "-I", "-S", "-c", DEFAULT_SIGINT, executable, *argv]
         try:
             proc = subprocess.Popen(
-                list(spec.argv), stdin=subprocess.DEVNULL, stdout=log_fh, stderr=subprocess.STDOUT,
+                argv, stdin=subprocess.DEVNULL, stdout=log_fh, stderr=subprocess.STDOUT,
                 env=env, cwd=run_dir, start_new_session=True,
             )
         except OSError as exc:

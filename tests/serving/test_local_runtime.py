@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -45,6 +46,17 @@ def test_waits_for_health_logs_and_stops_whole_group(tmp_path):
     assert handle.log_path.parent == tmp_path
 
 
+def test_a_server_started_while_sigint_is_ignored_still_stops_on_it(tmp_path):
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a background job of a script
+    try:
+        handle = get_runtime("local").start(spec(), tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    handle.wait_healthy(timeout_s=20)
+    # it would ignore SIGINT too, and be killed after the grace with -9
+    assert handle.stop(timeout_s=10.0) == 0 and "shutting down" in handle.log_path.read_text()
+
+
 def test_sigkill_after_timeout_when_sigint_is_ignored(tmp_path):
     handle = get_runtime("local").start(spec("--ignore-sigint"), tmp_path)
     handle.wait_healthy(timeout_s=20)
@@ -69,9 +81,14 @@ def test_health_timeout_is_an_error_not_a_hang(tmp_path):
         handle.stop(timeout_s=5)
 
 
-def test_missing_executable_is_a_clear_error(tmp_path):
-    with pytest.raises(ServerStartError, match="cannot start"):
-        get_runtime("local").start(ServerSpec(argv=(str(tmp_path / "nope"),), port=1), tmp_path)
+@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN])
+def test_missing_executable_is_a_clear_error(tmp_path, sigint):
+    previous = signal.signal(signal.SIGINT, sigint)
+    try:
+        with pytest.raises(ServerStartError, match="cannot start"):
+            get_runtime("local").start(ServerSpec(argv=(str(tmp_path / "nope"),), port=1), tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_spec_env_reaches_the_server(tmp_path):
