@@ -72,3 +72,29 @@ def test_a_row_whose_outputs_differ_or_that_fitted_beta_is_judged_but_left_out()
     assert not j.inside  # every pass drafts 3 and accepts them at c = 0: 4x predicted against 2x served
     line = next(x for x in row_lines([base]) if x.startswith("  copy/ngram-k4: predicted"))
     assert "outside the served interval; why it may miss: c ngram" in line and "error +100%" in line
+
+
+def test_the_fit_has_an_interval_and_a_miss_inside_its_reach_is_blamed_on_it_not_on_c():
+    from harness.bench.benches.bench68.acceptance import fit_verify_cost_interval
+
+    # the self-draft arm served 0.8x [0.7, 0.9]: b 1/3, dearer at its low end, cheaper at its high end
+    low, high = fit_verify_cost_interval(SELF, 0.7, 0.9)
+    assert (low, high) == pytest.approx((fit_verify_cost(SELF, 0.9), fit_verify_cost(SELF, 0.7)))
+    assert low < fit_verify_cost(SELF, 0.8) < high
+    # a draft arm accepting nothing: each pass drafts 3 at c = 0.47 and yields 1 token
+    reject = Acceptance(drafts=100, draft_tokens=300, accepted_tokens=0, accepted_per_position=(0, 0, 0),
+                        generated_tokens=110, requests=10)
+    p = predict(reject, 3, 0.47, "stated: weights", verify_cost=fit_verify_cost(SELF, 0.8),
+                verify_cost_interval=(low, high), passes=200)
+    s_low, s_high = p.speedup_interval
+    assert s_low == pytest.approx(1 / (3 * (0.47 + high) + 1)) and s_high == pytest.approx(1 / (3 * (0.47 + low) + 1))
+    assert s_low < p.speedup < s_high
+    # served just above the point prediction but within b's reach: the fit's uncertainty is named, c too
+    reach = p.miss_reason(s_high - 0.01, s_high + 0.05)
+    assert "within the fit's uncertainty" in reach and "c stated: weights" in reach
+    # served far above everything b's interval allows: not the fit, c is the suspect
+    far = p.miss_reason(s_high * 1.5, s_high * 1.8)
+    assert "not the fit's uncertainty; c stated: weights" in far
+    assert p.to_dict()["verify_cost_interval"] == pytest.approx([low, high], abs=1e-6)
+    # without an interval (no self-draft arm) only c is named, as before
+    assert predict(reject, 3, 0.47, "stated", passes=200).miss_reason(1.0, 2.0) == "c stated"

@@ -93,6 +93,10 @@ def _round(value: float | None, digits: int = 6) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def _pair(values: tuple[float, float] | None) -> list[float] | None:
+    return None if values is None else [round(v, 6) for v in values]
+
+
 def pooled_acceptance(runs: Sequence[ArmRun], label: str) -> Acceptance | None:
     """Counter deltas of ``label``'s completed repeats summed; None when the engine exported none."""
     sums = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0, "generated": 0.0}
@@ -133,6 +137,8 @@ class Prediction:
     speedup: float  # S_pred over the run's decode tokens, undrafted passes included
     drafted_fraction: float  # share of decode passes that had a draft
     verify_cost: float = 0.0  # β: extra decode steps per drafted token a verification pass costs on this host
+    verify_cost_interval: tuple[float, float] | None = None  # β at the ends of the self-draft arm's served interval
+    speedup_interval: tuple[float, float] | None = None  # S_pred with β anywhere in that interval (low, high)
 
     def to_dict(self) -> dict[str, Any]:
         return {"gamma": self.gamma, "cost_ratio": round(self.cost_ratio, 6), "cost_source": self.cost_source,
@@ -141,7 +147,22 @@ class Prediction:
                 "monte_carlo": None if self.monte_carlo is None else
                 {"mean_tokens": round(self.monte_carlo[0], 6), "stderr": round(self.monte_carlo[1], 6)},
                 "formula_speedup": round(self.formula_speedup, 6), "predicted_speedup": round(self.speedup, 6),
-                "drafted_fraction": round(self.drafted_fraction, 6), "verify_cost": round(self.verify_cost, 6)}
+                "drafted_fraction": round(self.drafted_fraction, 6), "verify_cost": round(self.verify_cost, 6),
+                "verify_cost_interval": _pair(self.verify_cost_interval),
+                "predicted_speedup_over_verify_cost_interval": _pair(self.speedup_interval)}
+
+    def miss_reason(self, served_low: float, served_high: float) -> str:
+        """Why a prediction outside the served interval may miss: β's own uncertainty where the predictions over
+        its interval reach the served one, else c (stated, not measured)."""
+        cost = f"c {self.cost_source}"
+        if self.speedup_interval is None or self.verify_cost_interval is None:
+            return cost
+        (low, high), (b_low, b_high) = self.speedup_interval, self.verify_cost_interval
+        span = (f"b {self.verify_cost:.2f} [{b_low:.2f}, {b_high:.2f}] over the self-draft arm's served interval "
+                f"predicts {low:.2f}x to {high:.2f}x")
+        if low <= served_high and high >= served_low:
+            return f"{span}, which reaches the served interval: within the fit's uncertainty ({cost})"
+        return f"{span}, none of it inside the served interval: not the fit's uncertainty; {cost}"
 
 
 def fit_verify_cost(acc: Acceptance, served_speedup: float) -> float | None:
@@ -154,8 +175,23 @@ def fit_verify_cost(acc: Acceptance, served_speedup: float) -> float | None:
     return max(0.0, (per_pass - acc.mean_draft_length - 1) / acc.mean_draft_length)
 
 
+def fit_verify_cost_interval(acc: Acceptance, served_low: float, served_high: float) -> tuple[float, float] | None:
+    """β at the ends of the self-draft arm's served-speedup interval: (at its high end, at its low end), since a
+    slower served self-draft means a dearer verification pass."""
+    low, high = fit_verify_cost(acc, served_high), fit_verify_cost(acc, served_low)
+    return None if low is None or high is None else (low, high)
+
+
+def drafted_speedup(acc: Acceptance, cost_ratio: float, verify_cost: float) -> float:
+    """S_pred = T / (D·(γ̄·(c + β) + 1) + undrafted passes) over the run's decode tokens T."""
+    drafted_cost = acc.drafts * ((acc.mean_draft_length or 0.0) * (cost_ratio + verify_cost) + 1)
+    undrafted = max(0.0, acc.decode_tokens - acc.drafts * (acc.mean_length or 0.0))
+    return acc.decode_tokens / (drafted_cost + undrafted)
+
+
 def predict(acc: Acceptance, gamma: int, cost_ratio: float, cost_source: str, *, passes: int = 20_000,
-            seed: int = 0, verify_cost: float = 0.0) -> Prediction | None:
+            seed: int = 0, verify_cost: float = 0.0,
+            verify_cost_interval: tuple[float, float] | None = None) -> Prediction | None:
     """The prediction for a run with acceptance ``acc``; None without drafts or decode tokens."""
     if not acc.drafts or acc.rate is None or acc.mean_length is None or not acc.decode_tokens:
         return None
@@ -163,13 +199,15 @@ def predict(acc: Acceptance, gamma: int, cost_ratio: float, cost_source: str, *,
     alphas = acc.conditional_alphas
     positional = expected_tokens_positional(alphas) if alphas else None
     mc = simulate_acceptance(alphas, passes, seed) if alphas else None
-    drafted_cost = acc.drafts * ((acc.mean_draft_length or 0.0) * (cost_ratio + verify_cost) + 1)
     undrafted = max(0.0, acc.decode_tokens - acc.drafts * acc.mean_length)
+    over = None if verify_cost_interval is None else (drafted_speedup(acc, cost_ratio, verify_cost_interval[1]),
+                                                     drafted_speedup(acc, cost_ratio, verify_cost_interval[0]))
     return Prediction(gamma=gamma, cost_ratio=cost_ratio, cost_source=cost_source, expected_iid=iid,
                       expected_positional=positional, monte_carlo=(mc.mean_tokens, mc.stderr) if mc else None,
                       formula_speedup=iid / (gamma * (cost_ratio + verify_cost) + 1), verify_cost=verify_cost,
-                      speedup=acc.decode_tokens / (drafted_cost + undrafted),
-                      drafted_fraction=acc.drafts / (acc.drafts + undrafted))
+                      speedup=drafted_speedup(acc, cost_ratio, verify_cost),
+                      drafted_fraction=acc.drafts / (acc.drafts + undrafted),
+                      verify_cost_interval=verify_cost_interval, speedup_interval=over)
 
 
 def draft_cost_ratio(config: Mapping[str, Any], draft_layers: int) -> float:

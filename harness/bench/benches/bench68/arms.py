@@ -20,6 +20,7 @@ from harness.bench.benches.bench68.acceptance import (
     agreement,
     draft_cost_ratio,
     fit_verify_cost,
+    fit_verify_cost_interval,
     pooled_acceptance,
     predict,
     reference_outputs,
@@ -167,7 +168,7 @@ def read_speculative(cfg: Any, arms: Sequence[SpecArm],
         prop_lines, prop_details = proposal_lines(*proposal, arms, cfg)
         rows = list(top.rows) or rows  # with the primary row named and the secondaries' Holm-adjusted p
         shift = co_residence(history.runs, [a.name for a in arms], seed=cfg.seed + 500, resamples=cfg.resamples)
-        lines = ["", *row_lines(rows), f"verification cost fitted on self-draft: {beta}", control["text"],
+        lines = ["", *row_lines(rows), verify_cost_line(beta), control["text"],
                  *shift["lines"], "", *prop_lines, "", *top.lines]
         details = {"speculative": [r.to_dict() for r in rows], "claims": claims, "decision_rule": top.rule,
                    "arms": [{"name": a.name, "speculative_config": a.config, "kind": a.kind, "gamma": a.gamma,
@@ -191,6 +192,12 @@ def read_speculative(cfg: Any, arms: Sequence[SpecArm],
     return reading
 
 
+def verify_cost_line(fitted: dict) -> str:
+    interval = fitted["interval"]
+    span = f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
+    return f"verification cost b {fitted['value']:.3f}{span}: {fitted['source']} ({', '.join(fitted['from']) or '-'})"
+
+
 TPOT_MEAN = Metric("tpot_ms.mean", "TPOT mean ms", "lower", ".1f", TPOT, lambda a: float(np.mean(a)))
 
 
@@ -209,16 +216,21 @@ def speculative_rows(history: History, cfg: Any, arms: Sequence[SpecArm]) -> tup
                                      for k, m in metrics)
             claims += [c.to_dict() for c in ((tpot, rate) if workload == CONTROL else (e2e, tpot)) if c]
             parts.append((i, j, sa, workload, base, spec, e2e, tpot, mean, pooled_acceptance(runs, spec), rate))
-    fits = [b for b in (fit_verify_cost(acc, 1 / mean.effect.value)
-                        for _, _, sa, _, _, _, _, _, mean, acc, _ in parts if sa.kind == "self" and acc and mean)
-            if b is not None]
+    selves = [(acc, mean.effect) for _, _, sa, _, _, _, _, _, mean, acc, _ in parts
+              if sa.kind == "self" and acc and mean]
+    fits = [b for b in (fit_verify_cost(acc, 1 / eff.value) for acc, eff in selves) if b is not None]
     beta = float(np.mean(fits)) if fits else 0.0
-    fitted = {"value": round(beta, 6), "from": [f"{w}/{sa.name}" for _, _, sa, w, *_ in parts if sa.kind == "self"],
-              "source": "self-draft arm (c = 1)" if fits else "no self-draft arm measured: 0 assumed"}
+    # β's interval: the fit at either end of the self-draft arm's served-speedup interval (1 / the mean-TPOT ratio's)
+    ends = [e for e in (fit_verify_cost_interval(acc, 1 / eff.ci_high, 1 / eff.ci_low) for acc, eff in selves) if e]
+    interval = (float(np.mean([e[0] for e in ends])), float(np.mean([e[1] for e in ends]))) if fits and ends else None
+    fitted = {"value": round(beta, 6), "interval": None if interval is None else [round(b, 6) for b in interval],
+              "from": [f"{w}/{sa.name}" for _, _, sa, w, *_ in parts if sa.kind == "self"],
+              "source": "self-draft arm (c = 1), interval from its served speedup's" if fits else
+              "no self-draft arm measured: 0 assumed"}
     rows = []
     for i, j, sa, workload, base, spec, e2e, tpot, mean, acc, rate in parts:
         pred = predict(acc, sa.gamma, sa.cost_ratio, sa.cost_source, passes=cfg.mc_passes,
-                       seed=cfg.seed + 100 * i + j, verify_cost=beta) if acc else None
+                       seed=cfg.seed + 100 * i + j, verify_cost=beta, verify_cost_interval=interval) if acc else None
         ref = reference_outputs(runs, [f"{workload}/off@{a.name}" for a in arms])
         rows.append(Row(workload=workload, arm=sa.name, refused=history.refused.get(sa.name), e2e=e2e, tpot=tpot,
                         tpot_ms=(arm_values(runs, base, [TPOT_P50])[TPOT_P50.name],

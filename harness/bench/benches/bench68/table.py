@@ -171,7 +171,7 @@ def row_lines(rows: Sequence[Row]) -> list[str]:
                 f"{served[0]:.2f}x [{served[1]:.2f}, {served[2]:.2f}], error {verdict.error:+.0%}, "
                 f"{'inside' if verdict.inside else 'outside'} the served interval"
                 + (f" (left out: {verdict.excluded})" if verdict.excluded else "")
-                + ("" if verdict.inside or verdict.excluded else f"; why it may miss: c {p.cost_source}")
+                + ("" if verdict.inside or verdict.excluded else f"; why it may miss: {p.miss_reason(*served[1:])}")
             )
     judged = [j for j in (r.judged() for r in rows) if j is not None]
     lines.append(summary_line("  predictions", summarise(judged)))
