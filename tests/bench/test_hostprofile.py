@@ -199,3 +199,26 @@ def test_bench66_shortens_its_requests_on_a_slower_host_so_its_floor_held_levels
     assert bench66.request_shape(bench66.Config(), "vllm")[:2] == (128, 16)  # not the profiled engine
     assert bench66.request_shape(bench66.Config(output_tokens=12), "vllm-cpu")[:2] == (128, 12)  # set: kept
     assert bench66.request_shape(bench66.Config(input_tokens=200), "vllm-cpu")[:2] == (200, 8)
+
+
+def test_bench81_shortens_its_requests_on_a_slower_host_but_keeps_its_closed_loop(tmp_path, monkeypatch):
+    from harness.bench.benches import bench81
+
+    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))
+    cfg = bench81.Config()
+    assert (cfg.input_tokens, cfg.output_tokens) == (None, None)  # unset: sized where the plan runs
+    assert bench81.sized(cfg, "vllm-cpu")[0].output_tokens == 32  # no profile: the reference host's 256 + 32
+    profile = profile_from({"prefill": PREFILL, "decode": DECODE}, Target("http://h", "m", None), DTYPE)
+    write_profile(HostProfile(**{**profile.__dict__, **AVX2_ONLY}), tmp_path / "host-profile.json")
+    # a 256+32-token request: 2.88 s here against 1.77 s, x 0.615: 32 x 0.615 = 19.7, in steps of 4: 16 (the
+    # floor); the prompt in proportion, 256 x 16/32 = 128. No start excess is taken out (the runs cannot buy it back)
+    here, shape, why = bench81.sized(cfg, "vllm-cpu")
+    assert (here.input_tokens, here.output_tokens) == shape == (128, 16)
+    assert why.startswith("16 output tokens: 16 = 32 x 0.615 in steps of 4, at least 16")
+    assert (here.requests, here.concurrency) == (cfg.requests, cfg.concurrency)  # the steady window is kept
+    assert bench81.sized(cfg, "vllm")[0].output_tokens == 32  # not the profiled engine
+    chosen = bench81.sized(bench81.Config(output_tokens=24, input_tokens=300), "vllm-cpu")[0]
+    assert (chosen.input_tokens, chosen.output_tokens) == (300, 24)  # set: kept
+    made = bench81.plan(bench81.Config(layouts=("pp2",)), None)
+    assert (made.warmup.input_tokens, made.warmup.output_tokens) == (128, 16)
+    assert made.notes[0] == f"request lengths: {why}"

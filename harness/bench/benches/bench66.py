@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.bench.lib.hostprofile import sized_shape
+from harness.bench.lib.hostprofile import request_shape as request_shape_here
 from harness.bench.lib.saturation import MIN_VERDICT_REQUESTS
 from harness.bench.lib.sweep import RATE_FRACTIONS, LoadSweep
 from harness.bench.metrics import (
@@ -93,14 +93,8 @@ def request_shape(cfg: Config, backend: str) -> tuple[int, int, str]:
     """Mean prompt and output tokens, and why: as set, else the reference host's, both scaled by one factor where
     this host's profile prices a request higher (``sized_shape``, its slower start taken out of the floor-held
     levels), so those levels take about the reference host's time."""
-    if cfg.output_tokens is not None:
-        prompt, output = cfg.input_tokens or REFERENCE_INPUT_TOKENS, cfg.output_tokens
-        return prompt, output, f"{output} output tokens, set by --output-tokens; prompt {prompt}"
-    prompt, output, why = sized_shape((REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS), backend,
-                                      floor=MIN_OUTPUT_TOKENS, starts=1, work_s=REFERENCE_WORK_S)
-    prompt = cfg.input_tokens or prompt
-    return prompt, output, (f"{output} output tokens: {why}; prompt {prompt}"
-                            f"{', set by --input-tokens' if cfg.input_tokens else ''}")
+    return request_shape_here(cfg.input_tokens, cfg.output_tokens, (REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS),
+                              backend, floor=MIN_OUTPUT_TOKENS, starts=1, work_s=REFERENCE_WORK_S)
 
 
 def request_list(cfg: Config, seed: int, shape: tuple[int, int]) -> Common:

