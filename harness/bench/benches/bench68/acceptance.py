@@ -15,8 +15,8 @@ yields L tokens, S = E / (γ·c + 1) — where verifying γ̄ + 1 tokens costs w
 does. On a CPU that holds only while the pass is memory-bound; the verification pass then
 costs 1 + β·γ̄ decode steps, and β is a property of the host, fitted here from the self-draft arm
 (c = 1, acceptance near 1: ``fit_verify_cost``), with an interval from the ends of that arm's served
-interval (``fit_verify_cost_interval``) over which each prediction is also made. A step without a draft (n-gram lookup found no
-match) costs one pass for one token. Over a run's decode tokens T (generated minus one per
+interval (``fit_verify_cost_interval``) over which each prediction is also made. A step without a draft
+(n-gram lookup found no match) costs one pass for one token. Over a run's decode tokens T (generated minus one per
 request, which comes with the prefill), with D passes that had a draft:
   S_pred = T / (D·(γ̄·c + 1 + β·γ̄) + (T − D·L))
 which is E / (γ·c + 1 + β·γ) when every pass drafts. The served speedup is the inverse of the
