@@ -81,6 +81,11 @@ class Acceptance:
     def decode_tokens(self) -> float:
         return max(0.0, self.generated_tokens - self.requests)
 
+    @property
+    def undrafted_passes(self) -> float:
+        """Decode tokens no draft covered: each cost one plain decode step."""
+        return max(0.0, self.decode_tokens - self.drafts * (self.mean_length or 0.0))
+
     def to_dict(self) -> dict[str, Any]:
         return {"drafts": self.drafts, "draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens,
                 "accepted_per_position": list(self.accepted_per_position), "generated_tokens": self.generated_tokens,
@@ -171,8 +176,7 @@ def fit_verify_cost(acc: Acceptance, served_speedup: float) -> float | None:
     solved from S_served = T / (D·(γ̄ + 1 + β·γ̄) + undrafted); None without drafts; >= 0."""
     if not acc.drafts or not acc.mean_draft_length or acc.mean_length is None or served_speedup <= 0:
         return None
-    undrafted = max(0.0, acc.decode_tokens - acc.drafts * acc.mean_length)
-    per_pass = (acc.decode_tokens / served_speedup - undrafted) / acc.drafts  # γ̄ + 1 + β·γ̄
+    per_pass = (acc.decode_tokens / served_speedup - acc.undrafted_passes) / acc.drafts  # γ̄ + 1 + β·γ̄
     return max(0.0, (per_pass - acc.mean_draft_length - 1) / acc.mean_draft_length)
 
 
@@ -186,8 +190,7 @@ def fit_verify_cost_interval(acc: Acceptance, served_low: float, served_high: fl
 def drafted_speedup(acc: Acceptance, cost_ratio: float, verify_cost: float) -> float:
     """S_pred = T / (D·(γ̄·(c + β) + 1) + undrafted passes) over the run's decode tokens T."""
     drafted_cost = acc.drafts * ((acc.mean_draft_length or 0.0) * (cost_ratio + verify_cost) + 1)
-    undrafted = max(0.0, acc.decode_tokens - acc.drafts * (acc.mean_length or 0.0))
-    return acc.decode_tokens / (drafted_cost + undrafted)
+    return acc.decode_tokens / (drafted_cost + acc.undrafted_passes)
 
 
 def predict(acc: Acceptance, gamma: int, cost_ratio: float, cost_source: str, *, passes: int = 20_000,
@@ -200,14 +203,13 @@ def predict(acc: Acceptance, gamma: int, cost_ratio: float, cost_source: str, *,
     alphas = acc.conditional_alphas
     positional = expected_tokens_positional(alphas) if alphas else None
     mc = simulate_acceptance(alphas, passes, seed) if alphas else None
-    undrafted = max(0.0, acc.decode_tokens - acc.drafts * acc.mean_length)
     over = None if verify_cost_interval is None else (drafted_speedup(acc, cost_ratio, verify_cost_interval[1]),
                                                      drafted_speedup(acc, cost_ratio, verify_cost_interval[0]))
     return Prediction(gamma=gamma, cost_ratio=cost_ratio, cost_source=cost_source, expected_iid=iid,
                       expected_positional=positional, monte_carlo=(mc.mean_tokens, mc.stderr) if mc else None,
                       formula_speedup=iid / (gamma * (cost_ratio + verify_cost) + 1), verify_cost=verify_cost,
                       speedup=drafted_speedup(acc, cost_ratio, verify_cost),
-                      drafted_fraction=acc.drafts / (acc.drafts + undrafted),
+                      drafted_fraction=acc.drafts / (acc.drafts + acc.undrafted_passes),
                       verify_cost_interval=verify_cost_interval, speedup_interval=over)
 
 

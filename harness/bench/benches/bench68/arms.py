@@ -222,7 +222,7 @@ def speculative_rows(history: History, cfg: Any, arms: Sequence[SpecArm]) -> tup
     beta = float(np.mean(fits)) if fits else 0.0
     # β's interval: the fit at either end of the self-draft arm's served-speedup interval (1 / the mean-TPOT ratio's)
     ends = [e for e in (fit_verify_cost_interval(acc, 1 / eff.ci_high, 1 / eff.ci_low) for acc, eff in selves) if e]
-    interval = (float(np.mean([e[0] for e in ends])), float(np.mean([e[1] for e in ends]))) if fits and ends else None
+    interval = (float(np.mean([e[0] for e in ends])), float(np.mean([e[1] for e in ends]))) if ends else None
     fitted = {"value": round(beta, 6), "interval": None if interval is None else [round(b, 6) for b in interval],
               "from": [f"{w}/{sa.name}" for _, _, sa, w, *_ in parts if sa.kind == "self"],
               "source": "self-draft arm (c = 1), interval from its served speedup's" if fits else
