@@ -169,6 +169,10 @@ def bracket(levels: Sequence[Level]) -> Bracket:
     low = next((lv for lv in reversed(below) if lv.verdict == KEEPS_UP), None)
     if high is None:
         unread = [lv.label for lv in ordered if lv.verdict == UNDETERMINED]
+        invalid = [lv.label for lv in ordered if lv.verdict == INVALID]
+        if invalid:  # an invalid level may well have fallen behind: it says nothing either way
+            return Bracket(low, None, False, f"no valid level fell behind and {len(invalid)} invalid "
+                           f"({', '.join(invalid)}): the run cannot place saturation")
         return Bracket(low, None, False, f"no level fell behind and {len(unread)} undetermined (too short to read, "
                        f"fewer than {MIN_VERDICT_REQUESTS} requests, or at the capacity)" if unread else
                        "no level fell behind: the sweep ends below saturation")

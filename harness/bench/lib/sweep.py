@@ -89,6 +89,12 @@ class LoadPoint:
     # which window the throughputs cover (steady state, else whole run) and the repeats' drain fraction
     throughput_basis: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def queue_verdict(self) -> str:
+        """What the level's queue did, its validity set aside. It steers the sweep (once a level's queue grew, a
+        higher one only queues more, whether the server or a stalled client let it grow), never the bracket."""
+        return level_verdict(True, self.growth)
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["invalid_reasons"] = list(self.invalid_reasons)
@@ -252,7 +258,7 @@ class LoadSweep:
                     continue
                 yield repeat, arm
                 if load_point(history.runs, arm.label, offered_rps=rate,
-                              tolerance=self.tolerance).verdict == FALLS_BEHIND:
+                              tolerance=self.tolerance).queue_verdict == FALLS_BEHIND:
                     cutoff = min(cutoff, rate)
                 elif repeat == 1 and extra and cutoff == math.inf and arm is levels[-1][1]:
                     extra -= 1  # nothing fell behind yet: one rung higher
@@ -272,9 +278,10 @@ class LoadSweep:
                 f"scheduled rate) both lie <= {self.tolerance:g}, falls behind when either lies wholly above; "
                 f"bracket [last level that kept up, first that fell behind] by scheduled rate, undetermined with "
                 f"invalid levels between; levels >= {self.min_level_s:g} s and >= {self.min_level_requests} requests "
-                f"(a level of fewer than {MIN_VERDICT_REQUESTS} is undetermined); levels above the first that fell "
-                "behind are not run" + ("" if self.rates else f"; when none of the ladder's does, up to "
-                                          f"{EXTRA_RUNGS} more, each {EXTRA_STEP:g} x the last"))
+                f"(a level of fewer than {MIN_VERDICT_REQUESTS} is undetermined); levels above the first whose queue "
+                "fell behind (an invalid one's too) are not run"
+                + ("" if self.rates else f"; when none of the ladder's does, up to {EXTRA_RUNGS} more, each "
+                                         f"{EXTRA_STEP:g} x the last"))
 
     def read(self, history: History) -> Reading:
         """Per-level table, the saturation bracket, the curve, and ``details.baseline`` for citing benches."""
@@ -295,6 +302,9 @@ class LoadSweep:
         extra = history.notes.get("extra_levels", [])
         if extra:
             lines.append("run above the ladder, none of whose levels fell behind: " + ", ".join(extra))
+        lines += [f"invalid, {p.label}: {p.invalid_reasons[0]}" + (f" (+{len(p.invalid_reasons) - 1} more)"
+                                                                   if len(p.invalid_reasons) > 1 else "")
+                  for p in timed if p.verdict == INVALID and p.invalid_reasons]
         headline: list[dict[str, Any]] = [
             {"name": "saturation bracket low", "value": sat.low.scheduled_rps if sat.low else None, "unit": "req/s"},
             {"name": "saturation bracket high", "value": sat.high.scheduled_rps if sat.high else None,

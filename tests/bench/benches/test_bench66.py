@@ -95,7 +95,7 @@ def test_levels_above_the_first_that_falls_behind_are_not_run(monkeypatch):
 
     behind = {"rate=3/s"}  # what the stand-in reading says of each level once it ran
     monkeypatch.setattr(sweep_mod, "load_point", lambda runs, label, **_: SimpleNamespace(
-        verdict=sweep_mod.FALLS_BEHIND if label in behind else sweep_mod.KEEPS_UP))
+        queue_verdict=sweep_mod.FALLS_BEHIND if label in behind else sweep_mod.KEEPS_UP))
     plan = SPEC.plan(Config(repeats=2, rates=(1.0, 2.0, 3.0, 4.0, 5.0), concurrencies=(2,)), None)
     history = History(cfg=None, model=None)
     ran = [(arm.label, repeat) for repeat, arm in plan.schedule.phases[0].steps(history)]
@@ -122,7 +122,7 @@ def test_a_ladder_none_of_whose_levels_falls_behind_runs_rungs_above_it_until_on
 
     monkeypatch.setattr(sweep_mod.LoadSweep, "probe", probed)
     monkeypatch.setattr(sweep_mod, "load_point", lambda runs, label, **_: SimpleNamespace(
-        verdict=sweep_mod.FALLS_BEHIND if label in behind else sweep_mod.UNDETERMINED))
+        queue_verdict=sweep_mod.FALLS_BEHIND if label in behind else sweep_mod.UNDETERMINED))
     plan = SPEC.plan(Config(repeats=2, rate_fractions=(0.5, 1.0), input_tokens=24, output_tokens=6), None)
     history = History(cfg=None, model=None)
     ran = [(arm.label, repeat) for repeat, arm in plan.schedule.phases[0].steps(history)]
@@ -132,3 +132,18 @@ def test_a_ladder_none_of_whose_levels_falls_behind_runs_rungs_above_it_until_on
     given = SPEC.plan(Config(rates=(2.0, 4.0), input_tokens=24, output_tokens=6), None)  # given rates: as given
     assert [arm.label for _, arm in given.schedule.phases[0].steps(History(cfg=None, model=None))] == [
         "rate=2/s", "rate=4/s"]
+
+
+def test_an_invalid_level_whose_queue_grew_closes_the_ladder_but_never_the_bracket():
+    """A stalled client invalidates a level; its queue still grew, so higher levels (or rungs above the ladder)
+    would only queue more: they are not run, and the bracket reads undetermined, naming the invalid levels."""
+    from harness.bench.lib.saturation import FALLS_BEHIND, INVALID, Level, QueueGrowth, Slope, bracket
+    from harness.bench.lib.sweep import LoadPoint
+
+    grew = QueueGrowth(2.0, 60.0, 120, Slope(0.2, 0.1, 0.3, 10), Slope(0.5, 0.4, 0.6, 10), FALLS_BEHIND)
+    point = LoadPoint("rate=2/s", 2.0, None, 1, False, ("repeat 1: client event-loop lag",), 1.5, (1.5, 1.5),
+                      10.0, (10.0, 10.0), scheduled_rps=2.0, growth=(grew,), verdict=INVALID)
+    assert point.verdict == INVALID and point.queue_verdict == FALLS_BEHIND
+    sat = bracket([Level("rate=1/s", 1.0, INVALID), Level("rate=2/s", 2.0, INVALID)])
+    assert not sat.determined and "no valid level fell behind and 2 invalid (rate=1/s, rate=2/s)" in sat.reason
+    assert "below saturation" not in sat.reason
