@@ -150,3 +150,41 @@ def test_cpu_isa_lists_the_speed_relevant_extensions_in_a_fixed_order():
     assert cpu_isa(x86) == ["sse4_2", "avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"]
     assert cpu_isa("processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n") == ["asimd", "sve", "bf16", "i8mm"]
     assert cpu_isa("model name\t: something\n") == []
+
+
+def _cgroup_tree(tmp_path, proc: str, files: dict[str, str]):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "proc").write_text(proc)
+    for rel, text in files.items():
+        (tmp_path / "fs" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "fs" / rel).write_text(text)
+    return fingerprint.cpu_quota(tmp_path / "proc", tmp_path / "fs")
+
+
+def test_cpu_quota_reads_cgroup_v1_and_v2_and_takes_the_tightest_ancestor(tmp_path):
+    v1 = _cgroup_tree(tmp_path / "v1", "4:memory:/x\n1:cpu,cpuacct:/jobs/bench\n", {
+        "cpu,cpuacct/jobs/bench/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/jobs/bench/cpu.cfs_period_us": "100000\n",
+        "cpu,cpuacct/jobs/cpu.cfs_quota_us": "150000\n", "cpu,cpuacct/jobs/cpu.cfs_period_us": "100000\n"})
+    assert v1 == {"cores": 1.5, "period_ms": 100.0, "cgroup": "/jobs"}  # the child is unlimited, its parent is not
+    v2 = _cgroup_tree(tmp_path / "v2", "0::/kubepods/pod1\n", {
+        "kubepods/pod1/cpu.max": "50000 100000\n", "kubepods/cpu.max": "max 100000\n"})
+    assert v2 == {"cores": 0.5, "period_ms": 100.0, "cgroup": "/kubepods/pod1"}
+    # inside a container the listed path is the host's; the container's own mount root holds its limit
+    boxed = _cgroup_tree(tmp_path / "box", "0::/system.slice/docker-1.scope\n", {"cpu.max": "200000 100000\n"})
+    assert boxed == {"cores": 2.0, "period_ms": 100.0, "cgroup": "/"}
+    assert _cgroup_tree(tmp_path / "none", "0::/\n", {"cpu.max": "max 100000\n"}) is None
+    assert fingerprint.cpu_quota(tmp_path / "missing", tmp_path) is None
+    doc = fingerprint.collect(nvml=fake_nvml(devices=0))  # the field is in the schema either way
+    doc["host"]["cpu_quota"] = v1
+    assert validate_document(doc) == []
+
+
+def test_doctor_names_a_quota_that_can_bind_and_its_stall():
+    from harness.commands.doctor import quota_note
+
+    coarse = quota_note({"cores": 1.0, "period_ms": 100.0, "cgroup": "/slow"}, 2)
+    assert coarse and "1 of 2 cores per 100 ms" in coarse and "up to 50 ms" in coarse and "10 ms or less" in coarse
+    fine = quota_note({"cores": 1.0, "period_ms": 10.0, "cgroup": "/slow"}, 2)
+    assert fine and "up to 5 ms" in fine and "10 ms or less" not in fine
+    assert quota_note({"cores": 2.0, "period_ms": 100.0, "cgroup": "/"}, 2) is None  # cannot bind on 2 cores
+    assert quota_note(None, 2) is None

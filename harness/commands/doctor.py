@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.backends.host_dtype import DtypeChoice, choose_dtype
 from harness.bench.lib.hostprofile import (
@@ -29,7 +30,7 @@ from harness.bench.lib.hostprofile import (
 )
 from harness.contract.result import utc_now
 from harness.errors import InvalidInput
-from harness.rundir.fingerprint import host_isa
+from harness.rundir.fingerprint import cpu_quota, host_isa
 from harness.runtime.serving_env import cache_root
 from harness.serving.measure import MeasureConfig, endpoint_answers, measure
 from harness.workload import Arrival, Common, make_workload, write_workload
@@ -127,6 +128,17 @@ def report(profile: HostProfile) -> str:
     return "\n".join(lines) + "\n"
 
 
+def quota_note(quota: dict[str, Any] | None, cores: int) -> str | None:
+    """A line on the CPU quota the rates were measured under, or None without one (or one that cannot bind)."""
+    if not quota or quota["cores"] >= cores:
+        return None
+    stall = quota["period_ms"] * (1 - quota["cores"] / cores)
+    return (f"CPU quota: {quota['cores']:g} of {cores} cores per {quota['period_ms']:g} ms period (cgroup "
+            f"{quota['cgroup']}): the rates above are under it; with every core busy each process here waits up to "
+            f"{stall:.0f} ms a period, which timed runs' client-lag checks read as late sends"
+            + (" (a period of 10 ms or less keeps that small)" if stall > 10 else ""))
+
+
 def run(args: argparse.Namespace) -> int:
     dtype = (DtypeChoice("as started", f"the server at {args.endpoint} runs the dtype it was started with", "endpoint")
              if args.endpoint else choose_dtype("vllm-cpu", host_isa(), args.dtype))
@@ -138,5 +150,8 @@ def run(args: argparse.Namespace) -> int:
     profile = profile_from(records, target, dtype)
     path = write_profile(profile, args.out)
     print(report(profile), end="")
+    note = quota_note(cpu_quota(), profile.cpu_cores)
+    if note:
+        print(note)
     print(f"wrote {path}")
     return 0

@@ -82,6 +82,60 @@ def _memory_total_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def cpu_quota(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
+              ) -> dict[str, Any] | None:
+    """The CPU bandwidth limit on this process (its cgroup's or an ancestor's, the tightest), or None where none
+    is set or none can be read: {"cores", "period_ms", "cgroup"}.
+
+    A quota is spent per period by every process in the cgroup together; once it is, all of them wait out the
+    rest of the period (a quota of one core over two busy cores stalls them half of each period), which a
+    client's lag checks see as late sends. Kubernetes CPU limits and ``docker run --cpus`` set one.
+    """
+    try:
+        lines = proc_cgroup.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    found: list[tuple[float, float, str]] = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        rel = Path(path.lstrip("/"))
+        if controllers == "":  # cgroup v2: cpu.max = "<quota|max> <period>", at the root or under unified/
+            mounts, read = [root, root / "unified"], _cpu_max
+        elif "cpu" in controllers.split(","):
+            mounts, read = [root / controllers, root / "cpu", root / "cpu,cpuacct"], _cfs_quota
+        else:
+            continue
+        for mount in dict.fromkeys(mounts):
+            if not mount.is_dir():
+                continue
+            # inside a container the listed path may be the host's: its own mount root holds the limit then
+            for node in dict.fromkeys([*(mount / p for p in (rel, *rel.parents)), mount]):
+                limit = read(node)
+                if limit is not None:
+                    found.append((*limit, "/" + str(node.relative_to(mount)).strip(".")))
+    if not found:
+        return None
+    cores, period_s, where = min(found)
+    return {"cores": round(cores, 3), "period_ms": round(period_s * 1e3, 3), "cgroup": where}
+
+
+def _cpu_max(node: Path) -> tuple[float, float] | None:
+    try:
+        quota, period = (node / "cpu.max").read_text(encoding="utf-8").split()[:2]
+        return None if quota == "max" else (int(quota) / int(period), int(period) / 1e6)
+    except (OSError, ValueError):
+        return None
+
+
+def _cfs_quota(node: Path) -> tuple[float, float] | None:
+    try:
+        quota = int((node / "cpu.cfs_quota_us").read_text(encoding="utf-8"))
+        period = int((node / "cpu.cfs_period_us").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return None if quota <= 0 or period <= 0 else (quota / period, period / 1e6)
+
+
 def _physical_cores() -> int | None:
     try:
         import psutil
@@ -113,6 +167,7 @@ def host_info() -> dict[str, Any]:
         "cpu_cores_logical": os.cpu_count() or 1,
         "cpu_cores_physical": _physical_cores(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_quota": cpu_quota(),
         "memory_total_bytes": _memory_total_bytes(),
         "hostname_sha256": sha256_hex(uname.node),
     }
