@@ -438,3 +438,36 @@ def test_relative_slos_take_a_reference_of_at_least_100_unqueued_requests():
         step = next(iter(Campaign(cfg, ("a",), None, tier).light_steps(history, "a")))
         plan = step[1].workload
         assert plan.common.requests == want and plan.common.arrival.concurrency == 1, tier  # one at a time
+
+
+@pytest.mark.parametrize(("capacities", "min_rps", "expected", "extended"), [
+    # the first candidate breaks the foot (0.5): one rung below (0.25) passes, then up until two break in a row;
+    # the second gets the extended schedule from its new foot, and never extends it
+    ({"a": 0.3, "b": 0.2}, 0.1, {"a": [0.5, 0.25, 1.0], "b": [0.25, 0.5]}, [0.25]),
+    # nothing passes: two rungs below at most, the second clipped to --min-rps
+    ({"a": 0.05, "b": 0.05}, 0.2, {"a": [0.5, 0.25, 0.2], "b": [0.2, 0.25]}, [0.25, 0.2]),
+    # the foot passes: the schedule stays as it was
+    ({"a": 1.0, "b": 0.6}, 0.1, {"a": [0.5, 1.0, 2.0, 4.0], "b": [0.5, 1.0, 2.0]}, []),
+])
+def test_the_first_candidate_extends_the_schedule_below_a_broken_foot_for_every_candidate(
+        monkeypatch, capacities, min_rps, expected, extended):
+    from types import SimpleNamespace
+
+    from harness.bench.benches.bench72 import capacity as capacity_mod
+    from harness.bench.spec import History
+
+    monkeypatch.setattr(capacity_mod, "verdict", lambda run, slo, rate: SimpleNamespace(
+        passed=rate <= capacities[run.server]))
+    cfg = bench72.Config(start_rps=1.0, min_rps=min_rps, input_tokens=24, output_tokens=6)  # 0.5, 1, 2, 4, 8
+    campaign = capacity_mod.Campaign(cfg, ["a", "b"], None, "cpu-server")
+    history = History(cfg=cfg, model=None)
+    ran: dict[str, list[float]] = {"a": [], "b": []}
+    for name in ("a", "b"):
+        for _, arm in campaign.search(history, name, first=name == "a"):
+            ran[name].append(history.notes["probes"][arm.label]["rate_rps"])
+            history.runs.append(SimpleNamespace(label=arm.label, server=name, failure=None))
+    assert ran == expected
+    assert history.notes.get("extended_below", []) == extended
+    assert history.notes["schedule"][:len(extended) + 1] == [*reversed(extended), 0.5]
+    bound = cfg.schedule_below + cfg.schedule_extend_below + cfg.schedule_above + 1
+    assert all(len(rates) <= bound for rates in ran.values())  # inside the progress bound

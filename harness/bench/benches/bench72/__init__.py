@@ -90,6 +90,9 @@ class Config(BenchConfig):
                                    "light probe's rate)", min=0.001)
     growth: float = knob(2.0, "factor between neighbouring rates of the probe schedule", min=1.1)
     schedule_below: int = knob(1, "schedule rates below its centre (start / growth^k)", min=0)
+    schedule_extend_below: int = knob(2, "rungs added below the schedule (each its lowest / growth, not under "
+                                      "--min-rps) while the first candidate breaks a limit at its lowest: every "
+                                      "candidate then gets them", min=0)
     schedule_above: int = knob(3, "schedule rates above its centre (start x growth^k); every candidate gets the "
                                "same schedule", min=1)
     min_agreement: float = knob(0.9, "greedy-agreement gate: a candidate that changes numerics (dtype, "
@@ -184,7 +187,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     campaign = Campaign(cfg, names, light, tier)
     one = (cfg.servers_up if cfg.servers_up != "auto" else "one" if mappings else "two") == "one"
     phase = Phase("searches and duel", tuple(names), campaign.steps, still_needed=alone if one else campaign.keep,
-                  planned_steps=1 + len(names) * (cfg.schedule_below + cfg.schedule_above + 1) + 2 * cfg.repeats)
+                  planned_steps=1 + len(names) * (cfg.schedule_below + cfg.schedule_extend_below
+                                                    + cfg.schedule_above + 1) + 2 * cfg.repeats)
     protocol = ("every candidate probed on one shared schedule of rates on its own server start" +
                 ("" if one else ", the best so far kept up") +
                 "; a leader standing alone duels the runner-up, interleaved (A B / B A) inside its capacity" +

@@ -211,7 +211,8 @@ class Campaign:
         cfg = self.cfg
         # the pass/fail reading of a fixed schedule: one run per rate, the whole schedule as its budget
         return SearchConfig(start_rps=start_rps, growth=cfg.growth, repeats=1,
-                            max_probes=cfg.schedule_below + cfg.schedule_above + 1, min_rps=cfg.min_rps,
+                            max_probes=cfg.schedule_below + cfg.schedule_extend_below + cfg.schedule_above + 1,
+                            min_rps=cfg.min_rps,
                             max_rps=cfg.max_rps)
 
     def slo(self, history: History) -> SLO | None:
@@ -298,24 +299,39 @@ class Campaign:
 
     def search(self, history: History, name: str, first: bool) -> Iterator[Step]:
         """One candidate on the shared schedule, low to high; it stops after two probes in a row broke a limit
-        (latency does not fall as load grows, so higher rates would break it too)."""
+        (latency does not fall as load grows, so higher rates would break it too). The first candidate fixes the
+        schedule's foot: while its lowest rung breaks a limit, a rung below is added (up to
+        --schedule-extend-below), which every later candidate gets too, so a slow host still gets a capacity
+        inside the schedule rather than "below" it."""
         if first:
             yield from self.light_steps(history, name)
-        slo, schedule = self.slo(history), self.schedule(history)
-        if slo is None or not schedule:
+        slo, rates = self.slo(history), list(self.schedule(history))
+        if slo is None or not rates:
             return
-        history.notes.setdefault("start_rps", {})[name] = schedule[0]
-        broke = 0
-        for rate in schedule:
-            arm = Arm(f"{name} rate={rate:g}/s", self.rate_workload(rate), name)
-            history.notes.setdefault("probes", {})[arm.label] = {"candidate": name, "rate_rps": rate}
-            done = len(history.runs)
-            yield len(history.of(arm.label)) + 1, arm
-            if len(history.runs) == done:  # the engine refused this variant: nothing to search
-                return
-            broke = 0 if verdict(history.runs[-1], slo, rate).passed else broke + 1
+        history.notes.setdefault("start_rps", {})[name] = rates[0]
+        extend, passed, i, broke = (self.cfg.schedule_extend_below if first else 0), {}, 0, 0
+        while i < len(rates):
+            rate = rates[i]
+            if rate not in passed:
+                arm = Arm(f"{name} rate={rate:g}/s", self.rate_workload(rate), name)
+                history.notes.setdefault("probes", {})[arm.label] = {"candidate": name, "rate_rps": rate}
+                done = len(history.runs)
+                yield len(history.of(arm.label)) + 1, arm
+                if len(history.runs) == done:  # the engine refused this variant: nothing to search
+                    return
+                passed[rate] = verdict(history.runs[-1], slo, rate).passed
+                lower = max(self.cfg.min_rps, round(rate / self.cfg.growth, 3))
+                if i == 0 and not passed[rate] and extend and lower < rate:
+                    extend -= 1
+                    rates.insert(0, lower)
+                    history.notes["schedule"] = list(rates)
+                    history.notes.setdefault("extended_below", []).append(lower)
+                    history.notes["start_rps"][name] = lower
+                    continue  # the new foot first, then up the schedule
+            broke = 0 if passed[rate] else broke + 1
             if broke == 2:
                 return
+            i += 1
 
     def steps(self, history: History) -> Iterator[Step]:
         """Every candidate's search in grid order, then the duel of the top two."""

@@ -293,7 +293,9 @@ def deployment_reading(
         "schedule": {
             "rates_rps": history.notes.get("schedule"),
             "centre": campaign.centre(history)[1],
-            **{k: getattr(cfg, k) for k in ("growth", "schedule_below", "schedule_above", "min_rps", "max_rps")},
+            "extended_below": history.notes.get("extended_below", []),
+            **{k: getattr(cfg, k) for k in ("growth", "schedule_below", "schedule_extend_below", "schedule_above",
+                                            "min_rps", "max_rps")},
         },
         "slo_tier": campaign.tier,
         "duel": duel,
@@ -301,6 +303,9 @@ def deployment_reading(
     }
     table = tabulate(capacity_rows(ranked, settings), headers=CAPACITY_HEADERS, tablefmt="github")
     lines = _lines(slo, table, verdict, pools)
+    if history.notes.get("extended_below"):
+        lines.insert(2, "schedule extended below its foot (the first candidate broke a limit there): "
+                        + ", ".join(f"{r:g}" for r in history.notes["extended_below"]) + " req/s, for every candidate")
     headline = tuple({"name": f"capacity {s.name}", "metric": "request_rate_rps", "value": _capacity(s),
                       "unit": "req/s", "interval": interval(s)} for s in ranked)
     figures = {"capacity.png": lambda path: capacity_png(ranked, slo, path, title=title)} if slo and ranked else {}
