@@ -100,9 +100,9 @@ def cpu_quota(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("
         _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
         rel = Path(path.lstrip("/"))
         if controllers == "":  # cgroup v2: cpu.max = "<quota|max> <period>", at the root or under unified/
-            mounts, read = [root, root / "unified"], _cpu_max
+            mounts, v2 = [root, root / "unified"], True
         elif "cpu" in controllers.split(","):
-            mounts, read = [root / controllers, root / "cpu", root / "cpu,cpuacct"], _cfs_quota
+            mounts, v2 = [root / controllers, root / "cpu", root / "cpu,cpuacct"], False
         else:
             continue
         for mount in dict.fromkeys(mounts):
@@ -110,7 +110,7 @@ def cpu_quota(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("
                 continue
             # inside a container the listed path may be the host's: its own mount root holds the limit then
             for node in dict.fromkeys([*(mount / p for p in (rel, *rel.parents)), mount]):
-                limit = read(node)
+                limit = _quota(node, v2)
                 if limit is not None:
                     found.append((*limit, "/" + str(node.relative_to(mount)).strip(".")))
     if not found:
@@ -119,21 +119,16 @@ def cpu_quota(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("
     return {"cores": round(cores, 3), "period_ms": round(period_s * 1e3, 3), "cgroup": where}
 
 
-def _cpu_max(node: Path) -> tuple[float, float] | None:
+def _quota(node: Path, v2: bool) -> tuple[float, float] | None:
+    """(cores, period s) of one cgroup's quota: cpu.max "<quota|max> <period>" (v2), or cpu.cfs_quota_us
+    (-1: none) and cpu.cfs_period_us (v1); None without one."""
+    names = ("cpu.max",) if v2 else ("cpu.cfs_quota_us", "cpu.cfs_period_us")
     try:
-        quota, period = (node / "cpu.max").read_text(encoding="utf-8").split()[:2]
-        return None if quota == "max" else (int(quota) / int(period), int(period) / 1e6)
+        quota, period = " ".join((node / name).read_text(encoding="utf-8") for name in names).split()[:2]
+        q, p = -1 if quota == "max" else int(quota), int(period)
     except (OSError, ValueError):
         return None
-
-
-def _cfs_quota(node: Path) -> tuple[float, float] | None:
-    try:
-        quota = int((node / "cpu.cfs_quota_us").read_text(encoding="utf-8"))
-        period = int((node / "cpu.cfs_period_us").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return None if quota <= 0 or period <= 0 else (quota / period, period / 1e6)
+    return None if q <= 0 or p <= 0 else (q / p, p / 1e6)
 
 
 def _physical_cores() -> int | None:
