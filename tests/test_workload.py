@@ -21,7 +21,7 @@ from harness.workload import (
     make_workload,
     write_workload,
 )
-from harness.workload.arrival import offsets, poisson_scheduled
+from harness.workload.arrival import offsets, poisson_scheduled, scheduled
 
 
 def _closed(**kw) -> Common:
@@ -265,3 +265,14 @@ def test_a_list_scheduled_at_a_rate_runs_at_it_whatever_its_draws():
     nominal = [poisson_scheduled(r, 60.0, 7, at_least=100)[0].rate_rps / r for r in (1.0, 1.5)]
     assert nominal[0] == pytest.approx(nominal[1]) and nominal[0] != pytest.approx(1.0, abs=1e-3)
     assert poisson_scheduled(100.0, 1.0, 0, at_least=500)[1] == 500
+
+
+def test_a_bursty_list_is_scheduled_at_its_rate_keeping_its_draws():
+    gamma = Arrival("gamma", rate_rps=0.45, burstiness=0.25)
+    for seed in range(20):
+        for n in (2, 8, 16):
+            sends = offsets(scheduled(gamma, n, seed), n, seed)
+            assert (n - 1) / sends[-1] == pytest.approx(0.45, rel=1e-3), (seed, n)
+            nominal = offsets(gamma, n, seed)  # the same draws, one scale: the gaps keep their proportions
+            assert [a / sends[-1] for a in sends] == pytest.approx([a / nominal[-1] for a in nominal], abs=1e-5)
+    assert scheduled(gamma, 1, 0) == gamma  # one request has no span to schedule

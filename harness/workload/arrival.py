@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.contract.jsonio import is_finite_number
 from harness.errors import InvalidInput
@@ -66,9 +66,17 @@ def offsets(arrival: Arrival, count: int, seed: int, trace_s: list[float] | None
             raise InvalidInput("--arrival trace needs a trace with one timestamp per request (kind 'trace')")
         start = min(trace_s)
         return [round(t - start, OFFSET_DECIMALS) for t in trace_s]
+    times = drawn(arrival, count, seed)
+    if times and not math.isfinite(times[-1]):  # a rate so small that its gaps overflow a float
+        raise InvalidInput(f"--rate {arrival.rate_rps:g}: send offsets overflow; use a larger rate")
+    return [round(t, OFFSET_DECIMALS) for t in times]
+
+
+def drawn(arrival: Arrival, count: int, seed: int) -> list[float]:
+    """The send times of an open arrival (poisson, gamma, constant) as drawn, before rounding."""
     rng = random.Random(seed)
     rate = float(arrival.rate_rps)  # type: ignore[arg-type]
-    out: list[float | None] = []
+    out: list[float] = []
     t = 0.0
     for i in range(count):
         if i > 0:
@@ -79,17 +87,24 @@ def offsets(arrival: Arrival, count: int, seed: int, trace_s: list[float] | None
             else:  # gamma with mean gap 1/rate: shape = burstiness, scale = 1/(rate*burstiness)
                 b = float(arrival.burstiness)  # type: ignore[arg-type]
                 t += rng.gammavariate(b, 1.0 / (rate * b))
-        out.append(round(t, OFFSET_DECIMALS))
-    if not math.isfinite(t):  # a rate so small that its gaps overflow a float
-        raise InvalidInput(f"--rate {rate:g}: send offsets overflow; use a larger rate")
+        out.append(t)
     return out
 
 
+def scheduled(arrival: Arrival, count: int, seed: int) -> Arrival:
+    """``arrival`` (poisson or gamma) with its nominal rate moved so that its list of ``count`` requests, drawn from
+    ``seed``, is *scheduled* at ``arrival.rate_rps``: its n - 1 gaps span (n - 1) / rate_rps. A short list runs well
+    off its nominal rate by chance (10-15 % for a Poisson list of 60 s, a third for 8 gamma arrivals of shape 0.25),
+    and lists that share their draws (one seed) are all off alike. A gap is its draw times 1 / rate, so scaling the
+    nominal rate by the list's own unit-rate span keeps every draw and moves the span to the rate asked for."""
+    unit_span = drawn(replace(arrival, rate_rps=1.0), count, seed)[-1] if count >= 2 else None
+    if not unit_span:  # one request, or every draw 0: no span to schedule
+        return arrival
+    return replace(arrival, rate_rps=arrival.rate_rps * unit_span / (count - 1))  # type: ignore[operator]
+
+
 def poisson_scheduled(rate_rps: float, seconds: float, seed: int, at_least: int = 2) -> tuple[Arrival, int]:
-    """A Poisson arrival and request count whose list, drawn from ``seed``, is *scheduled* at ``rate_rps`` (its n - 1
-    gaps span (n - 1) / rate_rps) and spans at least ``seconds``, with at least ``at_least`` requests. A short list runs
-    10-15 % off its nominal rate by chance, and the levels of a sweep share their draws (same seed), so they would
-    all be off alike: the nominal rate is scaled by the list's own unit-rate span instead."""
+    """A Poisson arrival and request count whose list, drawn from ``seed``, is scheduled at ``rate_rps``
+    (``scheduled``) and spans at least ``seconds``, with at least ``at_least`` requests."""
     count = max(2, at_least, math.ceil(rate_rps * seconds) + 1)
-    unit_span = offsets(Arrival("poisson", rate_rps=1.0), count, seed)[-1]
-    return Arrival("poisson", rate_rps=rate_rps * unit_span / (count - 1)), count  # type: ignore[operator]
+    return scheduled(Arrival("poisson", rate_rps=rate_rps), count, seed), count

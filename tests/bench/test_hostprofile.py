@@ -24,6 +24,7 @@ from harness.bench.lib.hostprofile import (
 )
 from harness.client.records import RequestRecord
 from harness.commands.doctor import Target, profile_from, report
+from harness.workload.arrival import offsets
 
 
 def rec(i: int, sent: float, first: float, end: float, prompt: int, out: int, status: str = "length") -> RequestRecord:
@@ -147,14 +148,18 @@ def test_bench69_and_bench70_size_their_defaults_from_the_profile_here(tmp_path,
     assert next(w for w in alone.workloads if w.name == "shared-prefix").options["prefix_tokens"] == 128
     chosen = bench69.plan(bench69.Config(prefix_tokens=512), None)
     assert next(w for w in chosen.workloads if w.name == "shared-prefix").options["prefix_tokens"] == 512
-    assert bench70.list_length(bench70.Config(), "vllm-cpu")[0] == 10
+    assert bench70.list_length(bench70.Config(), "vllm-cpu")[0] == 9
     assert bench70.list_length(bench70.Config(rate_rps=0.5), "vllm-cpu")[0] == 16  # a set rate keeps the list
     assert bench70.list_length(bench70.Config(requests=7), "vllm-cpu") == (7, "7, set by --requests")
     plan70 = bench70.plan(bench70.Config(), None)
-    assert "requests per arm: 10 = 16 x 0.619, at least 10" in " ".join(plan70.notes)
+    assert "requests per arm: 9 = 16 x 0.619, at least 8" in " ".join(plan70.notes)
     # the closed-loop pair keeps two waves of B = 8 whatever the host: the open list shrinks, the pair's does not
     lists = {w.name: w.common.requests for w in plan70.workloads if w.name in ("bursty", "closed")}
-    assert lists == {"bursty": 10, "closed": 16} and "(16: at least 2 waves of B)" in " ".join(plan70.notes)
+    assert lists == {"bursty": 9, "closed": 16} and "(16: at least 2 waves of B)" in " ".join(plan70.notes)
+    bursty = next(w for w in plan70.workloads if w.name == "bursty").common  # offered at the rate it states
+    sends = offsets(bursty.arrival, bursty.requests, bursty.seed_for("arrival"))
+    rate = bench70.arrival_rate(bench70.Config(), "vllm-cpu")[0]
+    assert (bursty.requests - 1) / sends[-1] == pytest.approx(rate, rel=1e-3) and bursty.arrival.rate_rps != rate
     wide = bench70.plan(bench70.Config(concurrency=12), None)
     assert next(w for w in wide.workloads if w.name == "closed").common.requests == 24
 
