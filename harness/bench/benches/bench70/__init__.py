@@ -317,9 +317,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         "high_priority_fraction": cfg.high_priority_fraction,
     }
     rate, rate_why = arrival_rate(cfg, backend)
-    gamma = Arrival("gamma", rate_rps=rate, burstiness=cfg.burstiness)
-    bursty = Common(gamma, seed=cfg.seed, **lengths)
-    bursty = replace(bursty, arrival=scheduled(gamma, bursty.requests, bursty.seed_for("arrival")))
+    gamma = Common(Arrival("gamma", rate_rps=rate, burstiness=cfg.burstiness), seed=cfg.seed, **lengths)
+    bursty = replace(gamma, arrival=scheduled(gamma.arrival, requests * cfg.scale, gamma.seed_for("arrival")))
     closed = Arrival("closed", concurrency=cfg.concurrency)
     workloads = [  # the closed twin: the same requests (its list at least PAIR_WAVES waves long), arrivals by slot
         WorkloadPlan("bursty", "random", bursty),
@@ -350,7 +349,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         # the simulator predicts the one list it replays: every repeat replays that list, so a prediction and the
         # figure it is judged against describe the same arrivals
         fresh_arrivals=False,
-        notes=plan_notes(cfg, rate_why, requests_why, pair_length(cfg, requests), bursty.arrival.rate_rps),
+        notes=plan_notes(cfg, rate_why, requests_why, pair_length(cfg, requests),
+                         cast(float, bursty.arrival.rate_rps)),
     )
     return replace(
         base,
