@@ -305,20 +305,20 @@ def plan_notes(cfg: Config, rate_why: str, requests_why: str, pair_requests: int
     )
 
 
+def bursty_list(cfg: Config, requests: int, rate: float) -> Common:
+    """The open arms' list: ``requests`` x --scale gamma arrivals scheduled at ``rate`` (its draws' span scaled)."""
+    gamma = Common(Arrival("gamma", rate_rps=rate, burstiness=cfg.burstiness), seed=cfg.seed,
+                   requests=requests * cfg.scale, input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens,
+                   input_range=cfg.input_range, output_range=cfg.output_range,
+                   high_priority_fraction=cfg.high_priority_fraction)
+    return replace(gamma, arrival=scheduled(gamma.arrival, requests * cfg.scale, gamma.seed_for("arrival")))
+
+
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     backend = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend
     requests, requests_why = list_length(cfg, backend)
-    lengths: dict[str, Any] = {
-        "requests": requests * cfg.scale,
-        "input_tokens": cfg.input_tokens,
-        "output_tokens": cfg.output_tokens,
-        "input_range": cfg.input_range,
-        "output_range": cfg.output_range,
-        "high_priority_fraction": cfg.high_priority_fraction,
-    }
     rate, rate_why = arrival_rate(cfg, backend)
-    gamma = Common(Arrival("gamma", rate_rps=rate, burstiness=cfg.burstiness), seed=cfg.seed, **lengths)
-    bursty = replace(gamma, arrival=scheduled(gamma.arrival, requests * cfg.scale, gamma.seed_for("arrival")))
+    bursty = bursty_list(cfg, requests, rate)
     closed = Arrival("closed", concurrency=cfg.concurrency)
     workloads = [  # the closed twin: the same requests (its list at least PAIR_WAVES waves long), arrivals by slot
         WorkloadPlan("bursty", "random", bursty),
