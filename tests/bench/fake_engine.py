@@ -1,8 +1,7 @@
 """A stand-in engine process for runner tests: the fake OpenAI server, or an engine that refuses to start.
 
 ``--refuse MESSAGE`` prints the message the way an engine's log does and exits 1 (a configuration
-this platform does not run); ``--crash-starts COUNTER:N`` crashes its first N starts (glibc's abort line);
-``--crash-after N`` stops answering after N requests; ``--max-running N``
+this platform does not run); ``--crash-after N`` stops answering after N requests; ``--max-running N``
 serves N requests at once and queues the rest (a capacity that latency under load can find);
 ``--prefill-us-per-token`` makes the first token wait longer for longer prompts, as prefill does. With
 ``--max-num-seqs`` etc. it answers ``GET /server_info`` with a vLLM-shaped effective config;
@@ -66,7 +65,6 @@ def main() -> int:
     ap.add_argument("--prefill-us-per-token", type=float, default=0.0)
     ap.add_argument("--crash-after", type=int, default=0)
     ap.add_argument("--refuse", default=None)
-    ap.add_argument("--crash-starts", default=None, help="COUNTER:N: the first N starts crash as glibc aborts")
     ap.add_argument("--max-num-seqs", type=int, default=None)
     ap.add_argument("--max-num-batched-tokens", type=int, default=None)
     ap.add_argument("--scheduling-policy", default="fcfs")
@@ -84,14 +82,6 @@ def main() -> int:
     if args.refuse:
         print(f"ERROR engine start failed: {args.refuse}", flush=True)
         return 1
-    if args.crash_starts:
-        counter, _, crashes = args.crash_starts.rpartition(":")
-        done = len(Path(counter).read_text()) if Path(counter).is_file() else 0
-        Path(counter).write_text("x" * (done + 1))
-        if done < int(crashes):
-            print("corrupted size vs. prev_size", flush=True)
-            print("ERROR Worker proc VllmWorker-0 died unexpectedly (exit code: None), shutting down executor.")
-            return 1
     server = EngineWithConfig(
         FakeConfig(
             ttft_s=args.ttft_ms / 1e3,

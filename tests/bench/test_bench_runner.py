@@ -68,7 +68,6 @@ class Config(BenchConfig):
     crash_after: int = knob(0, "the fast server stops answering after N requests (0: never)", min=0)
     fast_reset: str = knob("succeeds", "the fast server's answer to a prefix-cache reset",
                            choices=("succeeds", "declines"))
-    crash_starts: str = knob("", "COUNTER:N: the fast server's first N starts crash")
     order: str = knob("concurrent", "how arms meet servers", choices=("concurrent", "alternate", "sequential"))
 
 
@@ -76,8 +75,7 @@ def plan(cfg: Config, model) -> Plan:
     common = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed, requests=cfg.requests,
                     input_tokens=24, output_tokens=6)
     fast = ("--ttft-ms", "10", "--reset", cfg.fast_reset,
-            *(("--crash-after", str(cfg.crash_after)) if cfg.crash_after else ()),
-            *(("--crash-starts", cfg.crash_starts) if cfg.crash_starts else ()))
+            *(("--crash-after", str(cfg.crash_after)) if cfg.crash_after else ()))
     servers = (ServerVariant("slow", {"extra_args": ("--ttft-ms", str(cfg.slow_ttft_ms))}),
                ServerVariant("fast", {"extra_args": fast, "max_num_seqs": 4}),
                ServerVariant("exotic", {"extra_args": ("--refuse", "method 'eagle' is not supported on cpu")
@@ -171,19 +169,6 @@ def test_a_server_that_stops_answering_blocks_the_decision_and_keeps_what_comple
     assert len(records) == 6 and arm["correctness"]["output_count"] == 1  # the one it finished is kept
     assert json.loads((outcome.run_dir / "run.json").read_text())["status"] == "failed"
     assert audit_paths([outcome.finished.manifest], AuditConfig(root=bench_env))[0].valid
-
-
-def test_a_start_the_engine_crashed_in_is_tried_once_more_and_recorded(bench_env):
-    outcome, log = run(bench_env, crash_starts=f"{bench_env / 'starts'}:1")
-    assert not outcome.failed and outcome.result["conclusion"]["decision"] != "blocked"
-    assert "server fast: the engine crashed while starting (corrupted size vs. prev_size); starting it once" in log
-    servers = {s["name"]: s for s in json.loads((outcome.run_dir / "servers" / "servers.json").read_text())["servers"]}
-    assert servers["fast"]["crashed_starts"] == ["corrupted size vs. prev_size"]
-    assert servers["slow"]["crashed_starts"] == []
-    assert "corrupted size" in (outcome.run_dir / "servers" / servers["fast"]["log"]).read_text()  # both starts' lines
-    again, log = run(bench_env, crash_starts=f"{bench_env / 'twice'}:2")  # a second crash is the engine's answer
-    assert again.failed and again.result["conclusion"]["failure"]["kind"] == "server_crash"
-    assert log.count("crashed while starting") == 1
 
 
 def test_phases_say_what_they_do():
