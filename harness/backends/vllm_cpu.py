@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
 
 from harness.backends.base import VLLM_EFFECTIVE_KEYS, Backend, BackendConfig, vllm_server_args
 from harness.backends.cpu_placement import allowed_cores, placement
+from harness.contract.paths import cache_root
 from harness.runtime.base import ServerSpec
 from harness.runtime.serving_env import VLLM_CPU, ServingEnv, ensure_serving_env
 
@@ -50,6 +53,8 @@ class VllmCpuBackend(Backend):
             "DO_NOT_TRACK": "1",
             **cfg.extra_env,
         }
+        if not cfg.in_container:
+            env.setdefault("TORCHINDUCTOR_CACHE_DIR", compile_cache({**os.environ, **env}))
         # a container inherits none of this process's environment; a local server inherits all of it
         bind, placed = placement(cfg.extra_env, {} if cfg.in_container else os.environ, allowed_cores(),
                                  cfg.extra_args)
@@ -61,6 +66,23 @@ class VllmCpuBackend(Backend):
 
     def version(self) -> str:
         return self.env.package_version("vllm-cpu") or VLLM_CPU.install[0].split("==")[1]
+
+
+# The variables that hold torch and oneDNN below the CPU's own ISA (docs/benches.md: a slower host emulated).
+# TorchInductor's cache key leaves them out: kernels it compiled under ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
+# and read back by a full-ISA fp32 start crashed vllm-cpu 0.32.0 at warm-up (glibc: "corrupted size vs. prev_size"),
+# every time, on an AVX-512 BF16 host; a cache of its own for each setting starts both.
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+
+
+def compile_cache(env: Mapping[str, str]) -> str:
+    """A local server's TorchInductor cache, one for each setting of ``ISA_LIMITS`` (the user's own
+    TORCHINDUCTOR_CACHE_DIR wins)."""
+    if env.get("TORCHINDUCTOR_CACHE_DIR"):
+        return env["TORCHINDUCTOR_CACHE_DIR"]
+    limits = [f"{k.lower()}-{env[k]}" for k in ISA_LIMITS if env.get(k)]
+    key = re.sub(r"[^A-Za-z0-9_.-]", "_", "_".join(limits)) or "native"
+    return str(cache_root() / "torchinductor" / key)
 
 
 BACKEND = VllmCpuBackend

