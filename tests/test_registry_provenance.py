@@ -17,6 +17,7 @@ from harness.images.provenance import (
     LABEL_DEPLOCK,
     LABEL_DOCKERFILE,
     LABEL_WHEELHOUSE,
+    statement,
     write_signed,
 )
 from harness.manifest.audit import _signature_findings
@@ -86,3 +87,17 @@ def test_images_without_provenance_say_so(signed):
     native = {"role": "INF-CPU", "native": True, "packages_sha256": DIGEST}
     assert image_provenance([native], root, load_trusted_keys((), root / "manifests/keys", None), _signature_findings) \
         == ([], [])
+
+
+def test_an_image_without_a_creation_time_has_no_started_on():
+    """SLSA v1 types startedOn as a timestamp: unknown, the key is left out (a typed parser rejects null)."""
+    lock = load_lock("inf-cpu")
+    labels = dict(CONFIG["config"]["Labels"])
+    unknown = statement(lock, REF, DIGEST, {"config": {"Labels": labels}}, "2026-12-01T10:05:00Z")
+    assert unknown["predicate"]["runDetails"]["metadata"] == {"finishedOn": "2026-12-01T10:05:00Z"}
+    known = statement(lock, REF, DIGEST, CONFIG, "2026-12-01T10:05:00Z")
+    assert known["predicate"]["runDetails"]["metadata"] == {"startedOn": "2026-12-01T10:00:00Z",
+                                                            "finishedOn": "2026-12-01T10:05:00Z"}
+    labelled = {"config": {"Labels": {**labels, "org.opencontainers.image.created": "2026-12-01T09:00:00Z"}}}
+    assert statement(lock, REF, DIGEST, labelled, "x")["predicate"]["runDetails"]["metadata"]["startedOn"] == (
+        "2026-12-01T09:00:00Z")

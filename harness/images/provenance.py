@@ -78,6 +78,13 @@ def _dependencies(lock: ImageLock, labels: dict[str, str], source: str, revision
     return deps
 
 
+def _run_metadata(labels: dict[str, str], config: dict[str, Any], pushed_utc: str) -> dict[str, str]:
+    """SLSA v1 ``runDetails.metadata``: ``startedOn`` only when the image records its creation time (a
+    typed SLSA consumer rejects ``null`` for a timestamp, so an unknown time is left out, not written)."""
+    started = labels.get("org.opencontainers.image.created") or config.get("created")
+    return {**({"startedOn": started} if started else {}), "finishedOn": pushed_utc}
+
+
 def statement(lock: ImageLock, registry_ref: str, digest: str, config: dict[str, Any],
               pushed_utc: str) -> dict[str, Any]:
     """The in-toto Statement for ``registry_ref@digest``, from the image config the registry served."""
@@ -92,11 +99,7 @@ def statement(lock: ImageLock, registry_ref: str, digest: str, config: dict[str,
             "internalParameters": {"wheelhouse": bool(labels.get(LABEL_WHEELHOUSE))},
             "resolvedDependencies": _dependencies(lock, labels, source, revision),
         },
-        "runDetails": {
-            "builder": {"id": BUILDER_ID},
-            "metadata": {"startedOn": labels.get("org.opencontainers.image.created") or config.get("created"),
-                         "finishedOn": pushed_utc},
-        },
+        "runDetails": {"builder": {"id": BUILDER_ID}, "metadata": _run_metadata(labels, config, pushed_utc)},
     }
     return {"_type": STATEMENT_TYPE, "subject": [{"name": registry_ref, "digest": _hex(digest)}],
             "predicateType": SLSA_PREDICATE, "predicate": predicate}
