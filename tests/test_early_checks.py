@@ -73,7 +73,7 @@ def refused_before_setup(tmp_path: Path, monkeypatch, number: str, argv: list[st
     def no_setup(*_a, **_k):
         raise AssertionError("setup started before the plan was checked")
 
-    monkeypatch.setattr(runner, "ensure_model", no_setup)
+    monkeypatch.setattr(runner, "resolve_model", no_setup)
     spec = bench_specs()[number]
     parser = argparse.ArgumentParser()
     add_config_arguments(parser, spec.config)

@@ -63,15 +63,16 @@ def run_order(plan: Plan) -> list[dict[str, Any]]:
 
 def dry_run(spec: BenchSpec, cfg: BenchConfig) -> dict[str, Any]:
     """The plan of ``spec`` at ``cfg`` as a JSON-ready document (module docstring)."""
-    from harness.models import find_model
+    from harness.bench.modelfit import fit_to_model
+    from harness.models.resolve import find_resolved
 
     with planning():
         placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
-        model = find_model(cfg.model)
+        model = find_resolved(cfg.model)
         if model is None:
             raise InvalidInput(f"model {cfg.model} is not prepared: a dry run reads its checkpoint's config",
                                hint=f"infkit model prepare {cfg.model} (make model)")
-        cfg = replace(cfg, dtype=choose_dtype(placement.backend, host_isa(), cfg.dtype).dtype)  # as a run does
+        cfg = fit_to_model(replace(cfg, dtype=choose_dtype(placement.backend, host_isa(), cfg.dtype).dtype), model)
         plan = spec.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
         plan.check()
         base = base_config(cfg, placement, model)

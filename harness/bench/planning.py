@@ -1,8 +1,9 @@
 """What a bench's plan promises before it runs and what its run record says of the protocol it kept.
 
-``checked_plan`` builds the spec's plan (its citations audited as it is built) and holds it to the rules a run
-needs (consistent names, an arm to run, workloads ``infkit workload make`` would write); ``early_plan`` does it on
-the cached model, before any setup. ``protocol_record`` is run.json's protocol; a prefix-cache reset the engine
+``checked_plan`` builds the spec's plan (its citations audited as it is built) on settings fitted to the model's
+config (``harness.bench.modelfit``) and holds it to the rules a run needs (consistent names, an arm to run,
+workloads ``infkit workload make`` would write); ``early_plan`` does it before any setup, on the user's checkpoint
+or a catalog model already prepared. ``protocol_record`` is run.json's protocol; a prefix-cache reset the engine
 declined is a protocol violation.
 """
 
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.bench.modelfit import fit_to_model as fit_to_model  # re-exported: the runner fits its settings too
 from harness.bench.spec import BenchConfig, BenchSpec, InputFile, Plan, WorkloadPlan
 from harness.errors import InvalidInput
-from harness.models import PreparedModel, find_model
+from harness.models import PreparedModel
+from harness.models.resolve import find_resolved
 from harness.workload import check_options
 
 
@@ -51,6 +54,7 @@ def protocol_violations(protocol: dict[str, Any]) -> list[str]:
 def checked_plan(spec: BenchSpec, cfg: BenchConfig, model: PreparedModel) -> Plan:
     """The spec's plan (citations audited as it is built), its consistency, an arm to run, and every workload's
     parameters held to what ``infkit workload make`` allows."""
+    cfg = fit_to_model(cfg, model)
     plan = spec.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
     plan.check()
     if not plan.arms and not any(callable(p.steps) for p in plan.phases):  # sweeps and searches make their arms
@@ -63,9 +67,7 @@ def checked_plan(spec: BenchSpec, cfg: BenchConfig, model: PreparedModel) -> Pla
 
 
 def early_plan(spec: BenchSpec, cfg: BenchConfig) -> tuple[PreparedModel, Plan] | None:
-    """The checked plan on the cached model (no conversion, no venv build), or None when there is none yet."""
-    try:
-        cached = find_model(cfg.model)
-    except InvalidInput:
-        return None
+    """The checked plan on the model when it needs no setup (the user's checkpoint, or a catalog model already
+    prepared), or None when a catalog model is not prepared yet. A bad checkpoint or a missing id raises here."""
+    cached = find_resolved(cfg.model)
     return (cached, checked_plan(spec, cfg, cached)) if cached is not None else None

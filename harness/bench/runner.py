@@ -30,7 +30,7 @@ from harness.bench.arms import ArmContext, arm_dir, measure_arm, warm_up
 from harness.bench.launch import base_config, model_dir_of, prepare
 from harness.bench.outputs import arm_table, summary_text
 from harness.bench.placement import Placement, resolve_placement
-from harness.bench.planning import checked_plan, early_plan, protocol_record, protocol_violations
+from harness.bench.planning import checked_plan, early_plan, fit_to_model, protocol_record, protocol_violations
 from harness.bench.realisation import realisation_entry, realised
 from harness.bench.records import ArmRun, Workload
 from harness.bench.spec import (
@@ -48,7 +48,7 @@ from harness.contract import Failure
 from harness.contract.jsonio import read_json
 from harness.errors import InvalidInput
 from harness.knobs import config_dict
-from harness.models import PreparedModel, ensure_model
+from harness.models import PreparedModel, resolve_model
 from harness.progress import Reporter
 from harness.rundir.directory import Finished, RunDirectory, check_run_target
 from harness.rundir.fingerprint import host_isa
@@ -153,7 +153,7 @@ class Bench:
     def start(self, name: str, stack: ExitStack) -> ServerSession:
         variant = self.plan.server(name)
         backend = self.backend_of(name)
-        model = ensure_model(variant.model, progress=self.reporter) if variant.model else None
+        model = resolve_model(variant.model, progress=self.reporter) if variant.model else None
         served: dict[str, Any] = {"model_dir": str(model.path), "served_model_name": variant.model} if model else {}
         config = replace(self.base, port=free_port(), **served, **variant.settings)
         self.reporter.state(f"server {name}: starting")
@@ -297,7 +297,8 @@ def run_bench(
     dtype = choose_dtype(placement.backend, host_isa(), cfg.dtype)
     cfg = replace(cfg, dtype=dtype.dtype)  # every server the bench starts serves this dtype unless a variant says
     started = time.monotonic()
-    model = ensure_model(cfg.model, progress=reporter)
+    model = resolve_model(cfg.model, progress=reporter)
+    cfg = fit_to_model(cfg, model)  # the server's context no longer than the model's
     plan = early[1] if early and early[0].path == model.path else checked_plan(spec, cfg, model)
     plan, refused = prepare(plan, placement, base_config(cfg, placement, model),
                             lambda v: get_backend(v.backend or placement.backend), model_dir_of)

@@ -65,7 +65,8 @@ class BenchConfig(KnobConfig):
                         max=1000)
     warmup_requests: int = knob(2, "unmeasured requests after each server start", min=0)
     seed: int = knob(0, "seed of every random dimension of the workloads", min=0)
-    model: str = knob("smollm2-135m", "served model (a prepared model name)")
+    model: str = knob("smollm2-135m", "served model: a catalog name, a Hugging Face-format checkpoint directory, or "
+                      "an org/name id in the local Hugging Face cache (never downloaded)")
     backend: str | None = knob(None, "vllm-cpu, vllm or sglang (default follows the runtime)")
     runtime: str | None = knob(None, "local or docker (default: docker with a GPU and an engine, else local)")
     gpu: str | None = knob(None, "GPU index for the containerized path; without a GPU the CPU default runs")

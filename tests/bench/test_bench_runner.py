@@ -100,7 +100,7 @@ SPEC = BenchSpec(name="99", semantic_id="INF-TEST-BENCH", question="is fast fast
 def bench_env(tokenizer_dir, monkeypatch, tmp_path):
     model = PreparedModel(key="tiny", name="tiny-bpe", path=tokenizer_dir, gguf_sha256="sha256:" + "0" * 64,
                           checkpoint_sha256="sha256:" + "1" * 64, tokenizer_sha256="sha256:" + "2" * 64)
-    monkeypatch.setattr(runner_mod, "ensure_model", lambda name, progress=None: model)
+    monkeypatch.setattr(runner_mod, "resolve_model", lambda name, progress=None: model)
     backends = {"fake": FakeBackend()}
     monkeypatch.setattr(runner_mod, "get_backend", lambda name: backends[name])
     monkeypatch.setattr(placement_mod, "get_backend", lambda name: backends[name])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import harness.models
+import harness.models.resolve
 from harness.bench import bench_specs, get_bench
 from harness.bench.dryrun import dry_run
 from harness.bench.spec import BenchConfig
@@ -30,7 +30,8 @@ FORMS = {"gpu-one": {"gpu": "1"}, "gpu-two": {"gpu": "2,3"}, "docker": {"runtime
 def planned(tmp_path, monkeypatch):
     """A dry run of bench ``name`` with ``options``, in an empty folder on a machine with no GPU and no engine."""
     model = write_model(tmp_path / "cache")
-    monkeypatch.setattr(harness.models, "find_model", lambda key, root=None: model if key == model.key else None)
+    monkeypatch.setattr(harness.models.resolve, "find_model",
+                        lambda key, root=None: model if key == model.key else None)
     monkeypatch.setattr(runtime_base, "nvidia_gpu_present", lambda: False)
     monkeypatch.setattr(runtime_base, "docker_engine_present", lambda: False)
     work = tmp_path / "work"
@@ -162,7 +163,7 @@ def test_make_dry_run_passes_the_flag():
 
 
 def test_an_unprepared_model_is_an_input_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(harness.models, "find_model", lambda key, root=None: None)
+    monkeypatch.setattr(harness.models.resolve, "find_model", lambda key, root=None: None)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InvalidInput, match="not prepared"):
         dry_run(get_bench("69"), get_bench("69").config())

@@ -106,7 +106,9 @@ class Config(BenchConfig):
     def check(self) -> None:
         prefix = self.prefix_tokens or REFERENCE_PREFIX_TOKENS
         if prefix + self.suffix_tokens + self.output_tokens > self.max_model_len:
-            raise InvalidInput(f"prefix + suffix + output tokens exceed --max-model-len {self.max_model_len}")
+            raise InvalidInput(f"prefix {prefix} + suffix {self.suffix_tokens} + output {self.output_tokens} tokens "
+                               f"= {prefix + self.suffix_tokens + self.output_tokens} exceed --max-model-len "
+                               f"{self.max_model_len}", hint="lower --prefix-tokens")
         if not (self.synthetic or self.trace or self.sessions):
             raise InvalidInput("nothing to run: --no-synthetic needs --trace FILE or --sessions N")
         for flag, path in (("--trace", self.trace), ("--conversations", self.conversations)):

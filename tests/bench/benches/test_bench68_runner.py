@@ -48,7 +48,7 @@ def bench_env(tmp_path_factory, monkeypatch, tmp_path):
     (model_dir / "config.json").write_text(json.dumps(SMOLLM2))
     model = PreparedModel(key="tiny", name="tiny-bpe", path=model_dir, gguf_sha256="sha256:" + "0" * 64,
                           checkpoint_sha256="sha256:" + "1" * 64, tokenizer_sha256="sha256:" + "2" * 64)
-    monkeypatch.setattr(runner_mod, "ensure_model", lambda name, progress=None: model)
+    monkeypatch.setattr(runner_mod, "resolve_model", lambda name, progress=None: model)
     backend = SpeculativeStandIn()
     monkeypatch.setattr(runner_mod, "get_backend", lambda name: backend)
     monkeypatch.setattr(placement_mod, "get_backend", lambda name: backend)

@@ -42,7 +42,7 @@ def fake_root(tmp_path_factory, monkeypatch, tmp_path):
     tokenizer = session_tokenizer(tmp_path_factory)
     model = PreparedModel(key="tiny", name="tiny-bpe", path=tokenizer, gguf_sha256="sha256:" + "0" * 64,
                           checkpoint_sha256="sha256:" + "1" * 64, tokenizer_sha256="sha256:" + "2" * 64)
-    monkeypatch.setattr(runner_mod, "ensure_model", lambda name, progress=None: model)
+    monkeypatch.setattr(runner_mod, "resolve_model", lambda name, progress=None: model)
     monkeypatch.setattr(runner_mod, "get_backend", lambda name: SlotsBackend())
     monkeypatch.setattr(placement_mod, "get_backend", lambda name: SlotsBackend())
     monkeypatch.delenv("INFKIT_SIGNING_KEY", raising=False)
