@@ -119,6 +119,7 @@ def test_server_containers_are_confined_and_say_so(tmp_path):
     assert run["read_only"] is True
     assert set(run["tmpfs"]) == {"/tmp", CACHE_MOUNT}
     assert all(v["bind"] != CACHE_MOUNT for v in run["volumes"].values())  # no cache shared across runs
+    assert handle.confinement["tmpfs"] == run["tmpfs"]  # servers.json records the options the engine got
     record = handle.confinement
     assert record["capabilities"] == "all dropped" and record["no_new_privileges"] and record["read_only_root"]
     assert record["network"] == "bridge" and any("egress" in e for e in record["exceptions"])
@@ -212,3 +213,21 @@ def test_the_queue_follows_no_link(tmp_path, host_key):
     assert sign_queued(link_queue, tmp_path) == []
     assert not (tmp_path / "manifests").exists()
 
+
+
+def mount_options(text: str) -> set[str]:
+    return set(text.split(","))
+
+
+def test_the_cache_tmpfs_says_exec_and_tmp_says_noexec_so_both_engines_mount_them_alike(tmp_path):
+    """Docker Engine starts a tmpfs from noexec,nosuid,nodev and merges the options given: a cache tmpfs that does
+    not say ``exec`` stays noexec there, and Triton cannot ``dlopen`` the launcher it compiles into its cache."""
+    api = FakeApi()
+    _, handle = start_server(tmp_path, api)
+    (run,) = api.runs
+    cache, tmp = mount_options(run["tmpfs"][CACHE_MOUNT]), mount_options(run["tmpfs"]["/tmp"])
+    assert {"rw", "exec", "nosuid", "nodev"} <= cache and "noexec" not in cache
+    assert {"rw", "noexec", "nosuid", "nodev"} <= tmp and "exec" not in tmp
+    env = run["environment"]
+    for name in ("HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"):  # all on the exec tmpfs
+        assert env[name] == CACHE_MOUNT or env[name].startswith(CACHE_MOUNT + "/"), name

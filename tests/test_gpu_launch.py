@@ -14,7 +14,7 @@ from harness.backends.sglang import SglangBackend
 from harness.backends.vllm import VllmBackend
 from harness.errors import CapabilityMissing, InvalidInput
 from harness.runtime.base import ServerSpec, parse_gpus
-from harness.runtime.docker import network_options, refuse_podman_gpus
+from harness.runtime.docker import DockerSettings, image_sources, network_options, refuse_podman_gpus
 
 BASE = BackendConfig(model_dir="/m", served_model_name="m", port=8000)
 
@@ -46,6 +46,40 @@ def test_podman_is_refused_a_gpu_role_in_one_line_and_docker_is_not():
         refuse_podman_gpus(Api([{"Name": "Podman Engine", "Version": "4.3.1"}]))
     assert "\n" not in str(info.value) and "nvidia.com/gpu=N" in str(info.value)
     refuse_podman_gpus(Api([{"Name": "Engine", "Version": "27.0"}]))
+
+
+class ImagesApi(Api):
+    """An engine that holds only the images named in ``held``."""
+
+    def __init__(self, components, held=()):
+        super().__init__(components)
+        import docker
+
+        outer = self
+
+        class Images:
+            def get(self, ref):
+                if ref not in outer.held:
+                    raise docker.errors.ImageNotFound(ref)
+                return ref
+        self.held, self.images = set(held), Images()
+
+
+def test_each_roles_image_source_is_decided_before_any_start():
+    pytest.importorskip("docker")
+    docker_api = ImagesApi([{"Name": "Engine", "Version": "27.0"}])
+    podman = ImagesApi([{"Name": "Podman Engine", "Version": "4.3.1"}], held={"localhost/infkit/sglang:0.1.0"})
+    on_docker = image_sources(["inf-vllm-011-cu128", "sglang"], True, settings=DockerSettings(), api=docker_api)
+    assert on_docker["inf-vllm-011-cu128"].source == "build" and not on_docker["inf-vllm-011-cu128"].missing
+    assert "placeholder base digest" in on_docker["sglang"].missing  # no local build held, no digest to pull
+    on_podman = image_sources(["inf-vllm-011-cu128", "sglang"], True, settings=DockerSettings(), api=podman)
+    assert on_podman["sglang"].source == "local build" and "22645" in on_podman["sglang"].missing  # no GPU there
+    assert "22645" in on_podman["inf-vllm-011-cu128"].missing
+    assert not image_sources(["inf-cpu"], False, settings=DockerSettings(), api=podman)["inf-cpu"].missing
+    strict = image_sources(["inf-vllm-011-cu128"], True, settings=DockerSettings(pull_only=True), api=docker_api)
+    assert "PULL_ONLY=1" in strict["inf-vllm-011-cu128"].missing
+    absent = image_sources(["inf-cpu"], False, settings=DockerSettings(image="localhost/x:1"), api=docker_api)
+    assert absent["inf-cpu"].missing == "image localhost/x:1 is not present on the engine"
 
 
 def test_group_members_share_the_host_network_and_ipc_and_lone_servers_are_published():

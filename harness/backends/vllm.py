@@ -41,6 +41,9 @@ class VllmBackend(Backend):
             gpus=gpu_devices(self.name, cfg),
             shm_bytes=8 << 30,
             host=cfg.host,
+            # A Ray driver joining RAY_ADDRESS reaches the cluster's raylet and GCS on the host's addresses, and its
+            # workers call back into the driver: a bridge-networked container is reachable by neither.
+            host_network=cfg.in_container and "RAY_ADDRESS" in env,
         )
 
     def version(self) -> str:

@@ -4,7 +4,10 @@ The same flags as a run, checked the same way (a config checks itself as it is m
 with a container engine would resolve them (so ``--gpu 0,1`` plans the GPU path on a laptop); one entry per
 server process the bench would start (group members included) with its exact argv, environment (secret values
 masked), devices, memory share and, where the selected engine release cannot run it, the reason it would be
-``capability_missing``; the sets of servers up at the same time; the arms in run order. Ports are placeholders
+``capability_missing``; under docker each process's image source (lock digest, local build, or a build on first
+use, with what getting it reaches: registry, PyPI) and its mounts with their options; the setup steps before the
+first start and what each needs beyond this host (``needs``: empty where the checkpoint is present and the image
+is pulled by digest); the sets of servers up at the same time; the arms in run order. Ports are placeholders
 (a run picks free ports at each start); a variant's own model that is not prepared yet is named, not made.
 Needs the bench's prepared model (``make model``), nothing else: no GPU, engine or container runtime."""
 
@@ -13,35 +16,42 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from harness.backends import Backend, get_backend
+from harness.backends import get_backend
 from harness.backends.host_dtype import choose_dtype
 from harness.bench.devices import SHARE_LIMIT, co_resident
 from harness.bench.launch import (
     FIRST_PORT,
     base_config,
+    image_sources_of,
     launch_entries,
     members_of,
     model_dir_of,
     prepare,
     variant_config,
 )
-from harness.bench.placement import Placement, planning, resolve_placement
+from harness.bench.placement import planning, resolve_placement
 from harness.bench.spec import BenchConfig, BenchSpec, Plan
 from harness.errors import InvalidInput
 from harness.knobs import config_dict
 from harness.rundir.fingerprint import host_isa
+from harness.runtime.docker_image import ImageSource
 
 DRY_RUN_SCHEMA = "infkit.bench.dry-run/1"
 
 
-def image_of(backend: Backend, placement: Placement) -> str | None:
-    """The image a docker run would start (pinned by digest where the lock has one), None for a local run."""
-    if placement.runtime != "docker":
-        return None
-    from harness.images.locks import load_lock
-
-    lock = load_lock(backend.role)
-    return f"{lock.registry_ref}@{lock.digest}" if lock.digest else f"{lock.tag_ref} (no digest locked yet)"
+def setup_steps(model: Any, images: dict[str, ImageSource]) -> list[dict[str, Any]]:
+    """What a run does before its first start, and what each step reaches beyond this host: the model is read from
+    its stamp (present: nothing is fetched), each role's image comes from its source (``ImageSource``)."""
+    steps: list[dict[str, Any]] = [{"step": "model", "what": f"{model.key}: prepared at {model.path}, read from its "
+                                    "stamp (nothing converted or downloaded)", "needs": []}]
+    for role, image in images.items():
+        what = {"override": f"run {image.ref} (INFKIT_IMAGE), held by the engine",
+                "local build": f"run the local build {image.ref}",
+                "registry": f"run {image.ref}, pulled by digest where the engine lacks it",
+                "build": f"build {image.ref} on first use from {image.base}, its Python packages hash-locked"}
+        steps.append({"step": f"image {role}", "what": what[image.source], "needs": list(image.needs),
+                      "missing": image.missing})
+    return steps
 
 
 def run_order(plan: Plan) -> list[dict[str, Any]]:
@@ -76,8 +86,9 @@ def dry_run(spec: BenchSpec, cfg: BenchConfig) -> dict[str, Any]:
         plan = spec.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
         plan.check()
         base = base_config(cfg, placement, model)
-        plan, refused = prepare(plan, placement, base, lambda v: get_backend(v.backend or placement.backend),
-                                model_dir_of)
+        backend_of = lambda v: get_backend(v.backend or placement.backend)  # noqa: E731
+        plan, refused = prepare(plan, placement, base, backend_of, model_dir_of)
+        images = image_sources_of(plan, placement, backend_of)
         servers = []
         for i, variant in enumerate(plan.servers):
             backend = get_backend(variant.backend or placement.backend)
@@ -85,10 +96,12 @@ def dry_run(spec: BenchSpec, cfg: BenchConfig) -> dict[str, Any]:
             if variant.name in refused and "gpus" not in variant.settings:  # not placed: shown on every device offered
                 config = replace(config, gpus=placement.gpus)
             servers += launch_entries(backend, members_of(backend, config, variant), variant, placement,
-                                      refused.get(variant.name), image_of(backend, placement))
+                                      refused.get(variant.name), images.get(backend.role))
     return {"schema": DRY_RUN_SCHEMA, "bench": spec.name, "semantic_id": spec.semantic_id,
             "requested": config_dict(cfg),
             "placement": {"backend": placement.backend, "runtime": placement.runtime, "gpus": list(placement.gpus),
                           "notice": placement.notice, "share_limit": SHARE_LIMIT if placement.gpus else None},
+            "setup": (setup := setup_steps(model, images)),
+            "needs": sorted({need for step in setup for need in step["needs"]}),
             "servers": servers, "co_resident": [list(s) for s in co_resident(plan)],
             "refused": refused, "order": plan.order, "arms": run_order(plan), "notes": list(plan.notes)}

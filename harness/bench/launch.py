@@ -17,10 +17,11 @@ from harness.backends import Backend, BackendConfig
 from harness.backends.gating import refusal
 from harness.backends.layouts import nodes_group, replica_specs
 from harness.bench.devices import place, placed_plan
-from harness.bench.placement import Placement
+from harness.bench.placement import Placement, planning_only
 from harness.bench.spec import Plan, ServerVariant
 from harness.errors import InvalidInput
 from harness.runtime.base import ServerSpec
+from harness.runtime.docker_image import ImageSource
 
 FIRST_PORT = 8000  # the dry run's ports stand in for the free ports a run picks at each start
 
@@ -80,16 +81,33 @@ def engine_refusal(backend: Backend, members: list[Member], variant: ServerVaria
                  if (r := refusal(backend.name, backend.version(), m.spec.argv, runtime=runtime, layout=kind))), None)
 
 
+def image_sources_of(plan: Plan, placement: Placement,
+                     backend_of: Callable[[ServerVariant], Backend]) -> dict[str, ImageSource]:
+    """Each docker role's image source before any start (a dry run does not ask the engine: a fresh host)."""
+    if placement.runtime != "docker":
+        return {}
+    from harness.runtime.docker import engine_api, image_sources
+
+    roles = [backend_of(v).role for v in plan.servers]
+    return image_sources(roles, bool(placement.gpus), api=None if planning_only() else engine_api())
+
+
 def prepare(plan: Plan, placement: Placement, base: BackendConfig, backend_of: Callable[[ServerVariant], Backend],
             model_dir_of: Callable[[ServerVariant], str | None]) -> tuple[Plan, dict[str, str]]:
-    """The plan placed on GPU='s devices, and the variants refused before any start (name -> reason)."""
+    """The plan placed on GPU='s devices, and the variants refused before any start (name -> reason): no device,
+    no image to be had (lock digest, PULL_ONLY, base digest, podman with GPUs), or what the engine release lacks."""
     placed = place(plan, placement.gpus, base.gpu_memory_utilization) if placement.gpus else {}
     plan = placed_plan(plan, placed)
     refused = {n: p.refused for n, p in placed.items() if p.refused}
+    images = image_sources_of(plan, placement, backend_of)
     for variant in plan.servers:
         if variant.name in refused:
             continue
         backend = backend_of(variant)
+        if (image := images.get(backend.role)) and image.missing:
+            refused[variant.name] = f"{backend.name} image {image.role}: {image.missing}" + (
+                f" ({image.hint})" if image.hint else "")
+            continue
         config = variant_config(base, variant, model_dir_of(variant), FIRST_PORT)
         reason = engine_refusal(backend, members_of(backend, config, variant), variant, placement.runtime)
         if reason:
@@ -108,11 +126,14 @@ def masked(env: dict[str, str]) -> dict[str, str]:
 
 
 def launch_entries(backend: Backend, members: list[Member], variant: ServerVariant, placement: Placement,
-                   refused: str | None, image: str | None) -> list[dict[str, Any]]:
+                   refused: str | None, image: ImageSource | None) -> list[dict[str, Any]]:
+    from harness.runtime.docker import planned_mounts
+
     share = variant.settings.get("gpu_memory_utilization") if placement.gpus else None
     return [{"name": m.name, "variant": variant.name, "role": m.role, "backend": backend.name,
              "engine_version": backend.version(), "runtime": placement.runtime,
-             "image": image, "venv": None if image else backend.native_python(),
+             "image": image.record() if image else None, "venv": None if image else backend.native_python(),
+             "mounts": planned_mounts(m.spec.argv, m.spec.host_network) if image else None,
              "argv": list(m.spec.argv), "env": masked(dict(m.spec.env)), "gpus": list(m.spec.gpus),
              "gpu_memory_utilization": share if m.spec.gpus else None,
              "host_network": m.spec.host_network, "optional": variant.optional, "refused": refused}

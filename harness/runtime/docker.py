@@ -30,8 +30,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +46,12 @@ from harness.runtime.base import (
 )
 from harness.runtime.docker_confine import CACHE_MOUNT, Confinement, HostLog
 from harness.runtime.docker_image import (
+    ImageSource,
     check_gpu_request,
     client,
+    holds_image,
     image_record,
+    image_source,
     notify_stderr,
     resolve_image,
 )
@@ -136,6 +139,18 @@ def mounts_for(argv: tuple[str, ...], run_dir: Path, harness_root: Path) -> dict
     return volumes
 
 
+def planned_mounts(argv: tuple[str, ...], host_network: bool = False) -> dict[str, Any]:
+    """A server container's mounts as a dry run shows them: each bind with its mode, each tmpfs with its options
+    (``<run>``: the run folder a start makes), the root's mode and the network."""
+    folder = Path("<run>/servers/<server>")
+    confinement = Confinement.for_container(folder, network=True, host_network=host_network)
+    binds = [{"host": host, "container": v["bind"], "mode": v["mode"]}
+             for host, v in mounts_for(argv, folder, REPO_ROOT).items()]
+    record = confinement.record()
+    return {"binds": binds, "tmpfs": record["tmpfs"], "read_only_root": record["read_only_root"],
+            "network": record["network"]}
+
+
 def container_argv(argv: tuple[str, ...]) -> list[str]:
     """Listen on every interface of the container's namespace; publishing keeps it on host loopback."""
     out = list(argv)
@@ -172,14 +187,38 @@ def engine_is_podman(api) -> bool:
     return any("podman" in str(c.get("Name", "")).lower() for c in info.get("Components") or [])
 
 
+PODMAN_GPUS = ("podman's Docker-compatible API ignores GPU device requests (podman issue 22645), so this GPU role "
+               "would start without a GPU: use Docker with the NVIDIA container toolkit, or podman's own CLI with CDI "
+               "(podman run --device nvidia.com/gpu=N)")
+
+
 def refuse_podman_gpus(api) -> None:
     """Podman's Docker-compatible API ignores DeviceRequests: a GPU role started there would have no GPU."""
     if engine_is_podman(api):
-        raise CapabilityMissing(
-            "podman's Docker-compatible API ignores GPU device requests (podman issue 22645), so this GPU role "
-            "would start without a GPU: use Docker with the NVIDIA container toolkit, or podman's own CLI with CDI "
-            "(podman run --device nvidia.com/gpu=N)"
-        )
+        raise CapabilityMissing(PODMAN_GPUS)
+
+
+def engine_api():
+    """The engine's API client, or None where none answers (a start then says why)."""
+    try:
+        return client()
+    except CapabilityMissing:
+        return None
+
+
+def image_sources(roles: Iterable[str], gpus: bool, *, settings: DockerSettings | None = None,
+                  api=None) -> dict[str, ImageSource]:
+    """Each role's image source, decided before any start (``image_source``); ``api`` None: the engine is not
+    asked and a fresh host is planned. A CUDA role given GPUs on podman's API cannot be had: no GPU would reach it."""
+    s = settings or DockerSettings.from_env()
+    present = None if api is None else (lambda ref: holds_image(api, ref))
+    podman = gpus and api is not None and engine_is_podman(api)
+    out = {}
+    for role in dict.fromkeys(roles):
+        lock = load_lock(role)
+        found = image_source(lock, s.image, pull_only=s.pull_only, base_image=s.base_image, present=present)
+        out[role] = replace(found, missing=PODMAN_GPUS) if podman and lock.cuda and not found.missing else found
+    return out
 
 
 def memory_in_use_bytes(mem: dict[str, Any]) -> int | None:
@@ -327,7 +366,7 @@ class DockerRuntime(Runtime):
         except OSError as exc:
             log.close()
             raise InfkitError(f"cannot create the container folder {folder}: {exc.strerror or exc}") from None
-        confinement = Confinement.for_container(folder, network=True)
+        confinement = Confinement.for_container(folder, network=True, host_network=spec.host_network)
         opts = container_options(spec.argv, confinement, s)
         opts["environment"] |= {**spec.env, "INFKIT_PORT": str(spec.port)}
         if driver and driver.warning:  # the server log says which compatibility mechanism it ran under
@@ -338,11 +377,10 @@ class DockerRuntime(Runtime):
                 entrypoint=argv[:1],
                 command=argv[1:],
                 detach=True,
-                **where,
                 device_requests=device_requests(spec.gpus),
                 shm_size=shm,
                 labels={"io.infkit.run-dir": str(run_dir)},
-                **opts,
+                **{**opts, **where},
             )
         except Exception as exc:
             log.close()

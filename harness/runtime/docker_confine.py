@@ -8,10 +8,17 @@ Every container of the docker runtime gets, unless an engine needs an exception:
 - **all capabilities dropped** and **no-new-privileges** (a setuid binary in the image gains nothing);
 - a **read-only root filesystem**, with a tmpfs for ``/tmp`` and one for the caches and ``HOME``
   (``CACHE_MOUNT``): caches are per container, never one read-write folder shared across runs
-  (``INFKIT_CONTAINER_WRITABLE_ROOT=1`` is the exception for an image that writes elsewhere);
+  (``INFKIT_CONTAINER_WRITABLE_ROOT=1`` is the exception for an image that writes elsewhere). Each tmpfs
+  states ``exec`` or ``noexec`` itself: Docker Engine starts every ``HostConfig.Tmpfs`` from
+  ``noexec,nosuid,nodev`` and merges the options given, podman adds ``noexec`` only when none are given,
+  so an option left unsaid means different mounts on the two engines. The cache tmpfs is ``exec``:
+  Triton ``dlopen``s the launcher it compiles into ``TRITON_CACHE_DIR``, TorchInductor and JIT kernels
+  (FlashInfer, DeepGEMM under ``HOME``) load from there too; ``/tmp`` stays ``noexec``;
 - **no network** for a command that needs none; a server keeps the engine's bridge network, because
   its port is published to the host's loopback through it — engines publish no port of an internal
-  network, so a server's egress is the one exception, stated in its record.
+  network, so a server's egress is an exception, stated in its record; a server that must reach peers
+  on the host's addresses (a group member, a Ray driver joining ``RAY_ADDRESS``) runs in the host's
+  network namespace, the other exception its record states.
 
 ``Confinement.record()`` is what ``servers.json`` (through the handle) says of each of these.
 
@@ -30,8 +37,9 @@ from typing import Any
 from harness.errors import InfkitError
 
 CACHE_MOUNT = "/var/cache/infkit"  # HOME and every cache of a container: a tmpfs of its own
-TMP_TMPFS = "rw,nosuid,nodev,size=1g,mode=1777"
-CACHE_TMPFS = "rw,nosuid,nodev,size=4g,mode=1777"
+TMP_TMPFS = "rw,noexec,nosuid,nodev,size=1g,mode=1777"
+CACHE_TMPFS = "rw,exec,nosuid,nodev,size=4g,mode=1777"  # compiled kernels load from here (module doc)
+TMPFS = {"/tmp": TMP_TMPFS, CACHE_MOUNT: CACHE_TMPFS}
 NO_NEW_PRIVILEGES = "no-new-privileges"
 WRITABLE_ROOT_ENV = "INFKIT_CONTAINER_WRITABLE_ROOT"
 MAX_TAIL_BYTES = 256 * 1024
@@ -43,19 +51,21 @@ class Confinement:
     """The isolation a container runs under (see the module doc)."""
 
     writable: Path  # the container's own folder: its only read-write mount
-    network: str | None = "none"  # None: the engine's bridge (a server's published port needs it)
+    network: str | None = "none"  # None: the engine's bridge (a server's published port needs it); "host"
     read_only_root: bool = True
 
     @classmethod
-    def for_container(cls, writable: Path, *, network: bool, environ: dict[str, str] | None = None) -> Confinement:
+    def for_container(cls, writable: Path, *, network: bool, environ: dict[str, str] | None = None,
+                      host_network: bool = False) -> Confinement:
         env = os.environ if environ is None else environ
-        return cls(writable, None if network else "none", env.get(WRITABLE_ROOT_ENV) != "1")
+        mode = "host" if host_network else None if network else "none"
+        return cls(writable, mode, env.get(WRITABLE_ROOT_ENV) != "1")
 
     def options(self) -> dict[str, Any]:
         """Docker SDK ``containers.run`` keyword arguments."""
         opts: dict[str, Any] = {"cap_drop": ["ALL"], "security_opt": [NO_NEW_PRIVILEGES],
                                 "read_only": self.read_only_root,
-                                "tmpfs": {"/tmp": TMP_TMPFS, CACHE_MOUNT: CACHE_TMPFS}}
+                                "tmpfs": dict(TMPFS)}
         if self.network is not None:
             opts["network_mode"] = self.network
         return opts
@@ -66,10 +76,13 @@ class Confinement:
         if self.network is None:
             exceptions.append("network: the engine's bridge, so the server's port can be published on the host's "
                               "loopback; egress is not blocked (engines publish no port of an internal network)")
+        if self.network == "host":
+            exceptions.append("network: the host's, so peers reach it on the host's addresses (a group member, or a "
+                              "Ray driver joining a cluster); no port is published and egress is not blocked")
         if not self.read_only_root:
             exceptions.append(f"root filesystem writable (${WRITABLE_ROOT_ENV}=1)")
         return {"capabilities": "all dropped", "no_new_privileges": True, "read_only_root": self.read_only_root,
-                "tmpfs": ["/tmp", CACHE_MOUNT], "caches": f"per container, tmpfs at {CACHE_MOUNT}",
+                "tmpfs": dict(TMPFS), "caches": f"per container, tmpfs at {CACHE_MOUNT}",
                 "network": self.network or "bridge", "writable_mounts": [str(self.writable)],
                 "exceptions": exceptions}
 

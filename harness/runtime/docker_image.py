@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,61 @@ def build_log_name(role: str) -> str:
     return f"image-build-{role}.log"
 
 
+def holds_image(api, ref: str) -> bool:
+    import docker
+
+    try:
+        api.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class ImageSource:
+    """Where a role's image comes from, decided before any start: ``source`` is ``override`` (INFKIT_IMAGE),
+    ``local build``, ``registry`` (pulled by digest when missing) or ``build`` (on first use); ``missing`` is why
+    it cannot be had here (a run records the servers that need it as ``capability_missing`` with that reason)."""
+
+    role: str
+    source: str
+    ref: str
+    missing: str | None = None
+    hint: str | None = None
+    needs: tuple[str, ...] = ()  # what getting it reaches beyond this host: "registry", "PyPI"
+    base: str | None = None  # a build's base image
+
+    def record(self) -> dict[str, Any]:
+        return {"role": self.role, "source": self.source, "ref": self.ref, "base": self.base,
+                "missing": self.missing, "hint": self.hint, "needs": list(self.needs)}
+
+
+def image_source(lock: ImageLock, override: str | None = None, *, pull_only: bool = True,
+                 base_image: str | None = None, present: Callable[[str], bool] | None = None) -> ImageSource:
+    """The module docstring's order, without an engine call: ``present(ref)`` says whether the engine holds an
+    image (None: unknown, as on a fresh host — a dry run plans that case)."""
+    held = present or (lambda ref: False)
+    if override:
+        if present is not None and not present(override):
+            return ImageSource(lock.role, "override", override, f"image {override} is not present on the engine")
+        return ImageSource(lock.role, "override", override)
+    if not (pull_only and lock.digest) and held(lock.local_ref):  # PULL_ONLY + digest: never a local build
+        return ImageSource(lock.role, "local build", lock.local_ref)
+    if lock.digest:
+        return ImageSource(lock.role, "registry", f"{lock.registry_ref}@{lock.digest}", needs=("registry",))
+    hint = f"build it with `make images ROLE={lock.role}`, or push it and run `make lock ROLE={lock.role}`"
+    if pull_only:
+        return ImageSource(lock.role, "registry", lock.tag_ref, f"images/{lock.role}.lock.json has no image digest "
+                           "yet (not built and pushed) and PULL_ONLY=1 refuses to build it", hint)
+    if lock.base_placeholder and not base_image:
+        return ImageSource(lock.role, "build", lock.local_ref, f"images/{lock.role}.lock.json has no image digest "
+                           f"and a placeholder base digest for {lock.doc['base']['name']}, so it cannot be built",
+                           f"resolve it with `make lock-base ROLE={lock.role}` where the registry is reachable, or "
+                           "build on a local base (INFKIT_LOCAL_BASE_IMAGE)")
+    needs = ("PyPI",) + (() if base_image else ("registry",))
+    return ImageSource(lock.role, "build", lock.local_ref, needs=needs, base=base_image or lock.base_image)
+
+
 def resolve_image(
     api,
     lock: ImageLock,
@@ -58,26 +114,21 @@ def resolve_image(
     base_image: str | None = None,
     notify: Notify = notify_stderr,
 ):
-    """The SDK image to run (see the module docstring for the order)."""
+    """The SDK image to run (``image_source`` decides which; this gets it)."""
     import docker
 
-    if override:
+    found = image_source(lock, override, pull_only=pull_only, base_image=base_image,
+                         present=lambda ref: holds_image(api, ref))
+    if found.missing:
+        raise CapabilityMissing(found.missing, hint=found.hint)
+    if found.source == "registry":
         try:
-            return api.images.get(override)
+            return api.images.get(found.ref)
         except docker.errors.ImageNotFound:
-            raise CapabilityMissing(f"image {override} is not present on the engine") from None
-    if not (pull_only and lock.digest):  # PULL_ONLY with a pushed digest: the registry's image, never a local build
-        try:
-            return api.images.get(lock.local_ref)
-        except docker.errors.ImageNotFound:
-            pass
-    if lock.digest or pull_only:
-        ref = lock.pull_ref()  # CapabilityMissing naming `make images ROLE=…` while there is no digest
-        try:
-            return api.images.get(ref)
-        except docker.errors.ImageNotFound:
-            return api.images.pull(ref)
-    return build_on_first_use(api, lock, log_dir, base_image, notify)
+            return api.images.pull(found.ref)
+    if found.source == "build":
+        return build_on_first_use(api, lock, log_dir, base_image, notify)
+    return api.images.get(found.ref)
 
 
 def build_on_first_use(api, lock: ImageLock, log_dir: Path | None, base_image: str | None, notify: Notify):

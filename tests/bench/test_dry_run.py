@@ -22,6 +22,7 @@ from harness.runtime import base as runtime_base
 from tests.bench.dry_run_model import write_model
 
 REPO = Path(__file__).resolve().parents[2]
+LOCAL_BASE = "localhost/infkit/debian-bookworm-minbase:local"
 FORMS = {"gpu-one": {"gpu": "1"}, "gpu-two": {"gpu": "2,3"}, "docker": {"runtime": "docker"},
          "sglang": {"gpu": "0", "backend": "sglang"}}
 
@@ -34,6 +35,11 @@ def planned(tmp_path, monkeypatch):
                         lambda key, root=None: model if key == model.key else None)
     monkeypatch.setattr(runtime_base, "nvidia_gpu_present", lambda: False)
     monkeypatch.setattr(runtime_base, "docker_engine_present", lambda: False)
+    for name in ("INFKIT_IMAGE", "INFKIT_PULL_ONLY", "INFKIT_IMAGE_LOCKS"):
+        monkeypatch.delenv(name, raising=False)
+    # the sglang lock's base digest is a placeholder: its image is built on a local base (tests that plan without
+    # one drop this)
+    monkeypatch.setenv("INFKIT_LOCAL_BASE_IMAGE", LOCAL_BASE)
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
@@ -168,3 +174,56 @@ def test_an_unprepared_model_is_an_input_error(tmp_path, monkeypatch):
     with pytest.raises(InvalidInput, match="not prepared"):
         dry_run(get_bench("69"), get_bench("69").config())
     assert isinstance(get_bench("69").config(), BenchConfig)
+
+
+def test_bench69_on_gpu0_shows_its_image_source_mounts_with_options_and_what_each_setup_step_needs(
+        planned, monkeypatch, tmp_path):
+    monkeypatch.delenv("INFKIT_LOCAL_BASE_IMAGE")
+    doc = planned("69", gpu="0")
+    model_step, image_step = doc["setup"]
+    assert model_step["step"] == "model" and model_step["needs"] == []  # present: nothing fetched or converted
+    assert image_step["step"] == "image inf-vllm-011-cu128" and image_step["missing"] is None
+    server = doc["servers"][0]
+    image = server["image"]  # no digest locked: a build on first use, from the digest-pinned base and PyPI
+    assert image["source"] == "build" and image["base"].startswith("docker.io/vllm/vllm-openai:v0.11.0@sha256:")
+    assert doc["needs"] == ["PyPI", "registry"] == sorted(image["needs"])
+    mounts = server["mounts"]
+    assert "exec" in mounts["tmpfs"]["/var/cache/infkit"].split(",")
+    assert "noexec" in mounts["tmpfs"]["/tmp"].split(",") and mounts["read_only_root"]
+    binds = {b["container"]: b["mode"] for b in mounts["binds"]}
+    assert binds["/opt/infkit"] == "ro" and binds[server["argv"][server["argv"].index("--model") + 1]] == "ro"
+    # with the image's digest locked, no setup step reaches PyPI: the image is pulled by digest
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    for lock in (REPO / "images").glob("*.lock.json"):
+        doc_ = json.loads(lock.read_text())
+        if doc_["role"] == "inf-vllm-011-cu128":
+            doc_["image"]["digest"] = "sha256:" + "ab" * 32
+        (locks / lock.name).write_text(json.dumps(doc_))
+    monkeypatch.setenv("INFKIT_IMAGE_LOCKS", str(locks))
+    pulled = planned("69", gpu="0")
+    assert pulled["needs"] == ["registry"]
+    assert pulled["servers"][0]["image"]["ref"] == "ghcr.io/infkit/inf-vllm-011-cu128@sha256:" + "ab" * 32
+
+
+def test_an_optional_candidate_whose_image_cannot_be_had_is_capability_missing_before_any_start(planned, monkeypatch):
+    monkeypatch.delenv("INFKIT_LOCAL_BASE_IMAGE")
+    doc = planned("72", gpu="0")
+    sglang = {s["variant"] for s in doc["servers"] if s["backend"] == "sglang"}
+    assert sglang and sglang <= set(doc["refused"])
+    assert all("placeholder base digest" in doc["refused"][n] and "make lock-base ROLE=sglang" in doc["refused"][n]
+               for n in sglang)
+    assert any(s["backend"] == "vllm" and not s["refused"] for s in doc["servers"])  # the vLLM candidates go on
+    monkeypatch.setenv("INFKIT_PULL_ONLY", "1")  # PULL_ONLY without a pushed digest: a required server cannot start
+    with pytest.raises(InvalidInput, match="PULL_ONLY=1 refuses to build it"):
+        planned("69", gpu="0")
+
+
+def test_a_ray_executor_joining_a_cluster_runs_its_driver_on_the_host_network(planned):
+    joined = planned("81", gpu="0,1", layouts=("ray-executor",), ray_address="10.0.0.5:6379")
+    (server,) = [s for s in joined["servers"] if s["variant"] == "ray-executor"]
+    assert server["env"]["RAY_ADDRESS"] == "10.0.0.5:6379"
+    assert server["host_network"] and server["mounts"]["network"] == "host"
+    local = planned("81", gpu="0,1", layouts=("ray-executor",))
+    (alone,) = [s for s in local["servers"] if s["variant"] == "ray-executor"]
+    assert not alone["host_network"] and alone["mounts"]["network"] == "bridge"
