@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from harness.backends.base import BackendConfig
 from harness.backends.host_dtype import SERVED_DTYPES
 from harness.backends.layouts import Layout
+from harness.bench.lib.hostprofile import DEFAULT_SIZE, SIZES
 from harness.bench.metrics import (
     E2E_P50,
     OUTPUT_TOKENS_PER_S,
@@ -60,6 +61,9 @@ DEFAULT_COLUMNS = (TTFT_P50, TTFT_P95, TPOT_P50, E2E_P50, OUTPUT_TOKENS_PER_S, P
 class BenchConfig(KnobConfig):
     """Knobs every serving bench has; a spec's config adds its own fields after these (checked when made)."""
 
+    size: str = knob(DEFAULT_SIZE, "named size of the request lists: quick (about half the reference host's work) or "
+                     "reference; the same size replays the same requests on every host (infkit doctor recommends one)",
+                     choices=tuple(SIZES))
     scale: int = knob(1, "multiply the number of measured requests per arm", min=1, max=1000)
     repeats: int = knob(3, "repeats of every arm, interleaved (< 5 lowers the evidence level to single)", min=1,
                         max=1000)

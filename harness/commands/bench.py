@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from harness.bench import bench_specs, get_bench
+from harness.bench.lib.hostprofile import size_warning
+from harness.bench.placement import resolve_placement
 from harness.bench.runner import run_bench
+from harness.bench.spec import BenchConfig
 from harness.knobs import add_config_arguments, config_from_args
 from harness.progress import reporter
 
@@ -33,6 +37,11 @@ def _relative(path: Path) -> Path:
     return path.relative_to(cwd) if path.is_absolute() and path.is_relative_to(cwd) else path
 
 
+def placed_on_cpu(cfg: BenchConfig) -> bool:
+    """The bench serves the CPU default, whose speed the host profile prices."""
+    return resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend == "vllm-cpu"
+
+
 def run(args: argparse.Namespace) -> int:
     spec = get_bench(args.bench)
     cfg = config_from_args(spec.config, args, make_overrides=args.make_vars)
@@ -41,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
 
         print(json.dumps(dry_run(spec, cfg), indent=2, default=str))
         return 0
+    warning = size_warning(spec.name, cfg.size) if placed_on_cpu(cfg) else None
+    if warning:
+        print(f"bench-{spec.name}: {warning}", file=sys.stderr)
     outcome = run_bench(spec, cfg, root=Path.cwd(), reporter=reporter(f"bench-{spec.name}"))
     done = outcome.finished
     print()

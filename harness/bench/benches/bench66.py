@@ -6,8 +6,7 @@ window >= --probe-s; lengthened once when the first list ends too soon) sets a l
 Each timed level's list is sized by duration: arrivals spanning >= --min-level-s and >= --requests requests
 (same seeds: every list starts with the same requests). The model is served in the host-aware dtype (bf16 with
 native bf16 on the CPU, else fp32; recorded with its reason); requests are short by default (128 prompt, 16
-output tokens on the reference host, shorter in proportion where ``infkit doctor``'s profile prices them higher, so
-the levels held at their request floor take about as long) so the sweep fits its time target on the CPU default.
+output tokens at the reference size, half that at SIZE=quick) so the sweep fits its time target on the CPU default.
 
 Read: per level, the scheduled rate (what the arrivals actually had), achieved throughput, TTFT/TPOT/E2E
 P50/P99, and queue growth: the slopes of TTFT and of the backlog over the level's time, each with a 95 %
@@ -34,7 +33,6 @@ from harness.bench.metrics import (
     TTFT_P50,
     TTFT_P99,
 )
-from harness.bench.placement import resolve_placement
 from harness.bench.spec import (
     BenchConfig,
     BenchSpec,
@@ -49,9 +47,6 @@ from harness.models import PreparedModel
 from harness.workload import Arrival, Common
 
 REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS = 128, 16
-# The reference host's levels held at their request floor rather than at --min-level-s (0.5 and 0.75 of its 2.13
-# req/s capacity: 94 + 63 s): the work shorter requests shorten, and out of which a slower start is taken.
-REFERENCE_WORK_S = 160.0
 MIN_OUTPUT_TOKENS = 8
 
 
@@ -65,11 +60,11 @@ class Config(BenchConfig):
                          f"--min-level-s (a level of fewer than {MIN_VERDICT_REQUESTS} gets no verdict)", min=2)
     min_level_s: float = knob(60.0, "a timed level's arrivals span at least this many seconds", min=0.1)
     probe_s: float = knob(60.0, "the capacity probe's steady-state window lasts at least this many seconds", min=0.1)
-    input_tokens: int | None = knob(None, f"mean prompt length in tokens (default: {REFERENCE_INPUT_TOKENS} on the "
-                                    "reference host, in proportion to the output where this host is slower)", min=1)
+    input_tokens: int | None = knob(None, f"mean prompt length in tokens (default: {REFERENCE_INPUT_TOKENS} at the "
+                                    "reference size, in proportion to the output at a smaller --size)", min=1)
     output_tokens: int | None = knob(None, f"mean generated tokens per request (ignore_eos: exact; default: "
-                                     f"{REFERENCE_OUTPUT_TOKENS} on the reference host, fewer where infkit doctor's "
-                                     f"profile prices a request higher, at least {MIN_OUTPUT_TOKENS})", min=2)
+                                     f"{REFERENCE_OUTPUT_TOKENS} at the reference size, fewer at a smaller --size, "
+                                     f"at least {MIN_OUTPUT_TOKENS})", min=2)
     length_range: float = knob(0.25, "prompt and output lengths uniform in [N(1-r), N(1+r)]", min=0, max=0.9)
     rates: tuple[float, ...] = knob((), "Poisson rates in req/s (empty: --rate-fractions of the probed capacity)")
     rate_fractions: tuple[float, ...] = knob(RATE_FRACTIONS, "load levels as fractions of the probed capacity "
@@ -89,12 +84,11 @@ class Config(BenchConfig):
             raise InvalidInput(f"the longest prompt plus output exceeds --max-model-len {self.max_model_len}")
 
 
-def request_shape(cfg: Config, backend: str) -> tuple[int, int, str]:
-    """Mean prompt and output tokens, and why: as set, else the reference host's, both scaled by one factor where
-    this host's profile prices a request higher (``sized_shape``, its slower start taken out of the floor-held
-    levels), so those levels take about the reference host's time."""
+def request_shape(cfg: Config) -> tuple[int, int, str]:
+    """Mean prompt and output tokens, and why: as set, else the reference host's, both scaled by the named size's
+    factor (``sized_shape``)."""
     return request_shape_here(cfg.input_tokens, cfg.output_tokens, (REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS),
-                              backend, floor=MIN_OUTPUT_TOKENS, starts=1, work_s=REFERENCE_WORK_S)
+                              cfg.size, floor=MIN_OUTPUT_TOKENS)
 
 
 def request_list(cfg: Config, seed: int, shape: tuple[int, int]) -> Common:
@@ -112,7 +106,7 @@ def request_list(cfg: Config, seed: int, shape: tuple[int, int]) -> Common:
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     named = f"{cfg.dtype} " if cfg.dtype else ""  # else the host-aware dtype, recorded in run.json
-    prompt, output, shape_why = request_shape(cfg, resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend)
+    prompt, output, shape_why = request_shape(cfg)
     shape = (prompt, output)
     sweep = LoadSweep(
         request_list(cfg, cfg.seed, shape),

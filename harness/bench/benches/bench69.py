@@ -30,7 +30,7 @@ from typing import Any
 
 from harness.bench.analysis import claim_figures, read_claims
 from harness.bench.lib import traffic
-from harness.bench.lib.hostprofile import default_size, reference_request_s
+from harness.bench.lib.hostprofile import default_size
 from harness.bench.metrics import (
     E2E_P50,
     OUTPUT_TOKENS_PER_S,
@@ -41,7 +41,6 @@ from harness.bench.metrics import (
     TTFT_P95,
     TTFT_P99,
 )
-from harness.bench.placement import resolve_placement
 from harness.bench.records import Reading
 from harness.bench.spec import (
     Arm,
@@ -73,15 +72,13 @@ SESSIONS, SESSIONS_TWIN = "sessions/cache-on", "sessions-fresh/cache-on"
 @dataclass(frozen=True)
 class Config(BenchConfig):
     """Defaults sized for ≤ 5 minutes on 2 CPU cores once the serving env and model are cached: 5 repeats (the
-    fewest that can adopt), paid for with a 512-token prefix on the reference host and a shorter one where the
-    host profile (infkit doctor) says an uncached request costs more."""
+    fewest that can adopt), paid for with a 512-token prefix at the reference size (256 at SIZE=quick)."""
 
     repeats: int = knob(5, "repeats of every arm, interleaved (< 5 lowers the evidence level to single)", min=1)
     groups: int = knob(2, "prefix groups G (multiplied by --scale)", min=1)
     prompts_per_group: int = knob(4, "prompts per group P", min=1)
-    prefix_tokens: int | None = knob(None, f"shared prefix length L in tokens (default: {REFERENCE_PREFIX_TOKENS} on "
-                                     "the reference host, fewer in whole KV blocks where this host's profile prices "
-                                     "a request higher, infkit doctor)", min=1)
+    prefix_tokens: int | None = knob(None, f"shared prefix length L in tokens (default: {REFERENCE_PREFIX_TOKENS} at "
+                                     "the reference size, fewer in whole KV blocks at a smaller --size)", min=1)
     suffix_tokens: int = knob(32, "per-request suffix length in tokens", min=1)
     output_tokens: int = knob(2, "generated tokens per request (ignore_eos): the claim is on TTFT, so decode time "
                               "only lengthens the run (2: one decode step, so TPOT is still measured)", min=1)
@@ -104,7 +101,7 @@ class Config(BenchConfig):
     think_time: str = knob("const:0", "think time between turns: const:S, exp:MEAN or uniform:LO:HI")
 
     def check(self) -> None:
-        prefix = self.prefix_tokens or REFERENCE_PREFIX_TOKENS
+        prefix = prefix_length(self)[0]
         if prefix + self.suffix_tokens + self.output_tokens > self.max_model_len:
             raise InvalidInput(f"prefix {prefix} + suffix {self.suffix_tokens} + output {self.output_tokens} tokens "
                                f"= {prefix + self.suffix_tokens + self.output_tokens} exceed --max-model-len "
@@ -183,19 +180,16 @@ def reader(cfg: Config, plan: Plan) -> Callable[[History], Reading]:
     return read
 
 
-def prefix_length(cfg: Config, backend: str) -> tuple[int, str]:
-    """The shared prefix: --prefix-tokens, else the reference length scaled so the synthetic arms and their server
-    starts take here about what they take on the reference host (whole 128-token KV blocks, at least one)."""
+def prefix_length(cfg: Config) -> tuple[int, str]:
+    """The shared prefix: --prefix-tokens, else the reference length at the named size (whole 128-token KV blocks,
+    at least one)."""
     if cfg.prefix_tokens is not None:
         return cfg.prefix_tokens, f"{cfg.prefix_tokens} tokens, set by --prefix-tokens"
-    shape = (REFERENCE_PREFIX_TOKENS + cfg.suffix_tokens, cfg.output_tokens)
-    requests = (2 + cfg.control) * cfg.groups * cfg.scale * cfg.prompts_per_group * cfg.repeats
-    return default_size(REFERENCE_PREFIX_TOKENS, backend, shape, floor=KV_BLOCK_TOKENS, step=KV_BLOCK_TOKENS,
-                        starts=1 + cfg.control, work_s=requests * reference_request_s(*shape))
+    return default_size(REFERENCE_PREFIX_TOKENS, cfg.size, floor=KV_BLOCK_TOKENS, step=KV_BLOCK_TOKENS)
 
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:
-    prefix, prefix_why = prefix_length(cfg, resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend)
+    prefix, prefix_why = prefix_length(cfg)
     common = Common(arrival=Arrival("closed", concurrency=cfg.concurrency), seed=cfg.seed,
                     input_tokens=prefix + cfg.suffix_tokens, output_tokens=cfg.output_tokens)
     shape = {"groups": cfg.groups * cfg.scale, "prompts_per_group": cfg.prompts_per_group,

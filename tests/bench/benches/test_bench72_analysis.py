@@ -368,22 +368,22 @@ def test_a_lone_or_failing_field_is_inconclusive():
 
 
 def test_the_cited_saturation_point_centres_the_schedule_in_this_benchs_request_shape(monkeypatch, tmp_path):
-    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))  # no host profile: the reference host's rates
+    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))
     light = LightLoad(90.0, 15.0, 1.44, "src")
     result = {"workload": {"input_tokens": {"mean": 132.7}, "output_tokens": {"mean": 15.6}}}
-    moved = bench72.in_this_shape(light, result, bench72.Config(), "vllm-cpu")
+    moved = bench72.in_this_shape(light, result, bench72.Config())
     # 133+16 tokens take 0.341 + 0.540 s idle there, 256+32 tokens 0.656 + 1.115 s: x 0.497
     # ... and its light-load latencies, of 133+16-token requests, are not carried
     assert moved.rate_rps == pytest.approx(1.44 * 0.497, abs=0.002) and (moved.ttft_ms, moved.tpot_ms) == (None, None)
     assert "its saturation point 1.44 req/s x 0.497, a 133+16-token request's idle cost" in moved.source
-    assert bench72.in_this_shape(light, {}, bench72.Config(), "vllm-cpu") == light  # no shape cited: as cited
+    assert bench72.in_this_shape(light, {}, bench72.Config()) == light  # no shape cited: as cited
     same = {"workload": {"input_tokens": {"mean": 256.2}, "output_tokens": {"mean": 32.0}}}
-    assert bench72.in_this_shape(light, same, bench72.Config(), "vllm-cpu") == light  # this bench's shape: as cited
+    assert bench72.in_this_shape(light, same, bench72.Config()) == light  # this bench's shape: as cited
     rate, centre = Campaign(bench72.Config(), ("a",), moved).centre(History(None, None))
     assert rate == 0.716 and centre.startswith("0.716 req/s: src; its saturation point 1.44 req/s x 0.497")
     assert Campaign(bench72.Config(start_rps=2.0), ("a",), moved).centre(History(None, None)) == (
         2.0, "2 req/s, set by --start-rps")
-    assert bench72.in_this_shape(None, result, bench72.Config(), "vllm-cpu") is None
+    assert bench72.in_this_shape(None, result, bench72.Config()) is None
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,6 @@ from harness.bench.metrics import (
     TPOT_P50,
     TTFT_P50,
 )
-from harness.bench.placement import resolve_placement
 from harness.bench.spec import (
     Arm,
     BenchConfig,
@@ -66,11 +65,8 @@ from harness.models import PreparedModel
 from harness.workload import Arrival, Common
 from harness.workload.natural import PROMPTS
 
-# The copy request on the reference host (hostprofile), and what its default run spends there besides the five server
-# starts: 689 s wall less about 200 s of starts (docs/bench-68.md, 2026-12-01), the work a slower host's longer starts
-# come out of (``request_lengths``).
+# The copy request at the reference size (hostprofile.SIZES scales it).
 REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS = 256, 48
-REFERENCE_WORK_S = 490.0
 MIN_OUTPUT_TOKENS = 16  # several verification steps of the longest default n-gram proposal (4) per request
 
 
@@ -87,16 +83,16 @@ class Lengths:
 @dataclass(frozen=True)
 class Config(BenchConfig):
     """Defaults sized for <= 12 minutes on 2 CPU cores once the serving env and model are cached: the reference
-    host's request lengths, shorter on a slower host (``request_lengths``)."""
+    host's request lengths at the reference size, shorter at a smaller --size (``request_lengths``)."""
 
     kv_cache_space_gib: int = knob(1, "CPU backends: KV-cache size in GiB per server (two are up at once)", min=1)
     requests: int = knob(3, "copy requests per arm run (x --scale)", min=1)
     input_tokens: int | None = knob(None, f"prompt length in tokens (copy workload; default: "
-                                    f"{REFERENCE_INPUT_TOKENS} on the reference host, in proportion where the "
+                                    f"{REFERENCE_INPUT_TOKENS} at the reference size, in proportion where the "
                                     "output is sized shorter)", min=64)
     output_tokens: int | None = knob(None, f"generated tokens per request (copy workload; ignore_eos: exact; default: "
-                                     f"{REFERENCE_OUTPUT_TOKENS} on the reference host, fewer where this host's "
-                                     "profile prices a request higher, infkit doctor)", min=2)
+                                     f"{REFERENCE_OUTPUT_TOKENS} at the reference size, fewer at a smaller "
+                                     "--size)", min=2)
     ngram_tokens: tuple[int, ...] = knob(
         (2, 4), "n-gram arms: tokens proposed per step, one arm each ('' for none)", min=1, max=16, empty=True
     )
@@ -179,17 +175,16 @@ def arm_pairs(sa: SpecArm) -> tuple[list[tuple[Arm, Arm]], list[Claim]]:
     return pairs, claims
 
 
-def request_lengths(cfg: Config, backend: str, starts: int) -> Lengths:
-    """The copy request's lengths and the control's cap: as set, else the reference host's, all three scaled by one
-    factor where this host's profile prices a copy request higher (``default_size``, the ``starts`` server starts'
-    excess taken out of the reference run's work), so the run takes about the reference host's time and the prompt
-    keeps its share of each request (TTFT about a fifth of E2E on both)."""
+def request_lengths(cfg: Config) -> Lengths:
+    """The copy request's lengths and the control's cap: as set, else the reference host's, all three scaled by the
+    named size's factor (``sized_shape``), so the prompt keeps its share of each request (TTFT about a fifth of E2E
+    at every size)."""
     if cfg.output_tokens is not None:
         prompt, output = REFERENCE_INPUT_TOKENS, cfg.output_tokens
         why = f"{output} output tokens, set by --output-tokens"
     else:
-        prompt, output, sized = sized_shape((REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS), backend,
-                                            floor=MIN_OUTPUT_TOKENS, step=4, starts=starts, work_s=REFERENCE_WORK_S)
+        prompt, output, sized = sized_shape((REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS), cfg.size,
+                                            floor=MIN_OUTPUT_TOKENS, step=4)
         why = f"{output} output tokens: {sized}"
     input_tokens = cfg.input_tokens or max(output + 32, prompt)
     control = cfg.control_output_tokens or (output if cfg.output_tokens is None else REFERENCE_OUTPUT_TOKENS)
@@ -203,7 +198,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     arms: list[SpecArm] = spec_arms(cfg, model)
     if not arms:
         raise InvalidInput("no speculative arm to run: set --ngram-tokens, --draft-layers, --self-draft or a GPU arm")
-    lengths = request_lengths(cfg, resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend, 1 + len(arms))
+    lengths = request_lengths(cfg)
     closed = Arrival("closed", concurrency=1)
     common = Common(arrival=closed, seed=cfg.seed, requests=cfg.requests * cfg.scale,
                     input_tokens=lengths.input_tokens, output_tokens=lengths.output_tokens)

@@ -60,7 +60,7 @@ CALIBRATION = "calibration"
 # the bursty rate on the host the defaults are sized on (hostprofile's reference, the slowest of this kind): about
 # 0.6 of what its base server sustains for these requests in a closed loop of 8
 REFERENCE_RATE_RPS = 1.0
-REFERENCE_REQUESTS = 16  # a list at the reference rate spans about 16 s
+REFERENCE_REQUESTS = 16  # a list scheduled at the reference rate spans 15 s
 # the open lists' floor: at 10 a throttled host at load scale 0.45 spanned 22 s a list and ran its bench 12 s over
 # its target; at 8 the floor binds only below scale 0.5, and a list still holds 2 high-priority requests
 MIN_REQUESTS = 8
@@ -84,11 +84,11 @@ class Config(BenchConfig):
         "(alternate), or all kept up together (concurrent)",
         choices=("sequential", "alternate", "concurrent"),
     )
-    requests: int | None = knob(None, f"requests per arm (x --scale; default: {REFERENCE_REQUESTS} on the reference "
-                                      f"host, fewer (at least {MIN_REQUESTS}) where the profile scales the rate down, "
-                                      "so a list spans about the same time)", min=2)
+    requests: int | None = knob(None, f"requests per arm (x --scale; default: {REFERENCE_REQUESTS} at the reference "
+                                      f"size, fewer (at least {MIN_REQUESTS}) at a smaller --size, whose rate is "
+                                      "lower, so a list spans about the same time)", min=2)
     rate_rps: float | None = knob(None, f"mean arrival rate of the bursty workload (default: {REFERENCE_RATE_RPS:g} "
-                                        "req/s scaled by this host's measured profile, infkit doctor)", min=0.01)
+                                        "req/s at the reference size, times the --size factor)", min=0.01)
     burstiness: float = knob(0.25, "gamma shape of the arrivals (< 1 burstier than Poisson)", min=0.01)
     input_tokens: int = knob(128, "mean prompt tokens", min=1)
     input_range: float = knob(0.75, "prompt tokens uniform in [N(1-r), N(1+r)]", min=0, max=0.95)
@@ -268,21 +268,21 @@ def schedule_for(cfg: Config, arms: Sequence[Arm], pair: bool) -> Schedule:
                              cfg.order)
 
 
-def arrival_rate(cfg: Config, backend: str) -> tuple[float, str]:
-    """The bursty workload's mean rate: --rate-rps, else the reference rate scaled to this host."""
+def arrival_rate(cfg: Config) -> tuple[float, str]:
+    """The bursty workload's mean rate: --rate-rps, else the reference rate at the named size."""
     if cfg.rate_rps is not None:
         return cfg.rate_rps, f"{cfg.rate_rps:g} req/s, set by --rate-rps"
-    return default_rate(REFERENCE_RATE_RPS, backend, (cfg.input_tokens, cfg.output_tokens))
+    return default_rate(REFERENCE_RATE_RPS, cfg.size)
 
 
-def list_length(cfg: Config, backend: str) -> tuple[int, str]:
-    """Requests per arm: --requests, else the reference count scaled down with the rate (a slower host's lists
-    span about the reference host's time, not longer)."""
+def list_length(cfg: Config) -> tuple[int, str]:
+    """Requests per arm: --requests, else the reference count at the named size, scaled with the rate (a smaller
+    size's lists span about the reference size's time, not longer)."""
     if cfg.requests is not None:
         return cfg.requests, f"{cfg.requests}, set by --requests"
     if cfg.rate_rps is not None:
-        return REFERENCE_REQUESTS, f"{REFERENCE_REQUESTS}, the reference host's default (the rate is set by --rate-rps)"
-    return default_size(REFERENCE_REQUESTS, backend, (cfg.input_tokens, cfg.output_tokens), floor=MIN_REQUESTS)
+        return REFERENCE_REQUESTS, f"{REFERENCE_REQUESTS}, the reference size (the rate is set by --rate-rps)"
+    return default_size(REFERENCE_REQUESTS, cfg.size, floor=MIN_REQUESTS)
 
 
 def pair_length(cfg: Config, requests: int) -> int:
@@ -316,8 +316,8 @@ def bursty_list(cfg: Config, requests: int, rate: float) -> Common:
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     backend = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend
-    requests, requests_why = list_length(cfg, backend)
-    rate, rate_why = arrival_rate(cfg, backend)
+    requests, requests_why = list_length(cfg)
+    rate, rate_why = arrival_rate(cfg)
     bursty = bursty_list(cfg, requests, rate)
     closed = Arrival("closed", concurrency=cfg.concurrency)
     workloads = [  # the closed twin: the same requests (its list at least PAIR_WAVES waves long), arrivals by slot

@@ -147,8 +147,7 @@ def in_shape_of(result: dict[str, Any] | None) -> tuple[int, int] | None:
         return None
 
 
-def in_this_shape(light: LightLoad | None, result: dict[str, Any] | None, cfg: Config,
-                  backend: str) -> LightLoad | None:
+def in_this_shape(light: LightLoad | None, result: dict[str, Any] | None, cfg: Config) -> LightLoad | None:
     """The cited saturation point carried to this bench's request shape (bench-66 serves shorter requests): the
     schedule's centre, so a candidate's capacity falls inside the schedule rather than below it. Its light-load
     latencies are of the other shape and are not carried: relative SLOs then come from this bench's own light
@@ -156,7 +155,7 @@ def in_this_shape(light: LightLoad | None, result: dict[str, Any] | None, cfg: C
     shape = in_shape_of(result)
     if light is None or light.rate_rps is None or shape is None or shape == (cfg.input_tokens, cfg.output_tokens):
         return light
-    ratio, why = request_cost_ratio(shape, (cfg.input_tokens, cfg.output_tokens), backend)
+    ratio, why = request_cost_ratio(shape, (cfg.input_tokens, cfg.output_tokens))
     rate = round(light.rate_rps * ratio, 3)
     return replace(light, rate_rps=rate, ttft_ms=None, tpot_ms=None,
                    source=f"{light.source}; its saturation point {light.rate_rps:.3g} req/s {why} = {rate:g} req/s "
@@ -181,7 +180,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     if citation:
         cited = citation.to_dict(Path.cwd())
         light = in_this_shape(cited_light_load(citation.result, f"bench-66 light load, {cited['manifest']}"),
-                              citation.result, cfg, placement.backend)
+                              citation.result, cfg)
     names = [c.name for c in candidates]
     tier = default_tier(placement.backend) if cfg.slo_tier == "auto" else cfg.slo_tier
     campaign = Campaign(cfg, names, light, tier)

@@ -52,11 +52,11 @@ class Config(BenchConfig):
                               "completions between the loop filling and the last send (a layout not measurable "
                               "on this host's cores: one wave of --concurrency, a serving check)", min=2)
     concurrency: int = knob(8, "closed-loop requests in flight per device (at saturation on one CPU core)", min=1)
-    input_tokens: int | None = knob(None, f"mean prompt length in tokens (default: {REFERENCE_INPUT_TOKENS} on the "
-                                    "reference host, in proportion to the output where this host is slower)", min=1)
+    input_tokens: int | None = knob(None, f"mean prompt length in tokens (default: {REFERENCE_INPUT_TOKENS} at the "
+                                    "reference size, in proportion to the output at a smaller --size)", min=1)
     output_tokens: int | None = knob(None, f"mean generated tokens per request (ignore_eos: exact; default: "
-                                     f"{REFERENCE_OUTPUT_TOKENS} on the reference host, fewer where infkit doctor's "
-                                     f"profile prices a request higher, at least {MIN_OUTPUT_TOKENS})", min=2)
+                                     f"{REFERENCE_OUTPUT_TOKENS} at the reference size, fewer at a smaller --size, "
+                                     f"at least {MIN_OUTPUT_TOKENS})", min=2)
     length_range: float = knob(0.25, "prompt and output lengths uniform in [N(1-r), N(1+r)]", min=0, max=0.9)
     rate_rps: float | None = knob(None, "an open-loop Poisson load in req/s instead of the closed loop, the same "
                                   "list for every layout", min=0.001)
@@ -80,20 +80,18 @@ class Config(BenchConfig):
             raise InvalidInput(f"the longest prompt plus output exceeds --max-model-len {self.max_model_len}")
 
 
-def sized(cfg: Config, backend: str) -> tuple[Config, tuple[int, int], str]:
-    """The config with its request lengths resolved: as set, else the reference host's, both scaled by one factor
-    where this host's profile prices a request higher (``sized_shape``), so each run takes about the reference
-    host's time. The starts, most of this bench's time on a slower host, are not taken out of the runs: nothing
-    the runs give up would buy them back."""
+def sized(cfg: Config) -> tuple[Config, tuple[int, int], str]:
+    """The config with its request lengths resolved: as set, else the reference host's, both scaled by the named
+    size's factor (``sized_shape``)."""
     prompt, output, why = request_shape(cfg.input_tokens, cfg.output_tokens,
-                                        (REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS), backend,
+                                        (REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS), cfg.size,
                                         floor=MIN_OUTPUT_TOKENS, step=4)
     return replace(cfg, input_tokens=prompt, output_tokens=output), (prompt, output), why
 
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
-    cfg, (prompt, output), shape_why = sized(cfg, placement.backend)
+    cfg, (prompt, output), shape_why = sized(cfg)
     cpu = placement.backend == "vllm-cpu"
     left: dict[str, str] = {}
     layouts: tuple[str, ...] | None = None  # None: cfg.layouts as given
