@@ -122,8 +122,20 @@ class Performance(_Group):
     streamed: bool | None = None  # serving: False for non-streamed requests (no TTFT, TPOT or ITL)
     ttft_from_scheduled_ms: dict[str, float] | None = None  # LoadGen's latency: from the scheduled send
     e2e_from_scheduled_ms: dict[str, float] | None = None
+    # serving: joules over the sampled window (GPU via NVML, CPU via RAPL), per token and request, cost at a price
+    energy: dict[str, Any] | None = None
+    # GPU serving: NVML memory in use at its peak minus the idle baseline, per device, beside the engine's KV figure
+    device_memory: dict[str, Any] | None = None
+    gpu_telemetry: dict[str, Any] | None = None  # GPU serving: power, clocks, utilisation, clock events, idle check
     _optional = ("peak_memory_source", "itl_chunk_ms", "itl_token_ms", "chunk_tokens_source", "streamed",
-                 "ttft_from_scheduled_ms", "e2e_from_scheduled_ms")
+                 "ttft_from_scheduled_ms", "e2e_from_scheduled_ms", "energy", "device_memory", "gpu_telemetry")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        for name in ("energy", "device_memory"):  # optional, but a serving result states why it is null
+            if name in self.null_reasons:
+                out[name] = None
+        return out
 
     @classmethod
     def not_applicable(cls, reason: str, **measured: Any) -> Performance:

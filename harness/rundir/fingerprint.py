@@ -20,6 +20,7 @@ from harness import __version__
 from harness.contract.result import utc_now
 from harness.contract.secrets import SECRET_NAME, safe_env
 from harness.rundir.topology import topology
+from harness.telemetry.gpu_sampler import clock_event_names
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FINGERPRINT_FILE = "fingerprint.json"  # the name every run directory gives its fingerprint
@@ -228,17 +229,7 @@ def _gpu(nv: ModuleType, index: int) -> dict[str, Any]:
         nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
     )
     reasons_mask = _nvml_call(reasons_fn, h) if reasons_fn else None
-    reasons = None
-    if reasons_mask is not None:
-        reasons = sorted(
-            name.removeprefix("nvmlClocksEventReason").removeprefix("nvmlClocksThrottleReason")
-            for name in dir(nv)
-            if name.startswith(("nvmlClocksEventReason", "nvmlClocksThrottleReason"))
-            and not name.endswith(("All", "None"))
-            and isinstance(getattr(nv, name), int)
-            and getattr(nv, name) & reasons_mask
-        )
-        reasons = sorted(set(reasons))
+    reasons = clock_event_names(nv, reasons_mask) if reasons_mask is not None else None
     pci = _nvml_call(nv.nvmlDeviceGetPciInfo, h)
     return {
         "index": index,

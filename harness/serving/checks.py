@@ -38,8 +38,7 @@ def check_config(cfg: MeasureConfig, workload: Workload) -> tuple[int | None, in
     for flag, count in (("--max-concurrency", cfg.max_concurrency), ("--client-workers", cfg.client_workers)):
         if count is not None and count < 1:
             raise InvalidInput(f"{flag} {count}: must be >= 1")
-    if not (is_finite_number(cfg.gauge_interval_s) and cfg.gauge_interval_s > 0):
-        raise InvalidInput("the gauge poll interval must be a finite number of seconds > 0")
+    _check_sampling(cfg)
     if cfg.batch_barrier and workload.arrival["process"] != "closed":
         raise InvalidInput("static batches (batch barrier) need a closed-loop workload, "
                            f"not {workload.arrival['process']!r}")
@@ -95,6 +94,16 @@ def check_workload_limits(workload: Workload) -> None:
                 )
 
 
+def _check_sampling(cfg: MeasureConfig) -> None:
+    """The samplers' intervals and the stated GPU-hour price."""
+    if not (is_finite_number(cfg.gauge_interval_s) and cfg.gauge_interval_s > 0):
+        raise InvalidInput("the gauge poll interval must be a finite number of seconds > 0")
+    if not (is_finite_number(cfg.gpu_interval_s) and cfg.gpu_interval_s > 0):
+        raise InvalidInput(f"GPU sampling interval {cfg.gpu_interval_s}: must be a finite number of seconds > 0")
+    if cfg.usd_per_gpu_hour is not None and not (is_finite_number(cfg.usd_per_gpu_hour) and cfg.usd_per_gpu_hour >= 0):
+        raise InvalidInput(f"--usd-per-gpu-hour {cfg.usd_per_gpu_hour}: must be a finite price in USD >= 0")
+
+
 CALLBACKS = ("memory_probe", "cpu_probe", "server_alive", "failure_refiner", "reporter")
 
 
@@ -102,4 +111,5 @@ def recorded_settings(cfg: MeasureConfig) -> dict[str, Any]:
     """The settings a result records as requested: every field but the callbacks and the extra details."""
     no_callbacks: dict[str, Any] = dict.fromkeys(CALLBACKS)
     plain = dataclasses.replace(cfg, **no_callbacks)
-    return {k: v for k, v in dataclasses.asdict(plain).items() if k not in (*CALLBACKS, "extra_details")}
+    # gpu_idle is what the devices were found in, not a setting: the result has it under gpu_telemetry
+    return {k: v for k, v in dataclasses.asdict(plain).items() if k not in (*CALLBACKS, "extra_details", "gpu_idle")}

@@ -51,17 +51,19 @@ from harness.serving.checks import check_workload_limits as check_workload_limit
 from harness.serving.cpushare import CpuProbe, CpuWindow, cpu_details
 from harness.serving.metrics import TokenEnds
 from harness.serving.result import ResultInputs, RunFacts, build_serving_result
+from harness.serving.samplers import RunSamplers
 from harness.serving.summary import render_summary
 from harness.serving.validity import ValidityLimits, load_references
 from harness.telemetry import (
     POLLED_GAUGES,
     GaugePoller,
-    PeakSampler,
     occupancy_rows,
     scrape,
     summarize,
 )
+from harness.telemetry.gpu_sampler import IdleCheck
 from harness.telemetry.prometheus import SCRAPE_TIMEOUT_S, Scrape, parse
+from harness.telemetry.rapl import POWERCAP
 from harness.workload import Workload, load_workload
 
 REQUESTS_FILE = "requests.jsonl"
@@ -102,6 +104,11 @@ class MeasureConfig:
     metrics_url: str | None = None  # None: <endpoint>/metrics
     memory_probe: Callable[[], int | None] | None = None  # sampled during the run for peak memory
     memory_source: str = "rss_process_tree"
+    gpu_devices: tuple[int | str, ...] = ()  # the servers' GPUs (index or UUID): NVML is sampled on them
+    gpu_idle: IdleCheck | None = None  # those devices read before the server started (baseline, processes, clocks)
+    gpu_interval_s: float = 0.1  # NVML sampling interval
+    rapl_root: str | Path | None = POWERCAP  # CPU runs: RAPL package energy from here; None: not read
+    usd_per_gpu_hour: float | None = None  # a stated price: the result gains cost per million output tokens
     cpu_probe: CpuProbe | None = None  # the server's CPU seconds (engine, frontend), read at the run's start and end
     ignore_eos: bool = False
     min_tokens: bool = False
@@ -306,13 +313,14 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
     metrics_url = metrics_urls[0]
     shares = _shares(cfg, workload, requests_path, closed, cap)
 
-    before, poller, sampler, run, peak_bytes = (
-        Scrape(None, None, "interrupted before the first scrape"), None, None, None, None)
+    before, poller, run = Scrape(None, None, "interrupted before the first scrape"), None, None
+    samplers = RunSamplers(cfg.memory_probe, cfg.gpu_devices, cfg.gpu_idle, cfg.gpu_interval_s, cfg.rapl_root,
+                           cfg.usd_per_gpu_hour)
     cpu = CpuWindow(cfg.cpu_probe)
     try:  # from here on, Ctrl-C (or a stop signal) ends the run and every request still gets a record
         before = scrape_all(metrics_urls)
         poller = GaugePoller(metrics_url, POLLED_GAUGES, cfg.gauge_interval_s).start() if before.snapshot else None
-        sampler = PeakSampler(cfg.memory_probe).start() if cfg.memory_probe else None
+        samplers.start()
         following = (
             cfg.reporter.task(cfg.run_label, len(workload.requests), requests_path)
             if cfg.reporter
@@ -328,10 +336,10 @@ def measure(cfg: MeasureConfig) -> MeasureOutcome:
             cpu.close()
             if poller:
                 poller.stop()
-            peak_bytes = sampler.stop() if sampler else None
+            samplers.stop()
     with deferred_interrupt() as late:  # writing what was measured takes bounded time: a second Ctrl-C waits for it
         run = run or ClientRun(t0=time.monotonic(), stats=(), interrupted=True, workers=len(shares))
-        outcome = _write_outputs(cfg, workload, out_dir, run, before, poller, peak_bytes, references, closed, cap,
+        outcome = _write_outputs(cfg, workload, out_dir, run, before, poller, samplers, references, closed, cap,
                                  cpu_details(cpu, cfg.validity))
     if run.interrupted or late.hit:
         raise KeyboardInterrupt
@@ -345,7 +353,7 @@ def _write_outputs(
     run: ClientRun,
     before: Scrape,
     poller: GaugePoller | None,
-    peak_bytes: int | None,
+    samplers: RunSamplers,
     references: Any,
     closed: int | None,
     cap: int | None,
@@ -376,22 +384,16 @@ def _write_outputs(
         server_metrics=server,
         closed_concurrency=closed,
         max_concurrency=cap,
-        peak_memory_bytes=peak_bytes,
+        peak_memory_bytes=samplers.peak_bytes,
         failure=_failure(cfg, run, records),
         references=references,
         cpu=cpu,
+        energy=samplers.energy_inputs(before.snapshot),
     )
     doc = build_serving_result(run_facts(cfg), inputs)
     if rows:  # listed in the result (server_metrics.gauges) and written with it, never without it
         atomic_write_text(out_dir / GAUGES_FILE, "".join(json.dumps(r) + "\n" for r in rows))
     result_path = write_result(out_dir / RESULT_FILE, doc)
     atomic_write_text(out_dir / SUMMARY_FILE, render_summary(doc))
-    outcome = MeasureOutcome(
-        result_path=result_path,
-        requests_path=requests_path,
-        metrics_before_path=before_path,
-        metrics_after_path=after_path,
-        result=doc,
-        records=tuple(records),
-    )
-    return outcome
+    return MeasureOutcome(result_path=result_path, requests_path=requests_path, metrics_before_path=before_path,
+                          metrics_after_path=after_path, result=doc, records=tuple(records))

@@ -20,6 +20,7 @@ from harness.contract import (
     build_result,
 )
 from harness.rundir import fingerprint
+from harness.serving.energy import EnergyInputs, device_memory_group, energy_group, gpu_telemetry_group
 from harness.serving.metrics import TokenEnds, output_tokens, performance
 from harness.serving.turns import session_details
 from harness.serving.validity import (
@@ -31,6 +32,7 @@ from harness.serving.validity import (
     schedule_reasons,
     schedule_stats,
 )
+from harness.telemetry.gpu_sampler import gpu_reasons
 from harness.workload import Workload
 
 RESULT_ARRIVAL_KEYS = ("process", "rate_rps", "burstiness")
@@ -80,6 +82,7 @@ class ResultInputs:
     failure: Failure | None
     references: dict[int, str] | None
     cpu: dict[str, Any] | None = None  # details.cpu (harness.serving.cpushare): the client/server CPU split
+    energy: EnergyInputs | None = None  # what the GPU sampler / RAPL read during the run
 
 
 def _jsonable(value: Any) -> Any:
@@ -143,7 +146,22 @@ def _performance(facts: RunFacts, inputs: ResultInputs) -> Performance:
         perf.null_reasons["peak_memory_bytes"] = (
             "no memory probe given" if not facts.memory_probed else "the memory probe returned nothing"
         )
+    _energy(perf, inputs)
     return perf
+
+
+def _energy(perf: Performance, inputs: ResultInputs) -> None:
+    """The energy, device-memory and GPU-telemetry groups (each null with its reason where not measured)."""
+    energy = inputs.energy or EnergyInputs(gpu=None, rapl=None, idle=None, usd_per_gpu_hour=None)
+    tokens = sum(output_tokens(r) for r in inputs.records if r.completed)
+    done = sum(r.completed for r in inputs.records)
+    perf.energy, why = energy_group(energy, output_tokens=tokens, requests=done)
+    if perf.energy is None:
+        perf.null_reasons["energy"] = why
+    perf.device_memory, why = device_memory_group(energy)
+    if perf.device_memory is None:
+        perf.null_reasons["device_memory"] = why
+    perf.gpu_telemetry = gpu_telemetry_group(energy)
 
 
 def _conclusion(failure: Failure | None, reasons: list[str], summary: str) -> Conclusion:
@@ -205,16 +223,24 @@ def _usage_details(records: list[RequestRecord], done: int) -> dict[str, Any]:
     }
 
 
+def _reasons(facts: RunFacts, inputs: ResultInputs, health: ClientHealth, *, timed: bool) -> list[str]:
+    """Every reason the run is invalid: the client's, the requests', a shared or throttled GPU's, or the failure."""
+    reasons = invalid_reasons(
+        inputs.records, health, facts.validity, timed=timed, ignore_eos=facts.ignore_eos,
+        expected=len(inputs.workload.requests), cpu=inputs.cpu,
+    )
+    if inputs.energy is not None:  # a shared or throttled GPU measures the machine, not the engine
+        reasons += gpu_reasons(inputs.energy.gpu, inputs.energy.idle)
+    if inputs.failure is not None and not reasons:
+        reasons = [f"{inputs.failure.kind}: {inputs.failure.message}"]
+    return reasons
+
+
 def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any]:
     w, records = inputs.workload, inputs.records
     timed = inputs.closed_concurrency is None
     health = _health(inputs.run)
-    reasons = invalid_reasons(
-        records, health, facts.validity, timed=timed, ignore_eos=facts.ignore_eos, expected=len(w.requests),
-        cpu=inputs.cpu,
-    )
-    if inputs.failure is not None and not reasons:
-        reasons = [f"{inputs.failure.kind}: {inputs.failure.message}"]
+    reasons = _reasons(facts, inputs, health, timed=timed)
     tok = dict(
         facts.tokenizer_ref or {"name": w.header["tokenizer"]["name"], "version": w.header["tokenizer"]["sha256"]}
     )

@@ -21,6 +21,7 @@ from harness.runtime.base import Runtime, ServerHandle, ServerStartError
 from harness.runtime.group import GroupHandle, GroupSpec, start_group
 from harness.runtime.local import free_port
 from harness.runtime.ray_cluster import replicas_report
+from harness.serving.energy import kv_cache_info
 from harness.telemetry.prometheus import parse
 
 
@@ -242,16 +243,4 @@ def engine_reason(message: str) -> str:
 
 def kv_cache_config(metrics_path: Path) -> dict[str, Any] | None:
     """KV-cache capacity as the engine reports it (vLLM's ``cache_config_info`` labels), or None."""
-    snap = parse(metrics_path.read_text())
-    for (name, labels), _ in snap.samples.items():
-        if name == "vllm:cache_config_info":
-            info = dict(labels)
-            picked: dict[str, Any] = {}
-            for key in ("kv_cache_size_tokens", "block_size", "num_gpu_blocks", "kv_cache_memory_bytes"):
-                try:
-                    picked[key] = int(info[key])
-                except (KeyError, ValueError):
-                    continue
-            picked["enable_prefix_caching"] = info.get("enable_prefix_caching") == "True"
-            return picked
-    return None
+    return kv_cache_info(parse(metrics_path.read_text()))
