@@ -155,3 +155,15 @@ def test_cli_make_and_show_report_the_sharing_structure(tokenizer_dir, tmp_path,
     ceiling = load_workload(out).header["sharing"]["reuse_ceiling"]
     assert f"reuse ceiling {ceiling:.4f}" in shown and "distinct blocks 7 of 16 tokens" in shown
     assert "arrival rate 1 requests/s over 3 s" in shown
+
+
+def test_the_trace_command_docs_measurement_shows_runs_as_written_replaying_the_traces_own_timestamps(
+        tokenizer_dir, tmp_path, repo_root):
+    shown = "infkit workload make trace --trace FILE --trace-format F"
+    assert f"`{shown}`" in (repo_root / "docs" / "measurement.md").read_text()
+    trace, out = repo_root / "docs" / "workloads" / "mooncake-slice.jsonl", tmp_path / "w.jsonl"
+    words = shown.split()[1:]
+    words[words.index("FILE")], words[words.index("F")] = str(trace), "mooncake"
+    assert main([*words, "--tokenizer", str(tokenizer_dir), "-o", str(out)]) == 0  # no --arrival needed
+    header = load_workload(out).header
+    assert header["arrival"]["process"] == "trace"

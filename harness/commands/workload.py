@@ -21,6 +21,7 @@ from harness.workload import (
 )
 
 DEFAULT_MODEL = "smollm2-135m"
+TRACE_KINDS = ("trace", "trace-unique")  # generators that replay a trace file: its own timestamps by default
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,7 +50,8 @@ def _common_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-tokens", type=int, default=64, help="output length in tokens (mean when ranged)")
     p.add_argument("--input-range", type=float, default=0.0, help="input lengths uniform in [N(1-r), N(1+r)]")
     p.add_argument("--output-range", type=float, default=0.0, help="output lengths uniform in [N(1-r), N(1+r)]")
-    p.add_argument("--arrival", choices=PROCESSES, default="closed", help="arrival process (default: closed)")
+    p.add_argument("--arrival", choices=PROCESSES, default=None,
+                   help="arrival process (default: a trace's own timestamps for trace kinds, else closed)")
     p.add_argument("--concurrency", type=int, help="closed loop: concurrent requests")
     p.add_argument("--rate", type=float, help="poisson/gamma/constant: mean requests per second")
     p.add_argument("--burstiness", type=float, help="gamma shape: 1 = Poisson, <1 burstier, >1 smoother")
@@ -78,8 +80,9 @@ def run_make(args: argparse.Namespace) -> int:
         for d in ("lengths", "content", "arrival")
         if getattr(args, f"{d}_seed") is not None
     }
+    process = args.arrival or ("trace" if args.kind in TRACE_KINDS else "closed")
     common = Common(
-        arrival=Arrival(args.arrival, rate_rps=args.rate, burstiness=args.burstiness, concurrency=args.concurrency),
+        arrival=Arrival(process, rate_rps=args.rate, burstiness=args.burstiness, concurrency=args.concurrency),
         seed=args.seed,
         requests=args.requests,
         input_tokens=args.input_tokens,
