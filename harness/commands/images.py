@@ -223,8 +223,8 @@ def run_in_image(args: argparse.Namespace) -> int:
     from harness.commands._runargs import relative
     from harness.ids import new_run_id
     from harness.rundir.directory import sign_queued
-    from harness.runtime.base import parse_gpus
     from harness.runtime.docker_run import run_harness
+    from harness.runtime.gpus import parse_gpus
 
     inner = args.args[1:] if args.args[:1] == ["--"] else args.args
     if not inner:

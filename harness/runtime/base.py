@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.errors import InvalidInput
 from harness.images.engine import docker_engine_present
+from harness.runtime.gpus import Device
 from harness.telemetry.cputime import TreeCpu
 
 HARNESS_MOUNT = "/opt/infkit"  # where every container sees the harness, read-only
@@ -31,7 +32,7 @@ class ServerSpec:
     env: dict[str, str] = field(default_factory=dict)
     role: str = "inf-vllm-cpu"  # environment role (image) for the docker runtime
     health_path: str = "/health"
-    gpus: tuple[int, ...] = ()  # device indexes; empty = CPU only
+    gpus: tuple[Device, ...] = ()  # device indexes or MIG instances (harness.runtime.gpus); empty = CPU only
     shm_bytes: int | None = None
     host: str = "127.0.0.1"
     host_network: bool = False  # containers: the host's network and IPC namespaces (group members that talk)
@@ -92,19 +93,6 @@ def get_runtime(name: str) -> Runtime:
     from harness.registry import lookup
 
     return lookup("harness.runtime", "RUNTIME", Runtime, name, "runtime")()
-
-
-def parse_gpus(gpu: str | None) -> tuple[int, ...]:
-    """``GPU=0`` -> (0,), ``GPU=2,3`` -> (2, 3); anything else is an input error."""
-    if gpu in (None, ""):
-        return ()
-    parts = [p.strip() for p in str(gpu).split(",")]
-    if not all(p.isdigit() for p in parts):
-        raise InvalidInput(f"GPU={gpu!r}: need device indexes such as 0 or 0,1 (non-negative integers)")
-    ids = tuple(int(p) for p in parts)
-    if len(set(ids)) != len(ids):
-        raise InvalidInput(f"GPU={gpu!r} names a device twice")
-    return ids
 
 
 def nvidia_gpu_present() -> bool:

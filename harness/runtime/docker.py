@@ -55,6 +55,7 @@ from harness.runtime.docker_image import (
     notify_stderr,
     resolve_image,
 )
+from harness.runtime.gpus import Device
 
 DEFAULT_SHM_BYTES = 1 << 30
 CONTAINER_USER_NAME = "infkit"
@@ -162,7 +163,8 @@ def container_argv(argv: tuple[str, ...]) -> list[str]:
     return out
 
 
-def device_requests(gpus: tuple[int, ...]) -> list:
+def device_requests(gpus: tuple[Device, ...]) -> list:
+    """Each device as the engine's device id: an index, or a MIG instance's UUID or ``N:M`` as given."""
     if not gpus:
         return []
     import docker

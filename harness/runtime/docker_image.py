@@ -20,6 +20,7 @@ from typing import Any
 from harness.errors import CapabilityMissing
 from harness.images.driver import DriverCheck, check_driver
 from harness.images.locks import ImageLock
+from harness.runtime.gpus import Device
 
 Notify = Callable[[str], None]
 
@@ -170,7 +171,7 @@ def image_record(lock: ImageLock, image) -> dict[str, Any]:
 
 
 def check_gpu_request(
-    lock: ImageLock, gpus: tuple[int, ...], forward_compat: bool, notify: Notify = notify_stderr
+    lock: ImageLock, gpus: tuple[Device, ...], forward_compat: bool, notify: Notify = notify_stderr
 ) -> DriverCheck | None:
     """A CUDA role needs a GPU and a driver that runs its CUDA release; warns when features are lost."""
     if lock.cuda is None:

@@ -38,6 +38,7 @@ from harness.runtime.docker_image import (
     notify_stderr,
     resolve_image,
 )
+from harness.runtime.gpus import Device
 
 ENTRYPOINT = "/opt/infkit-image/infkit-entrypoint.sh"
 
@@ -61,7 +62,7 @@ def harness_git_env(harness_root: Path) -> dict[str, str]:
     return {"INFKIT_HARNESS_GIT_COMMIT": commit, "INFKIT_HARNESS_GIT_DIRTY": "1" if dirty else "0"}
 
 
-def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[int, ...] = (), network: bool = False,
+def run_harness(role: str, args: list[str], run_dir: Path, *, gpus: tuple[Device, ...] = (), network: bool = False,
                 timeout_s: float = 3600.0, log_name: str = "container.log",
                 settings: DockerSettings | None = None, api=None, sign_queue: Path | None = None) -> HarnessRun:
     """Run ``infkit <args>`` in ``role``'s image; the log lands in ``run_dir/log_name``.

@@ -136,6 +136,8 @@ def test_sglang_gets_its_own_scheduler_flags_and_refuses_what_it_lacks(planned):
     doc = planned("70", gpu="0", backend="sglang")
     argv = {s["name"]: s["argv"] for s in doc["servers"]}
     assert "--enable-priority-scheduling" in argv["priority"] and "--scheduling-policy" not in argv["priority"]
+    # the workload's high class has the lower value (vLLM's order); SGLang 0.5.5 serves higher values first unless
+    assert "--schedule-low-priority-values-first" in argv["priority"]
     assert "no async-scheduling flag" in doc["refused"]["overlap"]
     assert set(doc["refused"]) == {"overlap"}
 

@@ -134,8 +134,11 @@ class Config(BenchConfig):
 
 # Each scheduler setting in each backend's own flags; a backend without one gets vLLM's, which its release
 # refuses before any start (harness.backends.gating: the variant is capability_missing there, with the reason).
+# The workload tags high priority with the lower value (vLLM serves lower values first); SGLang 0.5.5 serves
+# higher values first unless told otherwise, so its priority server gets the flag that keeps the classes' order.
 SETTING_FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
-    "priority": {"vllm": ("--scheduling-policy", "priority"), "sglang": ("--enable-priority-scheduling",)},
+    "priority": {"vllm": ("--scheduling-policy", "priority"),
+                 "sglang": ("--enable-priority-scheduling", "--schedule-low-priority-values-first")},
     "overlap": {"vllm": ("--async-scheduling",)},  # SGLang 0.5.5 has no such flag
 }
 

@@ -37,11 +37,11 @@ from harness.bench.lib.hostprofile import request_cost_ratio
 from harness.bench.metrics import E2E_P99, PEAK_MEMORY_GIB, REQUEST_RATE, TPOT_P99, TTFT_P99
 from harness.bench.placement import planning_only, resolve_placement
 from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, Schedule
-from harness.errors import InvalidInput
+from harness.errors import CapabilityMissing, InvalidInput
 from harness.knobs import knob
 from harness.models import PreparedModel
-from harness.rundir.fingerprint import gpu_info, host_isa
-from harness.runtime.base import parse_gpus
+from harness.rundir.fingerprint import host_isa
+from harness.runtime.gpus import memory_total_bytes, parse_gpus
 from harness.workload import Arrival
 
 DTYPES = ("bfloat16", "float32", "float16", "auto")
@@ -116,13 +116,14 @@ PLANNED_DEVICE_GIB = 141  # a dry run on a machine without the GPU maps the pool
 
 
 def device_bytes(cfg: Config) -> int:
-    _, gpus, why = gpu_info()
-    index = (parse_gpus(cfg.gpu) or (0,))[0]
-    if index >= len(gpus) and planning_only():
-        return PLANNED_DEVICE_GIB << 30
-    if index >= len(gpus):
-        raise InvalidInput(f"GPU {index}: cannot read its memory for the KV pool mapping ({why or 'no such GPU'})")
-    return gpus[index]["memory_total_bytes"]
+    """The memory of the first device GPU= names: a MIG instance's own, never its parent's (NVML)."""
+    device = (parse_gpus(cfg.gpu) or (0,))[0]
+    try:
+        return memory_total_bytes(device)
+    except CapabilityMissing as exc:
+        if planning_only():
+            return PLANNED_DEVICE_GIB << 30
+        raise InvalidInput(f"GPU {device}: cannot read its memory for the KV pool mapping ({exc})") from None
 
 
 def candidate_dtypes(cfg: Config, backend: str) -> tuple[tuple[str, ...], str]:
