@@ -42,6 +42,9 @@ def planned_entries(monkeypatch) -> list[dict]:
 
     prepared_model_or_skip()
     monkeypatch.setattr(runtime_base, "nvidia_gpu_present", lambda: False)
+    # the sglang lock's base digest is a placeholder: its image is planned as a build on a local base
+    monkeypatch.setenv("INFKIT_LOCAL_BASE_IMAGE", "localhost/infkit/debian-bookworm-minbase:local")
+    monkeypatch.delenv("INFKIT_PULL_ONLY", raising=False)
     entries = []
     for bench, options in GPU_RUNS:
         spec = get_bench(bench)

@@ -122,11 +122,16 @@ def test_gpu_candidates_launch_with_mapped_memory_settings_and_the_other_knobs()
     # fp8 weights take half the room, so the same pool needs a smaller share
     assert float(value("vllm-s256-fp8", "--gpu-memory-utilization")) < 0.128
     assert mappings["sglang-s256"]["setting"] == "--mem-fraction-static" and mappings["sglang-s256"]["kv_pool_gib"] == 8
+    # vLLM takes the pool itself: every vLLM candidate gets the same exact KV bytes, SGLang has no such flag
+    assert {value(n, "--kv-cache-memory-bytes") for n in argv if n.startswith("vllm")} == {str(8 * GIB)}
+    assert "--kv-cache-memory-bytes" not in argv["sglang-s256"]
+    assert mappings["vllm-s64"]["kv_cache_memory_bytes"] == 8 * GIB
+    assert mappings["sglang-s256"]["kv_cache_memory_bytes"] is None
 
 
 def test_the_gpu_plan_maps_memory_and_runs_one_engine_at_a_time(tmp_path, monkeypatch):
     monkeypatch.setattr(bench72, "resolve_placement", lambda gpu, backend, runtime: Placement("vllm", "docker"))
-    monkeypatch.setattr(bench72, "gpu_info", lambda: ({}, [{"memory_total_bytes": 80 * GIB}], None))
+    monkeypatch.setattr(bench72, "memory_total_bytes", lambda device: 80 * GIB)
     monkeypatch.chdir(tmp_path)
     model = PreparedModel(key="m", name="m", path=fake_checkpoint(tmp_path, SMOLLM2_PARAMS // 64 * 64),
                           gguf_sha256="x", checkpoint_sha256="y", tokenizer_sha256="z")

@@ -15,8 +15,10 @@ The two GPU engines size memory differently, so one number cannot be passed to b
 
 For a KV pool K: u = (K + W + A) / T and f = (K + W) / (T - C), with W the weights at the
 candidate's dtype, A vLLM's activation reserve and C the memory in use before SGLang loads
-(both stated estimates). The mapping is recorded, and each engine's effective pool is read
-back from its log, so a mismatch is seen rather than assumed away.
+(both stated estimates). vLLM 0.11.0 also takes the pool itself, ``--kv-cache-memory-bytes K``:
+its candidates pass K exactly (u then bounds only what vLLM checks is free at its start), so only
+SGLang's pool rests on the estimates. The mapping is recorded, and each engine's effective pool is
+read back from its log, so a mismatch is seen rather than assumed away.
 """
 
 from __future__ import annotations
@@ -128,12 +130,16 @@ def gpu_candidates(backends: Sequence[str], max_num_seqs: Sequence[int], quantiz
         share = mapping.sglang_fraction() if backend == "sglang" else mapping.vllm_utilization()
         name = f"{backend}-s{seqs}" + (f"-{quant}" if quant else "")
         setting = "--mem-fraction-static" if backend == "sglang" else "--gpu-memory-utilization"
-        mappings[name] = {**mapping.to_dict(), "backend": backend, "setting": setting, "value": share}
+        # vLLM 0.11.0 takes the pool itself (--kv-cache-memory-bytes): exact, where u only bounds the rest
+        exact = () if backend == "sglang" else ("--kv-cache-memory-bytes", str(mapping.kv_pool_bytes))
+        mappings[name] = {**mapping.to_dict(), "backend": backend, "setting": setting, "value": share,
+                          "kv_cache_memory_bytes": mapping.kv_pool_bytes if exact else None}
         out.append(Candidate(
             name, {"dtype": dtype, "max_num_seqs": seqs, "gpu_memory_utilization": share,
-                   "extra_args": ("--quantization", quant) if quant else ()},
+                   "extra_args": (*exact, *(("--quantization", quant) if quant else ()))},
             backend=backend, optional=backend == "sglang" or quant is not None,
-            note=f"{setting} {share} for a {kv_pool_gib:g} GiB KV pool"))
+            note=f"{setting} {share}" + (f", --kv-cache-memory-bytes {mapping.kv_pool_bytes}" if exact else "")
+            + f" for a {kv_pool_gib:g} GiB KV pool"))
     return out, mappings
 
 
