@@ -38,8 +38,9 @@ class ArmContext:
     client: Mapping[str, Any] = field(default_factory=dict)  # MeasureConfig fields every arm gets
 
 
-def arm_dir(run_dir: Path, label: str, repeat: int) -> Path:
-    return run_dir / "arms" / label.replace("/", ".") / f"r{repeat}"
+def arm_dir(run_dir: Path, label: str, repeat: int, attempt: int = 1) -> Path:
+    """An arm run's folder; a re-run of an invalid run (``attempt`` > 1) gets its own beside it."""
+    return run_dir / "arms" / label.replace("/", ".") / (f"r{repeat}" if attempt == 1 else f"r{repeat}-a{attempt}")
 
 
 def crash_failure(srv: ServerSession, label: str, failure: Failure) -> Failure:

@@ -43,5 +43,8 @@ def summary_text(title: str, table: str, reading: Reading, result: dict[str, Any
         lines.append(f"failure: {concl['failure']['kind']}: {concl['failure']['message']}")
     if concl.get("summary"):
         lines.append(f"why: {concl['summary']}")
+    lines += [f"invalid: {r['arm']} repeat {r['repeat']} ({r['consequence']}): {'; '.join(r['reasons'])}"
+              for r in reading.invalid_runs]
+    lines += ["recommendations:", *(f"  - {r}" for r in reading.recommendations)] if reading.recommendations else []
     lines += [f"next step: {concl['next_step']}", f"wall time: {wall_s:.0f} s", FOOTNOTE]
     return "\n".join(lines) + "\n"

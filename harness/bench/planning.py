@@ -20,9 +20,10 @@ from harness.workload import check_options
 
 
 def protocol_record(cfg: BenchConfig, plan: Plan, resets: list[dict[str, Any]],
-                    realisations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """run.json's protocol: repeats, order, warm-up, the prefix-cache resets and, per arm run, the workload
-    realisation it replayed (``harness.bench.realisation``)."""
+                    realisations: list[dict[str, Any]] | None = None,
+                    reruns: dict[str, Any] | None = None) -> dict[str, Any]:
+    """run.json's protocol: repeats, order, warm-up, the prefix-cache resets, per arm run the workload
+    realisation it replayed (``harness.bench.realisation``), and the invalid runs re-run (``harness.bench.invalid``)."""
     return {
         "repeats": cfg.repeats,
         "order": plan.order,
@@ -38,6 +39,7 @@ def protocol_record(cfg: BenchConfig, plan: Plan, resets: list[dict[str, Any]],
         "ignore_eos": plan.ignore_eos,
         "fresh_arrivals_per_repeat": plan.fresh_arrivals,
         "arrival_realisations": list(realisations or []),
+        "reruns": reruns or {"budget": 0, "used": 0, "runs": [], "stopped_early": None},
         "notes": list(plan.notes),
     }
 

@@ -64,7 +64,7 @@ class Reading:
     effect: Effect | None = None
     repeats: int | None = None
     failure: Failure | None = None
-    invalid_reasons: Sequence[str] = ()  # these three are kept as tuples (__post_init__), from any sequence
+    invalid_reasons: Sequence[str] = ()  # these sequences are kept as tuples (__post_init__), from any sequence
     details: Mapping[str, Any] = field(default_factory=dict)
     lines: Sequence[str] = ()  # summary.txt, after the arm table
     figures: Mapping[str, Callable[[Path], Any]] = field(default_factory=dict)
@@ -72,9 +72,13 @@ class Reading:
     kind: str = "comparison"
     quality: dict[str, Any] | None = None  # the correctness group's quality (e.g. greedy agreement), when checked
     next_step: str | None = None  # a read rule's own next step (else the spec's, by decision)
+    # each invalid arm run (arm, repeat, reasons, consequence) and one recommendation per failed constraint
+    # (``harness.bench.invalid.named``)
+    invalid_runs: Sequence[dict[str, Any]] = ()
+    recommendations: Sequence[str] = ()
 
     def __post_init__(self) -> None:  # lists given by a read rule are kept as tuples: the reading cannot drift
-        for name in ("invalid_reasons", "lines", "headline"):
+        for name in ("invalid_reasons", "lines", "headline", "invalid_runs", "recommendations"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def blocked_by(self, failure: Failure) -> Reading:

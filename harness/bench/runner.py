@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,21 +28,14 @@ from harness.backends import Backend, get_backend
 from harness.backends.host_dtype import choose_dtype
 from harness.bench.analysis import claim_figures, read_claims, top_result
 from harness.bench.arms import ArmContext, arm_dir, measure_arm, warm_up
+from harness.bench.invalid import Reruns, named
 from harness.bench.launch import base_config, model_dir_of, prepare
 from harness.bench.outputs import arm_table, summary_text
 from harness.bench.placement import Placement, resolve_placement
 from harness.bench.planning import checked_plan, early_plan, fit_to_model, protocol_record, protocol_violations
 from harness.bench.realisation import realisation_entry, realised
 from harness.bench.records import ArmRun, Workload
-from harness.bench.spec import (
-    Arm,
-    BenchConfig,
-    BenchSpec,
-    History,
-    InputFile,
-    Plan,
-    WorkloadPlan,
-)
+from harness.bench.spec import Arm, BenchConfig, BenchSpec, History, InputFile, Plan, WorkloadPlan
 from harness.bench.startcontrol import CITED_KEY, start_control_for
 from harness.client import read_records
 from harness.contract import Failure
@@ -123,6 +117,7 @@ class Bench:
         self.kv_cache: dict[str, dict[str, Any] | None] = {}
         self.resets: list[dict[str, Any]] = []  # one per arm run: the reset the protocol asks for, and its verdict
         self.realisations: list[dict[str, Any]] = []  # one per arm run: the workload file it replayed
+        self.reruns = Reruns(cfg.reruns, reporter)  # invalid runs of fixed steps, redone in their place
         self.refused = self.history.refused  # dynamic steps can skip arms that pair with a refused variant
         self.ctx = ArmContext(semantic_id=spec.semantic_id, run_id=rd.run_id, run_dir=rd.path, model=model,
                               request_timeout_s=cfg.request_timeout_s, runtime=placement.runtime,
@@ -180,10 +175,11 @@ class Bench:
         self.rd.write_json("servers/servers.json", {"servers": list(self.servers.values()),
                                                     "refused": self.refused})
 
-    def run_step(self, servers: Servers, repeat: int, arm: Arm, index: int, total: int | None) -> ArmRun:
+    def run_step(self, servers: Servers, repeat: int, arm: Arm, index: int, total: int | None,
+                 attempt: int = 1) -> ArmRun:
         srv = servers.get(arm.server)
         workload = self.workload_of(arm, repeat)
-        self.reporter(f"[{index}/{total or '?'}] {arm.label} repeat {repeat}")
+        self.reporter(f"[{index}/{total or '?'}] {arm.label} repeat {repeat}{f', attempt {attempt}' * (attempt > 1)}")
         if self.plan.reset_prefix_cache:
             reset = srv.reset_prefix_cache()
             self.resets.append({"arm": arm.label, "repeat": repeat, "server": srv.name, **reset.to_dict()})
@@ -192,7 +188,7 @@ class Bench:
                               f"{arm.label} repeat {repeat}: {reset.evidence}")
         self.reporter.state(f"server {srv.name}: serving {arm.label}")
         t0 = time.monotonic()
-        out = arm_dir(self.rd.path, arm.label, repeat)
+        out = arm_dir(self.rd.path, arm.label, repeat, attempt)
         try:
             outcome = measure_arm(self.ctx, srv, workload, out, arm.label, arm.client, self.reporter)
         except KeyboardInterrupt:
@@ -234,7 +230,11 @@ class Bench:
                     except ServerStartError as exc:
                         self.refuse(arm.server, exc)
                         continue
+                    if not callable(phase.steps):  # fixed steps: an invalid run is redone in its place, at once
+                        run = self.reruns.settle(run, partial(self.run_step, servers, repeat, arm, index, total))
                     history.runs.append(run)
+                    if self.reruns.failure is not None:  # the budget was spent: stop early with the reason
+                        return self.reruns.failure
                     if run.failure:
                         self.reporter(f"  {arm.label} repeat {repeat} failed: {run.failure['kind']}: "
                                       f"{run.failure['message']}")
@@ -367,7 +367,8 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
             for k, w in history.workloads.items()
         },
     }
-    protocol = protocol_record(cfg, plan, bench.resets, bench.realisations)
+    protocol = protocol_record(cfg, plan, bench.resets, bench.realisations, bench.reruns.record())
+    reading = named(reading, history.runs, bench.reruns.done, stopped=bench.reruns.stopped)
     reading = reading.capped_by(protocol_violations(protocol))  # a protocol the run did not keep decides nothing
     result = top_result(
         history,

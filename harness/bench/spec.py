@@ -67,6 +67,8 @@ class BenchConfig(KnobConfig):
     scale: int = knob(1, "multiply the number of measured requests per arm", min=1, max=1000)
     repeats: int = knob(3, "repeats of every arm, interleaved (< 5 lowers the evidence level to single)", min=1,
                         max=1000)
+    reruns: int = knob(3, "invalid arm runs re-run in their place per bench (same repeat and arrivals); once "
+                       "spent, the next invalid run stops the bench with its reason", min=0)
     warmup_requests: int = knob(2, "unmeasured requests after each server start", min=0)
     seed: int = knob(0, "seed of every random dimension of the workloads", min=0)
     model: str = knob("smollm2-135m", "served model: a catalog name, a Hugging Face-format checkpoint directory, or "

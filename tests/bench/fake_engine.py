@@ -1,7 +1,8 @@
 """A stand-in engine process for runner tests: the fake OpenAI server, or an engine that refuses to start.
 
 ``--refuse MESSAGE`` prints the message the way an engine's log does and exits 1 (a configuration
-this platform does not run); ``--crash-after N`` stops answering after N requests; ``--max-running N``
+this platform does not run); ``--crash-after N`` stops answering after N requests; ``--fail-every N``
+answers every Nth request with HTTP 500 (an invalid arm run a re-run can redo); ``--max-running N``
 serves N requests at once and queues the rest (a capacity that latency under load can find);
 ``--prefill-us-per-token`` makes the first token wait longer for longer prompts, as prefill does. With
 ``--max-num-seqs`` etc. it answers ``GET /server_info`` with a vLLM-shaped effective config;
@@ -64,6 +65,7 @@ def main() -> int:
     ap.add_argument("--gap-ms", type=float, default=2.0)
     ap.add_argument("--prefill-us-per-token", type=float, default=0.0)
     ap.add_argument("--crash-after", type=int, default=0)
+    ap.add_argument("--fail-every", type=int, default=0)  # every Nth request answers HTTP 500
     ap.add_argument("--refuse", default=None)
     ap.add_argument("--max-num-seqs", type=int, default=None)
     ap.add_argument("--max-num-batched-tokens", type=int, default=None)
@@ -87,6 +89,7 @@ def main() -> int:
             ttft_s=args.ttft_ms / 1e3,
             gap_s=args.gap_ms / 1e3,
             crash_after=args.crash_after,
+            fail_every=args.fail_every,
             max_running=args.max_running,
             prefill_s_per_token=args.prefill_us_per_token / 1e6,
             spec_decode=args.speculative_config is not None,

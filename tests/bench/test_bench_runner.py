@@ -66,6 +66,7 @@ class Config(BenchConfig):
     slow_ttft_ms: float = knob(60.0, "TTFT of the slow variant", min=1)
     optional_refuses: bool = knob(False, "the optional variant's engine refuses to start")
     crash_after: int = knob(0, "the fast server stops answering after N requests (0: never)", min=0)
+    slow_fail_every: int = knob(0, "the slow server answers every Nth request with HTTP 500 (0: never)", min=0)
     fast_reset: str = knob("succeeds", "the fast server's answer to a prefix-cache reset",
                            choices=("succeeds", "declines"))
     order: str = knob("concurrent", "how arms meet servers", choices=("concurrent", "alternate", "sequential"))
@@ -76,7 +77,8 @@ def plan(cfg: Config, model) -> Plan:
                     input_tokens=24, output_tokens=6)
     fast = ("--ttft-ms", "10", "--reset", cfg.fast_reset,
             *(("--crash-after", str(cfg.crash_after)) if cfg.crash_after else ()))
-    servers = (ServerVariant("slow", {"extra_args": ("--ttft-ms", str(cfg.slow_ttft_ms))}),
+    slow = ("--ttft-ms", str(cfg.slow_ttft_ms), "--fail-every", str(cfg.slow_fail_every))
+    servers = (ServerVariant("slow", {"extra_args": slow}),
                ServerVariant("fast", {"extra_args": fast, "max_num_seqs": 4}),
                ServerVariant("exotic", {"extra_args": ("--refuse", "method 'eagle' is not supported on cpu")
                                         if cfg.optional_refuses else ()}, optional=True))
@@ -169,6 +171,44 @@ def test_a_server_that_stops_answering_blocks_the_decision_and_keeps_what_comple
     assert len(records) == 6 and arm["correctness"]["output_count"] == 1  # the one it finished is kept
     assert json.loads((outcome.run_dir / "run.json").read_text())["status"] == "failed"
     assert audit_paths([outcome.finished.manifest], AuditConfig(root=bench_env))[0].valid
+
+
+def test_an_invalid_arm_run_is_rerun_in_its_place_and_named_in_the_protocol_and_summary(bench_env):
+    # the slow server answers its 16th request with HTTP 500: warm-up 1, repeats of 6 -> repeat 3 is invalid
+    outcome, log = run(bench_env, slow_fail_every=16)
+    assert not outcome.failed
+    result = outcome.result
+    reruns = result["details"]["protocol"]["reruns"]
+    assert (reruns["budget"], reruns["used"], reruns["stopped_early"]) == (3, 1, None)
+    (redo,) = reruns["runs"]
+    assert (redo["arm"], redo["repeat"], redo["attempt"]) == ("slow", 3, 2)
+    assert "1 of 6 requests did not complete (1 error)" in redo["reasons"][0]
+    slow = [a for a in result["details"]["arm_runs"] if a["label"] == "slow"]
+    assert [(a["repeat"], a["valid"]) for a in slow] == [(1, True), (2, True), (3, True)]  # the re-run replaced it
+    assert slow[2]["result"].endswith("slow/r3-a2/result.json")
+    replaced = json.loads((outcome.run_dir / "arms" / "slow" / "r3" / "result.json").read_text())
+    assert replaced["conclusion"]["valid"] is False  # kept beside its re-run, signed with the run
+    # same realisation, same place: both attempts replayed repeat 3's file, one after the other
+    realised = [(r["arm"], r["repeat"]) for r in result["details"]["protocol"]["arrival_realisations"]]
+    assert realised[6:9] == [("slow", 3), ("slow", 3), ("fast", 3)]
+    assert "slow repeat 3, attempt 2" in log
+    summary = outcome.finished.summary
+    assert "invalid: slow repeat 3 (re-run in its place): 1 of 6 requests did not complete" in summary
+    assert "recommendations:\n  - requests completed: requests broke" in summary
+
+
+def test_an_invalid_run_past_the_rerun_budget_stops_the_bench_with_its_reason(bench_env):
+    outcome, log = run(bench_env, slow_fail_every=16, reruns=0)
+    assert outcome.failed
+    concl = outcome.result["conclusion"]
+    assert concl["decision"] == "blocked" and concl["failure"]["kind"] == "error"
+    assert concl["failure"]["message"].startswith("slow repeat 3 invalid after 1 attempt(s) and the re-run budget "
+                                                  "(0, --reruns) is spent: 1 of 6 requests did not complete")
+    assert [a["label"] for a in outcome.result["details"]["arm_runs"]][-1] == "slow"  # nothing ran after it
+    assert outcome.result["details"]["protocol"]["reruns"]["stopped_early"] == concl["failure"]["message"]
+    assert concl["next_step"].startswith("the bench stopped early on invalid runs: requests broke")
+    assert "stopping early" in log
+    assert "invalid: slow repeat 3 (left out of every effect and figure it would distort)" in outcome.finished.summary
 
 
 def test_phases_say_what_they_do():

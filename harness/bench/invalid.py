@@ -1,0 +1,142 @@
+"""Invalid arm runs: each one redone in its place up to a budget, and every one left named with what to do about it.
+
+An arm run whose result is invalid (the client could not keep its schedule, a request broke, ...) describes the
+host or a broken run, not the server. In a phase of fixed steps (the repeats a claim pairs) the runner redoes it at
+once: the same arm, repeat and workload realisation, so the same place in the order, up to ``--reruns`` re-runs over
+the whole bench. Each re-run and its reason go into the protocol record (``details.protocol.reruns``); the run it
+replaced keeps its own result file. When the budget is spent the bench stops early with the reason: more runs on a
+host that invalidates them would only spend time. Steps a phase makes while running (a sweep's levels, a search's
+probes) are read by their own rules and are not redone here.
+
+Every reading then names each invalid run left in the result with its reasons, and gives one recommendation per
+failed constraint (MLPerf LoadGen's ``Recommendations:``) — never "raise --repeats" for an interval that already lies
+beyond its margin, where more repeats cannot change the decision but valid ones can.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from harness.bench.records import ArmRun, Reading
+from harness.contract import Failure
+from harness.progress import Reporter
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A failed validity constraint: how its reasons start, the failure kind it stops a bench with, the advice."""
+
+    name: str
+    starts: tuple[str, ...]
+    kind: str
+    advice: str
+
+
+CONSTRAINTS = (
+    Constraint("client schedule", ("client send lag", "client event-loop lag", "achieved send rate"),
+               "client_bottleneck", "the client ran late (another process held its core, or the engine's threads "
+               "did): run on a quiet host (stop the competing jobs), or raise --reruns to redo more such runs"),
+    Constraint("client CPU share", ("client-bound here",), "client_bottleneck",
+               "the client and API server needed more CPU than was left to them: leave them a core (fewer engine "
+               "threads) or lower the load"),
+    Constraint("requests completed", ("requests did not complete",), "error",
+               "requests broke: read the statuses in the arm's requests.jsonl and the server log tail"),
+    Constraint("tokens generated", ("requests generated fewer tokens",), "correctness",
+               "the engine stopped before max_tokens although ignore_eos was set: check the engine version"),
+    Constraint("uninterrupted", ("the run was interrupted",), "aborted", "rerun without interrupting it"),
+)
+OTHER = Constraint("other", (), "error", "read the arm's result.json for the reason")
+
+
+def constraint_of(reason: str) -> Constraint:
+    """The constraint an invalid reason reports (matched on its wording, which ``serving.validity`` fixes)."""
+    text = reason.split(": ", 1)[1] if reason.startswith("repeat ") else reason
+    return next((c for c in CONSTRAINTS if any(s in text[:60] for s in c.starts)), OTHER)
+
+
+def reasons_of(run: ArmRun) -> list[str]:
+    return list(run.result["conclusion"].get("invalid_reasons") or []) or ["invalid (no reason recorded)"]
+
+
+def is_invalid(run: ArmRun) -> bool:
+    """Completed without failure, with records, but invalid: the runs a re-run can redo and a reading leaves out."""
+    return not run.failure and bool(run.records) and not run.valid
+
+
+def recommendations(reasons: Sequence[str], host: str | None = None) -> list[str]:
+    """One recommendation per failed constraint, in the order first met; ``host`` names what competed for the CPU."""
+    seen = list(dict.fromkeys(constraint_of(r) for r in reasons))
+    return [f"{c.name}: {c.advice}" + (f" ({host})" if host and c.kind == "client_bottleneck" else "") for c in seen]
+
+
+@dataclass
+class Reruns:
+    """The re-run budget of one bench and what it was spent on."""
+
+    budget: int
+    reporter: Reporter
+    done: list[dict[str, Any]] = field(default_factory=list)  # one per re-run: arm, repeat, attempt, reason, result
+    failure: Failure | None = None  # why the bench stops early, once the budget ran out
+
+    @property
+    def stopped(self) -> str | None:
+        return self.failure.message if self.failure else None
+
+    def settle(self, run: ArmRun, again: Callable[[int], ArmRun]) -> ArmRun:
+        """``run``, or its re-run (``again(attempt)``) until one is valid; ``failure`` is set when the budget runs
+        out first (the last invalid run is returned, to be kept in the result)."""
+        attempt = 1
+        while is_invalid(run):
+            reasons = reasons_of(run)
+            if len(self.done) >= self.budget:
+                why = (f"{run.label} repeat {run.repeat} invalid after {attempt} attempt(s) and the re-run budget "
+                       f"({self.budget}, --reruns) is spent: {reasons[0]}")
+                self.reporter(f"  stopping early: {why}")
+                self.failure = Failure(stage="run", kind=constraint_of(reasons[0]).kind, message=why)
+                return run
+            attempt += 1
+            self.done.append({"arm": run.label, "repeat": run.repeat, "attempt": attempt, "reasons": reasons,
+                              "replaced": str(run.result_path)})
+            self.reporter(f"  {run.label} repeat {run.repeat} invalid ({reasons[0]}): re-run {len(self.done)} of "
+                          f"{self.budget}, same realisation and place")
+            run = again(attempt)
+        return run
+
+    def record(self) -> dict[str, Any]:
+        """The protocol record's ``reruns``: the budget, each re-run with its reason, and any early stop."""
+        return {"budget": self.budget, "used": len(self.done), "runs": list(self.done), "stopped_early": self.stopped,
+                "policy": "an invalid arm run of a fixed schedule is re-run at once (same arm, repeat and "
+                          "realisation); the bench stops when the budget is spent"}
+
+
+def invalid_entries(runs: Sequence[ArmRun], reruns: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """Each invalid run: the ones re-run (redone) and the ones left in the result (left out of what they distort)."""
+    redone = [{"arm": r["arm"], "repeat": r["repeat"], "attempt": r["attempt"] - 1, "reasons": r["reasons"],
+               "consequence": "re-run in its place"} for r in reruns]
+    kept = [{"arm": r.label, "repeat": r.repeat, "reasons": reasons_of(r),
+             "consequence": "left out of every effect and figure it would distort"} for r in runs if is_invalid(r)]
+    return redone + kept
+
+
+def named(reading: Reading, runs: Sequence[ArmRun], reruns: Sequence[dict[str, Any]] = (),
+          host: str | None = None, stopped: str | None = None) -> Reading:
+    """``reading`` with each invalid run's reasons and one recommendation per failed constraint. Its next step
+    follows from them where the spec's would not: a bench ``stopped`` early on its re-run budget, or an
+    inconclusive reading whose interval already lies beyond its margin (more repeats cannot change it; valid
+    ones can)."""
+    entries = invalid_entries(runs, reruns)
+    if not entries:
+        return reading
+    advice = recommendations([why for e in entries for why in e["reasons"]], host)
+    out = replace(reading, invalid_runs=tuple(entries), recommendations=tuple(advice))
+    effect = reading.effect
+    beyond = effect is not None and effect.finding in ("material gain", "material loss")
+    if stopped:
+        first = constraint_of(stopped.split(" is spent: ", 1)[-1])
+        return replace(out, next_step=f"the bench stopped early on invalid runs: {first.advice}, then rerun it")
+    if reading.decision == "inconclusive" and beyond and any(is_invalid(r) for r in runs):  # pairs were lost
+        out = replace(out, next_step=f"the interval already lies beyond the margin, so more repeats will not change "
+                                     f"the decision; valid ones will: {advice[0]}")
+    return out
