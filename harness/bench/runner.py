@@ -1,10 +1,9 @@
 """The one runner of every bench spec.
 
-Placement (backend, runtime), the model, the run directory, workloads, server starts
-per phase (warm-up after each start, the prefix cache reset before each arm run),
-the arm runs, Ctrl-C, a server that dies or does not start — then the reading,
-the top-level result (built and validated once), the summary, figures, run.json
-and the signed manifest.
+Placement (backend, runtime), the model, the run directory, workloads, server starts per phase (warm-up after each
+start, the prefix cache reset before each arm run), the arm runs (an invalid one redone: ``harness.bench.invalid``),
+Ctrl-C, a server that dies or does not start — then the reading, the top-level result (built and validated once),
+the summary, figures, run.json and the signed manifest.
 
 Failure rules: a failed arm run (e.g. the server died) stops the bench, keeps every completed request and blocks the
 decision. A server variant the spec marks optional that the engine refuses to start is recorded as
