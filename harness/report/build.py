@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,10 @@ class ReportConfig:
     trusted_keys: tuple[Path, ...] = ()  # empty: every <root>/manifests/keys/*.pub.pem
     trust_policy: Path | None = None  # key ids allowed to sign (harness.manifest.trust); None: integrity only
     charts: bool = True  # cross-run charts (need matplotlib)
+
+
+def audit_config(config: ReportConfig) -> AuditConfig:
+    return AuditConfig(root=config.root, trusted_keys=config.trusted_keys, trust_policy=config.trust_policy)
 
 
 @dataclass(frozen=True)
@@ -166,6 +171,24 @@ def _replace_dir(stage: Path, out_dir: Path) -> None:
             pass
 
 
+def write_report_folder(out_dir: Path, write: Callable[[Path], None]) -> None:
+    """Have ``write`` fill a folder made beside ``out_dir``, mark what it wrote, and swap it in with one
+    rename; on any error the folder is removed and ``out_dir`` is as it was."""
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    except OSError as exc:
+        raise InvalidInput(f"-o {out_dir}: cannot create it: {exc.strerror or exc}") from None
+    try:
+        write(stage)
+        _write_marker(stage)
+        os.chmod(stage, 0o755)
+        _replace_dir(stage, out_dir)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
 def bound_figures(placed: list[Placed]) -> list[Placed]:
     """At most ``MAX_FIGURES_PER_RUN`` figures a run (the reader reads no more) and ``MAX_PAGE_IMAGE_BYTES``
     of distinct images a page."""
@@ -191,56 +214,58 @@ def bound_figures(placed: list[Placed]) -> list[Placed]:
     return out
 
 
-def build_report(paths: list[str], config: ReportConfig) -> ReportOutputs:
-    """Audit ``paths`` (run directories, manifests, folders of manifests) and write the report."""
+def check_inputs(paths: list[str], config: ReportConfig) -> Path:
+    """Refuse, before any work, no inputs, a root that is no folder and an output folder that may not be
+    replaced; the absolute output folder."""
     if not paths:
         raise InvalidInput("no inputs: name run directories or manifests (or a folder of manifests)")
     if not config.root.is_dir():
         raise InvalidInput(f"--root {config.root}: not a directory")
     out_dir = Path(os.path.abspath(config.out_dir))
     check_out_dir(out_dir)
-    items = audit_inputs(
-        paths, AuditConfig(root=config.root, trusted_keys=config.trusted_keys, trust_policy=config.trust_policy)
+    return out_dir
+
+
+def _write_page(stage: Path, placed: list[Placed], sections: list[dict[str, Any]],
+                config: ReportConfig) -> tuple[dict[str, Any], str]:
+    """Charts, report.json (validated), report.md and index.html into ``stage``: (report.json's document, page)."""
+    notes: list[str] = []
+    images = {f.sha256: f.png for p in placed if p.view for f in p.view.figures}
+    if config.charts:
+        try:
+            for section in sections:
+                for entry, png in _draw_charts(section, stage):
+                    section["figures"].append(entry)
+                    images[entry["sha256"]] = png
+        except CapabilityMissing as exc:
+            notes.append(f"no cross-run charts: {exc}")
+    doc = report_document(
+        sections,
+        created_utc=utc_now(),
+        root=str(config.root),
+        trusted_keys=[str(k) for k in config.trusted_keys],
+        notes=notes,
+        trust_policy=str(config.trust_policy) if config.trust_policy else None,
     )
+    problems = validate_document(doc)
+    if problems:
+        raise SchemaViolation("report.json does not satisfy its schema: " + "; ".join(map(str, problems[:5])))
+    page = render_page(doc, images)
+    atomic_write_text(stage / "report.json", dumps_json(doc))
+    atomic_write_text(stage / "report.md", render_markdown(doc))
+    atomic_write_text(stage / "index.html", page)
+    return doc, page
+
+
+def build_report(paths: list[str], config: ReportConfig) -> ReportOutputs:
+    """Audit ``paths`` (run directories, manifests, folders of manifests) and write the report."""
+    out_dir = check_inputs(paths, config)
+    items = audit_inputs(paths, audit_config(config))
     placed = [Placed(i, read_run(i, config.root) if i.valid else None) for i in items]
     sections = bench_sections(placed, config.root, out_dir)
-    notes: list[str] = []
     placed = bound_figures(placed)
-    try:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    except OSError as exc:
-        raise InvalidInput(f"-o {out_dir}: cannot create it: {exc.strerror or exc}") from None
-    try:
-        images = {f.sha256: f.png for p in placed if p.view for f in p.view.figures}
-        if config.charts:
-            try:
-                for section in sections:
-                    for entry, png in _draw_charts(section, stage):
-                        section["figures"].append(entry)
-                        images[entry["sha256"]] = png
-            except CapabilityMissing as exc:
-                notes.append(f"no cross-run charts: {exc}")
-        doc = report_document(
-            sections,
-            created_utc=utc_now(),
-            root=str(config.root),
-            trusted_keys=[str(k) for k in config.trusted_keys],
-            notes=notes,
-            trust_policy=str(config.trust_policy) if config.trust_policy else None,
-        )
-        problems = validate_document(doc)
-        if problems:
-            raise SchemaViolation("report.json does not satisfy its schema: " + "; ".join(map(str, problems[:5])))
-        page = render_page(doc, images)
-        atomic_write_text(stage / "report.json", dumps_json(doc))
-        atomic_write_text(stage / "report.md", render_markdown(doc))
-        atomic_write_text(stage / "index.html", page)
-        _write_marker(stage)
-        os.chmod(stage, 0o755)
-        _replace_dir(stage, out_dir)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+    written: list[tuple[dict[str, Any], str]] = []
+    write_report_folder(out_dir, lambda stage: written.append(_write_page(stage, placed, sections, config)))
+    doc, page = written[0]
     counts = doc["counts"]
     return ReportOutputs(out_dir, counts["inputs"], counts["valid"], counts["invalid"], len(page.encode("utf-8")))
