@@ -223,3 +223,46 @@ def test_world_size_is_read_at_the_default_log_level():
     )
     got = comm.effective(log)
     assert got["world_size"] == 2 and got["backends"] is None and "DEBUG" in got["source"]
+
+
+class OrderedRuntime:
+    """Records starts and health waits in order; every member is healthy when asked."""
+
+    name = "ordered"
+
+    def __init__(self):
+        self.events: list[str] = []
+
+    def start(self, spec: ServerSpec, run_dir, log_name="server.log"):
+        events = self.events
+        events.append(f"start {spec.port}")
+
+        class Handle:
+            log_path, image = Path(run_dir) / log_name, None
+
+            def wait_healthy(self, timeout_s, progress=None):
+                events.append(f"healthy {spec.port}")
+
+            def alive(self):
+                return True
+
+            def stop(self, timeout_s=20.0):
+                return 0
+        return Handle()
+
+
+@pytest.mark.parametrize(("gpus", "one_by_one"), [(((0,), (0,)), True), (((0,), (1,)), False)])
+def test_replicas_sharing_a_gpu_start_one_after_another_each_healthy_first(gpus, one_by_one, tmp_path):
+    from harness.backends.vllm import VllmBackend
+
+    gpu_config = config(in_container=True, gpus=(0, 1))
+    group = group_spec(VllmBackend(), gpu_config, Layout("replicas", 2, gpus=gpus), ports(), tmp_path)
+    assert all(m.healthy_first == one_by_one for m in group.members)
+    assert ("started one after another (they share GPU 0)" in group.description) == one_by_one
+    runtime = OrderedRuntime()
+    start_group(runtime, group, tmp_path, "dp")
+    first, second = (m.spec.port for m in group.members)
+    # vLLM sizes its KV cache from the device's free memory: a replica starting beside one still profiling
+    # would count the other's allocations as its own
+    assert runtime.events == ([f"start {first}", f"healthy {first}", f"start {second}"] if one_by_one
+                              else [f"start {first}", f"start {second}"])

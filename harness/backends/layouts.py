@@ -112,6 +112,15 @@ def replica_specs(backend: Backend, cfg: BackendConfig, layout: Layout, ports: l
             for i, port in enumerate(ports)]
 
 
+def shared_gpus(specs: list[ServerSpec]) -> list[Device]:
+    """The GPUs more than one of ``specs`` uses, in first-use order."""
+    seen: dict[Device, int] = {}
+    for spec in specs:
+        for gpu in dict.fromkeys(spec.gpus):
+            seen[gpu] = seen.get(gpu, 0) + 1
+    return [g for g, n in seen.items() if n > 1]
+
+
 def group_spec(backend: Backend, cfg: BackendConfig, layout: Layout, free_port: Callable[[], int],
                log_dir: Path) -> GroupSpec:
     """The processes of ``layout`` for ``backend`` at ``cfg`` (ports taken from ``free_port``)."""
@@ -120,9 +129,12 @@ def group_spec(backend: Backend, cfg: BackendConfig, layout: Layout, free_port: 
     ports = [cfg.port, *(free_port() for _ in range(layout.count - 1))]
     if layout.kind == "replicas":
         specs = replica_specs(backend, cfg, layout, ports)
-        members = tuple(GroupMember(f"replica{i}", s, urls=(_url(s),), role="replica") for i, s in enumerate(specs))
-        return GroupSpec(members, "client", f"{layout.count} independent replicas, requests spread by the client",
-                         {"replicas": layout.count, **layout.settings})
+        shared = shared_gpus(specs)
+        members = tuple(GroupMember(f"replica{i}", s, urls=(_url(s),), role="replica", healthy_first=bool(shared))
+                        for i, s in enumerate(specs))
+        one_by_one = f", started one after another (they share GPU {','.join(map(str, shared))})" if shared else ""
+        return GroupSpec(members, "client", f"{layout.count} independent replicas, requests spread by the client"
+                         + one_by_one, {"replicas": layout.count, **layout.settings})
     from harness.runtime.ray_cluster import ray_group
 
     specs = replica_specs(backend, cfg, layout, ports, node_env=True)

@@ -4,7 +4,8 @@ vLLM's own multi-node launch (a head that serves HTTP plus headless followers), 
 replicas spread by the client, and a Ray cluster whose actors own replicas all need more
 than one process. A ``GroupSpec`` lists them as members, each a ``ServerSpec`` run by the
 same runtime, started in order (a member may first wait for a TCP port of the one before:
-a Ray head must listen before a worker joins). ``GroupHandle`` is a ``ServerHandle``: it is
+a Ray head must listen before a worker joins; members sharing a GPU wait for the one before to be
+healthy). ``GroupHandle`` is a ``ServerHandle``: it is
 healthy when every member that serves answers its health path, alive while every member
 is, its memory is the sum of the members' and stopping it stops them all, last first.
 
@@ -38,6 +39,9 @@ class GroupMember:
     urls: tuple[str, ...] = ()  # base URLs this member serves, health-checked at spec.health_path
     ready_port: int | None = None  # a TCP port it must accept on before the next member starts
     role: str = "server"  # head, follower, replica, ray-head, ray-worker, ray-driver: recorded
+    # healthy before the next member starts: replicas sharing a GPU (vLLM sizes its KV cache from the device's
+    # free memory and counts every change during its profiling as its own, so concurrent starts shrink each other)
+    healthy_first: bool = False
 
 
 @dataclass(frozen=True)
@@ -167,14 +171,19 @@ class GroupHandle(ServerHandle):
                 handle.stop(1.0)
 
 
-def start_group(runtime: Runtime, group: GroupSpec, log_dir: Path, prefix: str, *,
-                ready_timeout_s: float = 120.0) -> GroupHandle:
-    """Start the members in order under ``runtime``; on any failure, stop those already started."""
+def start_group(runtime: Runtime, group: GroupSpec, log_dir: Path, prefix: str, *, ready_timeout_s: float = 120.0,
+                health_timeout_s: float = 1800.0, progress: Callable[[str], None] | None = None) -> GroupHandle:
+    """Start the members in order under ``runtime`` (a ``healthy_first`` member answers its health path before the
+    next starts); on any failure, stop those already started."""
     handles: list[ServerHandle] = []
     try:
         for member in group.members:
             handle = runtime.start(member.spec, log_dir, log_name=f"server-{prefix}-{member.name}.log")
             handles.append(handle)
+            if member.healthy_first and member is not group.members[-1]:
+                if progress:
+                    progress(f"  {member.name}: waiting for its health before the next member starts (shared GPU)")
+                handle.wait_healthy(health_timeout_s, progress=progress)
             if member.ready_port is not None:
                 deadline = time.monotonic() + ready_timeout_s
                 while not tcp_open(member.spec.host, member.ready_port):

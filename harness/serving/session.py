@@ -172,7 +172,7 @@ def server_session(
     )
     started = time.monotonic()
     handle = reaper.track(
-        start_group(runtime, group, log_dir, name)
+        start_group(runtime, group, log_dir, name, health_timeout_s=start_timeout_s, progress=progress)
         if group is not None
         else runtime.start(spec, log_dir, log_name=f"server-{name}.log")
     )
