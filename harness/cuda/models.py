@@ -20,6 +20,7 @@ from harness.ids import sha256_file
 from harness.models.shapes import LLAMA, ModelShape, get_model
 
 # Same shape family as SmolLM2, small enough for unit tests (not a published model).
+RANDOM_TINY = "tiny-llama-random"  # the model name a run on ``tiny`` records: random weights, predicting nothing
 TINY = ModelShape("tiny", LLAMA, "gqa", num_layers=4, num_heads=4, num_kv_heads=2, head_dim=16, hidden_size=64,
                   intermediate_size=128, vocab_size=512, params=180_800, rope_theta=10000.0, rms_norm_eps=1e-5,
                   max_position_embeddings=1024, tie_word_embeddings=True)
@@ -115,7 +116,7 @@ def load_causal_lm(source: str, *, device: str, dtype: str = "float32", seed: in
     torch = import_torch()
     if source == "tiny":
         model = random_llama("tiny", seed=seed, device=device, dtype=dtype)
-        ref = {"name": "tiny-llama-random", "version": f"config:tiny;init-seed={seed}"}
+        ref = {"name": RANDOM_TINY, "version": f"config:tiny;init-seed={seed}"}
         return LoadedModel(model, tiny_tokenizer(), ref, {"name": "tiny-wordlevel", "version": "builtin:v1"}, "tiny")
     path = Path(source)
     refs = None

@@ -105,6 +105,16 @@ def build_outcome(config, ctx: RunContext, loaded, arms: list[str], calls: list[
     )
 
 
+def citability(source: str) -> dict[str, Any]:
+    """Whether the speculative bench may cite the figures: not from a random-weight target, whose drafts' acceptance
+    (and so tokens per target pass) says nothing about any served model."""
+    if source == "tiny":
+        return {"citable": False, "not_citable_reason": "made on the seeded random tiny Llama (random weights): its "
+                "acceptance predicts nothing about a served model; run the proposal on a real checkpoint "
+                "(PROPOSAL_MODEL=<checkpoint dir>)"}
+    return {"citable": True}
+
+
 def _write_proposal_doc(ctx: RunContext, config, loaded, figures: list[dict], torch_version: str) -> None:
     doc = {
         "schema": PROPOSAL_SCHEMA,
@@ -120,6 +130,7 @@ def _write_proposal_doc(ctx: RunContext, config, loaded, figures: list[dict], to
         "arms": [{k: f[k] for k in ("arm", "settings", "calls", "latency_ms", "new_tokens", "target_forward_passes",
                                     "tokens_per_target_pass", "accepted_tokens_per_pass", "identical_to_target",
                                     "speedup_vs_target", "net_benefit_ms")} for f in figures],
+        **citability(loaded.source),
     }
     problems = validate_document(doc)
     if problems:

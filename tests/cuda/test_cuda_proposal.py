@@ -72,6 +72,8 @@ def test_tiny_run_all_arms_identical(run_cuda, valid):
     assert figures["constant"]["target_forward_passes"] < figures["constant"]["new_tokens"]
     samples = (out.run_dir / "samples.jsonl").read_text().splitlines()
     assert len(samples) == 2 * 5  # one record per generate call
+    doc = json.loads((out.run_dir / "proposal.json").read_text())  # random weights: the speculative bench may not cite
+    assert doc["citable"] is False and "random" in doc["not_citable_reason"]
 
 
 def _real_model_dir() -> Path | None:
@@ -98,6 +100,7 @@ def test_real_smollm2_outputs_identical_and_passes_counted(run_cuda, valid, requ
                    threads=1)
     figures = _check_run(out, valid, ("target", "constant", "heuristic", "dynamic", "prompt_lookup"))
     assert figures["target"]["target_forward_passes"] == figures["target"]["new_tokens"]
+    assert json.loads((out.run_dir / "proposal.json").read_text())["citable"] is True
     assert figures["constant"]["tokens_per_target_pass"] > 1.0
     assert out.result["identity"]["model"]["version"].startswith("sha256:")
 

@@ -180,3 +180,22 @@ def test_the_newest_proposal_run_is_cited_after_its_audit(model, tmp_path, monke
     with pytest.raises(InvalidInput, match="does not audit VALID"):  # an edited proposal never feeds a prediction
         cited_proposal(str(with_doc), tmp_path)
     assert default_manifest_path(tmp_path, "INF-PROPOSAL", citation.run["run_id"]) == with_doc
+
+
+def test_a_proposal_made_on_random_weights_is_never_cited(model, tmp_path, monkeypatch):
+    """The GPU bundle's proposal step runs on a seeded random tiny Llama: its acceptance predicts nothing about a served
+    model, so the newest such run is passed over with the reason, and naming it is a one-line input error."""
+    monkeypatch.delenv("INFKIT_SIGNING_KEY", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    random_doc = {**PROPOSAL, "model": {"name": "tiny-llama-random", "version": "config:tiny;init-seed=0"},
+                  "citable": False, "not_citable_reason": "made on the seeded random tiny Llama (random weights)"}
+    manifest = signed_run(tmp_path, {"proposal.json": random_doc})
+    citation, why = cited_proposal(None, tmp_path)
+    assert citation is None and "is not citable: made on the seeded random tiny Llama" in why
+    with pytest.raises(InvalidInput, match="not citable") as info:
+        cited_proposal(str(manifest), tmp_path)
+    assert "\n" not in str(info.value)
+    unmarked = {**PROPOSAL, "model": random_doc["model"]}  # a document from before the mark: judged by its target
+    later = signed_run(tmp_path, {"proposal.json": {**unmarked, "run_id": "b"}})
+    with pytest.raises(InvalidInput, match="random weights"):
+        cited_proposal(str(later), tmp_path)

@@ -35,6 +35,7 @@ from harness.bench.placement import planning_only
 from harness.bench.records import Reading
 from harness.bench.spec import Arm, Claim, History, Plan, Schedule, Step
 from harness.contract.schemas import validate_document
+from harness.cuda.models import RANDOM_TINY
 from harness.errors import InvalidInput
 from harness.mech.specdec.formulas import get_topology
 from harness.models.draft import draft_dir, ensure_draft
@@ -127,10 +128,27 @@ def cited_proposal(manifest: str | None, root: Path) -> tuple[Citation | None, s
     if not doc_path.is_file():
         raise InvalidInput(f"cited manifest {path} is an {PROPOSAL_ID} run without {PROPOSAL_FILE}",
                            hint="cite a cuda-proposal run (make cuda-proposal)")
-    problems = validate_document(json.loads(doc_path.read_text(encoding="utf-8")))
+    doc = json.loads(doc_path.read_text(encoding="utf-8"))
+    problems = validate_document(doc)
     if problems:
         raise InvalidInput(f"{doc_path}: not a valid proposal document: {problems[0]}")
+    why_not = not_citable(doc)
+    if why_not and manifest:
+        raise InvalidInput(f"cited manifest {path}: its {PROPOSAL_FILE} is not citable: {why_not}",
+                           hint="cite a proposal run made on a real checkpoint, or --proposal-manifest none")
+    if why_not:
+        return None, f"none cited: the newest {PROPOSAL_ID} run ({path}) is not citable: {why_not}"
     return citation, f"cited {path}"
+
+
+def not_citable(doc: dict[str, Any]) -> str | None:
+    """Why a proposal document predicts nothing about a served model (its own mark; older documents by their
+    random-weight target), or None."""
+    if doc.get("citable") is False:
+        return str(doc.get("not_citable_reason") or "marked not citable")
+    if doc["model"]["name"] == RANDOM_TINY:
+        return f"made on {doc['model']['name']} (random weights): its acceptance predicts nothing about a served model"
+    return None
 
 
 def proposal_lines(citation: Citation | None, why: str, arms: Sequence[SpecArm], cfg: Any) -> tuple[list[str], dict]:
