@@ -48,16 +48,28 @@ CONSTRAINTS = (
     Constraint("uninterrupted", ("the run was interrupted",), "aborted", "rerun without interrupting it"),
 )
 OTHER = Constraint("other", (), "error", "read the arm's result.json for the reason")
+LATE_SENDS = ("client send lag", "achieved send rate")  # the client sent late: the load ran lower, never higher
+
+
+def constraint_text(reason: str) -> str:
+    """The reason without a sweep's ``repeat N:`` prefix."""
+    return reason.split(": ", 1)[1] if reason.startswith("repeat ") else reason
 
 
 def constraint_of(reason: str) -> Constraint:
     """The constraint an invalid reason reports (matched on its wording, which ``serving.validity`` fixes)."""
-    text = reason.split(": ", 1)[1] if reason.startswith("repeat ") else reason
+    text = constraint_text(reason)
     return next((c for c in CONSTRAINTS if any(s in text[:60] for s in c.starts)), OTHER)
 
 
 def reasons_of(run: ArmRun) -> list[str]:
     return list(run.result["conclusion"].get("invalid_reasons") or []) or ["invalid (no reason recorded)"]
+
+
+def late_sends_only(reasons: Sequence[str]) -> bool:
+    """Whether every reason says the client sent late (send lag, achieved rate): the load it ran was lower than
+    scheduled, never higher, so a queue that still grew grows at the scheduled rate too."""
+    return bool(reasons) and all(any(s in constraint_text(r)[:60] for s in LATE_SENDS) for r in reasons)
 
 
 def is_invalid(run: ArmRun) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from harness.bench.lib.saturation import (
     FALLS_BEHIND,
     INVALID,
     KEEPS_UP,
+    LATE_FALLS_BEHIND,
     MIN_VERDICT_REQUESTS,
     UNDETERMINED,
     Level,
@@ -27,11 +29,15 @@ from harness.bench.lib.saturation import (
     steady_throughput,
     window_slope,
 )
-from harness.bench.lib.sweep import RATE_FRACTIONS
+from harness.bench.lib.sweep import RATE_FRACTIONS, LoadSweep
+from harness.bench.records import ArmRun
+from harness.bench.spec import History
+from harness.client.records import RequestRecord
 from harness.mech.engine.costmodel import StepCostModel
 from harness.mech.engine.simulate import run_continuous
 from harness.mech.engine.types import EngineConfig
 from harness.mech.engine.workload import SyntheticSpec, synthetic
+from harness.workload import Arrival, Common
 from harness.workload.arrival import poisson_scheduled
 
 COST = StepCostModel(base_ms=20.0, prefill_ms_per_token=0.5, decode_ms_per_seq=4.0)  # a slow CPU-like server
@@ -111,13 +117,17 @@ def test_the_slope_interval_covers_a_known_line_and_a_growing_backlog_is_seen():
     assert growth.verdict == FALLS_BEHIND and growth.backlog_slope.value == pytest.approx(0.5, rel=0.1)
 
 
-def test_the_bracket_is_undetermined_with_invalid_levels_between_or_no_transition():
+def test_the_bracket_reads_valid_levels_and_late_ones_that_fell_behind_and_needs_a_transition():
     ok = [Level("a", 1.0, KEEPS_UP), Level("b", 2.0, KEEPS_UP), Level("c", 3.0, UNDETERMINED),
           Level("d", 4.0, FALLS_BEHIND), Level("e", 5.0, FALLS_BEHIND)]
     sat = bracket(ok)
     assert sat.determined and (sat.low.label, sat.high.label) == ("b", "d")  # an undetermined level only widens it
-    holed = bracket([*ok[:2], Level("c", 3.0, INVALID), *ok[3:]])
-    assert not holed.determined and "invalid levels between" in holed.reason and "undetermined" in holed.text
+    holed = bracket([*ok[:2], Level("c", 3.0, INVALID), *ok[3:]])  # an invalid level between is unread
+    assert holed.determined and (holed.low.label, holed.high.label) == ("b", "d")
+    # only sent late and still fell behind: it closes the bracket from above; an invalid "keeps up" is unread
+    late = bracket([*ok[:2], Level("c", 3.0, INVALID), Level("d", 4.0, LATE_FALLS_BEHIND)])
+    assert late.determined and (late.low.label, late.high.label) == ("b", "d")
+    assert not bracket([*ok[:2], Level("c", 3.0, INVALID)]).determined  # nothing read fell behind
     assert not bracket(ok[:2]).determined and bracket(ok[:2]).high is None  # never fell behind
     assert "the sweep ends below saturation" in bracket(ok[:2]).reason
     unread = bracket([ok[0], Level("c", 3.0, UNDETERMINED)])  # short levels: no verdict, not "below saturation"
@@ -134,3 +144,60 @@ def test_steady_throughput_leaves_out_the_ramp_and_the_drain():
     rate, window_s = steady_throughput(sent, ends, 2)
     assert window_s == pytest.approx(3.5) and rate == pytest.approx(7 / 3.5)
     assert steady_throughput([0.0], [1.0], 2) == (None, 0.0)
+
+
+def test_queueing_on_the_decode_side_falls_behind_though_ttft_stays_flat():
+    # vLLM admits prefills first: past capacity the running batch grows, TPOT and E2E with it, TTFT stays flat
+    t = [i / 9.66 for i in range(580)]
+    jitter = np.random.default_rng(4).normal(0.0, 0.02, size=len(t))
+    first = tuple(x + 0.1 + j for x, j in zip(t, jitter, strict=True))
+    growth = queue_growth(Timeline(tuple(t), first, tuple(f + 1.0 + 0.2 * x for f, x in zip(first, t, strict=True))),
+                          tolerance=0.05)
+    assert growth.ttft_slope.high <= 0.05 and growth.e2e_slope.low > 0.05
+    assert growth.verdict == FALLS_BEHIND
+
+
+def sweep_level(label: str, rate: float, *, ttft_slope: float = 0.0, decode_slope: float = 0.0,
+                late_ms: float = 0.0, reasons: tuple[str, ...] = ()) -> ArmRun:
+    """A recorded 60-s level at ``rate``: TTFT and E2E growing at the given slopes (s/s), 6 % of sends
+    ``late_ms`` late, and the arm's invalid reasons."""
+    jitter = np.random.default_rng(int(rate * 100)).normal(0.0, 0.01, size=int(60 * rate) + 1)
+    records = []
+    for i, e in enumerate(jitter):
+        at = i / rate
+        first = at + 0.1 + ttft_slope * at + e
+        records.append(RequestRecord(index=i, status="length", scheduled_s=at,
+                                     sent_s=at + (late_ms if i % 16 == 3 else 0.5) / 1e3, first_token_s=first,
+                                     end_s=first + 1.0 + decode_slope * at, completion_tokens=16,
+                                     output_tokens_requested=16))
+    result = {"conclusion": {"failure": None, "valid": not reasons, "invalid_reasons": list(reasons)},
+              "performance": {"throughput": {"request_rate_rps": rate, "output_tokens_per_s": 16 * rate}}}
+    return ArmRun(label=label, repeat=1, result_path=Path(f"{label}.json"), result=result, records=tuple(records))
+
+
+def test_bench66s_lagged_but_saturated_level_closes_the_bracket_from_above():
+    # the recorded sweep: 12.1 req/s fell behind unmistakably (TTFT slope +0.256 s/s, backlog +0.334) while a
+    # send-lag P95 of 5.3 ms > 4.1 ms made it invalid; late sends only lowered the load it was judged on
+    late = ("client send lag P95 5.3 ms over 727 sends > 4.1 ms (5% of TTFT P50 / mean arrival gap): the client "
+            "could not keep its schedule",)
+    runs = [sweep_level("rate=4.83/s", 4.83), sweep_level("rate=7.25/s", 7.25), sweep_level("rate=9.66/s", 9.66),
+            sweep_level("rate=12.1/s", 12.1, ttft_slope=0.256, decode_slope=0.245, late_ms=5.3, reasons=late)]
+    history = History(cfg=None, model=None, runs=runs,
+                      notes={"offered_rps": {r.label: float(r.label[5:-2]) for r in runs}})
+    sweep = LoadSweep(Common(arrival=Arrival("closed", concurrency=1), seed=0, requests=100, input_tokens=256,
+                             output_tokens=16), server="baseline", repeats=1, rates=(4.83, 7.25, 9.66, 12.1))
+    reading = sweep.read(history)
+    points = {p["label"]: p for p in reading.details["points"]}
+    top = points["rate=12.1/s"]
+    assert top["valid"] is False and top["verdict"] == LATE_FALLS_BEHIND
+    (growth,) = top["growth"]
+    assert growth["ttft_slope"]["low"] > 0.2 and 0.3 < growth["backlog_slope"]["value"] < 0.37
+    sat = reading.details["saturation"]
+    assert sat["determined"] and (sat["low_rps"], sat["high_rps"]) == pytest.approx((9.66, 12.1), rel=0.01)
+    assert reading.details["baseline"]["saturation"] is not None  # a citing bench can cite it
+    assert any("rate=12.1/s" in line and "read anyway: only its sends ran late" in line for line in reading.lines)
+    # an invalid level for any other reason says nothing either way: the run cannot place saturation
+    broke = [*runs[:3], sweep_level("rate=12.1/s", 12.1, ttft_slope=0.256, reasons=("3 of 727 requests did not "
+                                                                                    "complete (3 error)",))]
+    assert not sweep.read(History(cfg=None, model=None, runs=broke, notes=history.notes)).details["saturation"][
+        "determined"]

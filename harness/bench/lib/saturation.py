@@ -1,22 +1,30 @@
 """Saturation from queue growth: does a load level keep up, and between which levels does the server stop?
 
-A server that keeps up with Poisson arrivals at rate lambda has a stationary queue: its outstanding requests
-and its TTFT (from the scheduled send, MLPerf's definition) fluctuate around a level. Past its capacity mu the
-queue grows linearly: outstanding requests at lambda - mu per second, TTFT by (lambda - mu) / mu seconds per
-second. Both slopes are fractions of the load left unserved, so one ``tolerance`` judges them. Each slope is
-fitted over ``windows`` consecutive time windows of the level's scheduled span (window means absorb the
-short-range correlation of neighbouring requests) with a t interval on the slope:
+A server that keeps up with Poisson arrivals at rate lambda has a stationary queue: its outstanding requests,
+its TTFT and its E2E latency (both from the scheduled send, MLPerf's definition) fluctuate around a level. Past its
+capacity mu the queue grows linearly: outstanding requests at lambda - mu per second, latency by (lambda - mu) / mu
+seconds per second. The queue may grow on either side of the engine: an engine that admits prefills first (vLLM)
+keeps TTFT flat while its running batch, TPOT and E2E grow, so TTFT alone can miss saturation; the backlog
+(arrivals minus completions) and E2E see both sides. All three slopes are fractions of the load left unserved, so one
+``tolerance`` judges them. Each slope is fitted over ``windows`` consecutive time windows of the level's scheduled
+span (window means absorb the short-range correlation of neighbouring requests) with a t interval on the slope:
 
-- keeps up: both intervals lie at or below ``tolerance``;
-- falls behind: either interval lies wholly above it;
+- keeps up: the TTFT and backlog intervals lie at or below ``tolerance``;
+- falls behind: any of the three lies wholly above it (E2E closes a level only this way: its window means carry
+  the spread of output lengths, so on the simulated engine it straddled the tolerance at 0.75 of the capacity
+  where the backlog read keeps up);
 - undetermined: an interval straddles it (too short a level, or the level sits at the capacity), or the level
   has fewer than ``MIN_VERDICT_REQUESTS`` requests: too few to read a slope from (its slopes are still reported).
 
-The saturation bracket is [the highest level that kept up below the first that fell behind, that first one],
-by scheduled rate (the rate the arrivals actually had: short Poisson lists run well below their nominal rate).
-It is undetermined where an invalid level sits between its ends or a level above it kept up again; citing
-benches refuse an undetermined bracket. The closed-loop capacity is the completion rate over the steady-state
-window of a refilling loop: from the moment the loop is full to the last send, ramp and drain left out.
+Validity is read by direction. A level the client sent late (send lag, achieved rate) ran at a lower load than its
+scheduled rate: if its queue still grew, the scheduled rate is past saturation too, so it closes the bracket from
+above (``LATE_FALLS_BEHIND``); if it kept up, it says nothing (unread). A level invalid for any other reason is unread
+either way. The saturation bracket is [the highest level that kept up below the first that fell behind, that first
+one], by scheduled rate (the rate the arrivals actually had: short Poisson lists run well below their nominal rate),
+read from those levels only: an unread level between its ends widens nothing and blocks nothing. It is undetermined
+where no level fell behind or none kept up below it, or a level above it kept up again; citing benches then fall
+back to their own probe. The closed-loop capacity is the completion rate over the steady-state window of a
+refilling loop: from the moment the loop is full to the last send, ramp and drain left out.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import numpy as np
 from harness.serving.steady import bounds
 
 KEEPS_UP, FALLS_BEHIND, UNDETERMINED, INVALID = "keeps up", "falls behind", "undetermined", "invalid"
+LATE_FALLS_BEHIND = "falls behind (sent late)"  # invalid by late sends only, and its queue still grew
 WINDOWS = 10
 # two-sided 95 % quantiles of Student's t by degrees of freedom (windows - 2); above 10, 2.228 is conservative
 # The fewest requests a level needs for a verdict (the issue's and bench-66's default floor). On the simulated engine
@@ -71,6 +80,7 @@ class QueueGrowth:
     ttft_slope: Slope | None  # s of TTFT per s of arrivals
     backlog_slope: Slope | None  # outstanding requests per s, divided by the scheduled rate
     verdict: str
+    e2e_slope: Slope | None = None  # s of E2E per s of arrivals: decode-side queueing that TTFT may not show
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,19 +127,21 @@ def queue_growth(line: Timeline, tolerance: float, windows: int = WINDOWS) -> Qu
     rate, span = scheduled_rate(line.scheduled_s), (min(line.scheduled_s), max(line.scheduled_s))
     done = [(s, f - s) for s, f in zip(line.scheduled_s, line.first_token_s, strict=True) if f is not None]
     ttft = window_slope([s for s, _ in done], [d for _, d in done], span, windows) if rate else None
+    ended = [(s, e - s) for s, e in zip(line.scheduled_s, line.end_s, strict=True) if e is not None]
+    e2e = window_slope([s for s, _ in ended], [d for _, d in ended], span, windows) if rate else None
     backlog = window_slope(line.scheduled_s, outstanding(line), span, windows) if rate else None
     if backlog is not None and rate:
         backlog = Slope(backlog.value / rate, backlog.low / rate, backlog.high / rate, backlog.windows)
     slopes = [s for s in (ttft, backlog) if s is not None]
     if not slopes or len(line.scheduled_s) < MIN_VERDICT_REQUESTS:
         verdict = UNDETERMINED
-    elif any(s.low > tolerance for s in slopes):
+    elif any(s.low > tolerance for s in (*slopes, *([e2e] if e2e else []))):
         verdict = FALLS_BEHIND
     elif all(s.high <= tolerance for s in slopes):
         verdict = KEEPS_UP
     else:
         verdict = UNDETERMINED
-    return QueueGrowth(rate, line.span_s, len(line.scheduled_s), ttft, backlog, verdict)
+    return QueueGrowth(rate, line.span_s, len(line.scheduled_s), ttft, backlog, verdict, e2e)
 
 
 @dataclass(frozen=True)
@@ -138,7 +150,7 @@ class Level:
 
     label: str
     scheduled_rps: float
-    verdict: str  # KEEPS_UP, FALLS_BEHIND, UNDETERMINED or INVALID
+    verdict: str  # KEEPS_UP, FALLS_BEHIND, LATE_FALLS_BEHIND, UNDETERMINED or INVALID
 
 
 @dataclass(frozen=True)
@@ -162,25 +174,22 @@ class Bracket:
 
 
 def bracket(levels: Sequence[Level]) -> Bracket:
-    """[last level that kept up, first that did not] by scheduled rate; undetermined as the module says."""
+    """[last level that kept up, first that fell behind] by scheduled rate, from the levels read (module docstring)."""
     ordered = sorted(levels, key=lambda lv: lv.scheduled_rps)
-    high = next((lv for lv in ordered if lv.verdict == FALLS_BEHIND), None)
+    high = next((lv for lv in ordered if lv.verdict in (FALLS_BEHIND, LATE_FALLS_BEHIND)), None)
     below = [lv for lv in ordered if high is None or lv.scheduled_rps < high.scheduled_rps]
     low = next((lv for lv in reversed(below) if lv.verdict == KEEPS_UP), None)
     if high is None:
         unread = [lv.label for lv in ordered if lv.verdict == UNDETERMINED]
         invalid = [lv.label for lv in ordered if lv.verdict == INVALID]
         if invalid:  # an invalid level may well have fallen behind: it says nothing either way
-            return Bracket(low, None, False, f"no valid level fell behind and {len(invalid)} invalid "
+            return Bracket(low, None, False, f"no level read fell behind and {len(invalid)} invalid "
                            f"({', '.join(invalid)}): the run cannot place saturation")
         return Bracket(low, None, False, f"no level fell behind and {len(unread)} undetermined (too short to read, "
                        f"fewer than {MIN_VERDICT_REQUESTS} requests, or at the capacity)" if unread else
                        "no level fell behind: the sweep ends below saturation")
     if low is None:
         return Bracket(None, high, False, "no level below the first that fell behind kept up")
-    between = [lv.label for lv in below if lv.scheduled_rps > low.scheduled_rps and lv.verdict == INVALID]
-    if between:
-        return Bracket(low, high, False, f"invalid levels between its ends ({', '.join(between)})")
     above = [lv.label for lv in ordered if lv.scheduled_rps > high.scheduled_rps and lv.verdict == KEEPS_UP]
     if above:
         return Bracket(low, high, False, f"levels above it kept up again ({', '.join(above)}): not monotone")

@@ -23,10 +23,12 @@ import numpy as np
 from tabulate import tabulate
 
 from harness.bench.analysis import blocked_reading
+from harness.bench.invalid import late_sends_only
 from harness.bench.lib.saturation import (
     FALLS_BEHIND,
     INVALID,
     KEEPS_UP,
+    LATE_FALLS_BEHIND,
     MIN_VERDICT_REQUESTS,
     UNDETERMINED,
     Bracket,
@@ -117,6 +119,7 @@ def load_point(runs: Sequence[ArmRun], label: str, *, offered_rps: float | None 
     rate, rate_range = _spread([v for v in (REQUEST_RATE.run_value(r) for r in done) if v is not None])
     tok, tok_range = _spread([v for v in (OUTPUT_TOKENS_PER_S.run_value(r) for r in done) if v is not None])
     valid = bool(done) and not reasons and len(done) == len(mine)
+    late = bool(done) and len(done) == len(mine) and late_sends_only(reasons)
     growth = tuple(queue_growth(timeline(r.records), tolerance) for r in done) if offered_rps is not None else ()
     scheduled, _ = _spread([g.scheduled_rps for g in growth if g.scheduled_rps is not None])
     return LoadPoint(label=label, offered_rps=offered_rps, concurrency=concurrency, repeats=len(mine),
@@ -124,7 +127,7 @@ def load_point(runs: Sequence[ArmRun], label: str, *, offered_rps: float | None 
                      achieved_rps=rate, achieved_rps_range=rate_range, output_tokens_per_s=tok,
                      output_tokens_per_s_range=tok_range,
                      latency_ms={m.name: m.value(done) for m in CURVE_METRICS}, scheduled_rps=scheduled,
-                     growth=growth, verdict=None if offered_rps is None else level_verdict(valid, growth),
+                     growth=growth, verdict=None if offered_rps is None else level_verdict(valid, growth, late),
                      throughput_basis=basis_summary(done))
 
 
@@ -135,9 +138,12 @@ def timeline(records: Sequence[RequestRecord]) -> Timeline:
                     tuple(r.end_s for r in timed))
 
 
-def level_verdict(valid: bool, growth: Sequence[QueueGrowth]) -> str:
-    """Invalid; falls behind when any repeat did; keeps up when every repeat did; else undetermined."""
+def level_verdict(valid: bool, growth: Sequence[QueueGrowth], late: bool = False) -> str:
+    """Falls behind when any repeat did; keeps up when every repeat did; else undetermined. An invalid level is
+    unread, unless only late sends made it invalid and its queue still grew (``saturation``: read by direction)."""
     verdicts = {g.verdict for g in growth}
+    if late and growth and FALLS_BEHIND in verdicts and not valid:
+        return LATE_FALLS_BEHIND
     if not valid or not growth:
         return INVALID
     if FALLS_BEHIND in verdicts:
@@ -275,9 +281,11 @@ class LoadSweep:
 
     def rule(self) -> str:
         return (f"a level keeps up when the 95 % intervals of its TTFT slope (s/s) and backlog slope (share of the "
-                f"scheduled rate) both lie <= {self.tolerance:g}, falls behind when either lies wholly above; "
-                f"bracket [last level that kept up, first that fell behind] by scheduled rate, undetermined with "
-                f"invalid levels between; levels >= {self.min_level_s:g} s and >= {self.min_level_requests} requests "
+                f"scheduled rate) both lie <= {self.tolerance:g}, falls behind when either or its E2E slope (s/s) "
+                "lies wholly above; "
+                f"bracket [last level that kept up, first that fell behind] by scheduled rate; an invalid level is "
+                f"unread, except one only sent late whose queue still grew, which closes the bracket from above; "
+                f"levels >= {self.min_level_s:g} s and >= {self.min_level_requests} requests "
                 f"(a level of fewer than {MIN_VERDICT_REQUESTS} is undetermined); levels above the first whose queue "
                 "fell behind (an invalid one's too) are not run"
                 + ("" if self.rates else f"; when none of the ladder's does, up to {EXTRA_RUNGS} more, each "
@@ -304,7 +312,9 @@ class LoadSweep:
             lines.append("run above the ladder, none of whose levels fell behind: " + ", ".join(extra))
         lines += [f"invalid, {p.label}: {p.invalid_reasons[0]}" + (f" (+{len(p.invalid_reasons) - 1} more)"
                                                                    if len(p.invalid_reasons) > 1 else "")
-                  for p in timed if p.verdict == INVALID and p.invalid_reasons]
+                  + ("; read anyway: only its sends ran late (a lower load than scheduled) and its queue still grew"
+                     if p.verdict == LATE_FALLS_BEHIND else "")
+                  for p in timed if p.verdict in (INVALID, LATE_FALLS_BEHIND) and p.invalid_reasons]
         headline: list[dict[str, Any]] = [
             {"name": "saturation bracket low", "value": sat.low.scheduled_rps if sat.low else None, "unit": "req/s"},
             {"name": "saturation bracket high", "value": sat.high.scheduled_rps if sat.high else None,
@@ -342,9 +352,10 @@ def level_table(points: Sequence[LoadPoint]) -> str:
              "-" if p.achieved_rps is None or p.achieved_rps_range is None else
              f"{p.achieved_rps:.3g} [{p.achieved_rps_range[0]:.3g}, {p.achieved_rps_range[1]:.3g}]",
              OUTPUT_TOKENS_PER_S.format(p.output_tokens_per_s), _drain_text(p), _slope_text(p, "ttft_slope"),
-             _slope_text(p, "backlog_slope"), "yes" if p.valid else "no", p.verdict or "closed loop"] for p in points]
+             _slope_text(p, "backlog_slope"), _slope_text(p, "e2e_slope"), "yes" if p.valid else "no",
+             p.verdict or "closed loop"] for p in points]
     return tabulate(rows, headers=["level", "scheduled req/s", "achieved req/s [min, max]", "out tok/s", "drain",
-                                   "TTFT slope [95 %]", "backlog slope [95 %]", "valid", "verdict"],
+                                   "TTFT slope [95 %]", "backlog slope [95 %]", "E2E slope [95 %]", "valid", "verdict"],
                     tablefmt="github")
 
 

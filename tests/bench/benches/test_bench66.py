@@ -145,5 +145,5 @@ def test_an_invalid_level_whose_queue_grew_closes_the_ladder_but_never_the_brack
                       10.0, (10.0, 10.0), scheduled_rps=2.0, growth=(grew,), verdict=INVALID)
     assert point.verdict == INVALID and point.queue_verdict == FALLS_BEHIND
     sat = bracket([Level("rate=1/s", 1.0, INVALID), Level("rate=2/s", 2.0, INVALID)])
-    assert not sat.determined and "no valid level fell behind and 2 invalid (rate=1/s, rate=2/s)" in sat.reason
+    assert not sat.determined and "no level read fell behind and 2 invalid (rate=1/s, rate=2/s)" in sat.reason
     assert "below saturation" not in sat.reason
