@@ -1,10 +1,10 @@
-"""GGUF → safetensors checkpoint + tokenizer; run with the serving venv's python.
+"""GGUF → safetensors checkpoint + tokenizer; run with the model converter venv's python.
 
-Standalone on purpose: the serving venv has torch and transformers but not
-infkit. Transformers dequantizes the GGUF on load (kept as bfloat16, the dtype vLLM serves on CPU); clearing the
-quantizer and
-the config's ``quantization_config`` makes ``save_pretrained`` write a plain
-checkpoint that vLLM serves.
+Standalone on purpose: the converter venv (``harness.models.prepare.CONVERTER_ENV``) has torch,
+transformers and the GGUF but not infkit; ``prepare`` then normalises what this writes so both
+transformers lines read it alike (``checkpoint_format``). Transformers dequantizes the GGUF on
+load (kept as bfloat16, the dtype vLLM serves on CPU); clearing the quantizer and the config's
+``quantization_config`` makes ``save_pretrained`` write a plain checkpoint that vLLM serves.
 
 Usage: python convert_gguf.py --gguf FILE --out DIR
 """

@@ -2,9 +2,10 @@
 
 Tensor parallel 2 needs attention and KV head counts that divide by 2; SmolLM2-135M has 9 and 3.
 ``smollm2-135m-even-heads`` keeps SmolLM2's architecture, sizes and tokenizer and changes only
-the head counts, with weights initialised by transformers from ``seed`` in the serving venv
-(``random_init.py``). Same base, overrides, seed and torch give the same checkpoint bytes; its
-sha256 is the model version, and every result that serves it says the weights are random.
+the head counts, with weights initialised by transformers from ``seed`` in the model converter venv
+(``random_init.py``; ``harness.models.prepare.CONVERTER_ENV``). Same base, overrides, seed and torch
+give the same checkpoint bytes; its sha256 is the model version, and every result that serves it says
+the weights are random.
 """
 
 from __future__ import annotations
@@ -14,16 +15,15 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.contract.atomic import atomic_write_json
 from harness.contract.paths import cache_root
 from harness.errors import CapabilityMissing
 from harness.ids import sha256_bytes, sha256_file
-from harness.models.stamp import STAMP_NAME, PreparedModel, checkpoint_digest, from_stamp, hash_tree
+from harness.models.stamp import PreparedModel, from_stamp, ready, write_stamp
 from harness.runtime.serving_env import Progress, ServingEnv, file_lock
 
 RANDOM_INIT = Path(__file__).with_name("random_init.py")
@@ -77,16 +77,13 @@ def derive(env: ServingEnv, source: DerivedSource, base_dir: Path, target: Path,
     proc = subprocess.run([str(env.python), str(RANDOM_INIT), "--dir", str(scratch), "--seed", str(source.seed)],
                           capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-    files = hash_tree(scratch)
-    if proc.returncode != 0 or not any(k.endswith(".safetensors") for k in files):
+    if proc.returncode != 0 or not any(scratch.glob("*.safetensors")):
         shutil.rmtree(scratch, ignore_errors=True)
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-12:])
         raise CapabilityMissing(f"random weights for {source.key} failed (exit {proc.returncode}):\n{tail}")
-    stamp = {"key": source.key, "name": source.name, "gguf_sha256": "", "derived": source.record(),
-             "checkpoint_sha256": checkpoint_digest(files), "tokenizer_sha256": files["tokenizer.json"],
-             "files": files, "random_init_sha256": sha256_file(RANDOM_INIT),
-             "prepare_s": round(time.monotonic() - started, 1)}
-    atomic_write_json(scratch / STAMP_NAME, stamp)
+    stamp = write_stamp(scratch, {"key": source.key, "name": source.name, "gguf_sha256": "",
+                                  "derived": source.record(), "random_init_sha256": sha256_file(RANDOM_INIT),
+                                  "prepare_s": round(time.monotonic() - started, 1)})
     if target.exists():
         shutil.rmtree(target)
     scratch.rename(target)
@@ -94,15 +91,15 @@ def derive(env: ServingEnv, source: DerivedSource, base_dir: Path, target: Path,
     return stamp
 
 
-def ensure_derived(source: DerivedSource, *, base: PreparedModel, env: ServingEnv, root: Path | None,
-                   progress: Progress, verify: bool) -> PreparedModel:
+def ensure_derived(source: DerivedSource, *, base: PreparedModel, make_env: Callable[[], ServingEnv],
+                   root: Path | None, progress: Progress, verify: bool) -> PreparedModel:
     """The derived checkpoint, prepared from its (already prepared) base on first use (lock-protected, verified like
-    any model)."""
+    any model); ``make_env`` (a venv with torch and transformers) is called only when it must be made."""
     target = (root or cache_root()) / "models" / f"{source.key}-{recipe_digest(source, base.checkpoint_sha256)}"
     with file_lock(target.parent / f".{target.name}.lock"):
-        prepared = from_stamp(target, verify)
+        prepared = ready(target, verify)
         if prepared is None:
-            derive(env, source, base.path, target, progress)
+            derive(make_env(), source, base.path, target, progress)
             prepared = from_stamp(target, verify=True)
             if prepared is None:
                 raise CapabilityMissing(f"derived model at {target} does not match its own stamp")

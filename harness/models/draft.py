@@ -21,10 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.contract.atomic import atomic_write_json
 from harness.contract.paths import cache_root
 from harness.errors import CapabilityMissing, InvalidInput
-from harness.models.stamp import STAMP_NAME, PreparedModel, checkpoint_digest, from_stamp, hash_tree
+from harness.models.stamp import STAMP_NAME, PreparedModel, from_stamp, ready, write_stamp
 from harness.runtime.serving_env import Progress, file_lock
 
 LAYER_TENSOR = re.compile(r"^model\.layers\.(\d+)\.")
@@ -121,9 +120,9 @@ def ensure_draft(target: PreparedModel, layers: int, *, root: Path | None = None
     path = draft_dir(target, layers, root)
     path.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(path.parent / f".{path.name}.lock"):
-        ready = from_stamp(path, verify=True)
-        if ready is not None:
-            return ready
+        found = ready(path, verify=True)
+        if found is not None:
+            return found
         if path.exists():
             progress(f"draft: cache entry {path} is partial or corrupt; rebuilding")
             shutil.rmtree(path)
@@ -135,14 +134,12 @@ def ensure_draft(target: PreparedModel, layers: int, *, root: Path | None = None
         except BaseException:
             shutil.rmtree(scratch, ignore_errors=True)
             raise
-        files = hash_tree(scratch)
-        atomic_write_json(scratch / STAMP_NAME, {
+        write_stamp(scratch, {
             "key": f"{target.key}-draft-{layers}L", "name": f"{target.name} (first {layers} layers)",
-            "gguf_sha256": target.gguf_sha256, "checkpoint_sha256": checkpoint_digest(files),
-            "tokenizer_sha256": files["tokenizer.json"], "files": files, "layers": layers,
+            "gguf_sha256": target.gguf_sha256, "layers": layers,
             "source_checkpoint_sha256": target.checkpoint_sha256, "method": "first N decoder layers, bytes copied"})
         scratch.rename(path)
-        ready = from_stamp(path, verify=True)
-        if ready is None:
+        made = from_stamp(path, verify=True)
+        if made is None:
             raise CapabilityMissing(f"draft model at {path} does not match its own stamp")
-        return ready
+        return made

@@ -1,7 +1,12 @@
 """A prepared checkpoint and its stamp: the hashes that version it, written once when it is made.
 
-``prepare`` (GGUF → checkpoint) and ``derived`` (a recipe over a base checkpoint) both write a stamp
-and read it back through here; neither reaches into the other.
+``prepare`` (GGUF → checkpoint), ``derived`` (a recipe over a base checkpoint) and ``draft`` (the first
+layers of a target) write their stamp through ``write_stamp`` and read it back through ``ready``;
+none reaches into another. ``write_stamp`` first normalises the checkpoint so both transformers lines
+read it alike (``checkpoint_format``) and records that normaliser's sha256 as ``format_sha256``; an
+entry stamped under another normaliser is normalised in place by ``ready`` (config and tokenizer
+config only: the weights, the tokenizer and so the model's versions stay as they are), so an older
+cache entry is brought up to date without its venv, converter or any download.
 """
 
 from __future__ import annotations
@@ -9,10 +14,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from harness.contract.atomic import atomic_write_json
 from harness.ids import sha256_bytes, sha256_file
+from harness.models.checkpoint_format import normalise_checkpoint
 
 STAMP_NAME = ".infkit-model.json"
+FORMAT_SHA256 = sha256_file(Path(__file__).with_name("checkpoint_format.py"))
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,40 @@ def checkpoint_digest(files: dict[str, str]) -> str:
     if len(weights) == 1:
         return weights[0][1]
     return sha256_bytes("\n".join(f"{k} {v}" for k, v in weights).encode())
+
+
+def write_stamp(directory: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """Normalise the finished checkpoint in ``directory``, hash it and write its stamp (``record`` plus the hashes)."""
+    normalise_checkpoint(directory)
+    files = hash_tree(directory)
+    stamp = {**record, "checkpoint_sha256": checkpoint_digest(files), "tokenizer_sha256": files["tokenizer.json"],
+             "files": files, "format_sha256": FORMAT_SHA256}
+    atomic_write_json(directory / STAMP_NAME, stamp)
+    return stamp
+
+
+def upgrade_format(path: Path) -> list[str]:
+    """Bring an entry stamped under another normaliser up to date in place; the files rewritten.
+
+    Call it holding the entry's lock: the stamp is rewritten after the files it lists."""
+    stamp = json.loads((path / STAMP_NAME).read_text())
+    if stamp.get("format_sha256") == FORMAT_SHA256:
+        return []
+    changed = normalise_checkpoint(path)
+    files = {**stamp["files"], **{name: sha256_file(path / name) for name in changed}}
+    atomic_write_json(path / STAMP_NAME, {**stamp, "files": files, "format_sha256": FORMAT_SHA256})
+    return changed
+
+
+def ready(path: Path, verify: bool) -> PreparedModel | None:
+    """``from_stamp``, with an entry of an older format normalised in place first (hold the entry's lock)."""
+    if from_stamp(path, verify) is None:
+        return None
+    try:
+        upgrade_format(path)
+    except (OSError, ValueError, KeyError):
+        return None
+    return from_stamp(path, verify=False)
 
 
 def from_stamp(path: Path, verify: bool) -> PreparedModel | None:
