@@ -49,3 +49,12 @@ def fit_to_model(cfg: Any, model: Any) -> Any:
                                f"{cfg.max_model_len} tokens", hint="raise --kv-cache-space-gib or lower "
                                "--max-model-len")
     return cfg
+
+
+def context_record(requested: dict[str, Any], cfg: Any, model: Any) -> dict[str, Any]:
+    """run.json's effective context where the model's config shortened the requested one (else nothing)."""
+    found = model_context(model.path)
+    if found is None or cfg.max_model_len >= requested.get("max_model_len", cfg.max_model_len):
+        return {}
+    return {"max_model_len": cfg.max_model_len,
+            "max_model_len_reason": f"the model's context ({found[1]} in config.json) is shorter than requested"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.bench.modelfit import fit_to_model as fit_to_model  # re-exported: the runner fits its settings too
+from harness.bench.modelfit import fit_to_model
 from harness.bench.spec import BenchConfig, BenchSpec, InputFile, Plan, WorkloadPlan
 from harness.errors import InvalidInput
 from harness.models import PreparedModel

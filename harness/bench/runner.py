@@ -29,9 +29,10 @@ from harness.bench.analysis import claim_figures, read_claims, top_result
 from harness.bench.arms import ArmContext, arm_dir, measure_arm, warm_up
 from harness.bench.invalid import Reruns, named
 from harness.bench.launch import base_config, model_dir_of, prepare
+from harness.bench.modelfit import context_record, fit_to_model
 from harness.bench.outputs import arm_table, summary_text
 from harness.bench.placement import Placement, resolve_placement
-from harness.bench.planning import checked_plan, early_plan, fit_to_model, protocol_record, protocol_violations
+from harness.bench.planning import checked_plan, early_plan, protocol_record, protocol_violations
 from harness.bench.realisation import realisation_entry, realised
 from harness.bench.records import ArmRun, Workload
 from harness.bench.spec import Arm, BenchConfig, BenchSpec, History, InputFile, Plan, WorkloadPlan
@@ -314,6 +315,7 @@ def run_bench(
             "runtime": placement.runtime,
             "notice": placement.notice,
             **dtype.record(),
+            **context_record(requested, cfg, model),
             **({CITED_KEY: cited} if cited else {}),
         },
         model=model.run_entry(),
