@@ -297,8 +297,7 @@ def run_bench(
     dtype = choose_dtype(placement.backend, host_isa(), cfg.dtype)
     cfg = replace(cfg, dtype=dtype.dtype)  # every server the bench starts serves this dtype unless a variant says
     started = time.monotonic()
-    model = resolve_model(cfg.model, progress=reporter)
-    cfg = fit_to_model(cfg, model)  # the server's context no longer than the model's
+    cfg = fit_to_model(cfg, model := resolve_model(cfg.model, progress=reporter))  # context: the model's at most
     plan = early[1] if early and early[0].path == model.path else checked_plan(spec, cfg, model)
     plan, refused = prepare(plan, placement, base_config(cfg, placement, model),
                             lambda v: get_backend(v.backend or placement.backend), model_dir_of)
@@ -314,8 +313,7 @@ def run_bench(
             "backend": placement.backend,
             "runtime": placement.runtime,
             "notice": placement.notice,
-            **dtype.record(),
-            **context_record(requested, cfg, model),
+            **dtype.record(), **context_record(requested, cfg, model),
             **({CITED_KEY: cited} if cited else {}),
         },
         model=model.run_entry(),
