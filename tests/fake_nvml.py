@@ -36,8 +36,9 @@ class FakeDevice:
 class FakeNvmlLib:
     """The C functions pynvml looks up by name; ``calls`` counts every call by name."""
 
-    def __init__(self, devices: list[FakeDevice], clock=None):
+    def __init__(self, devices: list[FakeDevice], clock=None, mig_of: dict[int, list[int]] | None = None):
         self.devices = devices
+        self.mig_of = mig_of or {}
         self.calls: dict[str, int] = {}
         self.clock = clock or __import__("time").monotonic
         self.t0 = self.clock()
@@ -75,6 +76,14 @@ class FakeNvmlLib:
         if c_uuid.value.decode() not in uuids:
             return pynvml.NVML_ERROR_NOT_FOUND
         self._put_handle(ref, uuids.index(c_uuid.value.decode()))
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, parent, c_index, ref):
+        """MIG instance M of a parent: the fake lists instances after the GPUs, ``mig_of[parent index] = [indexes]``."""
+        instances = self.mig_of.get(ctypes.cast(parent, ctypes.c_void_p).value - HANDLE_BASE, [])
+        if c_index.value >= len(instances):
+            return pynvml.NVML_ERROR_NOT_FOUND
+        self._put_handle(ref, instances[c_index.value])
         return pynvml.NVML_SUCCESS
 
     def nvmlDeviceGetName(self, handle, c_name, length):

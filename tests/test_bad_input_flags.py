@@ -38,6 +38,9 @@ RUN_FLAGS = {
     "loop-lag-negative": (["--max-loop-lag-ms", "-4"], "--max-loop-lag-ms -4.0"),
     "metrics-url-not-http": (["--metrics-url", "ftp://x"], "--metrics-url 'ftp://x'"),
     "server-pid-gone": (["--server-pid", "0"], "--server-pid 0: no such process"),
+    "usd-per-gpu-hour-nan": (["--usd-per-gpu-hour", "nan"], "--usd-per-gpu-hour nan: must be a finite price in USD"),
+    "usd-per-gpu-hour-negative": (["--usd-per-gpu-hour", "-2"], "--usd-per-gpu-hour -2.0"),
+    "gpu-not-a-device": (["--gpu", "first"], "GPU='first': need device"),
 }
 
 

@@ -3,6 +3,7 @@ energy or its absence on the CPU path: schema-valid, each figure with its unit a
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pynvml
@@ -10,6 +11,7 @@ import pytest
 from fake_nvml import FakeDevice, FakeNvmlLib, install
 from fake_openai_server import FakeConfig, FakeOpenAIServer
 
+from harness.cli import main
 from harness.contract import validate_file
 from harness.errors import InvalidInput
 from harness.serving.measure import MeasureConfig, measure
@@ -103,3 +105,16 @@ def test_bad_price_or_interval_is_refused_before_the_run(workload, tmp_path, kw,
     with FakeOpenAIServer(FakeConfig()) as srv, pytest.raises(InvalidInput, match=message):
         measure(_cfg(srv, workload, tmp_path / "out", **kw))
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_run_samples_the_gpus_it_is_given(monkeypatch, workload, tmp_path, capsys):
+    install(monkeypatch, FakeNvmlLib([FakeDevice("GPU-aaaa", energy_mw_rate=300_000, power_mw=300_000)]))
+    with FakeOpenAIServer(FakeConfig(ttft_s=0.01, gap_s=0.002)) as srv:
+        code = main(["run", "--endpoint", srv.url, "--model", "fake", "--workload", str(workload), "--out",
+                     str(tmp_path), "--gpu", "0", "--usd-per-gpu-hour", "2.5"])
+    assert code == 0, capsys.readouterr().err
+    assert validate_file(tmp_path / "result.json") == []
+    perf = json.loads((tmp_path / "result.json").read_text())["performance"]
+    # a server started elsewhere: its memory at the run's start is the reference, and the label says so
+    assert perf["device_memory"]["baseline"] == "run_start"
+    assert perf["energy"]["usd_per_gpu_hour"] == 2.5 and perf["energy"]["cost_per_million_output_tokens_usd"] > 0

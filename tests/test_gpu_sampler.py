@@ -81,6 +81,13 @@ def test_idle_check_and_run_name_a_shared_or_throttled_device(monkeypatch):
     assert "GPU 0 shared: process(es) 5151 started on it during the run" in reasons
 
 
+def test_a_mig_instance_by_parent_and_index_is_the_same_device_as_by_uuid(monkeypatch):
+    install(monkeypatch, FakeNvmlLib(_two_devices(), mig_of={0: [1]}))
+    by_index, by_uuid = idle_check(["0:0"]), idle_check([MIG])
+    assert by_index.devices[0]["name"] == by_uuid.devices[0]["name"] == "NVIDIA H100 MIG 3g.40gb"
+    assert "Not Found" in idle_check(["0:1"]).missing
+
+
 def test_no_driver_is_missing_with_nvmls_own_reason(monkeypatch):
     monkeypatch.setattr(pynvml, "nvmlLib", None)
     monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})

@@ -95,6 +95,8 @@ def measure_config(ctx: ArmContext, srv: ServerSession, workload: Workload, out_
         tokenizer_ref=model.tokenizer_ref,
         metrics_url=srv.metrics_url,
         memory_probe=srv.handle.memory_bytes,
+        gpu_devices=srv.config.gpus,
+        gpu_idle=srv.gpu_idle,
         cpu_probe=srv.handle.cpu_seconds,
         ignore_eos=settings.pop("ignore_eos", ctx.ignore_eos),  # an arm may serve with EOS allowed
         token_budget=token_budget,

@@ -255,6 +255,23 @@ PEAK_MEMORY_GIB = Metric(
     of_run=lambda run: (lambda b: b / 2**30 if b is not None else None)(_perf("peak_memory_bytes")(run)),
     unit="GiB",
 )
+# Energy and cost over the run's sampled window (performance.energy: NVML on a GPU, RAPL on a CPU host that has it).
+ENERGY_PER_TOKEN_J = Metric(
+    "energy_per_output_token_j", "J/out tok", "lower", ".3g", of_run=_perf("energy", "energy_per_output_token_j"),
+    unit="J"
+)
+AVG_POWER_W = Metric("avg_power_w", "avg W", "lower", ".0f", of_run=_perf("energy", "avg_power_w"), unit="W")
+COST_PER_MTOK_USD = Metric(
+    "cost_per_million_output_tokens_usd", "$/M out tok", "lower", ".3g",
+    of_run=_perf("energy", "cost_per_million_output_tokens_usd"), unit="USD"
+)
+DEVICE_MEMORY_GIB = Metric(
+    "device_memory_gib", "GPU mem GiB", "lower", ".2f",
+    of_run=lambda run: (lambda b: b / 2**30 if b is not None else None)(
+        _perf("device_memory", "peak_minus_idle_bytes")(run)),
+    unit="GiB",
+)
+ENERGY_COLUMNS = (ENERGY_PER_TOKEN_J, AVG_POWER_W, COST_PER_MTOK_USD)  # shown beside capacity and throughput
 PREFIX_HIT_RATE = Metric(
     "prefix_cache_hit_rate",
     "prefix hit rate",
@@ -324,6 +341,10 @@ METRICS = {
         REQUEST_RATE,
         GOODPUT,
         PEAK_MEMORY_GIB,
+        DEVICE_MEMORY_GIB,
+        ENERGY_PER_TOKEN_J,
+        AVG_POWER_W,
+        COST_PER_MTOK_USD,
         PREFIX_HIT_RATE,
         SERVER_QUEUE_MEAN,
         PREEMPTIONS,

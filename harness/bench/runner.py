@@ -121,7 +121,7 @@ class Bench:
         self.refused = self.history.refused  # dynamic steps can skip arms that pair with a refused variant
         self.ctx = ArmContext(semantic_id=spec.semantic_id, run_id=rd.run_id, run_dir=rd.path, model=model,
                               request_timeout_s=cfg.request_timeout_s, runtime=placement.runtime,
-                              ignore_eos=plan.ignore_eos)
+                              ignore_eos=plan.ignore_eos, client={"usd_per_gpu_hour": cfg.usd_per_gpu_hour})
         self.base = base_config(cfg, placement, model)  # GPU='s devices reach every server's config
 
     def backend_of(self, name: str) -> Backend:

@@ -76,6 +76,8 @@ class BenchConfig(KnobConfig):
     backend: str | None = knob(None, "vllm-cpu, vllm or sglang (default follows the runtime)")
     runtime: str | None = knob(None, "local or docker (default: docker with a GPU and an engine, else local)")
     gpu: str | None = knob(None, "GPU index for the containerized path; without a GPU the CPU default runs")
+    usd_per_gpu_hour: float | None = knob(None, "price of one GPU-hour in USD: GPU results gain the cost per million "
+                                          "output tokens", min=0)
     kv_cache_space_gib: int = knob(2, "CPU backends: KV-cache size in GiB", min=1)
     max_model_len: int = knob(4096, "the server's context length in tokens", min=64)
     enforce_eager: bool = knob(False, "serve without torch.compile or CUDA graphs (--enforce-eager): starts in "

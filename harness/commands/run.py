@@ -10,6 +10,7 @@ import psutil
 
 from harness.errors import InvalidInput
 from harness.progress import reporter
+from harness.runtime.base import parse_gpus
 from harness.serving.measure import MeasureConfig, measure
 from harness.serving.metrics import SLO_KEYS
 from harness.serving.summary import render_summary
@@ -40,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend-version", default="unknown")
     p.add_argument("--metrics-url", help="Prometheus endpoint (default: <endpoint>/metrics)")
     p.add_argument("--server-pid", type=int, help="sample the peak RSS and the CPU time of this process tree")
+    p.add_argument("--gpu", help="the server's GPUs (indexes such as 0 or 0,1): NVML device memory, power, energy, "
+                   "clocks and clock events are sampled on them during the run")
+    p.add_argument("--usd-per-gpu-hour", type=float, help="price of one GPU-hour in USD: the result gains the cost "
+                   "per million output tokens")
     p.add_argument("--ignore-eos", action="store_true", help="ask for exactly the workload's output lengths")
     p.add_argument("--min-tokens", action="store_true", help="also send min_tokens = output length")
     p.add_argument("--no-stream", dest="stream", action="store_false",
@@ -101,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         slo=_slo(args.slo),
         client_workers=args.client_workers,
         memory_probe=rss_probe(args.server_pid) if args.server_pid else None,
+        gpu_devices=parse_gpus(args.gpu),
+        usd_per_gpu_hour=args.usd_per_gpu_hour,
         cpu_probe=cpu_probe(args.server_pid) if args.server_pid else None,
         reference_path=args.reference,
         validity=ValidityLimits(send_lag_p99_ms=args.max_send_lag_ms, loop_lag_p99_ms=args.max_loop_lag_ms),

@@ -22,6 +22,7 @@ from harness.runtime.group import GroupHandle, GroupSpec, start_group
 from harness.runtime.local import free_port
 from harness.runtime.ray_cluster import replicas_report
 from harness.serving.energy import kv_cache_info
+from harness.telemetry.gpu_sampler import IdleCheck, idle_check
 from harness.telemetry.prometheus import parse
 
 
@@ -43,6 +44,7 @@ class ServerSession:
     group: GroupSpec | None = None  # several processes: vLLM's multi-node launch, replicas, a Ray cluster
     model: PreparedModel | None = None  # the model it serves when not the bench's
     placement: dict[str, Any] | None = None  # where the engine's threads run, the cores left to the client
+    gpu_idle: IdleCheck | None = None  # its GPUs read before it started: the memory baseline, processes, clocks
 
     @property
     def base_url(self) -> str:
@@ -77,6 +79,7 @@ class ServerSession:
                 "prefix_caching": self.config.prefix_caching, "exit_status": self.exit_status,
                 "image": self.handle.image, "effective": self.effective, **self.group_record(),
                 "cpu_placement": self.placement,
+                "gpu_idle": self.gpu_idle.to_dict() if self.gpu_idle is not None else None,
                 "confinement": getattr(self.handle, "confinement", None),  # a container's isolation, exceptions named
                 "effective_source": f"GET {self.backend.effective_path}" if self.backend.effective_path else None,
                 "prefix_cache_resets": {"requested": sum(r.requested for r in self.resets),
@@ -170,7 +173,7 @@ def server_session(
         f"server {name}: starting {backend.name} {backend.version()} {where} "
         f"(about a minute on 2 cores; a new engine configuration compiles for longer)"
     )
-    started = time.monotonic()
+    idle, started = gpu_idle_before_start(name, config, progress), time.monotonic()
     handle = reaper.track(
         start_group(runtime, group, log_dir, name, health_timeout_s=start_timeout_s, progress=progress)
         if group is not None
@@ -188,6 +191,7 @@ def server_session(
         group=group,
         model=model,
         placement=spec.placement,
+        gpu_idle=idle,
     )
     try:
         if on_start:
@@ -202,6 +206,19 @@ def server_session(
         progress(f"server {name}: stopped")
         if on_stop:
             on_stop(session)
+
+
+def gpu_idle_before_start(name: str, config: BackendConfig, progress: Progress) -> IdleCheck | None:
+    """Read the server's GPUs before it starts (the baseline its device memory is measured from); one line when a
+    device is not idle (a process on it, clocks held down) or cannot be read. None for a CPU server."""
+    if not config.gpus:
+        return None
+    idle = idle_check(config.gpus)
+    if idle.missing:
+        progress(f"server {name}: GPU telemetry unavailable ({idle.missing}); device memory and energy go unmeasured")
+    elif warning := idle.warning():
+        progress(f"server {name}: {warning}")
+    return idle
 
 
 class NotApplied(ServerStartError):

@@ -6,7 +6,7 @@ reads every device each ``interval_s`` in a daemon thread of the measuring proce
 worker processes and every NVML call releases the GIL (ctypes), so a slow or hung NVML read delays only the next
 sample; ``stop`` waits a bounded time for the thread and reads the energy counters once more itself.
 
-Devices are named by index (``0``) or UUID (``GPU-…``, ``MIG-…``), as ``GPU=`` takes them. Energy comes from
+Devices are named by index (``0``), MIG instance (``0:1``) or UUID (``GPU-…``, ``MIG-…``). Energy comes from
 ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver loaded) where the device has it, else from the power
 readings integrated over the samples (trapezoids); each device's ``energy_source`` says which.
 """
@@ -53,9 +53,13 @@ def _shutdown(nv: ModuleType) -> None:
 
 
 def device_handle(nv: ModuleType, ref: DeviceRef) -> Any:
-    """An NVML handle for an index (int or digits) or a GPU-/MIG- UUID."""
+    """An NVML handle for an index (int or digits), a MIG instance as ``N:M`` (instance M of GPU N) or a GPU-/MIG-
+    UUID."""
     if isinstance(ref, int) or str(ref).isdigit():
         return nv.nvmlDeviceGetHandleByIndex(int(ref))
+    parent, colon, instance = str(ref).partition(":")
+    if colon and parent.isdigit() and instance.isdigit():
+        return nv.nvmlDeviceGetMigDeviceHandleByIndex(nv.nvmlDeviceGetHandleByIndex(int(parent)), int(instance))
     return nv.nvmlDeviceGetHandleByUUID(str(ref))
 
 

@@ -26,6 +26,8 @@ from harness.bench.lib.citations import cited_saturation
 from harness.bench.lib.saturation import scheduled_rate
 from harness.bench.lib.search import Capacity, Probe, SearchConfig, binding, capacity
 from harness.bench.metrics import (
+    DEVICE_MEMORY_GIB,
+    ENERGY_COLUMNS,
     PEAK_MEMORY_GIB,
     REQUEST_RATE,
     TPOT_P50,
@@ -162,7 +164,8 @@ def verdict(run: ArmRun, slo: SLO, rate: float) -> Probe:
               "achieved_rps": of_run(REQUEST_RATE, run), "throughput_basis": throughput_basis(run, REQUEST_RATE.name),
               "client_reasons": client,
               "peak_memory_gib": of_run(PEAK_MEMORY_GIB, run), "kv_cache_usage_peak": KV_USAGE_PEAK(run),
-              "running_peak": RUNNING_PEAK(run)}
+              "running_peak": RUNNING_PEAK(run), "device_memory_gib": of_run(DEVICE_MEMORY_GIB, run),
+              **{m.name: of_run(m, run) for m in ENERGY_COLUMNS}}
     return Probe(rate, passed, tuple(violated), detail)
 
 

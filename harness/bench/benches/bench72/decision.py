@@ -40,7 +40,7 @@ from harness.bench.benches.bench72.capacity import (
 )
 from harness.bench.benches.bench72.gate import agreement, changes_numerics
 from harness.bench.lib.capacity_fit import Estimate, rank
-from harness.bench.metrics import TPOT_P99, TTFT_P99, Metric
+from harness.bench.metrics import ENERGY_COLUMNS, TPOT_P99, TTFT_P99, Metric
 from harness.bench.records import Reading
 from harness.bench.spec import Claim, History
 
@@ -134,12 +134,16 @@ def capacity_rows(searched: Sequence[Searched], settings: Mapping[str, Mapping[s
              s.estimate.text() if s.estimate else "-", s.estimate.status if s.estimate else "-",
              (", ".join(s.binding) or "-") +
              (f" @ {s.binding_rate_rps:g}/s" if s.binding_rate_rps else ""), len(s.probes),
-             fmt(s.peak("peak_memory_gib")), fmt(s.peak("kv_cache_usage_peak"), ".1%"),
-             fmt(s.peak("running_peak"), ".0f")] for s in searched]
+             fmt(s.peak("peak_memory_gib")), fmt(s.peak("device_memory_gib")),
+             fmt(s.peak("kv_cache_usage_peak"), ".1%"), fmt(s.peak("running_peak"), ".0f"),
+             *(fmt(s.peak(m.name), m.fmt) for m in ENERGY_COLUMNS)]
+            for s in searched]
 
 
+# energy and cost at capacity (the largest over its runs there): J per output token, average W, USD per million
+# output tokens at the stated GPU-hour price; "-" where not measured (a CPU host without RAPL, no price given)
 CAPACITY_HEADERS = ["candidate", "settings", "capacity [95 % interval]", "fit", "first broken SLO", "probes",
-                    "peak mem GiB", "KV peak", "running peak"]
+                    "peak mem GiB", "GPU mem GiB", "KV peak", "running peak", *(m.title for m in ENERGY_COLUMNS)]
 
 
 def capacity_png(searched: Sequence[Searched], slo: SLO, path: Path, *, title: str) -> Path:
@@ -231,7 +235,8 @@ def _per_candidate(history: History, ranked: Sequence[Searched], settings: Mappi
             "gate": gates.get(s.name),
             "binding_rate_rps": s.binding_rate_rps,
             "start_rps": history.notes.get("start_rps", {}).get(s.name),
-            "at_capacity": {k: s.peak(k) for k in ("peak_memory_gib", "kv_cache_usage_peak", "running_peak")},
+            "at_capacity": {k: s.peak(k) for k in ("peak_memory_gib", "device_memory_gib", "kv_cache_usage_peak",
+                                                   "running_peak", *(m.name for m in ENERGY_COLUMNS))},
             "effective": effective_settings(history.server_log(s.name)),
             "kv_pool_check": pools.get(s.name),
             "probes": [

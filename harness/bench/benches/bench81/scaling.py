@@ -29,7 +29,15 @@ from typing import Any
 
 import numpy as np
 
-from harness.bench.metrics import E2E_P50, OUTPUT_TOKENS_PER_S, TPOT_P50, TTFT_P50, TTFT_P99, basis_summary
+from harness.bench.metrics import (
+    E2E_P50,
+    ENERGY_COLUMNS,
+    OUTPUT_TOKENS_PER_S,
+    TPOT_P50,
+    TTFT_P50,
+    TTFT_P99,
+    basis_summary,
+)
 from harness.bench.records import ArmRun
 from harness.bench.stats import t_interval
 
@@ -116,6 +124,7 @@ class LayoutScaling:
     speedup: Ratio | None
     efficiency: Ratio | None
     latency_ms: dict[str, float | None] = field(default_factory=dict)
+    energy: dict[str, float | None] = field(default_factory=dict)  # J/out tok, average W, USD/M out tok (medians)
     empty_repeats: int = 0  # repeats in which no request completed (e.g. all timed out): not in the mean
     valid: bool = True
     invalid_repeats: int = 0  # repeats left out as invalid (the client could not keep its schedule, ...)
@@ -170,6 +179,7 @@ def layout_scaling(runs: Sequence[ArmRun], label: str, devices: int, baseline: s
         throughput_range=(min(mine), max(mine)) if mine else None,
         per_device_tok_s=mean / devices if mean is not None else None, speedup=speedup, efficiency=efficiency,
         latency_ms={m.name: m.value(done) for m in LATENCIES}, empty_repeats=empty,
+        energy={m.name: m.value(done) for m in ENERGY_COLUMNS},
         valid=bool(done) and not empty, starts=len(mine_by), cores=cores, throughput_ci=ci,
         invalid_repeats=invalid, throughput_basis=basis_summary(done))
 
@@ -201,6 +211,7 @@ def scaling_table(rows: Sequence[LayoutScaling]) -> list[list[str]]:
                 else ("n/m" if row.cores.startswith("not measurable") else "-"),
                 f"{row.starts}",
                 *(num(row.latency_ms.get(m.name), m.fmt) for m in LATENCIES),
+                *(num(row.energy.get(m.name), m.fmt) for m in ENERGY_COLUMNS),
                 "yes" if row.valid else "no",
             ]
         )
@@ -216,5 +227,6 @@ SCALING_HEADERS = [
     "efficiency [95% CI]",
     "starts",
     *(m.title for m in LATENCIES),
+    *(m.title for m in ENERGY_COLUMNS),
     "valid",
 ]
