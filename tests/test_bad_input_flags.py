@@ -40,7 +40,7 @@ RUN_FLAGS = {
     "server-pid-gone": (["--server-pid", "0"], "--server-pid 0: no such process"),
     "usd-per-gpu-hour-nan": (["--usd-per-gpu-hour", "nan"], "--usd-per-gpu-hour nan: must be a finite price in USD"),
     "usd-per-gpu-hour-negative": (["--usd-per-gpu-hour", "-2"], "--usd-per-gpu-hour -2.0"),
-    "gpu-not-a-device": (["--gpu", "first"], "GPU='first': need device"),
+    "gpu-not-a-device": (["--gpu", "first"], "--gpu 'first': 'first' is not a GPU index or MIG instance"),
 }
 
 

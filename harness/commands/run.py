@@ -10,7 +10,7 @@ import psutil
 
 from harness.errors import InvalidInput
 from harness.progress import reporter
-from harness.runtime.base import parse_gpus
+from harness.runtime.gpus import parse_gpus
 from harness.serving.measure import MeasureConfig, measure
 from harness.serving.metrics import SLO_KEYS
 from harness.serving.summary import render_summary

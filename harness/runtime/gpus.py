@@ -10,7 +10,6 @@ the instance's own, read through NVML's MIG handles (``nvmlDeviceGetMigDeviceHan
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from harness.errors import CapabilityMissing, InvalidInput
+from harness.telemetry.gpu_sampler import device_handle, load_nvml
 
 Device = int | str  # a GPU index, or a MIG instance ("MIG-<uuid>" or "N:M")
 MAX_GPU_INDEX = 1023
@@ -60,14 +60,9 @@ def is_mig(device: Device) -> bool:
 @contextmanager
 def nvml_session(nvml: ModuleType | None = None) -> Iterator[ModuleType]:
     """NVML initialised (``pynvml``, or ``nvml`` as given); ``CapabilityMissing`` with NVML's reason if it cannot."""
-    try:
-        nv = nvml or importlib.import_module("pynvml")
-    except ImportError:
-        raise CapabilityMissing("the NVML Python bindings (nvidia-ml-py) are not installed") from None
-    try:
-        nv.nvmlInit()
-    except Exception as exc:
-        raise CapabilityMissing(f"NVML could not initialise ({exc or type(exc).__name__}): no NVIDIA driver") from None
+    nv, why = load_nvml(nvml)
+    if nv is None:
+        raise CapabilityMissing(why or "NVML cannot be read here")
     try:
         yield nv
     finally:
@@ -80,12 +75,7 @@ def nvml_session(nvml: ModuleType | None = None) -> Iterator[ModuleType]:
 def handle_of(nv: ModuleType, device: Device) -> Any:
     """The NVML handle of a GPU index or a MIG instance; ``CapabilityMissing`` naming the device if NVML has none."""
     try:
-        if isinstance(device, int):
-            return nv.nvmlDeviceGetHandleByIndex(device)
-        if device.startswith("MIG-"):
-            return nv.nvmlDeviceGetHandleByUUID(device)
-        gpu, _, instance = device.partition(":")
-        return nv.nvmlDeviceGetMigDeviceHandleByIndex(nv.nvmlDeviceGetHandleByIndex(int(gpu)), int(instance))
+        return device_handle(nv, device)
     except Exception as exc:
         raise CapabilityMissing(f"GPU {device}: NVML finds no such device ({exc or type(exc).__name__})",
                                 hint=GPU_HINT) from None
