@@ -91,11 +91,16 @@ def derive(env: ServingEnv, source: DerivedSource, base_dir: Path, target: Path,
     return stamp
 
 
+def derived_dir(source: DerivedSource, base: PreparedModel, root: Path | None = None) -> Path:
+    """Where the derived checkpoint lives: named by its recipe over the base's version, so found from stamps alone."""
+    return (root or cache_root()) / "models" / f"{source.key}-{recipe_digest(source, base.checkpoint_sha256)}"
+
+
 def ensure_derived(source: DerivedSource, *, base: PreparedModel, make_env: Callable[[], ServingEnv],
                    root: Path | None, progress: Progress, verify: bool) -> PreparedModel:
     """The derived checkpoint, prepared from its (already prepared) base on first use (lock-protected, verified like
     any model); ``make_env`` (a venv with torch and transformers) is called only when it must be made."""
-    target = (root or cache_root()) / "models" / f"{source.key}-{recipe_digest(source, base.checkpoint_sha256)}"
+    target = derived_dir(source, base, root)
     with file_lock(target.parent / f".{target.name}.lock"):
         prepared = ready(target, verify)
         if prepared is None:

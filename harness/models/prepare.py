@@ -21,8 +21,8 @@ from pathlib import Path
 from harness.contract.paths import cache_root
 from harness.errors import CapabilityMissing, InvalidInput
 from harness.ids import sha256_file
-from harness.models.derived import DERIVED, ensure_derived
-from harness.models.stamp import STAMP_NAME, PreparedModel, from_stamp, ready, write_stamp
+from harness.models.derived import DERIVED, derived_dir, ensure_derived
+from harness.models.stamp import PreparedModel, find_ready, from_stamp, ready, write_stamp
 from harness.runtime.serving_env import Progress, ServingEnv, ServingEnvSpec, ensure_serving_env, file_lock
 
 CONVERTER = Path(__file__).with_name("convert_gguf.py")
@@ -169,9 +169,9 @@ def ensure_model(
 
 
 def find_model(key: str = "smollm2-135m", root: Path | None = None) -> PreparedModel | None:
-    """A prepared model already in the cache, from its stamp alone: no venv, no download, no hashing of weights."""
-    target = model_dir(source_for(key), root)
-    if not (target / STAMP_NAME).is_file():
-        return None
-    with file_lock(target.parent / f".{target.name}.lock"):
-        return ready(target, verify=False)
+    """A prepared (or derived) model already in the cache, from its stamp alone: no venv, no download, no hashing of
+    weights."""
+    if key in DERIVED:
+        base = find_model(DERIVED[key].base, root)
+        return None if base is None else find_ready(derived_dir(DERIVED[key], base, root))
+    return find_ready(model_dir(source_for(key), root))

@@ -19,6 +19,7 @@ from typing import Any
 from harness.contract.atomic import atomic_write_json
 from harness.ids import sha256_bytes, sha256_file
 from harness.models.checkpoint_format import normalise_checkpoint
+from harness.runtime.serving_env import file_lock
 
 STAMP_NAME = ".infkit-model.json"
 FORMAT_SHA256 = sha256_file(Path(__file__).with_name("checkpoint_format.py"))
@@ -97,6 +98,14 @@ def ready(path: Path, verify: bool) -> PreparedModel | None:
     except (OSError, ValueError, KeyError):
         return None
     return from_stamp(path, verify=False)
+
+
+def find_ready(path: Path) -> PreparedModel | None:
+    """The stamped entry at ``path`` without hashing its weights (brought to the current format under its lock)."""
+    if not (path / STAMP_NAME).is_file():
+        return None
+    with file_lock(path.parent / f".{path.name}.lock"):
+        return ready(path, verify=False)
 
 
 def from_stamp(path: Path, verify: bool) -> PreparedModel | None:

@@ -15,6 +15,7 @@ from harness.errors import InfkitError
 from harness.models import ensure_model
 from harness.models.draft import ensure_draft
 from harness.models.readers import check_checkpoints, engine_reader_python
+from harness.models.resolve import resolve_checkpoint
 from harness.runtime.serving_env import ensure_serving_env
 from tests.conftest import require_or_skip
 from tests.vllm_cpu_model import prepared_model_or_skip
@@ -60,7 +61,8 @@ def test_every_served_checkpoint_reads_the_same_with_the_engines_transformers(py
         "prepared": prepared.path,
         "derived even-heads": ensure_model("smollm2-135m-even-heads", progress=print).path,
         f"draft {DRAFT_LAYERS}L": ensure_draft(prepared, DRAFT_LAYERS, progress=print).path,
-        "user checkpoint": user_checkpoint(prepared.path, tmp_path / "user"),
+        "user checkpoint": resolve_checkpoint(str(user_checkpoint(prepared.path, tmp_path / "user")),
+                                              cache_dir=tmp_path / "identity").path,  # as MODEL=DIR serves it
     }
     checked = check_checkpoints(list(served.values()), engine_python=engine_python, cpu_python=cpu_python)
     for label, directory in served.items():

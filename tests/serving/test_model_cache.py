@@ -63,6 +63,7 @@ def test_a_cached_derived_model_needs_no_venv_either(tmp_path, no_venv):
     fake_entry(tmp_path, tmp_path / "models" / f"{source.key}-{recipe_digest(source, base.checkpoint_sha256)}",
                key=source.key)
     assert ensure_model(source.key, root=tmp_path, progress=pytest.fail).key == source.key
+    assert find_model(source.key, root=tmp_path).key == source.key
 
 
 class Asked(Exception):
