@@ -113,3 +113,10 @@ def memory_total_bytes(device: Device, nvml: ModuleType | None = None) -> int:
         if reason:
             raise InvalidInput(reason)
         return int(nv.nvmlDeviceGetMemoryInfo(handle_of(nv, device)).total)
+
+
+def device_name(device: Device, nvml: ModuleType | None = None) -> str:
+    """The device's name as NVML gives it (a MIG instance's names its profile)."""
+    with nvml_session(nvml) as nv:
+        name = nv.nvmlDeviceGetName(handle_of(nv, device))
+    return name.decode() if isinstance(name, bytes) else str(name)

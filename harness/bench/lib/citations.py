@@ -19,6 +19,7 @@ from harness.ids import sha256_file
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.manifest.dsse import EnvelopeError, parse_envelope
 from harness.manifest.sign import MANIFEST_SUFFIX, MANIFESTS_DIR
+from harness.rundir.fingerprint import FINGERPRINT_FILE
 
 
 @dataclass(frozen=True)
@@ -111,3 +112,31 @@ def cited_saturation(result: dict[str, Any] | None, what: str) -> dict[str, Any]
             hint="rerun bench-66 with RATES=... around the transition, or cite nothing",
         )
     return baseline["saturation"]
+
+
+def cited_device(citation: Citation, gpu: bool) -> set[str]:
+    """The devices the cited run's host had, from its fingerprint: GPU names, or the CPU model."""
+    try:
+        fingerprint = read_json(citation.file(FINGERPRINT_FILE))
+    except (OSError, ValueError, InvalidInput):
+        return set()
+    if gpu:
+        return {str(g.get("name")) for g in fingerprint.get("gpus") or []}
+    return {str((fingerprint.get("host") or {}).get("cpu_model"))}
+
+
+def setup_mismatch(citation: Citation, *, backend: str, model_version: str | None, device: str | None,
+                   gpu: bool) -> str | None:
+    """Why a cited run measured another setup than this run serves (backend, model, device), or None. A device this
+    run cannot name (no NVML here) is not compared."""
+    effective = citation.run.get("effective") or {}
+    theirs = effective.get("backend")
+    if theirs and theirs != backend:
+        return f"it served backend {theirs}, this run serves {backend}"
+    cited_model = (citation.run.get("model") or {}).get("version")
+    if cited_model and model_version and cited_model != model_version:
+        return f"it served model version {cited_model[:19]}, this run serves {model_version[:19]}"
+    devices = cited_device(citation, gpu)
+    if device and devices and device not in devices:
+        return f"it ran on {', '.join(sorted(devices))}, this run on {device}"
+    return None

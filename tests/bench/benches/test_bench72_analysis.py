@@ -476,3 +476,40 @@ def test_the_first_candidate_extends_the_schedule_below_a_broken_foot_for_every_
     assert history.notes["schedule"][:len(extended) + 1] == [*reversed(extended), 0.5]
     bound = cfg.schedule_below + cfg.schedule_extend_below + cfg.schedule_above + 1
     assert all(len(rates) <= bound for rates in ran.values())  # inside the progress bound
+
+
+def signed_baseline(root: Path, backend: str, version: str, cpu_model: str, run_id: str) -> Path:
+    """A signed bench-66 run of ``backend`` serving model ``version`` on a host with ``cpu_model``."""
+    from harness.rundir.directory import RunDirectory
+
+    fingerprint = json.loads((Path(__file__).parents[2] / "examples" / "valid" / "fingerprint-no-gpu.json").read_text())
+    fingerprint["host"]["cpu_model"] = cpu_model
+    rd = RunDirectory.create(root / "runs" / "66", semantic_id="INF-FLOAT-BASELINE", run_label="t", requested={},
+                             effective={"backend": backend}, root=root, fingerprint=fingerprint,
+                             model={"name": "m", "version": version}, run_id=run_id)
+    return rd.finish(summary="t", result=None, evidence_level="precheck", decision="inconclusive").manifest
+
+
+def test_a_bench66_run_of_another_backend_model_or_device_is_never_cited(tmp_path, monkeypatch):
+    """bench-72 centres its schedule on bench-66's saturation point: a run measured on another backend, model or
+    host says nothing of this one's capacity (a CPU run's rate would put a GPU's schedule far below its capacity)."""
+    monkeypatch.delenv("INFKIT_SIGNING_KEY", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.chdir(tmp_path)
+    model = PreparedModel(key="m", name="m", path=tmp_path, gguf_sha256="x", checkpoint_sha256="sha256:1",
+                          tokenizer_sha256="z")
+    here = Placement("vllm-cpu", "local")
+    monkeypatch.setattr(bench72, "host_info", lambda: {"cpu_model": "AMD EPYC 9554"})
+    same = signed_baseline(tmp_path, "vllm-cpu", "sha256:1", "AMD EPYC 9554", "20261207T000000Z-a")
+    citation, note = bench72.cited_baseline(bench72.Config(), here, model)
+    assert citation is not None and citation.manifest == same and note is None
+    for n, (backend, version, cpu, why) in enumerate((
+            ("vllm", "sha256:1", "AMD EPYC 9554", "it served backend vllm"),
+            ("vllm-cpu", "sha256:2", "AMD EPYC 9554", "it served model version sha256:2"),
+            ("vllm-cpu", "sha256:1", "Intel Xeon 8480", "it ran on Intel Xeon 8480"))):
+        other = signed_baseline(tmp_path, backend, version, cpu, f"20261207T00000{n + 1}Z-b")  # newest: passed over
+        citation, note = bench72.cited_baseline(bench72.Config(), here, model)
+        assert citation is None and why in note and str(other) in note
+        with pytest.raises(InvalidInput, match=f"measured another setup: {why}"):  # named: an input error
+            bench72.cited_baseline(bench72.Config(baseline=str(other)), here, model)
+    assert bench72.cited_baseline(bench72.Config(baseline=str(same)), here, model)[0].manifest == same

@@ -32,16 +32,16 @@ from harness.bench.benches.bench72.decision import deployment_reading
 from harness.bench.benches.bench72.tiers import CHOICES as TIER_CHOICES
 from harness.bench.benches.bench72.tiers import default_tier
 from harness.bench.devices import alone
-from harness.bench.lib.citations import cite_choice
+from harness.bench.lib.citations import Citation, cite_choice, setup_mismatch
 from harness.bench.lib.hostprofile import request_cost_ratio
 from harness.bench.metrics import E2E_P99, PEAK_MEMORY_GIB, REQUEST_RATE, TPOT_P99, TTFT_P99
-from harness.bench.placement import planning_only, resolve_placement
+from harness.bench.placement import Placement, planning_only, resolve_placement
 from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, Schedule
 from harness.errors import CapabilityMissing, InvalidInput
 from harness.knobs import knob
 from harness.models import PreparedModel
-from harness.rundir.fingerprint import host_isa
-from harness.runtime.gpus import memory_total_bytes, parse_gpus
+from harness.rundir.fingerprint import host_info, host_isa
+from harness.runtime.gpus import device_name, memory_total_bytes, parse_gpus
 from harness.workload import Arrival
 
 DTYPES = ("bfloat16", "float32", "float16", "auto")
@@ -164,6 +164,32 @@ def in_this_shape(light: LightLoad | None, result: dict[str, Any] | None, cfg: C
                           "requests, are not)")
 
 
+def this_device(placement: Placement) -> str | None:
+    """The device this run measures: the first GPU's NVML name (None where NVML cannot say), or the CPU model."""
+    if not placement.gpus:
+        return str(host_info()["cpu_model"])
+    try:
+        return device_name(placement.gpus[0])
+    except CapabilityMissing:
+        return None
+
+
+def cited_baseline(cfg: Config, placement: Placement, model: PreparedModel) -> tuple[Citation | None, str | None]:
+    """The bench-66 run the schedule is centred on, and a note when the newest was passed over: a run of another
+    backend, model or device says nothing of this capacity, so one named by --baseline is an input error."""
+    citation = cite_choice(cfg.baseline, Path.cwd(), "INF-FLOAT-BASELINE")
+    if citation is None:
+        return None, None
+    why = setup_mismatch(citation, backend=placement.backend, model_version=model.model_ref.get("version"),
+                         device=this_device(placement), gpu=bool(placement.gpus))
+    if why is None:
+        return citation, None
+    if cfg.baseline != "latest":
+        raise InvalidInput(f"--baseline {cfg.baseline}: that bench-66 run measured another setup: {why}",
+                           hint="cite a bench-66 run of this backend, model and device, or --baseline none")
+    return None, f"the newest bench-66 run ({citation.manifest}) is not cited: {why}"
+
+
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
     dtypes, dtypes_why = candidate_dtypes(cfg, placement.backend)
@@ -175,7 +201,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
             activation_gib=cfg.gpu_activation_gib, in_use_gib=cfg.gpu_in_use_gib)
     else:
         candidates = cpu_candidates(dtypes, cfg.max_num_seqs_values, cfg.kv_cache_values_gib, full=cfg.full_grid)
-    citation = cite_choice(cfg.baseline, Path.cwd(), "INF-FLOAT-BASELINE")
+    citation, passed_over = cited_baseline(cfg, placement, model)
     cited: dict[str, Any] | None = None
     light = None
     if citation:
@@ -200,7 +226,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
                                                 mappings=mappings, title=SPEC.title),
         run_label=f"capacity under SLOs: {', '.join(names)}",
         columns=(TTFT_P99, TPOT_P99, E2E_P99, REQUEST_RATE, PEAK_MEMORY_GIB),
-        notes=(dtypes_why,
+        notes=(dtypes_why, *([passed_over] if passed_over else []),
                "every probe replays the same request list at its Poisson rate (a faster rate's list is longer, so its "
                "arrivals span --probe-seconds, and starts with the same requests); only the arrival schedule differs",
                "a probe where the client could not keep its schedule cannot pass"))
