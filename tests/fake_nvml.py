@@ -31,6 +31,7 @@ class FakeDevice:
     reasons: int = 0  # clocks event reasons bit mask
     pids: list[int] = field(default_factory=list)  # compute processes on the device
     reads: int = 0
+    mig_mode: int | None = None  # 1: MIG enabled, 0: disabled; None: no MIG on this device (NOT_SUPPORTED)
 
 
 class FakeNvmlLib:
@@ -84,6 +85,13 @@ class FakeNvmlLib:
         if c_index.value >= len(instances):
             return pynvml.NVML_ERROR_NOT_FOUND
         self._put_handle(ref, instances[c_index.value])
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetMigMode(self, handle, current_ref, pending_ref):
+        mode = self._device(handle).mig_mode
+        if mode is None:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        current_ref._obj.value = pending_ref._obj.value = mode
         return pynvml.NVML_SUCCESS
 
     def nvmlDeviceGetName(self, handle, c_name, length):

@@ -1,11 +1,8 @@
 """MIG instances on GPU=: parsed, handed to the engine as device ids, sized from the instance's own memory, and a
 whole GPU in MIG mode refused — against the real ``pynvml`` (nvidia-ml-py) whose C functions are replaced by a
-fake driver library taking the C API's arguments (handles as ``nvmlDevice_t``, outputs through ``byref``)."""
+fake driver library (``tests/fake_nvml.py``) taking the C API's arguments."""
 
 from __future__ import annotations
-
-import ctypes
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -14,91 +11,23 @@ from harness.bench.benches import bench72
 from harness.bench.placement import planning, resolve_placement
 from harness.errors import InvalidInput
 from harness.runtime.docker import device_requests
-from harness.runtime.gpus import memory_total_bytes, parse_gpus, refuse_mig_parents
+from harness.runtime.gpus import device_name, memory_total_bytes, parse_gpus, refuse_mig_parents
 
-pynvml = pytest.importorskip("pynvml")
+pytest.importorskip("pynvml")
+from tests.fake_nvml import FakeDevice, FakeNvmlLib, install  # noqa: E402 - needs pynvml
 
 GIB = 2**30
-GPU_BASE, MIG_BASE = 0x1000, 0x2000  # opaque handle values: a GPU's is GPU_BASE + index, an instance's MIG_BASE + …
 MIG_UUIDS = ["MIG-4f3c2a1b-0d9e-5c8f-a7b6-1e2d3c4b5a69", "MIG-9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"]
-
-
-@dataclass
-class Gpu:
-    total_bytes: int = 80 * GIB
-    mig_mode: int | None = 0  # None: the GPU has no MIG (NVML_ERROR_NOT_SUPPORTED)
-    instances: list[tuple[str, int]] = field(default_factory=list)  # (UUID, memory bytes) per MIG device index
-
-
-class FakeMigLib:
-    """The C functions pynvml looks up by name for a host of ``gpus``."""
-
-    def __init__(self, gpus: list[Gpu]):
-        self.gpus = gpus
-
-    def __getattr__(self, name: str):  # a function this driver lacks: pynvml raises FUNCTION_NOT_FOUND
-        raise AttributeError(name)
-
-    @staticmethod
-    def _put(ref, value: int) -> None:
-        ctypes.memmove(ctypes.addressof(ref._obj), ctypes.byref(ctypes.c_void_p(value)), ctypes.sizeof(ctypes.c_void_p))
-
-    @staticmethod
-    def _value(handle) -> int:
-        return ctypes.cast(handle, ctypes.c_void_p).value or 0
-
-    def nvmlInitWithFlags(self, flags):
-        return pynvml.NVML_SUCCESS
-
-    def nvmlShutdown(self):
-        return pynvml.NVML_SUCCESS
-
-    def nvmlDeviceGetHandleByIndex_v2(self, c_index, ref):
-        if not 0 <= c_index.value < len(self.gpus):
-            return pynvml.NVML_ERROR_INVALID_ARGUMENT
-        self._put(ref, GPU_BASE + c_index.value)
-        return pynvml.NVML_SUCCESS
-
-    def nvmlDeviceGetHandleByUUID(self, c_uuid, ref):
-        for i, gpu in enumerate(self.gpus):
-            for m, (uuid, _) in enumerate(gpu.instances):
-                if uuid == c_uuid.value.decode():
-                    self._put(ref, MIG_BASE + 16 * i + m)
-                    return pynvml.NVML_SUCCESS
-        return pynvml.NVML_ERROR_NOT_FOUND
-
-    def nvmlDeviceGetMigMode(self, handle, current_ref, pending_ref):
-        value = self._value(handle)
-        if value >= MIG_BASE or self.gpus[value - GPU_BASE].mig_mode is None:
-            return pynvml.NVML_ERROR_NOT_SUPPORTED
-        current_ref._obj.value = pending_ref._obj.value = self.gpus[value - GPU_BASE].mig_mode
-        return pynvml.NVML_SUCCESS
-
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle, c_index, ref):
-        index = self._value(handle) - GPU_BASE
-        if not 0 <= c_index.value < len(self.gpus[index].instances):
-            return pynvml.NVML_ERROR_NOT_FOUND
-        self._put(ref, MIG_BASE + 16 * index + c_index.value)
-        return pynvml.NVML_SUCCESS
-
-    def nvmlDeviceGetMemoryInfo(self, handle, ref):
-        value = self._value(handle)
-        if value >= MIG_BASE:
-            total = self.gpus[(value - MIG_BASE) // 16].instances[(value - MIG_BASE) % 16][1]
-        else:
-            total = self.gpus[value - GPU_BASE].total_bytes
-        ref._obj.total, ref._obj.used, ref._obj.free = total, 0, total
-        return pynvml.NVML_SUCCESS
 
 
 @pytest.fixture
 def host(monkeypatch):
     """GPU 0 in MIG mode with two instances (10 and 20 GiB), GPU 1 a whole 80 GiB device without MIG."""
-    lib = FakeMigLib([Gpu(mig_mode=1, instances=[(MIG_UUIDS[0], 10 * GIB), (MIG_UUIDS[1], 20 * GIB)]),
-                      Gpu(mig_mode=None)])
-    monkeypatch.setattr(pynvml, "nvmlLib", lib)
-    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
-    return lib
+    devices = [FakeDevice("GPU-00000000-0000-0000-0000-000000000000", mig_mode=1),
+               FakeDevice("GPU-11111111-1111-1111-1111-111111111111"),
+               FakeDevice(MIG_UUIDS[0], name="NVIDIA H100 80GB HBM3 MIG 1g.10gb", total_bytes=10 * GIB),
+               FakeDevice(MIG_UUIDS[1], name="NVIDIA H100 80GB HBM3 MIG 2g.20gb", total_bytes=20 * GIB)]
+    return install(monkeypatch, FakeNvmlLib(devices, mig_of={0: [2, 3]}))
 
 
 def test_gpu_takes_indexes_mig_uuids_and_gpu_instance_pairs():
@@ -120,6 +49,7 @@ def test_an_instance_is_sized_from_its_own_memory_never_its_parents(host):
     assert memory_total_bytes(MIG_UUIDS[1]) == 20 * GIB
     assert memory_total_bytes("0:0") == 10 * GIB
     assert memory_total_bytes(1) == 80 * GIB  # a GPU without MIG: the whole device
+    assert device_name("0:1") == "NVIDIA H100 80GB HBM3 MIG 2g.20gb"
     with pytest.raises(InvalidInput, match="GPU 0 is in MIG mode.*GPU=0:<n>"):
         memory_total_bytes(0)
 

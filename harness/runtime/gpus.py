@@ -68,7 +68,7 @@ def nvml_session(nvml: ModuleType | None = None) -> Iterator[ModuleType]:
     finally:
         try:
             nv.nvmlShutdown()
-        except Exception:
+        except Exception:  # noqa: BLE001 - a shutdown that fails leaves nothing to clean up
             pass
 
 
