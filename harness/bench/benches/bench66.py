@@ -11,9 +11,10 @@ output tokens at the reference size, half that at SIZE=quick) so the sweep fits 
 Read: per level, the scheduled rate (what the arrivals actually had), achieved throughput, TTFT/TPOT/E2E
 P50/P99, and queue growth: the slopes of TTFT and of the backlog over the level's time, each with a 95 %
 interval. A level keeps up when both intervals lie at or below --tolerance (the share of the offered load left
-queued), falls behind when either lies above. The saturation point is a bracket [last valid level that kept up,
-first that fell behind], "undetermined" when invalid levels sit between; later benches cite this run's manifest
-and refuse an undetermined bracket.
+queued), falls behind when either, or the slope of E2E, lies above. The saturation point is a bracket [last level
+that kept up, first that fell behind] over the levels read (an invalid level is unread, except one only sent late
+whose queue still grew: it closes the bracket from above); later benches cite this run's manifest and fall back
+to their own probe when its bracket is undetermined.
 """
 
 from __future__ import annotations

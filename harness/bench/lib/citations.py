@@ -95,23 +95,18 @@ def cite_choice(choice: str, root: Path, semantic_id: str) -> Citation | None:
     return cite(choice, root, semantic_id=semantic_id)
 
 
-def cited_saturation(result: dict[str, Any] | None, what: str) -> dict[str, Any]:
+def cited_saturation(result: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str]:
     """A cited bench-66 result's saturation point (``details.baseline.saturation``: the last level that kept up,
-    with its bracket); an undetermined bracket, or a run from before the bracket rule, is an input error."""
+    with its bracket), or None and why it cannot be used: an undetermined bracket, or a run from before the bracket
+    rule. A citing bench then probes for itself and says so: what it cites being weak never fails it."""
     baseline = ((result or {}).get("details") or {}).get("baseline") or {}
     bracket = baseline.get("bracket")
     if not bracket:
-        raise InvalidInput(
-            f"{what}: that bench-66 run predates the saturation bracket (a fixed-list rule that "
-            "measured the list's length)",
-            hint="rerun make bench-66 and cite the new run",
-        )
+        return None, ("that bench-66 run predates the saturation bracket (a fixed-list rule that measured the list's "
+                      "length)")
     if not bracket.get("determined") or not baseline.get("saturation"):
-        raise InvalidInput(
-            f"{what}: its saturation bracket is undetermined ({bracket.get('reason')})",
-            hint="rerun bench-66 with RATES=... around the transition, or cite nothing",
-        )
-    return baseline["saturation"]
+        return None, f"its saturation bracket is undetermined ({bracket.get('reason')})"
+    return baseline["saturation"], ""
 
 
 def cited_device(citation: Citation, gpu: bool) -> set[str]:

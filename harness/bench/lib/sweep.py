@@ -341,7 +341,7 @@ class LoadSweep:
 
 def saturation_record(low: LoadPoint | None, sat: Bracket) -> dict[str, Any] | None:
     """What citing benches read: the last level that kept up, at its scheduled rate, with the bracket; None when
-    the bracket is undetermined (a citing bench refuses it)."""
+    the bracket is undetermined (a citing bench then probes for itself)."""
     if low is None or not sat.determined:
         return None
     return {**low.to_dict(), "offered_rps": low.scheduled_rps, "bracket": sat.to_dict()}

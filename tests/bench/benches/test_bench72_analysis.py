@@ -200,8 +200,8 @@ def test_slos_scale_light_load_figures_and_explicit_limits_win():
             }
         }
     }
-    assert cited_light_load(sweep, "src") == LightLoad(90.0, 15.0, 3.2, "src")
-    assert cited_light_load({"details": {}}, "src") is None
+    assert cited_light_load(sweep, "src") == (LightLoad(90.0, 15.0, 3.2, "src"), "")
+    assert cited_light_load({"details": {}}, "src") == (None, "it records no baseline")
     undetermined = {
         "details": {
             "baseline": {
@@ -211,11 +211,12 @@ def test_slos_scale_light_load_figures_and_explicit_limits_win():
             }
         }
     }
-    with pytest.raises(InvalidInput, match="bracket is undetermined"):
-        cited_light_load(undetermined, "src")
+    # too weak to use: never an error, the reason why this bench probes for itself
+    assert cited_light_load(undetermined, "src") == (None, "its saturation bracket is undetermined (invalid levels "
+                                                           "between)")
     old = {"details": {"baseline": {k: v for k, v in sweep["details"]["baseline"].items() if k != "bracket"}}}
-    with pytest.raises(InvalidInput, match="predates the saturation bracket"):
-        cited_light_load(old, "src")
+    light, why = cited_light_load(old, "src")
+    assert light is None and why.startswith("that bench-66 run predates the saturation bracket")
 
 
 def arm_run(ttfts_ms, *, tokens=5, gap_ms=10.0, failed=0, client=()):

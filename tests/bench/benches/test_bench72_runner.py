@@ -19,7 +19,6 @@ from harness.bench import placement as placement_mod
 from harness.bench import runner as runner_mod
 from harness.bench.benches import bench66, bench72
 from harness.contract.schemas import validate_file
-from harness.errors import InvalidInput
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.models import PreparedModel
 from harness.progress import Reporter
@@ -109,12 +108,21 @@ def test_two_candidates_get_one_schedule_and_capacities_fitted_between_its_rates
     assert report.valid, report
 
 
-def test_an_undetermined_bench66_bracket_is_refused(fake_root):
+def test_an_undetermined_bench66_bracket_is_not_used_and_bench72_probes_for_itself(fake_root):
     cfg66 = bench66.Config(**SHAPE, requests=8, rates=(2.0, 4.0), repeats=1, min_level_s=0.5)
     base = runner_mod.run_bench(bench66.SPEC, cfg66, root=fake_root, reporter=Reporter(io.StringIO(), every_s=60))
     assert not json.loads((base.run_dir / "sweep.json").read_text())["details"]["baseline"]["bracket"]["determined"]
-    with pytest.raises(InvalidInput, match="saturation bracket is undetermined"):
-        run72(fake_root, repeats=1, max_num_seqs_values=(4,))
+    outcome = run72(fake_root, repeats=1, max_num_seqs_values=(4,))  # cites the newest bench-66 run: that one
+    details = outcome.result["details"]
+    cited = details["baseline_citation"]
+    assert cited["run_id"] == base.run_dir.name and cited["used"] is False
+    assert cited["fallback"].startswith(f"the cited bench-66 run {cited['run_id']} is not used: its saturation "
+                                        "bracket is undetermined")
+    assert "light load" in {a["label"] for a in details["arm_runs"]}  # its own probe centred the schedule
+    assert cited["fallback"] in details["protocol"]["notes"]  # said in the plan ...
+    assert cited["fallback"] in outcome.result["conclusion"]["summary"]  # ... and in the result
+    assert outcome.finished.summary.count(cited["fallback"]) >= 1
+    assert "is not used: its saturation bracket" in details["schedule"]["centre"]
 
 
 def test_one_server_at_a_time_restarts_the_variant_whenever_the_run_switches(fake_root):

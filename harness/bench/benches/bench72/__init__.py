@@ -203,14 +203,17 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         candidates = cpu_candidates(dtypes, cfg.max_num_seqs_values, cfg.kv_cache_values_gib, full=cfg.full_grid)
     citation, passed_over = cited_baseline(cfg, placement, model)
     cited: dict[str, Any] | None = None
-    light = None
-    if citation:
+    light, fallback = None, ""
+    if citation:  # a cited run too weak to use (undetermined bracket) is named, and this bench probes itself
         cited = citation.to_dict(Path.cwd())
-        light = in_this_shape(cited_light_load(citation.result, f"bench-66 light load, {cited['manifest']}"),
-                              citation.result, cfg)
+        found, weak = cited_light_load(citation.result, f"bench-66 light load, {cited['manifest']}")
+        light = in_this_shape(found, citation.result, cfg)
+        fallback = f"the cited bench-66 run {cited['run_id']} is not used: {weak}; this bench probes light load itself"
+        fallback = fallback if weak else ""
+        cited.update(used=not weak, fallback=fallback or None)
     names = [c.name for c in candidates]
     tier = default_tier(placement.backend) if cfg.slo_tier == "auto" else cfg.slo_tier
-    campaign = Campaign(cfg, names, light, tier)
+    campaign = Campaign(cfg, names, light, tier, fallback)
     one = (cfg.servers_up if cfg.servers_up != "auto" else "one" if mappings else "two") == "one"
     phase = Phase("searches and duel", tuple(names), campaign.steps, still_needed=alone if one else campaign.keep,
                   planned_steps=1 + len(names) * (cfg.schedule_below + cfg.schedule_extend_below
@@ -229,7 +232,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         notes=(dtypes_why, *([passed_over] if passed_over else []),
                "every probe replays the same request list at its Poisson rate (a faster rate's list is longer, so its "
                "arrivals span --probe-seconds, and starts with the same requests); only the arrival schedule differs",
-               "a probe where the client could not keep its schedule cannot pass"))
+               "a probe where the client could not keep its schedule cannot pass", *([fallback] if fallback else [])))
 
 
 SPEC = BenchSpec(

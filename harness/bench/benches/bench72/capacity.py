@@ -100,17 +100,17 @@ def scaled_slo(cfg: Any, light: LightLoad | None) -> SLO | None:
     return SLO(error_rate=cfg.slo_error_rate, basis="; ".join(basis) + source, **parts)
 
 
-def cited_light_load(result: dict[str, Any] | None, source: str) -> LightLoad | None:
-    """bench-66's light-load P99s and saturation rate from its sweep result (details.baseline); an undetermined
-    saturation bracket is refused (``cited_saturation``)."""
+def cited_light_load(result: dict[str, Any] | None, source: str) -> tuple[LightLoad | None, str]:
+    """bench-66's light-load medians and saturation rate from its sweep result (details.baseline), or None and why
+    it cannot be used (no baseline, an undetermined bracket: ``cited_saturation``): this bench then probes itself."""
     baseline = ((result or {}).get("details") or {}).get("baseline") or {}
     if not baseline:
-        return None
-    served = cited_saturation(result, source).get("offered_rps")
+        return None, "it records no baseline"
+    served, why = cited_saturation(result)
     latency = (baseline.get("light_load") or {}).get("latency_ms") or {}
-    if not latency.get(TTFT_P50.name) or not latency.get(TPOT_P50.name):
-        return None
-    return LightLoad(latency[TTFT_P50.name], latency[TPOT_P50.name], served, source)
+    if served is None or not latency.get(TTFT_P50.name) or not latency.get(TPOT_P50.name):
+        return None, why or "it has no light-load level that kept up"
+    return LightLoad(latency[TTFT_P50.name], latency[TPOT_P50.name], served.get("offered_rps"), source), ""
 
 
 def of_run(metric: Metric, run: ArmRun) -> float | None:
@@ -193,8 +193,10 @@ class Searched:
 class Campaign:
     """The steps of bench-72 as functions of the History, for any set of candidate server variants."""
 
-    def __init__(self, cfg: Any, candidates: Sequence[str], light: LightLoad | None, tier: str = RELATIVE):
+    def __init__(self, cfg: Any, candidates: Sequence[str], light: LightLoad | None, tier: str = RELATIVE,
+                 fallback: str = ""):
         self.cfg, self.candidates, self.light, self.tier = cfg, tuple(candidates), light, tier
+        self.fallback = fallback  # why a cited bench-66 run was not used ("" when it was, or none was cited)
 
     def request_list(self, arrival: Arrival, seed: int | None = None) -> Common:
         cfg = self.cfg
@@ -266,7 +268,7 @@ class Campaign:
         run = next((r for r in history.of(LIGHT) if not r.failure), None)
         if run is not None:
             why = ("the cited bench-66 run's light load is of other requests" if self.light else
-                   "no bench-66 run was cited")
+                   self.fallback or "no bench-66 run was cited")
             caveat = ("" if run.valid else
                       f"; the probe was invalid: {'; '.join(run.result['conclusion']['invalid_reasons'])}")
             history.notes["light"] = LightLoad(

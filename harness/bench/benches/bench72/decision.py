@@ -314,10 +314,14 @@ def deployment_reading(
     headline = tuple({"name": f"capacity {s.name}", "metric": "request_rate_rps", "value": _capacity(s),
                       "unit": "req/s", "interval": interval(s)} for s in ranked)
     figures = {"capacity.png": lambda path: capacity_png(ranked, slo, path, title=title)} if slo and ranked else {}
+    fallback = (cited or {}).get("fallback")
+    if fallback:  # the schedule's centre (and relative SLOs) come from this bench's own probe: said beside the verdict
+        lines.insert(0, fallback)
     blocked = blocked_reading(history, None, cfg.repeats)
     if blocked is not None:
         return replace(blocked, details=details, lines=tuple(lines), figures=figures, kind="sweep", headline=headline)
-    return Reading(evidence_level=verdict.evidence_level, decision=verdict.decision, summary=verdict.summary,
+    summary = f"{verdict.summary}; {fallback}" if fallback else verdict.summary
+    return Reading(evidence_level=verdict.evidence_level, decision=verdict.decision, summary=summary,
                    effect=claim.effect if claim else None, repeats=cfg.repeats, details=details, lines=tuple(lines),
                    figures=figures, headline=headline, kind="sweep", next_step=verdict.next_step)
 
