@@ -11,7 +11,9 @@ Every integer knob is bounded above, so a 61-digit value never reaches the work:
 ``max`` where it declares one, else by ``int_bound`` (``SEED_MAX`` for seeds, which results and
 numpy hold as signed 64-bit integers; ``BYTES_MAX`` for byte sizes; ``COUNT_MAX`` for every
 other count, length or size, beyond what a run on one machine can honour). A list knob whose
-default is not empty cannot be set empty (``--max-num-seqs-values ''``): an empty list would run nothing.
+default is not empty cannot be set empty (``--max-num-seqs-values ''``): an empty list would run nothing; nor can
+one whose default is empty (``--dtypes ''`` would silently mean the default), unless it declares ``empty``. An
+optional knob with choices refuses an empty value (``--dtype ''``) for the same reason.
 """
 
 from __future__ import annotations
@@ -111,8 +113,10 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             parser.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=UNSET,
                                 help=text)
         else:
-            parser.add_argument(flag(f.name), dest=f.name, nargs="+" if many else None, default=UNSET,
-                                metavar=METAVARS.get(kind, "VALUE"), help=text.replace("%", "%%"))
+            # a list knob given twice takes both (``--server a=URL --server b=URL``)
+            parser.add_argument(flag(f.name), dest=f.name, nargs="+" if many else None, default=None if many else UNSET,
+                                action="extend" if many else "store", metavar=METAVARS.get(kind, "VALUE"),
+                                help=text.replace("%", "%%"))
 
 
 def values_from_args(cls: type, args: argparse.Namespace) -> dict[str, Any]:
@@ -120,14 +124,21 @@ def values_from_args(cls: type, args: argparse.Namespace) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for f, hint in _field_types(cls):
         raw = getattr(args, f.name, UNSET)
-        if raw is UNSET:
-            continue
         kind, many, optional = _unwrap(hint)
+        if raw is UNSET or (many and raw is None):
+            continue
         if isinstance(raw, bool):
             values[f.name] = raw
         elif many:
             words = [w for item in raw for w in str(item).split(",") if w.strip()]
+            if not words and not f.metadata.get("empty"):  # an empty list runs nothing, or means the default
+                raise InvalidInput(f"{flag(f.name)}: needs at least one value (leave the flag out for the default: "
+                                   f"{_shown(f.default)})")
             values[f.name] = tuple(parse_value(w.strip(), kind, f.name) for w in words)
+        elif optional and not raw.strip() and _choices_of(kind, f.metadata):
+            raise InvalidInput(f"{flag(f.name)}: an empty value is not one of "
+                               f"{', '.join(map(str, _choices_of(kind, f.metadata) or ()))} (leave the flag out for "
+                               "the default)")
         elif optional and raw.strip().lower() in ("", "none"):
             values[f.name] = None
         else:

@@ -58,6 +58,7 @@ class FakeConfig:
     max_running: int = 0  # requests served at once (0: unlimited); the rest wait, so TTFT grows with load
     tokens_per_chunk: int = 1  # tokens each chunk carries (speculative decoding sends several), one gap_s apart
     reply: str = " tok"  # the text of one generated token
+    served_model: str | None = None  # GET /v1/models lists it (as vLLM does: id, root, max_model_len); None: health
     stall_after_health: int = 0  # after N answered health checks, every endpoint accepts and then sends nothing
     stall_after: int = 0  # after N completion requests arrived, every endpoint accepts and then sends nothing
 
@@ -112,7 +113,7 @@ class FakeOpenAIServer:
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/health", self._health)
-        app.router.add_get("/v1/models", self._health)
+        app.router.add_get("/v1/models", self._models if self.config.served_model else self._health)
         if self.config.metrics:
             app.router.add_get("/metrics", self._metrics)
         return app
@@ -147,6 +148,12 @@ class FakeOpenAIServer:
             await asyncio.sleep(3600)
         self.state.health_checks += 1
         return web.json_response({"ok": True})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        await self._health(request)
+        return web.json_response({"object": "list", "data": [{"id": self.config.served_model, "object": "model",
+                                                              "root": f"/models/{self.config.served_model}",
+                                                              "max_model_len": 4096}]})
 
     async def _generate(self, request: web.Request, api: str) -> web.StreamResponse:
         cfg, st = self.config, self.state

@@ -56,6 +56,16 @@ def test_bench66_refuses_before_any_work(tmp_path, args, expected):
     assert_bench_refuses(tmp_path, "66", args, expected)
 
 
+@pytest.mark.parametrize("number, args, expected", [
+    ("69", ["--dtype", ""], "--dtype: an empty value is not one of bfloat16"),
+    ("72", ["--dtypes", ""], "--dtypes: needs at least one value (leave the flag out for the default"),
+    ("69", ["--server", ""], "--server: needs at least one value"),
+    ("69", ["--server", "cache-on"], "--server 'cache-on': expected VARIANT=http://HOST:PORT"),
+])
+def test_an_empty_or_malformed_value_is_refused_not_taken_for_the_default(tmp_path, number, args, expected):
+    assert_bench_refuses(tmp_path, number, args, expected)
+
+
 def test_an_empty_list_is_refused_where_the_default_is_not_empty(tmp_path):
     assert_bench_refuses(tmp_path, "72", ["--max-num-seqs-values", ""],
                          "--max-num-seqs-values: needs at least one value")

@@ -19,6 +19,7 @@ from harness.backends.cache_reset import CacheReset, post, probe_around, verdict
 from harness.errors import InvalidInput
 from harness.runtime.base import ServerSpec
 from harness.runtime.gpus import Device
+from harness.telemetry.prometheus import scrape
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,8 @@ class Backend(abc.ABC):
     effective_keys: tuple[str, ...] = ()  # settings of the effective config recorded for every server start
     override_reasons: Mapping[str, str] = {}  # a setting this engine is known to override here -> its reason
     reset_status_is_verdict: bool = False  # 200 means reset, 4xx means declined (SGLang)
+    # an info gauge on /metrics whose labels are the cache config (vLLM's, served without dev mode too)
+    config_info_metric: str | None = None
 
     @abc.abstractmethod
     def server_spec(self, cfg: BackendConfig) -> ServerSpec:
@@ -83,6 +86,17 @@ class Backend(abc.ABC):
             return None
         config = doc.get(self.effective_root) if self.effective_root and isinstance(doc, dict) else doc
         return config if isinstance(config, dict) else None
+
+    def read_effective(self, base_url: str, timeout_s: float = 30.0) -> tuple[dict[str, Any] | None, str | None]:
+        """The effective configuration and where it was read: the engine's own document, else the labels of its
+        ``config_info_metric`` on /metrics as ``{"cache_config": ...}``; (None, None) where it exposes neither."""
+        doc = self.effective_config(base_url, timeout_s)
+        if doc is not None:
+            return doc, f"GET {self.effective_path}"
+        labels = info_labels(base_url + "/metrics", self.config_info_metric) if self.config_info_metric else None
+        if labels is None:
+            return None, None
+        return {"cache_config": labels}, f"GET /metrics ({self.config_info_metric} labels)"
 
     def reset_prefix_cache(self, base_url: str, timeout_s: float = 30.0) -> CacheReset:
         """Drop every cached prefix block and say whether that happened (``harness.backends.cache_reset``)."""
@@ -116,6 +130,18 @@ class Backend(abc.ABC):
         observed = (f"{said}; the probe hit {seen.control_hits:g} tokens before and {seen.hits:g} of "
                     f"{seen.queries:g} after ({self.hit_counter})")
         return CacheReset(status == 200, seen.hits == 0, observed)
+
+
+def info_labels(metrics_url: str, name: str) -> dict[str, Any] | None:
+    """The labels of the info gauge ``name`` at ``metrics_url`` (``"True"``/``"False"`` and integers typed), or None."""
+    got = scrape(metrics_url)
+    found = next((dict(labels) for (n, labels) in (got.snapshot.samples if got.snapshot else {}) if n == name), None)
+    if found is None:
+        return None
+    typed: dict[str, Any] = {}
+    for key, text in found.items():
+        typed[key] = {"True": True, "False": False}.get(text, int(text) if text.lstrip("-").isdigit() else text)
+    return typed
 
 
 def backends() -> dict[str, type[Backend]]:

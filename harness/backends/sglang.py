@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from harness.backends.base import Backend, BackendConfig, gpu_devices
 from harness.runtime.base import ServerSpec
 
@@ -17,6 +19,14 @@ class SglangBackend(Backend):
     query_counter = "sglang:prompt_tokens_total"
     reset_path = "/flush_cache"
     reset_status_is_verdict = True  # 400 while requests run or wait: nothing was flushed
+    effective_path = "/get_server_info"  # its server arguments as it runs, flat
+
+    def effective_config(self, base_url: str, timeout_s: float = 30.0) -> dict[str, Any] | None:
+        """The server arguments, and the radix cache's state under vLLM's name, so one ``expect`` reads both."""
+        doc = super().effective_config(base_url, timeout_s)
+        if doc is None:
+            return None
+        return {**doc, "cache_config": {"enable_prefix_caching": not doc.get("disable_radix_cache", False)}}
 
     def server_spec(self, cfg: BackendConfig) -> ServerSpec:
         args = [

@@ -21,6 +21,7 @@ class VllmBackend(Backend):
     hit_counter = "vllm:prefix_cache_hits_total"
     query_counter = "vllm:prefix_cache_queries_total"
     reset_path = "/reset_prefix_cache"
+    config_info_metric = "vllm:cache_config_info"
     effective_path, effective_root, effective_keys = (
         "/server_info?config_format=json",
         "vllm_config",

@@ -87,7 +87,7 @@ def measure_config(ctx: ArmContext, srv: ServerSession, workload: Workload, out_
         run_id=ctx.run_id,
         profile_id=PROFILE_ID.get(srv.backend.name, "INF-VLLM-CPU"),
         backend_name=srv.backend.name,
-        backend_version=srv.backend.version(),
+        backend_version=srv.version,
         backend_command=tuple(srv.command),
         runtime=ctx.runtime,
         image=srv.handle.image,

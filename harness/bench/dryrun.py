@@ -26,15 +26,16 @@ from harness.bench.launch import (
     launch_entries,
     members_of,
     model_dir_of,
-    prepare,
     variant_config,
 )
 from harness.bench.placement import planning, resolve_placement
+from harness.bench.resolve import prepare_started, restarted
 from harness.bench.spec import BenchConfig, BenchSpec, Plan
 from harness.errors import InvalidInput
 from harness.knobs import config_dict
 from harness.rundir.fingerprint import host_isa
 from harness.runtime.docker_image import ImageSource
+from harness.serving.given import parse_endpoints
 
 DRY_RUN_SCHEMA = "infkit.bench.dry-run/1"
 
@@ -71,6 +72,23 @@ def run_order(plan: Plan) -> list[dict[str, Any]]:
     return out
 
 
+def given_entries(plan: Plan, endpoints: dict[str, str]) -> list[dict[str, Any]]:
+    """One entry per variant on a server the user runs: where, what is checked there before measuring, and what the
+    kit cannot do to it (checked against the server itself when the run is resolved)."""
+    unknown = [n for n in endpoints if n not in {v.name for v in plan.servers}]
+    if unknown:
+        raise InvalidInput(f"--server {unknown[0]}: not a server variant of this run (its variants: "
+                           f"{', '.join(v.name for v in plan.servers)})")
+    restarts = restarted(plan)
+    return [{"name": v.name, "variant": v.name, "role": "given", "started_by": "user", "endpoint": endpoints[v.name],
+             "checks": ["GET /v1/models serves the run's model", *(f"{k} == {x!r}" for k, x in v.expect.items())],
+             "kit_cannot": ["restart it", *(["reset its prefix cache unless it offers a reset endpoint"]
+                                           if plan.reset_prefix_cache else [])],
+             "refused": ("the schedule restarts it, and the kit cannot restart a server it did not start"
+                         if v.name in restarts else None), "optional": v.optional}
+            for v in plan.servers if v.name in endpoints]
+
+
 def dry_run(spec: BenchSpec, cfg: BenchConfig) -> dict[str, Any]:
     """The plan of ``spec`` at ``cfg`` as a JSON-ready document (module docstring)."""
     from harness.bench.modelfit import fit_to_model
@@ -85,12 +103,16 @@ def dry_run(spec: BenchSpec, cfg: BenchConfig) -> dict[str, Any]:
         cfg = fit_to_model(replace(cfg, dtype=choose_dtype(placement.backend, host_isa(), cfg.dtype).dtype), model)
         plan = spec.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
         plan.check()
+        endpoints = parse_endpoints(cfg.server)
         base = base_config(cfg, placement, model)
         backend_of = lambda v: get_backend(v.backend or placement.backend)  # noqa: E731
-        plan, refused = prepare(plan, placement, base, backend_of, model_dir_of)
-        images = image_sources_of(plan, placement, backend_of)
-        servers = []
+        plan, refused = prepare_started(plan, set(endpoints), placement, base, get_backend)
+        started = replace(plan, servers=tuple(v for v in plan.servers if v.name not in endpoints))
+        images = image_sources_of(started, placement, backend_of)
+        servers = given_entries(plan, endpoints)
         for i, variant in enumerate(plan.servers):
+            if variant.name in endpoints:
+                continue
             backend = get_backend(variant.backend or placement.backend)
             config = variant_config(base, variant, model_dir_of(variant), FIRST_PORT + 10 * i)
             if variant.name in refused and "gpus" not in variant.settings:  # not placed: shown on every device offered

@@ -1,9 +1,11 @@
 """The one runner of every bench spec.
 
-Placement (backend, runtime), the model, the run directory, workloads, server starts per phase (warm-up after each
-start, the prefix cache reset before each arm run), the arm runs (an invalid one redone: ``harness.bench.invalid``),
-Ctrl-C, a server that dies or does not start — then the reading, the top-level result (built and validated once),
-the summary, figures, run.json and the signed manifest.
+``run_bench`` resolves the run first (``harness.bench.resolve``: placement, dtype, model, the checked plan,
+citations, the servers the user runs, each verified), then executes it: the run directory, workloads, server
+starts per phase (warm-up after each start, the prefix cache reset before each arm run) or the given servers
+(never started or stopped here), the arm runs (an invalid one redone: ``harness.bench.invalid``), Ctrl-C, a server
+that dies or does not start — then the reading, the top-level result (built and validated once), the summary,
+figures, run.json and the signed manifest.
 
 Failure rules: a failed arm run (e.g. the server died) stops the bench, keeps every completed request and blocks the
 decision. A server variant the spec marks optional that the engine refuses to start is recorded as
@@ -24,31 +26,28 @@ from pathlib import Path
 from typing import Any
 
 from harness.backends import Backend, get_backend
-from harness.backends.host_dtype import choose_dtype
 from harness.bench.analysis import claim_figures, read_claims, top_result
 from harness.bench.arms import ArmContext, arm_dir, measure_arm, warm_up
 from harness.bench.invalid import Reruns, named
-from harness.bench.launch import base_config, model_dir_of, prepare
-from harness.bench.modelfit import context_record, fit_to_model
+from harness.bench.launch import base_config
 from harness.bench.outputs import arm_table, summary_text
-from harness.bench.placement import Placement, resolve_placement
-from harness.bench.planning import checked_plan, early_plan, protocol_record, protocol_violations
+from harness.bench.planning import protocol_record, protocol_violations
 from harness.bench.realisation import realisation_entry, realised
 from harness.bench.records import ArmRun, Workload
-from harness.bench.spec import Arm, BenchConfig, BenchSpec, History, InputFile, Plan, WorkloadPlan
-from harness.bench.startcontrol import CITED_KEY, start_control_for
+from harness.bench.resolve import ResolvedRun, resolve
+from harness.bench.spec import Arm, BenchConfig, BenchSpec, History, InputFile, WorkloadPlan
+from harness.bench.startcontrol import CITED_KEY
 from harness.client import read_records
 from harness.contract import Failure
 from harness.contract.jsonio import read_json
 from harness.errors import InvalidInput
-from harness.knobs import config_dict
-from harness.models import PreparedModel, resolve_model
+from harness.models import resolve_model
 from harness.progress import Reporter
-from harness.rundir.directory import Finished, RunDirectory, check_run_target
-from harness.rundir.fingerprint import host_isa
+from harness.rundir.directory import Finished, RunDirectory
 from harness.rundir.record import native_image
 from harness.runtime.base import ServerStartError, get_runtime
 from harness.runtime.local import free_port
+from harness.serving.given import given_session
 from harness.serving.measure import REQUESTS_FILE, RESULT_FILE
 from harness.serving.session import (
     NotApplied,
@@ -105,10 +104,11 @@ class Servers:
 
 
 class Bench:
-    """One execution of a spec: its plan, run directory, history and servers."""
+    """One execution of a resolved run (``harness.bench.resolve``): its plan, run directory, history and servers."""
 
-    def __init__(self, spec: BenchSpec, cfg: BenchConfig, placement: Placement, model: PreparedModel, plan: Plan,
-                 rd: RunDirectory, reporter: Reporter):
+    def __init__(self, run: ResolvedRun, rd: RunDirectory, reporter: Reporter):
+        self.run = run
+        spec, cfg, placement, model, plan = run.spec, run.cfg, run.placement, run.model, run.plan
         self.spec, self.cfg, self.placement, self.model, self.plan = spec, cfg, placement, model, plan
         self.rd, self.reporter = rd, reporter
         self.history = History(cfg=cfg, model=model, run_dir=rd.path)
@@ -148,6 +148,8 @@ class Bench:
     def start(self, name: str, stack: ExitStack) -> ServerSession:
         variant = self.plan.server(name)
         backend = self.backend_of(name)
+        if name in self.run.given:
+            return self.use_given(name, stack)
         model = resolve_model(variant.model, progress=self.reporter) if variant.model else None
         served: dict[str, Any] = {"model_dir": str(model.path), "served_model_name": variant.model} if model else {}
         config = replace(self.base, port=free_port(), **served, **variant.settings)
@@ -160,12 +162,30 @@ class Bench:
             srv.read_effective(variant.expect)
             self.record_server(srv)
             check_applied(variant.expect, srv)
-            if self.plan.warmup_name is not None:
-                warmup = next(w for w in self.plan.workloads if w.name == self.plan.warmup_name)
-                warm_up(self.ctx, srv, self.workload(warmup), self.reporter)
+            self.warm(srv)
             stack.enter_context(own.pop_all())
         self.reporter.state(f"server {name}: up")
         return srv
+
+    def use_given(self, name: str, stack: ExitStack) -> ServerSession:
+        """A variant on a server the user runs: its settings read again at first use, the same warm-up as a start."""
+        variant, checked = self.plan.server(name), self.run.given[name]
+        config = replace(self.base, **variant.settings)  # what the variant stands for; the server's own: effective
+        with ExitStack() as own:
+            srv = own.enter_context(given_session(
+                name, self.backend_of(name), config, checked, self.rd.path / "servers", progress=self.reporter,
+                on_start=self.record_server, on_stop=self.record_server))
+            srv.read_effective(variant.expect)
+            self.record_server(srv)
+            check_applied({k: v for k, v in variant.expect.items() if k not in checked.unverified}, srv)
+            self.warm(srv)
+            stack.enter_context(own.pop_all())
+        return srv
+
+    def warm(self, srv: ServerSession) -> None:
+        if self.plan.warmup_name is not None:
+            warmup = next(w for w in self.plan.workloads if w.name == self.plan.warmup_name)
+            warm_up(self.ctx, srv, self.workload(warmup), self.reporter)
 
     def record_server(self, srv: ServerSession) -> None:
         """servers.json: each server's exact command, version, settings, pid and exit status, kept current."""
@@ -279,55 +299,34 @@ class Bench:
         pulled = {(i["ref"], i["digest"], s["backend"]) for s in self.servers.values() if (i := s.get("image"))}
         if pulled:
             return [{"role": get_backend(b).role, "ref": ref, "digest": digest} for ref, digest, b in sorted(pulled)]
-        backends = sorted({self.backend_of(s.name).name for s in self.plan.servers})
-        return [native_image(get_backend(b).role, get_backend(b).native_python()) for b in backends]
+        backends = sorted({self.backend_of(s.name).name for s in self.plan.servers if s.name not in self.run.given})
+        client = [native_image("infkit-client")] if self.run.given else []  # a given server's engine is the user's
+        return [*(native_image(get_backend(b).role, get_backend(b).native_python()) for b in backends), *client]
 
 
 def run_bench(
     spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), reporter: Reporter | None = None
 ) -> BenchOutcome:
-    """Run the whole bench; the outcome says where everything is."""
+    """Resolve the whole run (``harness.bench.resolve``), then execute it; the outcome says where everything is."""
     reporter = reporter or Reporter(name=f"bench-{spec.name}")
-    check_run_target(root / spec.out_root(cfg), None, sign=cfg.sign, root=root, flag="--out-root")
-    placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
-    early = early_plan(spec, cfg)  # with a model already in the cache: the whole plan checked before any setup
-    if placement.notice:
-        reporter(placement.notice)
-    requested = config_dict(cfg)
-    dtype = choose_dtype(placement.backend, host_isa(), cfg.dtype)
-    cfg = replace(cfg, dtype=dtype.dtype)  # every server the bench starts serves this dtype unless a variant says
     started = time.monotonic()
-    cfg = fit_to_model(cfg, model := resolve_model(cfg.model, progress=reporter))  # context: the model's at most
-    plan = early[1] if early and early[0].path == model.path else checked_plan(spec, cfg, model)
-    plan, refused = prepare(plan, placement, base_config(cfg, placement, model),
-                            lambda v: get_backend(v.backend or placement.backend), model_dir_of)
-    start, cited, note = start_control_for(spec.semantic_id, cfg.aa_control, root, placement.backend, model)
-    rd = RunDirectory.create(
-        root / spec.out_root(cfg),
-        semantic_id=spec.semantic_id,
-        run_label=plan.run_label or spec.title,
-        requested=requested,
-        root=root,
-        sign=cfg.sign,
-        effective={
-            "backend": placement.backend,
-            "runtime": placement.runtime,
-            "notice": placement.notice,
-            **dtype.record(), **context_record(requested, cfg, model),
-            **({CITED_KEY: cited} if cited else {}),
-        },
-        model=model.run_entry(),
-        tokenizer=model.tokenizer_ref,
-    )
+    run = resolve(spec, cfg, root=root, progress=reporter, model_of=resolve_model, backend_of=get_backend)
+    return execute(run, root=root, reporter=reporter, started=started)
+
+
+def execute(run: ResolvedRun, *, root: Path, reporter: Reporter, started: float) -> BenchOutcome:
+    """Run what ``run`` says: its run directory, workloads, servers and arms, then the reading and the signature."""
+    spec, cfg, plan = run.spec, run.cfg, run.plan
+    for line in run.notices():
+        reporter(line)
+    rd = RunDirectory.create(root / spec.out_root(cfg), semantic_id=spec.semantic_id,
+                             run_label=plan.run_label or spec.title, requested=run.requested, root=root, sign=cfg.sign,
+                             effective=run.effective(), model=run.model.run_entry(), tokenizer=run.model.tokenizer_ref)
     shown = rd.path.relative_to(root) if rd.path.is_relative_to(root) else rd.path
     reporter(f"bench-{spec.name}: run {rd.run_id} -> {shown}")
-    bench = Bench(spec, cfg, placement, model, plan, rd, reporter)
-    bench.history.start_control = start
-    if note:
-        reporter(note)
-    bench.refused.update(refused)  # decided before any start: devices, or what the engine release lacks
-    for name, why in refused.items():
-        reporter(f"server {name}: capability_missing here, not started: {why}")
+    bench = Bench(run, rd, reporter)
+    bench.history.start_control = run.start_control
+    bench.refused.update(run.refused)  # decided before any start: devices, what the engine release lacks, given servers
     try:
         for w in plan.workloads:
             bench.workload(w)
@@ -368,7 +367,8 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
     }
     protocol = protocol_record(cfg, plan, bench.resets, bench.realisations, bench.reruns.record())
     reading = named(reading, history.runs, bench.reruns.done, stopped=bench.reruns.stopped)
-    reading = reading.capped_by(protocol_violations(protocol))  # a protocol the run did not keep decides nothing
+    # a protocol the run did not keep decides nothing, nor does a setting no one could verify
+    reading = reading.capped_by([*protocol_violations(protocol), *bench.run.unverified()])
     result = top_result(
         history,
         plan,

@@ -45,6 +45,7 @@ class ServerHandle(abc.ABC):
     base_url: str
     log_path: Path
     image: dict[str, Any] | None = None  # {"ref": ..., "digest": ...} when run from an image
+    owns_process: bool = True  # False: a server the user runs (``harness.runtime.external``): never stopped here
 
     @abc.abstractmethod
     def wait_healthy(self, timeout_s: float, progress: Callable[[str], None] | None = None) -> None:

