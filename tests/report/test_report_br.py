@@ -11,6 +11,7 @@ import copy
 import hashlib
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,10 @@ def test_report_exports_nothing_of_a_run_changed_after_signing(tmp_path, capsys)
     printed = capsys.readouterr().out
     assert "0 BR0.2.1 documents from 0 runs" in printed and "INVALID, not exported" in printed
     assert [p.name for p in out.iterdir()] == [".infkit-report"]
+
+
+def test_make_report_passes_the_format_on():
+    proc = subprocess.run(["make", "-C", str(HERE.parents[1]), "-n", "--no-print-directory", "report",
+                           "FORMAT=br0.2.1", "RUNS=runs/x", "O=runs/br"], capture_output=True, text=True, timeout=60)
+    (line,) = [x for x in proc.stdout.splitlines() if "infkit report runs/x" in x]
+    assert line.split("infkit report ", 1)[1].split() == ["runs/x", "-o", "'runs/br'", "--format", "br0.2.1;"], line
