@@ -9,6 +9,7 @@ from tabulate import tabulate
 
 from harness.bench.metrics import Metric
 from harness.bench.records import ArmRun, Reading
+from harness.contract.verdict import verdict_lines
 
 FOOTNOTE = ("Per-request metrics (TTFT, TPOT, E2E, ITL) pool every repeat's completed requests (linear "
             "interpolation); per-run metrics (tok/s, hit rate, memory) are medians of the repeats' values.")
@@ -36,15 +37,14 @@ def arm_table(runs: Sequence[ArmRun], labels: Sequence[str], columns: Sequence[M
 
 
 def summary_text(title: str, table: str, reading: Reading, result: dict[str, Any], wall_s: float) -> str:
+    """Verdict first (``harness.contract.verdict``), then the arm table, the reading's lines and the wall time. A
+    sweep measures rather than decides: it leads with its figure."""
     concl = result["conclusion"]
-    lines = [title, "", table, "", *reading.lines,
-             f"evidence: {concl['evidence_level']}; decision: {concl['decision']}; valid: {concl['valid']}"]
-    if concl.get("failure"):
-        lines.append(f"failure: {concl['failure']['kind']}: {concl['failure']['message']}")
-    if concl.get("summary"):
-        lines.append(f"why: {concl['summary']}")
-    lines += [f"invalid: {r['arm']} repeat {r['repeat']} ({r['consequence']}): {'; '.join(r['reasons'])}"
-              for r in reading.invalid_runs]
-    lines += ["recommendations:", *(f"  - {r}" for r in reading.recommendations)] if reading.recommendations else []
-    lines += [f"next step: {concl['next_step']}", f"wall time: {wall_s:.0f} s", FOOTNOTE]
+    figure = concl.get("summary") if result.get("kind") == "sweep" else None
+    controls = (result.get("details") or {}).get("controls") or []
+    invalid = [f"{r['arm']} repeat {r['repeat']} ({r['consequence']}): {'; '.join(r['reasons'])}"
+               for r in reading.invalid_runs]
+    lines = [*verdict_lines(title, concl, figure=figure, controls=controls, invalid=invalid,
+                            recommendations=reading.recommendations), f"wall time: {wall_s:.0f} s", "",
+             table, "", *reading.lines, "", FOOTNOTE]
     return "\n".join(lines) + "\n"

@@ -26,6 +26,7 @@ from harness.contract import (
     WorkloadInfo,
     build_result,
 )
+from harness.contract.verdict import verdict_lines
 from harness.cuda.device import import_torch, resolve_device
 from harness.cuda.registry import Experiment
 from harness.ids import sha256_canonical
@@ -148,18 +149,9 @@ def _argv() -> list[str]:
 
 
 def _summary_text(experiment: Experiment, doc: dict[str, Any], outcome: Outcome) -> str:
-    c = doc["conclusion"]
-    verdict = "VALID" if c["valid"] else "INVALID: " + "; ".join(c["invalid_reasons"])
-    lines = [
-        f"{experiment.semantic_id} / {experiment.name} on {doc['details']['device']}  run {doc['identity']['run_id']}",
-        *outcome.summary_lines,
-        f"evidence={c['evidence_level']} decision={c['decision']} {verdict}",
-    ]
-    if c["failure"]:
-        f = c["failure"]
-        lines.append(f"failure: {f['stage']}/{f['kind']}: {f['message']}")
-    lines.append(f"next: {c['next_step']}")
-    return "\n".join(lines) + "\n"
+    title = (f"{experiment.semantic_id} / {experiment.name} on {doc['details']['device']}  run "
+             f"{doc['identity']['run_id']}")
+    return "\n".join([*verdict_lines(title, doc["conclusion"]), "", *outcome.summary_lines]) + "\n"
 
 
 def mechanism_workload(seed: int, reason: str, *, request_count: int = 0,

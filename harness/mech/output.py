@@ -27,6 +27,7 @@ from harness.contract import (
 )
 from harness.contract.distribution import token_summary
 from harness.contract.result import utc_now
+from harness.contract.verdict import verdict_lines
 from harness.ids import sha256_bytes, sha256_canonical
 from harness.rundir.directory import Finished, RunDirectory
 from harness.rundir.record import native_image
@@ -130,7 +131,9 @@ def write_mech_run(out_root: str | Path, name: str, out: MechOutput, *, run_id: 
         # the output is recomputable from the inputs: a half-written folder would only mislead
         rd.abandon(has_data=False, error=exc)
         raise
-    return rd.finish(summary=out.summary_text, result=RESULT_FILE, evidence_level=out.conclusion.evidence_level,
+    lines = verdict_lines(f"{out.semantic_id} {out.run_label}", out.conclusion.to_dict())
+    summary = "\n".join(lines) + "\n\n" + out.summary_text
+    return rd.finish(summary=summary, result=RESULT_FILE, evidence_level=out.conclusion.evidence_level,
                      decision=out.conclusion.decision)
 
 

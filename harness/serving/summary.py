@@ -6,6 +6,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from harness.contract.verdict import verdict_lines
+
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "itl_token_ms", "e2e_ms", "queue_wait_client_ms", "queue_wait_server_ms")
 
 
@@ -16,7 +18,8 @@ def render_summary(doc: dict[str, Any]) -> str:
         d = perf.get(name)
         rows.append((name, *(f"{d[k]:.2f}" if d and k in d else "-" for k in ("n", "mean", "p50", "p90", "p99"))))
     lines = [
-        f"{ident['semantic_id']} {ident['run_label']} run {ident['run_id']} workload {ident['workload_id'][:19]}",
+        *verdict_lines(f"{ident['semantic_id']} {ident['run_label']}", concl),
+        f"run {ident['run_id']} workload {ident['workload_id'][:19]}",
         "",
         tabulate(rows, headers=["metric", "n", "mean", "p50", "p90", "p99"]),
         "",
@@ -38,10 +41,6 @@ def render_summary(doc: dict[str, Any]) -> str:
                      f"{cpu['engine_cores_used']:.2f} (bound to {cpu['engine_cores'] or 'no core'}, "
                      f"limit {cpu['limit_cores'] if cpu['limit_cores'] is not None else 'not judged'})")
     lines.append(f"terminations: {doc['correctness']['termination_counts']}")
-    if concl["failure"]:
-        lines.append(f"FAILED ({concl['failure']['kind']}): {concl['failure']['message']}")
-    lines.append("VALID" if concl["valid"] else "INVALID")
-    lines += [f"  - {reason}" for reason in concl["invalid_reasons"]]
     return "\n".join(lines) + "\n"
 
 
