@@ -193,7 +193,7 @@ def test_an_invalid_arm_run_is_rerun_in_its_place_and_named_in_the_protocol_and_
     assert realised[6:9] == [("slow", 3), ("slow", 3), ("fast", 3)]
     assert "slow repeat 3, attempt 2" in log
     summary = outcome.finished.summary
-    assert "invalid: slow repeat 3 (re-run in its place): 1 of 6 requests did not complete" in summary
+    assert "  - slow repeat 3 (re-run in its place): 1 of 6 requests did not complete" in summary
     assert "recommendations:\n  - requests completed: requests broke" in summary
 
 
@@ -208,7 +208,7 @@ def test_an_invalid_run_past_the_rerun_budget_stops_the_bench_with_its_reason(be
     assert outcome.result["details"]["protocol"]["reruns"]["stopped_early"] == concl["failure"]["message"]
     assert concl["next_step"].startswith("the bench stopped early on invalid runs: requests broke")
     assert "stopping early" in log
-    assert "invalid: slow repeat 3 (left out of every effect and figure it would distort)" in outcome.finished.summary
+    assert "  - slow repeat 3 (left out of every effect and figure it would distort)" in outcome.finished.summary
 
 
 def test_phases_say_what_they_do():
