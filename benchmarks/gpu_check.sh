@@ -138,9 +138,9 @@ else
   # The same steps, each CPU fallback at a size 2 idle cores run in seconds to a minute; the
   # limits leave room for a busy shared machine (they stop hangs, they are not speed claims).
   cuda 120 attention attention --batch 1 --heads 4 --seq-len 256 --head-dim 64 --iters 5 --warmup 1
-  cuda 360 dispatch dispatch --model tiny --batch 2 --seq-len 64 --iters 5 --warmup 2 --modes eager,default
-  cuda 240 budget budget --model tiny --batches 1,2 --contexts 64,128 --iters 3 --warmup 1
-  cuda 180 budget-capped budget --model tiny --batches 1,4 --contexts 64 --iters 3 --warmup 1 --memory-cap-bytes 200000000
+  cuda 360 dispatch dispatch --arch tiny --batch 2 --seq-len 64 --iters 5 --warmup 2 --modes eager,default
+  cuda 240 budget budget --arch tiny --batches 1,2 --contexts 64,128 --iters 3 --warmup 1
+  cuda 180 budget-capped budget --arch tiny --batches 1,4 --contexts 64 --iters 3 --warmup 1 --memory-cap-bytes 200000000
   cuda 480 proposal proposal --model "$PROPOSAL_MODEL" "${DRAFT_ARGS[@]}" --iters 3 --warmup 1
   cuda 120 overlap overlap --chunks 4 --rows 256 --hidden 256 --dtype float32 --iters 3 --warmup 1
 fi

@@ -28,9 +28,9 @@ SMALL = ["--repeats", "1", "--gap-s", "0.3", "--heldout-requests", "6", "--heldo
 
 def test_endpoint_calibration_uses_the_measured_records(tokenizer_dir, tmp_path) -> None:
     with FakeOpenAIServer(FakeConfig(ttft_s=TTFT_S, gap_s=GAP_S)) as srv:
-        assert main(["mech", "calibrate", "--endpoint", srv.url, "--model", "fake", "--tokenizer", str(tokenizer_dir),
-                     *SMALL, "--record-dir", str(tmp_path / "live"), "--out", str(tmp_path / "mech"),
-                     "--run-id", "e", "--quiet", "--no-sign"]) == 0
+        assert main(["mech", "calibrate", "--endpoint", srv.url, "--served-name", "fake",
+                     "--tokenizer", str(tokenizer_dir), *SMALL, "--record-dir", str(tmp_path / "live"),
+                     "--out", str(tmp_path / "mech"), "--run-id", "e", "--quiet", "--no-sign"]) == 0
     run_dir = tmp_path / "mech" / "calibrate" / "e"
     result = json.loads((run_dir / "result.json").read_text())
     assert validate_file(run_dir / "result.json") == []
@@ -64,5 +64,5 @@ def test_profile_workload_is_the_plan(tokenizer_dir, tmp_path) -> None:
 
 def test_endpoint_without_a_known_tokenizer_is_refused(tmp_path) -> None:
     with FakeOpenAIServer(FakeConfig()) as srv, pytest.raises(InvalidInput, match="--tokenizer"):
-        record_live(CalibrateConfig(endpoint=srv.url, model="someone/else", record_dir=str(tmp_path)))
+        record_live(CalibrateConfig(endpoint=srv.url, served_name="someone/else", record_dir=str(tmp_path)))
     assert not any(tmp_path.iterdir())

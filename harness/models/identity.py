@@ -91,3 +91,9 @@ def model_context(directory: Path) -> tuple[int, str] | None:
             if isinstance(value, int) and value > 0:
                 return value, name
     return None
+
+
+def context_within(directory: Path, limit: int) -> int:
+    """A server's context for this checkpoint: ``limit``, or the model's own where that is shorter."""
+    found = model_context(directory)
+    return min(limit, found[0]) if found else limit

@@ -137,3 +137,12 @@ def find_resolved(name: str) -> PreparedModel | None:
         return find_model(name)
     except InvalidInput:  # a derived model: find_model does not look those up
         return None
+
+
+def identify_served(name: str) -> PreparedModel | None:
+    """The checkpoint behind a name a server serves, where this machine holds it without any setup: a directory
+    (which must be a checkpoint), an id in the local hub cache, or a catalog model already prepared; None for any
+    other name (an endpoint's own, whose weights are not here)."""
+    if looks_like_path(name) or (HF_ID.match(name) and (hub_cache() / ("models--" + name.replace("/", "--"))).is_dir()):
+        return resolve_checkpoint(name)
+    return find_resolved(name) if is_catalog(name) else None

@@ -19,7 +19,7 @@ def test_measured_kv_bytes_equal_formula(torch):
 
 def test_injected_cap_gives_boundary_and_recovers(run_cuda, valid):
     # tiny model, float32: prefill live bytes ~ 1.5 KiB per token at batch 2 -> a 1.5 MB cap stops (2, 256)
-    out = run_cuda("budget", model="tiny", batches=(1, 2, 4), contexts=(64, 128, 256), iters=2, warmup=1,
+    out = run_cuda("budget", arch="tiny", batches=(1, 2, 4), contexts=(64, 128, 256), iters=2, warmup=1,
                    memory_cap_bytes=1_500_000)
     valid(out.run_dir / "result.json")
     valid(out.run_dir / "run.json")
@@ -41,7 +41,7 @@ def test_injected_cap_gives_boundary_and_recovers(run_cuda, valid):
 
 
 def test_cap_below_the_smallest_cell_reports_instead_of_crashing(run_cuda, valid):
-    out = run_cuda("budget", model="tiny", batches=(1, 2), contexts=(32, 64), iters=1, warmup=0, memory_cap_bytes=1000)
+    out = run_cuda("budget", arch="tiny", batches=(1, 2), contexts=(32, 64), iters=1, warmup=0, memory_cap_bytes=1000)
     valid(out.run_dir / "result.json")
     statuses = [c["status"] for c in out.result["details"]["cells"]]
     assert statuses == ["oom", "skipped", "skipped", "skipped"]

@@ -14,7 +14,7 @@ BAD_KNOBS = [
     (["attention", "--dtype", "float8"], "--dtype: 'float8' is not one of"),
     (["budget", "--batches", "1,x"], "--batches: cannot read 'x' as int"),
     (["budget", "--contexts", "0"], "--contexts must be at least 1, got 0"),
-    (["budget", "--model", "Falcon-7B"], "not a Llama-architecture model"),
+    (["budget", "--arch", "Falcon-7B"], "not a Llama-architecture model"),
     (["dispatch", "--modes", "jit"], "--modes: 'jit' is not one of"),
     (["overlap", "--iters", "0"], "--iters must be at least 1, got 0"),
     (["proposal", "--prompts", "99"], "--prompts must be at most"),

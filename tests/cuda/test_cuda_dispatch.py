@@ -33,7 +33,7 @@ def test_compiler_failure_is_recorded_as_eager_fallback(run_cuda, valid, torch, 
 
     monkeypatch.setattr(torch, "compile", broken)
     monkeypatch.setattr("harness.cuda.dispatch._graph_breaks", lambda *_a: None)
-    out = run_cuda("dispatch", model="tiny", batch=1, seq_len=8, iters=2, warmup=1, modes=("eager", "default"))
+    out = run_cuda("dispatch", arch="tiny", batch=1, seq_len=8, iters=2, warmup=1, modes=("eager", "default"))
     valid(out.run_dir / "result.json")
     modes = {m["mode"]: m for m in out.result["details"]["modes"]}
     assert modes["eager"]["ran"] and modes["eager"]["max_abs_diff_vs_eager"] == 0.0
@@ -45,7 +45,7 @@ def test_compiler_failure_is_recorded_as_eager_fallback(run_cuda, valid, torch, 
 @pytest.mark.slow
 @pytest.mark.serverless
 def test_compiled_block_agrees_with_eager(run_cuda, valid):
-    out = run_cuda("dispatch", model="tiny", batch=1, seq_len=16, iters=3, warmup=1, modes=("eager", "default"))
+    out = run_cuda("dispatch", arch="tiny", batch=1, seq_len=16, iters=3, warmup=1, modes=("eager", "default"))
     valid(out.run_dir / "result.json")
     modes = {m["mode"]: m for m in out.result["details"]["modes"]}
     compiled = modes["default"]

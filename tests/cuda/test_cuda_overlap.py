@@ -30,6 +30,6 @@ def test_gpu_attention_and_budget_run(run_cuda, valid, cuda):
     att = run_cuda("attention", device="cuda", batch=1, heads=4, seq_len=256, head_dim=64, iters=5)
     valid(att.run_dir / "result.json")
     assert att.result["correctness"]["quality"]["passed"] is True
-    bud = run_cuda("budget", device="cuda", model="tiny", batches=(1, 2), contexts=(64, 128), iters=3)
+    bud = run_cuda("budget", device="cuda", arch="tiny", batches=(1, 2), contexts=(64, 128), iters=3)
     valid(bud.run_dir / "result.json")
     assert bud.result["details"]["kv_bytes_match_formula"] is True

