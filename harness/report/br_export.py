@@ -2,7 +2,8 @@
 
 Every input is audited first, as for the page; only a VALID input is exported, from the
 documents the audit verified. Each valid serving result of a run (BR has no field for validity,
-so an invalid one is left out and named) becomes one BR document at
+so an invalid one is left out and named; a bench's unmeasured warm-ups under ``warmup/`` are not
+results of the run) becomes one BR document at
 ``DIR/<run_id>/<the result's path in the run>.br0.2.1.json`` (``arms/<arm>/r<N>/result.json``
 → ``arms/<arm>/r<N>/result.br0.2.1.json``), validated against the vendored schema before
 anything is written. The evidence (the manifest's sha256, the signer's key id, the result's
@@ -25,6 +26,7 @@ from harness.report.build import ReportConfig, audit_config, check_inputs, write
 from harness.report.inputs import AuditedInput, audit_inputs
 
 SUFFIX = ".br0.2.1.json"
+WARMUP_DIR = "warmup/"  # a bench run's unmeasured warm-ups (docs/benches.md, the run directory): never exported
 
 
 @dataclass(frozen=True)
@@ -53,12 +55,12 @@ def _run_documents(item: AuditedInput) -> tuple[list[tuple[str, dict[str, Any]]]
     manifest_sha256 = hashlib.sha256(Path(audit.manifest).read_bytes()).hexdigest()
     out, left_out = [], []
     for name, doc in sorted(audit.documents.items()):
-        if not (name.startswith(run_dir + "/") and is_measured(doc)):
+        rel = name[len(run_dir) + 1:]
+        if not (name.startswith(run_dir + "/") and is_measured(doc)) or rel.startswith(WARMUP_DIR):
             continue
         if why := _invalid(doc):
             left_out.append(f"{name}: an invalid result, not exported ({why})")
             continue
-        rel = name[len(run_dir) + 1:]
         evidence = Evidence(manifest_sha256, audit.signer_keyid, audit.subject_digests.get(name))
         br = br_document(doc, uid=f"{run_id}/{rel}", eid=run_id, evidence=evidence)
         problems = br_problems(br)

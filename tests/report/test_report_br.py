@@ -138,8 +138,9 @@ def _signed_bench_run(root: Root, bench: str, *, valid: bool = True):
         images=[native_image("INF-CPU")], model=identity["model"], tokenizer=identity["tokenizer"],
         workload_ids=[identity["workload_id"]], ended_utc=identity["created_utc"]))
     shutil.copy(EXAMPLES / "fingerprint-no-gpu.json", run_dir / "fingerprint.json")
-    (run_dir / "arms" / "a" / "r1").mkdir(parents=True)
-    (run_dir / "arms" / "a" / "r1" / "result.json").write_text(json.dumps(result, indent=2))
+    for folder in ("arms/a/r1", "warmup/a"):  # a warm-up's result is the same shape, and unmeasured
+        (run_dir / folder).mkdir(parents=True)
+        (run_dir / folder / "result.json").write_text(json.dumps(result, indent=2))
     return sign(root, run_dir)
 
 
@@ -166,6 +167,7 @@ def test_report_exports_every_benchs_signed_run_with_its_evidence(tmp_path, caps
             f"infkit-signer-keyid:{key.name.removesuffix('.pub.pem')}",
             f"infkit-result-sha256:{hashlib.sha256(result_bytes).hexdigest()}"]
     assert not (out / invalid.run_dir.name).exists()
+    assert sorted(p.relative_to(out).parts[1] for p in out.rglob("*.json")) == ["arms"] * len(BENCHES)
 
 
 def test_report_exports_nothing_of_a_run_changed_after_signing(tmp_path, capsys):
