@@ -20,6 +20,8 @@ EXPECTED_RULE = {
     "adopt-ci-includes-no-effect.json": "adopt-needs-ci-excluding-no-effect",
     "adopt-inside-margin.json": "adopt-needs-ci-beyond-margin",
     "adopt-without-paired-evidence.json": "adopt/reject need paired evidence",
+    "energy-null-without-reason.json": "a null energy states its reason in null_reasons",
+    "energy-unknown-source.json": "'wall_socket_meter' is not one of",
     "failure-with-adopt.json": "a failure means the decision is blocked or inconclusive",
     "fingerprint-no-gpu-no-reason.json": "no GPU listed => the reason is stated",
     "invalid-run-without-reasons.json": "an invalid run carries its reasons",

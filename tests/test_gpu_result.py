@@ -65,6 +65,10 @@ def test_gpu_result_carries_device_memory_power_energy_clocks_and_events(monkeyp
     assert row["clock_event_reasons"] == {"SwPowerCap": row["samples"]} and row["samples"] >= 2
     assert perf["gpu_telemetry"]["idle_check"]["devices"][0]["processes"] == []
     assert "gpu_idle" not in out.result["details"]["requested"]
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "energy (gpu, nvml_energy_counter):" in summary and "USD per million output tokens" in summary
+    assert "GPU memory over idle (pre_start_idle): 69.00 GiB on 1 device(s)" in summary
+    assert f"GPU 0: SM clock 1980 MHz mean, clock events: SwPowerCap {row['samples']}/{row['samples']}" in summary
 
 
 def test_throttled_gpu_makes_the_run_invalid_with_the_reason(monkeypatch, workload, tmp_path):
@@ -97,6 +101,7 @@ def test_cpu_run_records_rapl_energy_or_capability_missing(workload, tmp_path):
                                               "host exposes no RAPL energy counters")
     assert perf["device_memory"] is None and "host RSS" in perf["null_reasons"]["device_memory"]
     assert "gpu_telemetry" not in perf
+    assert "energy: capability_missing: " in (tmp_path / "none" / "summary.txt").read_text()
 
 
 @pytest.mark.parametrize("kw, message", [({"usd_per_gpu_hour": -1.0}, "--usd-per-gpu-hour -1.0"),

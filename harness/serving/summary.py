@@ -40,6 +40,7 @@ def render_summary(doc: dict[str, Any]) -> str:
         lines.append(f"CPU: client + API server {cpu['client_frontend_cores']:.2f} cores, engine "
                      f"{cpu['engine_cores_used']:.2f} (bound to {cpu['engine_cores'] or 'no core'}, "
                      f"limit {cpu['limit_cores'] if cpu['limit_cores'] is not None else 'not judged'})")
+    lines += energy_lines(perf)
     lines.append(f"terminations: {doc['correctness']['termination_counts']}")
     return "\n".join(lines) + "\n"
 
@@ -54,3 +55,26 @@ def steady_line(st: dict[str, Any] | None) -> str:
         return head + str(st["null_reason"])
     return head + (f"{st['request_rate_rps']:.2f} req/s, {st['output_tokens_per_s']:.1f} output tok/s, "
                    f"{st['total_tokens_per_s']:.1f} total tok/s over {st['requests']} completions")
+
+
+def energy_lines(perf: dict[str, Any]) -> list[str]:
+    """Energy (or why not), and GPU memory over its idle baseline with the clock events that were seen."""
+    energy, reasons = perf.get("energy"), perf.get("null_reasons", {})
+    if energy:
+        per_token = energy["energy_per_output_token_j"]
+        cost = energy["cost_per_million_output_tokens_usd"]
+        lines = [f"energy ({energy['scope']}, {energy['source']}): {energy['energy_j']:.1f} J over "
+                 f"{energy['window_s']:.1f} s, avg {energy['avg_power_w'] or 0:.1f} W"
+                 + (f", {per_token:.4g} J/output token" if per_token is not None else "")
+                 + (f", {cost:.4g} USD per million output tokens" if cost is not None else "")]
+    else:
+        lines = [f"energy: {reasons.get('energy', 'not measured')}"] if "energy" in perf else []
+    memory = perf.get("device_memory")
+    if memory and memory["peak_minus_idle_bytes"] is not None:
+        lines.append(f"GPU memory over idle ({memory['baseline']}): {memory['peak_minus_idle_bytes'] / 2**30:.2f} GiB "
+                     f"on {len(memory['devices'])} device(s)")
+    for row in (perf.get("gpu_telemetry") or {}).get("devices", []):
+        events = ", ".join(f"{k} {v}/{row['samples']}" for k, v in row["clock_event_reasons"].items()) or "none"
+        sm = f"{row['sm_clock_mhz']['mean']:.0f}" if row["sm_clock_mhz"] else "-"
+        lines.append(f"GPU {row['device']}: SM clock {sm} MHz mean, clock events: {events}")
+    return lines

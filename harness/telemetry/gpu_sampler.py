@@ -14,12 +14,13 @@ readings integrated over the samples (trapezoids); each device's ``energy_source
 from __future__ import annotations
 
 import importlib
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
+
+from harness.telemetry.periodic import Periodic
 
 DeviceRef = int | str  # an index or a UUID (GPU-..., MIG-...)
 
@@ -212,8 +213,7 @@ class GpuSampler:
     _nv: ModuleType | None = None
     _missing: str | None = None
     _rows: list[_Device] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _loop: Periodic | None = None
     _t0: float = 0.0
 
     def start(self) -> GpuSampler:
@@ -234,8 +234,7 @@ class GpuSampler:
             self._nv = None
             return self
         self._t0 = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name="infkit-gpu-sampler", daemon=True)
-        self._thread.start()
+        self._loop = Periodic(self._sample, self.interval_s, "infkit-gpu-sampler").start()
         return self
 
     def _sample(self) -> None:
@@ -246,21 +245,14 @@ class GpuSampler:
             except Exception:  # noqa: BLE001 - one failed sample is counted, never mistaken for zero
                 self.failures += 1
 
-    def _run(self) -> None:
-        self._sample()
-        while not self._stop.wait(self.interval_s):
-            self._sample()
-
     def stop(self) -> dict[str, Any]:
         """Stop sampling and summarise: ``{"missing": reason}`` where NVML could not be read."""
         if self._nv is None:
             return {"missing": self._missing or "no GPU device was sampled"}
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(max(5.0, 10 * self.interval_s))
+        ended = self._loop.stop(max(5.0, 10 * self.interval_s)) if self._loop is not None else True
         nv = self._nv
         try:
-            if self._thread is None or not self._thread.is_alive():
+            if ended:  # a thread hung in an NVML call keeps its figures; a last sample would race it
                 self._sample()
             window_s = time.monotonic() - self._t0
             rows = [self._summary(nv, row) for row in self._rows]

@@ -10,11 +10,12 @@ platform, so only packages are summed. A host without the tree, or whose counter
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from harness.telemetry.periodic import Periodic
 
 POWERCAP = Path("/sys/class/powercap")
 SOURCE = "rapl_energy_uj"
@@ -71,15 +72,13 @@ class RaplMeter:
     _missing: str | None = None
     _failures: int = 0
     _t0: float = 0.0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _loop: Periodic | None = None
 
     def start(self) -> RaplMeter:
         self._zones, self._missing = package_zones(Path(self.root))
         self._t0 = time.monotonic()
         if self._zones:
-            self._thread = threading.Thread(target=self._run, name="infkit-rapl", daemon=True)
-            self._thread.start()
+            self._loop = Periodic(self._advance, self.interval_s, "infkit-rapl", first=False).start()
         return self
 
     def _advance(self) -> None:
@@ -89,16 +88,11 @@ class RaplMeter:
             except (OSError, ValueError):
                 self._failures += 1
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._advance()
-
     def stop(self) -> dict[str, Any]:
         if not self._zones:
             return {"missing": self._missing or "no RAPL package zone was read"}
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        if self._loop is not None:
+            self._loop.stop()
         self._advance()
         window_s = time.monotonic() - self._t0
         return {

@@ -7,11 +7,12 @@ is counted, never mistaken for zero.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import psutil
+
+from harness.telemetry.periodic import Periodic
 
 
 def process_tree_rss(pid: int) -> int | None:
@@ -43,8 +44,7 @@ class PeakSampler:
     peak_bytes: int | None = None
     samples: int = 0
     failures: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _loop: Periodic | None = None
 
     def sample(self) -> None:
         try:
@@ -57,19 +57,12 @@ class PeakSampler:
         self.samples += 1
         self.peak_bytes = value if self.peak_bytes is None else max(self.peak_bytes, int(value))
 
-    def _run(self) -> None:
-        self.sample()
-        while not self._stop.wait(self.interval_s):
-            self.sample()
-
     def start(self) -> PeakSampler:
-        self._thread = threading.Thread(target=self._run, name="infkit-peak-sampler", daemon=True)
-        self._thread.start()
+        self._loop = Periodic(self.sample, self.interval_s, "infkit-peak-sampler").start()
         return self
 
     def stop(self) -> int | None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        if self._loop is not None:
+            self._loop.stop()
         self.sample()
         return self.peak_bytes

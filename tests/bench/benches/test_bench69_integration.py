@@ -44,6 +44,12 @@ def test_small_bench69_is_valid_signed_and_shows_the_prefix_gain(small_bench69):
     for doc in arms.values():
         assert doc["correctness"]["termination_counts"] == {"length": 6}
         assert doc["performance"]["peak_memory_source"] == "rss_process_tree"
+        # the CPU path: package energy from RAPL where this host has it, else capability_missing with the reason;
+        # no device memory (host memory is peak_memory_bytes) and no GPU telemetry
+        perf = doc["performance"]
+        assert (perf["energy"] or {}).get("source") == "rapl_energy_uj" or (
+            perf["energy"] is None and perf["null_reasons"]["energy"].startswith("capability_missing: "))
+        assert perf["device_memory"] is None and "gpu_telemetry" not in perf
     shared, unique = arms["shared-prefix.cache-on"], arms["unique-prefix.cache-on"]
     assert shared["performance"]["ttft_ms"]["p50"] < unique["performance"]["ttft_ms"]["p50"]
     hit = {k: (v["details"]["server_metrics"]["prefix_cache"] or {}).get("hit_rate") for k, v in arms.items()}
