@@ -140,9 +140,11 @@ def test_the_gpu_plan_maps_memory_and_runs_one_engine_at_a_time(tmp_path, monkey
     assert [s.settings["gpu_memory_utilization"] for s in plan.servers] == [0.128, 0.104]
     (phase,) = plan.phases
     assert list(phase.still_needed(None)) == [] and "across restarts" in plan.order  # an engine alone on its device
+    assert phase.steps.__self__.cfg.schedule_extend_above == bench72.GPU_EXTEND_ABOVE  # a GPU's schedule may grow
     monkeypatch.setattr(bench72, "resolve_placement", lambda gpu, backend, runtime: Placement("vllm-cpu", "local"))
     cpu = bench72.plan(bench72.Config(), model)  # the CPU default: the best so far stays up
     assert len(cpu.servers) == 4 and "on live servers" in cpu.order and cpu.phases[0].keep is not None
+    assert cpu.phases[0].steps.__self__.cfg.schedule_extend_above == 0
 
 
 def test_effective_settings_are_read_from_each_engines_log():
@@ -477,6 +479,33 @@ def test_the_first_candidate_extends_the_schedule_below_a_broken_foot_for_every_
     assert history.notes["schedule"][:len(extended) + 1] == [*reversed(extended), 0.5]
     bound = cfg.schedule_below + cfg.schedule_extend_below + cfg.schedule_above + 1
     assert all(len(rates) <= bound for rates in ran.values())  # inside the progress bound
+
+
+def test_a_candidate_passing_the_top_extends_the_schedule_upward_until_it_breaks_twice(monkeypatch):
+    """A GPU's capacity lies far above a schedule centred on a CPU-sized rate: rungs are added above the top while
+    the candidate has not broken twice (at most --schedule-extend-above), and a later candidate gets them too."""
+    from types import SimpleNamespace
+
+    from harness.bench.benches.bench72 import capacity as capacity_mod
+    from harness.bench.spec import History
+
+    capacities = {"a": 50.0, "b": 20.0}
+    monkeypatch.setattr(capacity_mod, "verdict", lambda run, slo, rate: SimpleNamespace(
+        passed=rate <= capacities[run.server]))
+    cfg = bench72.Config(start_rps=1.0, schedule_extend_above=3, input_tokens=24, output_tokens=6)
+    campaign = capacity_mod.Campaign(cfg, ["a", "b"], None, "cpu-server")
+    history = History(cfg=cfg, model=None)
+    ran: dict[str, list[float]] = {"a": [], "b": []}
+    for name in ("a", "b"):
+        for _, arm in campaign.search(history, name, first=name == "a"):
+            ran[name].append(history.notes["probes"][arm.label]["rate_rps"])
+            history.runs.append(SimpleNamespace(label=arm.label, server=name, failure=None))
+    assert history.notes["extended_above"] == [16.0, 32.0, 64.0]  # the budget: 3 rungs above 8
+    assert ran["a"] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]  # 64 broke once; no rung left to break twice
+    assert ran["b"] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]  # the extended schedule: 32 and 64 broke
+    assert campaign.search_config(1.0).max_probes >= len(ran["a"])  # inside the progress bound
+    assert capacity_mod.Campaign(replace(cfg, schedule_extend_above=None), ["a"], None, "cpu-server") \
+        .cfg.schedule_extend_above is None  # unset here: the plan decides (8 on a GPU, 0 on CPU backends)
 
 
 def signed_baseline(root: Path, backend: str, version: str, cpu_model: str, run_id: str) -> Path:

@@ -95,6 +95,10 @@ class Config(BenchConfig):
                                       "candidate then gets them", min=0)
     schedule_above: int = knob(3, "schedule rates above its centre (start x growth^k); every candidate gets the "
                                "same schedule", min=1)
+    schedule_extend_above: int | None = knob(
+        None, "rungs added above the schedule (each its highest x growth, up to --max-rps) while a candidate has "
+        "not broken a limit twice at its top: every later candidate then gets them (unset: 8 on a GPU, whose "
+        "capacity no CPU-sized schedule reaches; 0 on CPU backends)", min=0)
     min_agreement: float = knob(0.9, "greedy-agreement gate: a candidate that changes numerics (dtype, "
                                 "quantization) needs this mean share of the base's greedy output text, matched "
                                 "before the first difference, or it cannot be adopted", min=0, max=1)
@@ -112,6 +116,7 @@ class Config(BenchConfig):
             raise InvalidInput("--min-rps must be below --max-rps")
 
 
+GPU_EXTEND_ABOVE = 8  # rungs a GPU's schedule may grow upward: x2^8 = 256 times its top before the search gives up
 PLANNED_DEVICE_GIB = 141  # a dry run on a machine without the GPU maps the pool onto an H200's memory (stated)
 
 
@@ -213,11 +218,13 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         cited.update(used=not weak, fallback=fallback or None)
     names = [c.name for c in candidates]
     tier = default_tier(placement.backend) if cfg.slo_tier == "auto" else cfg.slo_tier
+    if cfg.schedule_extend_above is None:
+        cfg = replace(cfg, schedule_extend_above=GPU_EXTEND_ABOVE if mappings else 0)
     campaign = Campaign(cfg, names, light, tier, fallback)
     one = (cfg.servers_up if cfg.servers_up != "auto" else "one" if mappings else "two") == "one"
     phase = Phase("searches and duel", tuple(names), campaign.steps, still_needed=alone if one else campaign.keep,
                   planned_steps=1 + len(names) * (cfg.schedule_below + cfg.schedule_extend_below
-                                                    + cfg.schedule_above + 1) + 2 * cfg.repeats)
+                                                    + cfg.schedule_above + 1) + 2 * cfg.repeats)  # without extension
     protocol = ("every candidate probed on one shared schedule of rates on its own server start" +
                 ("" if one else ", the best so far kept up") +
                 "; a leader standing alone duels the runner-up, interleaved (A B / B A) inside its capacity" +

@@ -216,7 +216,8 @@ class Campaign:
         cfg = self.cfg
         # the pass/fail reading of a fixed schedule: one run per rate, the whole schedule as its budget
         return SearchConfig(start_rps=start_rps, growth=cfg.growth, repeats=1,
-                            max_probes=cfg.schedule_below + cfg.schedule_extend_below + cfg.schedule_above + 1,
+                            max_probes=cfg.schedule_below + cfg.schedule_extend_below + cfg.schedule_above + 1
+                            + (cfg.schedule_extend_above or 0),
                             min_rps=cfg.min_rps,
                             max_rps=cfg.max_rps)
 
@@ -307,7 +308,8 @@ class Campaign:
         (latency does not fall as load grows, so higher rates would break it too). The first candidate fixes the
         schedule's foot: while its lowest rung breaks a limit, a rung below is added (up to
         --schedule-extend-below), which every later candidate gets too, so a slow host still gets a capacity
-        inside the schedule rather than "below" it."""
+        inside the schedule rather than "below" it; a candidate that reaches the top without breaking twice adds
+        rungs above (``extend_above``), so a GPU's capacity is found rather than "above" a CPU-sized schedule."""
         if first:
             yield from self.light_steps(history, name)
         slo, rates = self.slo(history), list(self.schedule(history))
@@ -337,6 +339,19 @@ class Campaign:
             if broke == 2:
                 return
             i += 1
+            if i == len(rates):
+                self.extend_above(history, rates)
+
+    def extend_above(self, history: History, rates: list[float]) -> None:
+        """One rung above the schedule's top (its rate x growth, at most --max-rps) while --schedule-extend-above
+        allows: every later candidate gets it too."""
+        higher = round(rates[-1] * self.cfg.growth, 3)
+        added = history.notes.setdefault("extended_above", [])
+        if len(added) >= (self.cfg.schedule_extend_above or 0) or higher > self.cfg.max_rps:
+            return
+        rates.append(higher)
+        added.append(higher)
+        history.notes["schedule"] = list(rates)
 
     def steps(self, history: History) -> Iterator[Step]:
         """Every candidate's search in grid order, then the duel of the top two."""

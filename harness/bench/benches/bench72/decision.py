@@ -299,8 +299,9 @@ def deployment_reading(
             "rates_rps": history.notes.get("schedule"),
             "centre": campaign.centre(history)[1],
             "extended_below": history.notes.get("extended_below", []),
-            **{k: getattr(cfg, k) for k in ("growth", "schedule_below", "schedule_extend_below", "schedule_above",
-                                            "min_rps", "max_rps")},
+            "extended_above": history.notes.get("extended_above", []),
+            **{k: getattr(campaign.cfg, k) for k in ("growth", "schedule_below", "schedule_extend_below",
+                                                     "schedule_above", "schedule_extend_above", "min_rps", "max_rps")},
         },
         "slo_tier": campaign.tier,
         "duel": duel,
@@ -308,6 +309,10 @@ def deployment_reading(
     }
     table = tabulate(capacity_rows(ranked, settings), headers=CAPACITY_HEADERS, tablefmt="github")
     lines = _lines(slo, table, verdict, pools)
+    if history.notes.get("extended_above"):
+        lines.insert(2, "schedule extended above its top (a candidate had not broken a limit twice there): "
+                        + ", ".join(f"{r:g}" for r in history.notes["extended_above"]) + " req/s, for every later "
+                        "candidate")
     if history.notes.get("extended_below"):
         lines.insert(2, "schedule extended below its foot (the first candidate broke a limit there): "
                         + ", ".join(f"{r:g}" for r in history.notes["extended_below"]) + " req/s, for every candidate")
