@@ -265,6 +265,24 @@ def _lines(slo: SLO | None, table: str, verdict: Decision, pools: Mapping[str, A
     ]
 
 
+def schedule_record(history: History, campaign: Campaign) -> dict[str, Any]:
+    """The probe schedule as run (with the rungs added below and above) and the settings that made it."""
+    return {"rates_rps": history.notes.get("schedule"), "centre": campaign.centre(history)[1],
+            "extended_below": history.notes.get("extended_below", []),
+            "extended_above": history.notes.get("extended_above", []),
+            **{k: getattr(campaign.cfg, k) for k in ("growth", "schedule_below", "schedule_extend_below",
+                                                     "schedule_above", "schedule_extend_above", "min_rps", "max_rps")}}
+
+
+def extension_lines(history: History) -> list[str]:
+    """The summary's lines on rungs added to the schedule, below its foot and above its top."""
+    below, above = history.notes.get("extended_below"), history.notes.get("extended_above")
+    return ([f"schedule extended below its foot (the first candidate broke a limit there): "
+             f"{', '.join(f'{r:g}' for r in below)} req/s, for every candidate"] if below else []) + (
+            [f"schedule extended above its top (a candidate had not broken a limit twice there): "
+             f"{', '.join(f'{r:g}' for r in above)} req/s, for every later candidate"] if above else [])
+
+
 def deployment_reading(
     history: History,
     campaign: Campaign,
@@ -295,27 +313,14 @@ def deployment_reading(
         "decision_record": verdict.record,
         "candidates": _per_candidate(history, ranked, settings, gates, pools),
         "kv_pool_mapping": dict(mappings) or None,
-        "schedule": {
-            "rates_rps": history.notes.get("schedule"),
-            "centre": campaign.centre(history)[1],
-            "extended_below": history.notes.get("extended_below", []),
-            "extended_above": history.notes.get("extended_above", []),
-            **{k: getattr(campaign.cfg, k) for k in ("growth", "schedule_below", "schedule_extend_below",
-                                                     "schedule_above", "schedule_extend_above", "min_rps", "max_rps")},
-        },
+        "schedule": schedule_record(history, campaign),
         "slo_tier": campaign.tier,
         "duel": duel,
         "not_searched": sorted(set(settings) - {s.name for s in ranked}),
     }
     table = tabulate(capacity_rows(ranked, settings), headers=CAPACITY_HEADERS, tablefmt="github")
     lines = _lines(slo, table, verdict, pools)
-    if history.notes.get("extended_above"):
-        lines.insert(2, "schedule extended above its top (a candidate had not broken a limit twice there): "
-                        + ", ".join(f"{r:g}" for r in history.notes["extended_above"]) + " req/s, for every later "
-                        "candidate")
-    if history.notes.get("extended_below"):
-        lines.insert(2, "schedule extended below its foot (the first candidate broke a limit there): "
-                        + ", ".join(f"{r:g}" for r in history.notes["extended_below"]) + " req/s, for every candidate")
+    lines[2:2] = extension_lines(history)
     headline = tuple({"name": f"capacity {s.name}", "metric": "request_rate_rps", "value": _capacity(s),
                       "unit": "req/s", "interval": interval(s)} for s in ranked)
     figures = {"capacity.png": lambda path: capacity_png(ranked, slo, path, title=title)} if slo and ranked else {}
