@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from harness.bench.hostload import HostLoad, host_load, wait_quiet
 from harness.bench.records import ArmRun, Reading
 from harness.contract import Failure
 from harness.progress import Reporter
@@ -85,16 +86,38 @@ def recommendations(reasons: Sequence[str], host: str | None = None) -> list[str
 
 @dataclass
 class Reruns:
-    """The re-run budget of one bench and what it was spent on."""
+    """The re-run budget of one bench, what it was spent on, and the host load that explains it
+    (``harness.bench.hostload``: read before the first start and again after each invalid run)."""
 
     budget: int
     reporter: Reporter
     done: list[dict[str, Any]] = field(default_factory=list)  # one per re-run: arm, repeat, attempt, reason, result
     failure: Failure | None = None  # why the bench stops early, once the budget ran out
+    host: HostLoad | None = None  # before the first start
+    probe: Callable[[], HostLoad] | None = None  # the same reading, taken after an invalid run
+    during: list[HostLoad] = field(default_factory=list)  # those readings
+
+    @classmethod
+    def before_start(cls, cfg: Any, reporter: Reporter, effective: dict[str, Any]) -> Reruns:
+        """The budget of ``cfg.reruns``, after reading the host's load (waiting up to ``cfg.wait_quiet_s`` for it
+        to go quiet); the reading goes into ``effective`` (run.json's)."""
+        *_, host = wait_quiet(cfg.wait_quiet_s, reporter)
+        effective["host_load"] = host.to_dict()
+        return cls(cfg.reruns, reporter, host=host, probe=host_load)
 
     @property
     def stopped(self) -> str | None:
         return self.failure.message if self.failure else None
+
+    def host_note(self) -> str | None:
+        """What competed for the CPU (the latest reading that saw competition, else the one before the start)."""
+        seen = next((h for h in reversed(self.during) if not h.quiet), self.host)
+        if seen is None or not seen.measured:
+            return None
+        if seen.quiet:
+            return (f"the host was quiet (processes not the kit's {seen.others_cores:.2f} of {seen.cores} cores): "
+                    "the kit's own processes competed")
+        return f"competing for the CPU: {seen.who() or 'steal'}; --wait-quiet-s S waits up to S s for them to stop"
 
     def settle(self, run: ArmRun, again: Callable[[int], ArmRun]) -> ArmRun:
         """``run``, or its re-run (``again(attempt)``) until one is valid; ``failure`` is set when the budget runs
@@ -102,15 +125,20 @@ class Reruns:
         attempt = 1
         while is_invalid(run):
             reasons = reasons_of(run)
+            now = self.probe() if self.probe else None
+            if now is not None:
+                self.during.append(now)
+                self.reporter(f"  {now.line()}")
+            competing = f"; competing for the CPU: {now.who()}" if now and now.competitors else ""
             if len(self.done) >= self.budget:
                 why = (f"{run.label} repeat {run.repeat} invalid after {attempt} attempt(s) and the re-run budget "
-                       f"({self.budget}, --reruns) is spent: {reasons[0]}")
+                       f"({self.budget}, --reruns) is spent: {reasons[0]}{competing}")
                 self.reporter(f"  stopping early: {why}")
                 self.failure = Failure(stage="run", kind=constraint_of(reasons[0]).kind, message=why)
                 return run
             attempt += 1
             self.done.append({"arm": run.label, "repeat": run.repeat, "attempt": attempt, "reasons": reasons,
-                              "replaced": str(run.result_path)})
+                              "replaced": str(run.result_path), "host": now.line() if now else None})
             self.reporter(f"  {run.label} repeat {run.repeat} invalid ({reasons[0]}): re-run {len(self.done)} of "
                           f"{self.budget}, same realisation and place")
             run = again(attempt)
@@ -119,8 +147,13 @@ class Reruns:
     def record(self) -> dict[str, Any]:
         """The protocol record's ``reruns``: the budget, each re-run with its reason, and any early stop."""
         return {"budget": self.budget, "used": len(self.done), "runs": list(self.done), "stopped_early": self.stopped,
+                "host_load_before_start": self.host.line() if self.host else None,
                 "policy": "an invalid arm run of a fixed schedule is re-run at once (same arm, repeat and "
                           "realisation); the bench stops when the budget is spent"}
+
+    def named(self, reading: Reading, runs: Sequence[ArmRun]) -> Reading:
+        """``named`` with this bench's re-runs, early stop and host load."""
+        return named(reading, runs, self.done, host=self.host_note(), stopped=self.stopped)
 
 
 def invalid_entries(runs: Sequence[ArmRun], reruns: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:

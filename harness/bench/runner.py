@@ -28,7 +28,7 @@ from typing import Any
 from harness.backends import Backend, get_backend
 from harness.bench.analysis import claim_figures, read_claims, top_result
 from harness.bench.arms import ArmContext, arm_dir, measure_arm, warm_up
-from harness.bench.invalid import Reruns, named
+from harness.bench.invalid import Reruns
 from harness.bench.launch import base_config
 from harness.bench.outputs import arm_table, summary_text
 from harness.bench.planning import protocol_record, protocol_violations
@@ -117,7 +117,7 @@ class Bench:
         self.kv_cache: dict[str, dict[str, Any] | None] = {}
         self.resets: list[dict[str, Any]] = []  # one per arm run: the reset the protocol asks for, and its verdict
         self.realisations: list[dict[str, Any]] = []  # one per arm run: the workload file it replayed
-        self.reruns = Reruns(cfg.reruns, reporter)  # invalid runs of fixed steps, redone in their place
+        self.reruns = Reruns.before_start(cfg, reporter, rd.record.effective)  # host load read; invalid runs redone
         self.refused = self.history.refused  # dynamic steps can skip arms that pair with a refused variant
         self.ctx = ArmContext(semantic_id=spec.semantic_id, run_id=rd.run_id, run_dir=rd.path, model=model,
                               request_timeout_s=cfg.request_timeout_s, runtime=placement.runtime,
@@ -366,7 +366,7 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
         },
     }
     protocol = protocol_record(cfg, plan, bench.resets, bench.realisations, bench.reruns.record())
-    reading = named(reading, history.runs, bench.reruns.done, stopped=bench.reruns.stopped)
+    reading = bench.reruns.named(reading, history.runs)
     # a protocol the run did not keep decides nothing, nor does a setting no one could verify
     reading = reading.capped_by([*protocol_violations(protocol), *bench.run.unverified()])
     result = top_result(

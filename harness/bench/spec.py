@@ -69,6 +69,9 @@ class BenchConfig(KnobConfig):
                         max=1000)
     reruns: int = knob(3, "invalid arm runs re-run in their place per bench (same repeat and arrivals); once "
                        "spent, the next invalid run stops the bench with its reason", min=0)
+    wait_quiet_s: float = knob(0.0, "before the first server start, wait up to this many seconds for processes "
+                               "that are not the kit's to stop competing for the CPU (0: read the load, say it, go on)",
+                               min=0)
     warmup_requests: int = knob(2, "unmeasured requests after each server start", min=0)
     seed: int = knob(0, "seed of every random dimension of the workloads", min=0)
     model: str = knob("smollm2-135m", "served model: a catalog name, a Hugging Face-format checkpoint directory, or "

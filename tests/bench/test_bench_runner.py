@@ -192,6 +192,10 @@ def test_an_invalid_arm_run_is_rerun_in_its_place_and_named_in_the_protocol_and_
     realised = [(r["arm"], r["repeat"]) for r in result["details"]["protocol"]["arrival_realisations"]]
     assert realised[6:9] == [("slow", 3), ("slow", 3), ("fast", 3)]
     assert "slow repeat 3, attempt 2" in log
+    # the host's load, read before the first start (run.json) and again after the invalid run (the re-run's entry)
+    host = json.loads((outcome.run_dir / "run.json").read_text())["effective"]["host_load"]
+    assert host["measured"] and host["line"].startswith("host ") and host["line"] in log
+    assert reruns["host_load_before_start"] == host["line"] and redo["host"].startswith("host ")
     summary = outcome.finished.summary
     assert "  - slow repeat 3 (re-run in its place): 1 of 6 requests did not complete" in summary
     assert "recommendations:\n  - requests completed: requests broke" in summary
