@@ -31,8 +31,8 @@ from harness.bench.benches.bench72.capacity import (
     scaled_slo,
     verdict,
 )
-from harness.bench.benches.bench72.decision import decide
-from harness.bench.benches.bench72.gate import agreement, changes_numerics, prefix_share
+from harness.bench.benches.bench72.decision import decide, numerics_gates
+from harness.bench.benches.bench72.gate import agreement, changes_numerics, prefix_share, reference_of
 from harness.bench.lib.capacity_fit import Estimate
 from harness.bench.lib.search import Capacity, Probe
 from harness.bench.metrics import TTFT_P99
@@ -349,18 +349,55 @@ def test_a_candidate_that_fails_the_greedy_gate_is_never_chosen():
     assert out.record["deploy"] == "a" and "gate failed: b" in out.summary and out.decision == "inconclusive"
 
 
-def test_greedy_agreement_is_the_share_of_the_base_output_matched_before_the_first_difference():
-    def rec(i, text):
-        return RequestRecord(index=i, status="length", output_text=text)
+def _rec(i, text):
+    return RequestRecord(index=i, status="length", output_text=text)
 
-    base = [rec(0, "abcdefghij"), rec(1, "0123456789"), rec(2, "xx")]
-    same = agreement(base, [rec(0, "abcdefghij"), rec(1, "0123456789")], 0.9)
+
+def test_greedy_agreement_is_judged_on_the_exact_match_share_with_its_tolerance_stated():
+    ref = [_rec(0, "abcdefghij"), _rec(1, "0123456789"), _rec(2, "xx")]
+    same = agreement(ref, [_rec(0, "abcdefghij"), _rec(1, "0123456789")], 0.9)
     assert same["passed"] and same["exact_share"] == 1.0 and same["requests"] == 2
-    half = agreement(base, [rec(0, "abcdeXXXXX"), rec(1, "0123456789")], 0.9)
+    assert (same["metric"], same["min_exact_share"], same["tolerance"]) == ("exact_match_share", 0.9, 0.1)
+    half = agreement(ref, [_rec(0, "abcdeXXXXX"), _rec(1, "0123456789")], 0.9)
     assert half["mean_prefix_share"] == 0.75 and not half["passed"] and half["exact_share"] == 0.5
+    # a high mean prefix share does not pass: one request in two differs, beyond a 10 % tolerance
+    close = agreement(ref, [_rec(0, "abcdefghiX"), _rec(1, "0123456789")], 0.9)
+    assert close["mean_prefix_share"] == 0.95 and not close["passed"] and "50.0% of 2 requests < 90%" in close["reason"]
+    assert agreement(ref, [_rec(0, "abcdefghiX"), _rec(1, "0123456789")], 0.5)["passed"]
     assert prefix_share("abc", "abcdef") == 1.0 and prefix_share("abc", "") == 0.0
     assert changes_numerics({"dtype": "float32"}, {"dtype": "bfloat16"})
     assert not changes_numerics({"dtype": "float32", "max_num_seqs": 4}, {"dtype": "float32", "max_num_seqs": 16})
+    assert changes_numerics({"dtype": "bfloat16", "extra_args": ("--quantization", "fp8")}, {"dtype": "bfloat16"})
+
+
+def test_the_reference_is_the_highest_precision_served_whatever_the_order():
+    assert reference_of({"bf16": {"dtype": "bfloat16"}, "fp32": {"dtype": "float32"}}) == "fp32"
+    assert reference_of({"fp16": {"dtype": "half"}, "bf16": {"dtype": "bf16"}}) == "bf16"
+    assert reference_of({"q": {"dtype": "float32", "extra_args": ("--quantization", "fp8")},
+                         "b": {"dtype": "bfloat16", "extra_args": ()}}) == "b"
+    assert reference_of({"a": {"dtype": "float32", "max_num_seqs": 16}, "b": {"dtype": "float32"}}) == "a"
+
+
+def test_bf16_first_and_fp32_second_fp32_passes_as_the_reference_and_bf16_is_judged_against_it():
+    cfg = bench72.Config()
+    history = History(cfg=cfg, model=None, run_dir=Path("."))
+    history.notes["schedule"] = [0.25, 0.5]
+    texts = {"bf16-s16-kv2": ["the cat", "a dog", "one", "two"], "fp32-s16-kv2": ["the cat", "a dot", "one", "tw"]}
+    ok = {"conclusion": {"invalid_reasons": [], "valid": True, "failure": None}}
+    for name, outs in texts.items():
+        history.runs.append(ArmRun(label=f"{name} rate=0.25/s", repeat=1, result_path=Path("r.json"), result=ok,
+                                   records=tuple(_rec(i, t) for i, t in enumerate(outs))))
+    candidates = cpu_candidates(("bfloat16", "float32"), (16,), (2,), full=False)
+    gates = numerics_gates(history, candidates, 0.9)
+    fp32, bf16 = gates["fp32-s16-kv2"], gates["bf16-s16-kv2"]
+    assert fp32["passed"] and fp32["reference"] == "fp32-s16-kv2" and "the reference (float32)" in fp32["reason"]
+    assert bf16["reference"] == "fp32-s16-kv2" and bf16["reference_numerics"] == {"dtype": "float32",
+                                                                               "quantization": None}
+    assert (bf16["exact_share"], bf16["tolerance"], bf16["passed"]) == (0.5, 0.1, False)
+    out = decide([searched("fp32-s16-kv2", 2.5, 2.0, 3.0), searched("bf16-s16-kv2", 4.4, 4.0, 5.0)], None, None,
+                 repeats=3, costs={}, gates=gates)
+    assert out.record["deploy"] == "fp32-s16-kv2" and "gate failed: bf16-s16-kv2" in out.summary
+    assert out.record["gates"]["bf16-s16-kv2"]["reference"] == "fp32-s16-kv2"
 
 
 def test_a_lone_or_failing_field_is_inconclusive():

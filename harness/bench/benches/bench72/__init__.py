@@ -8,14 +8,15 @@ is recorded). SLOs: a named absolute tier (--slo-tier: cpu-server on the CPU def
 MLPerf's scenarios; bench72/tiers.py), an explicit --slo-ttft-p99-ms / --slo-tpot-p99-ms, or on request limits
 scaled from a light-load P99 (--slo-tier relative); plus an error-rate limit.
 
-Per candidate, one server start and the same probe schedule: Poisson rates start x growth^k around one start
-rate (--start-rps, bench-66's saturation point, or a light-load probe's rate), low to high, stopping after two
-probes in a row broke a limit. Capacity is fitted from every probe (bench/lib/capacity_fit.py) with a resampled
-interval; overlapping intervals are a tie and the tie is the decision. A candidate that changes numerics passes
-the greedy-agreement gate first (bench72/gate.py). A leader standing alone then duels the runner-up, the two
-interleaved over the repeats just inside its capacity. On the CPU the best candidate so far stays up, so the duel
-runs on live servers; on a GPU one engine runs at a time (the KV pool mapping assumes an engine alone on its
-device) and the duel restarts them in turn. Progress counts against the schedule's bound.
+Per candidate, one server start and the same probe schedule: Poisson rates start x growth^k around one start rate
+(--start-rps, bench-66's saturation point, or a light-load probe's rate), low to high, stopping after two probes in
+a row broke a limit. Capacity is fitted from every probe (bench/lib/capacity_fit.py) with a resampled interval;
+overlapping intervals are a tie and the tie is the decision. A candidate whose numerics differ from the highest-
+precision candidate's passes the greedy-agreement gate against it first (bench72/gate.py). A leader standing alone
+then duels the runner-up, the two interleaved over the repeats just inside its capacity. On the CPU the best
+candidate so far stays up, so the duel runs on live servers; on a GPU one engine runs at a time (the KV pool
+mapping assumes an engine alone on its device) and the duel restarts them in turn. Progress counts against the
+schedule's bound.
 Read: the decision record (harness/bench/benches/bench72/decision.py states the rule).
 """
 
@@ -99,9 +100,10 @@ class Config(BenchConfig):
         None, "rungs added above the schedule (each its highest x growth, up to --max-rps) while a candidate has "
         "not broken a limit twice at its top: every later candidate then gets them (unset: 8 on a GPU, whose "
         "capacity no CPU-sized schedule reaches; 0 on CPU backends)", min=0)
-    min_agreement: float = knob(0.9, "greedy-agreement gate: a candidate that changes numerics (dtype, "
-                                "quantization) needs this mean share of the base's greedy output text, matched "
-                                "before the first difference, or it cannot be adopted", min=0, max=1)
+    min_agreement: float = knob(0.9, "numerics gate: a candidate whose dtype or quantization differs from the "
+                                "highest-precision candidate's (the fixed reference) needs its greedy output text "
+                                "to equal the reference's exactly on this share of the requests (1 - it is the "
+                                "stated tolerance), or it cannot be adopted", min=0, max=1)
     min_rps: float = knob(0.25, "lowest rate the schedule probes (each probe there lasts a minute or more)",
                           min=0.001)
     max_rps: float = knob(1000.0, "highest rate the search probes", min=0.01)

@@ -7,8 +7,8 @@ whose intervals overlap the leader's are tied, and the tie is the decision: inco
 cheapest of the tie (lower peak memory) named with its reason. A leader whose interval lies above every other
 candidate's is adopted when the paired duel — the top two interleaved just inside the leader's capacity — shows
 its latency on the runner-up's binding SLO lower (``stats.decide``; >= 3 pairs, else capped). A candidate that
-changes numerics (dtype, quantization) must pass the greedy-agreement gate (``gate``), or it can be neither
-adopted nor named. The binding constraint
+changes numerics (dtype, quantization) must pass the greedy-agreement gate against the highest-precision
+candidate served (``gate``), or it can be neither adopted nor named. The binding constraint
 is the limit whose crossing sets the capacity.
 """
 
@@ -38,7 +38,7 @@ from harness.bench.benches.bench72.capacity import (
     Searched,
     duel_label,
 )
-from harness.bench.benches.bench72.gate import agreement, changes_numerics
+from harness.bench.benches.bench72.gate import REFERENCE_RULE, agreement, changes_numerics, numerics_of, reference_of
 from harness.bench.lib.capacity_fit import Estimate, rank
 from harness.bench.metrics import ENERGY_COLUMNS, TPOT_P99, TTFT_P99, Metric
 from harness.bench.records import Reading
@@ -48,8 +48,8 @@ RULE = ("capacity fitted from every probe of one shared schedule (isotonic P99 v
         "interval: the union of resampled requests' and a lognormal fit's); candidates whose intervals overlap the "
         "leader's are tied and the tie is the decision (inconclusive, the cheapest of the tie by peak memory named); "
         "a leader standing alone is adopted when the paired duel inside its capacity shows its P99 on the "
-        "runner-up's binding SLO lower (CI excludes 1, >= 3 pairs); a candidate that changes numerics must pass the "
-        "greedy-agreement gate")
+        "runner-up's binding SLO lower (CI excludes 1, >= 3 pairs); a candidate whose numerics differ from the "
+        "highest-precision candidate's must match its greedy outputs exactly on --min-agreement of the requests")
 HINTS = {
     TTFT: "prefill and queueing give way first: try a larger max_num_batched_tokens or more max_num_seqs",
     TPOT: "decode gives way first: try fewer max_num_seqs (smaller decode batches) or a faster dtype",
@@ -336,22 +336,25 @@ def deployment_reading(
                    figures=figures, headline=headline, kind="sweep", next_step=verdict.next_step)
 
 
-def numerics_gates(history: History, candidates: Sequence[Candidate], min_agreement: float) -> dict[str, dict]:
-    """The gate for every candidate whose numerics differ from the first (the base), at the schedule's lowest rate."""
+def numerics_gates(history: History, candidates: Sequence[Candidate], min_exact_share: float) -> dict[str, dict]:
+    """The gate at the schedule's lowest rate: the fixed reference's entry and one for every candidate whose
+    numerics differ from it (gate.py: the highest precision served is the reference)."""
     schedule = history.notes.get("schedule") or []
-    if not candidates or not schedule:
+    settings = {c.name: c.settings for c in candidates}
+    ref = reference_of(settings)
+    if ref is None or not schedule:
         return {}
-    base, rate = candidates[0], schedule[0]
+    rate = schedule[0]
+    dtype, quant = numerics_of(settings[ref])
+    stated = {"reference": ref, "reference_rule": REFERENCE_RULE, "reference_numerics": {"dtype": dtype,
+              "quantization": quant}, "rate_rps": rate}
 
     def records(name: str) -> list:
         return [r for run in history.of(f"{name} rate={rate:g}/s") if not run.failure for r in run.records]
 
-    return {
-        c.name: {
-            "against": base.name,
-            "rate_rps": rate,
-            **agreement(records(base.name), records(c.name), min_agreement),
-        }
-        for c in candidates[1:]
-        if changes_numerics(c.settings, base.settings)
-    }
+    gates = {c.name: {**stated, **agreement(records(ref), records(c.name), min_exact_share)}
+             for c in candidates if changes_numerics(c.settings, settings[ref])}
+    if gates:
+        gates[ref] = {**stated, "passed": True, "reason": f"the reference ({dtype}"
+                      f"{', ' + quant if quant else ''}): {REFERENCE_RULE}"}
+    return gates
