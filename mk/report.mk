@@ -13,3 +13,15 @@ report: setup ## audit runs, then one static page comparing them + report.json +
 	else \
 	  $(INFKIT) report $(or $(RUNS),manifests) -o '$(O)' $(if $(TRUST),--trust $(TRUST)) $(if $(FORMAT),--format $(FORMAT)); \
 	fi
+
+# Reference runs (docs/benches.md "Reference runs"): `make reference RUN=runs/69/<run_id>` publishes a signed run's
+# small files under benchmarks/results (infkit excerpt); `make docs` regenerates every page's reference-run block and
+# benchmarks/results/report from them (CHECK=1: exit 1 naming what is out of date, as the tests do).
+.PHONY: reference docs
+reference: setup ## publish a signed run's excerpt as its bench's reference run (RUN=runs/NN/<run_id>), then make docs
+	@test -n "$(RUN)" || { echo "reference: RUN=runs/NN/<run_id> names the signed run to publish"; exit 2; }
+	$(INFKIT) excerpt '$(RUN)' -o benchmarks/results
+	$(BIN)/python -m harness.report.reference
+
+docs: setup ## regenerate the reference-run blocks of docs/bench-NN.md and benchmarks/results/report (CHECK=1 only checks)
+	$(BIN)/python -m harness.report.reference $(if $(filter 1,$(CHECK)),--check)

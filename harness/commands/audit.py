@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(give PATHs before this option, or repeat it)")
     p.add_argument("--trust", metavar="FILE", help="trust policy naming the accepted signing key ids "
                    "(schema infkit/trust-policy/v1; create one with `infkit keys trust FILE`)")
+    p.add_argument("--excerpt", action="store_true",
+                   help="ROOT holds a run's published small files (infkit excerpt): a subject that is absent is held "
+                   "back, not deleted; every subject present is verified as usual")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the summary")
     p.add_argument("--allow-untrusted", action="store_true",
                    help=f"exit 0, not {EXIT_UNTRUSTED}, when intact manifests are signed by untrusted keys")
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     for path in args.paths:
         check_name(path, "")
     config = AuditConfig(root=Path(args.root), trusted_keys=tuple(map(Path, args.trusted_key)),
-                         trust_policy=Path(args.trust) if args.trust else None)
+                         trust_policy=Path(args.trust) if args.trust else None, excerpt=args.excerpt)
     reports = audit_paths(args.paths, config)
     print(format_json(reports, str(config.root), args.trust) if args.json else format_text(reports))
     return exit_status(reports, allow_untrusted=args.allow_untrusted)

@@ -31,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="public key(s) to trust instead of every ROOT/manifests/keys/*.pub.pem")
     p.add_argument("--trust", metavar="FILE", help="trust policy naming the key ids allowed to sign (as infkit audit)")
     p.add_argument("--no-charts", action="store_true", help="leave out the cross-run charts (no matplotlib needed)")
+    p.add_argument("--excerpt", action="store_true", help="ROOT holds published excerpts of runs (infkit excerpt): "
+                   "their absent subjects are held back, as infkit audit --excerpt reads them")
     p.add_argument("--format", choices=FORMATS, default="page",
                    help="page: index.html, report.json and report.md (default); br0.2.1: one Benchmark Report "
                    "v0.2.1 document per serving result of every VALID run (llm-d-benchmark's schema, measured "
@@ -52,7 +54,7 @@ def _run_br(inputs: list[str], config: ReportConfig) -> int:
 def run(args: argparse.Namespace) -> int:
     config = ReportConfig(out_dir=Path(args.out), root=Path(args.root),
                           trusted_keys=tuple(map(Path, args.trusted_key)), charts=not args.no_charts,
-                          trust_policy=Path(args.trust) if args.trust else None)
+                          trust_policy=Path(args.trust) if args.trust else None, excerpt=args.excerpt)
     if args.format == "br0.2.1":
         return _run_br(args.inputs, config)
     out = build_report(args.inputs, config)

@@ -24,6 +24,7 @@ class SubjectsAudit:
     verified: int
     names: frozenset[str] = frozenset()
     directories: frozenset[str] = frozenset()  # real folders holding a subject
+    held_back: tuple[str, ...] = ()  # an excerpt's absent subjects: signed, not copied (never read, never judged)
 
 
 def _wanted(raw: Any, index: int) -> tuple[str | None, str | None, Finding | None]:
@@ -129,8 +130,10 @@ def _read_subject(real: str, name: str) -> tuple[str, dict | None, list[Finding]
     return actual, doc, problems
 
 
-def check_subjects(subjects: Any, resolver: RootResolver) -> SubjectsAudit:
-    """Recompute every subject's sha256 (refusing unsafe names unread) and validate infkit documents."""
+def check_subjects(subjects: Any, resolver: RootResolver, *, excerpt: bool = False) -> SubjectsAudit:
+    """Recompute every subject's sha256 (refusing unsafe names unread) and validate infkit documents. In an
+    ``excerpt`` (a run's small files published apart from the rest) an absent subject is held back, not deleted:
+    what is present must match its signed digest all the same."""
     if not isinstance(subjects, list) or not subjects:
         return SubjectsAudit((Finding("statement", "the statement lists no subjects"),), {}, 0)
     findings: list[Finding] = []
@@ -140,6 +143,7 @@ def check_subjects(subjects: Any, resolver: RootResolver) -> SubjectsAudit:
     missing = _MissingFolders(resolver.root_real)
     seen_files: dict[tuple[int, int, str], tuple[str, dict | None, list[Finding]]] = {}
     verified = 0
+    held_back: list[str] = []
     for index, raw in enumerate(subjects):
         name, expected, problem = _wanted(raw, index)
         if problem:
@@ -154,6 +158,9 @@ def check_subjects(subjects: Any, resolver: RootResolver) -> SubjectsAudit:
             continue
         seen.add(name)
         directories.add(os.path.dirname(real))
+        if excerpt and not os.path.lexists(real):
+            held_back.append(name)
+            continue
         if not os.path.lexists(real):
             if folder := missing.outermost_missing(os.path.dirname(real)):
                 missing.add(folder)
@@ -181,7 +188,8 @@ def check_subjects(subjects: Any, resolver: RootResolver) -> SubjectsAudit:
         if doc is not None:
             documents[name] = doc
     findings += missing.findings()
-    return SubjectsAudit(tuple(findings), documents, verified, frozenset(seen), frozenset(directories))
+    return SubjectsAudit(tuple(findings), documents, verified, frozenset(seen), frozenset(directories),
+                         tuple(held_back))
 
 
 def check_unlisted(audited: SubjectsAudit, run_dir: Any, resolver: RootResolver, manifest_real: str) -> list[Finding]:

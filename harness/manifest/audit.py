@@ -33,6 +33,7 @@ class AuditConfig:
     root: Path = field(default_factory=Path.cwd)
     trusted_keys: tuple[Path, ...] = ()  # empty: every <root>/manifests/keys/*.pub.pem
     trust_policy: Path | None = None  # the key ids the auditor accepts (see harness.manifest.trust)
+    excerpt: bool = False  # the root holds a run's published small files: absent subjects are held back
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class ManifestReport:
     documents: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
     warnings: tuple[str, ...] = ()  # what the audit noticed that is no verdict on this manifest
     provenance: tuple[str, ...] = ()  # one line per image: its verified build provenance, or "no provenance"
+    held_back: tuple[str, ...] = ()  # an excerpt's subjects not present (signed, not published)
 
     @property
     def valid(self) -> bool:
@@ -79,6 +81,7 @@ class ManifestReport:
             "images": p.get("images"),
             "fingerprint": p.get("fingerprint"),
             "provenance": list(self.provenance),
+            "held_back": list(self.held_back),
         }
 
 
@@ -222,8 +225,9 @@ def duplicate_run_dirs(reports: list[ManifestReport], root: Path) -> list[Manife
     return out
 
 
-def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys) -> ManifestReport:
-    """Audit one manifest file against the files under ``root``."""
+def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys, *,
+                   excerpt: bool = False) -> ManifestReport:
+    """Audit one manifest file against the files under ``root`` (an ``excerpt``: absent subjects held back)."""
     path = Path(path)
     findings: list[Finding] = list(trusted.findings)
     envelope, problem = _read_envelope(path)
@@ -252,7 +256,7 @@ def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys) ->
         )
     root_real = os.path.realpath(root)
     resolver = RootResolver(root_real)
-    audited = check_subjects(subjects, resolver)
+    audited = check_subjects(subjects, resolver, excerpt=excerpt)
     findings += audited.findings
     findings += check_unlisted(audited, (predicate or {}).get("run_dir"), resolver, os.path.realpath(path))
     provenance: list[str] = []
@@ -280,6 +284,7 @@ def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys) ->
         audited.documents,
         trusted.warnings,
         tuple(provenance),
+        audited.held_back,
     )
 
 
@@ -298,4 +303,5 @@ def audit_paths(paths: list[str | os.PathLike], config: AuditConfig) -> list[Man
     if not manifests:
         raise InvalidInput(f"no *{MANIFEST_SUFFIX} manifests under {', '.join(map(str, paths))}")
     trusted = auditor_keys(config)
-    return duplicate_run_dirs([audit_manifest(m, config.root, trusted) for m in manifests], config.root)
+    return duplicate_run_dirs([audit_manifest(m, config.root, trusted, excerpt=config.excerpt) for m in manifests],
+                              config.root)

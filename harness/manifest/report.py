@@ -73,6 +73,7 @@ def _details(report: ManifestReport) -> list[str]:
         f"  run      {p['semantic_id']} {p['run_id']} {p['run_label']!r}: {p['evidence_level']} evidence, "
         f"decision {p['decision']} ({p['status']})",
         f"  subjects {report.subjects_verified}/{report.subjects} verified under {p['run_dir']}"
+        + (f", {len(report.held_back)} held back (an excerpt: signed, not published)" if report.held_back else "")
         + (f", signed by key {report.signer_keyid[:16]}" if report.signer_keyid else ""),
         f"  harness  {harness['version']} at {(harness['git_commit'] or 'no git')[:12]} ({dirty})",
     ]

@@ -50,10 +50,13 @@ class ReportConfig:
     trusted_keys: tuple[Path, ...] = ()  # empty: every <root>/manifests/keys/*.pub.pem
     trust_policy: Path | None = None  # key ids allowed to sign (harness.manifest.trust); None: integrity only
     charts: bool = True  # cross-run charts (need matplotlib)
+    excerpt: bool = False  # the root holds published excerpts of runs (their absent subjects held back)
+    created_utc: str | None = None  # the page's date (None: now); a regenerated page names its newest run's
 
 
 def audit_config(config: ReportConfig) -> AuditConfig:
-    return AuditConfig(root=config.root, trusted_keys=config.trusted_keys, trust_policy=config.trust_policy)
+    return AuditConfig(root=config.root, trusted_keys=config.trusted_keys, trust_policy=config.trust_policy,
+                       excerpt=config.excerpt)
 
 
 @dataclass(frozen=True)
@@ -241,7 +244,7 @@ def _write_page(stage: Path, placed: list[Placed], sections: list[dict[str, Any]
             notes.append(f"no cross-run charts: {exc}")
     doc = report_document(
         sections,
-        created_utc=utc_now(),
+        created_utc=config.created_utc or utc_now(),
         root=str(config.root),
         trusted_keys=[str(k) for k in config.trusted_keys],
         notes=notes,

@@ -101,7 +101,7 @@ def audit_inputs(paths: list[str], config: AuditConfig) -> list[AuditedInput]:
             if real in seen:
                 continue
             seen.add(real)
-            report = audit_manifest(manifest, config.root, trusted)
+            report = audit_manifest(manifest, config.root, trusted, excerpt=config.excerpt)
             mismatch = _names_run_dir(report, run_dir, config.root) if run_dir else None
             out.append(AuditedInput(given, manifest, report, (mismatch,) if mismatch else ()))
     audited = [i for i in out if i.audit is not None]
