@@ -24,7 +24,7 @@ from tests.bench_runs import assert_bench_refuses
 @pytest.fixture
 def model(tmp_path, monkeypatch) -> PreparedModel:
     monkeypatch.chdir(tmp_path)  # the default proposal citation looks under ./manifests
-    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path / "cache"))  # no host profile: the reference host's lengths
+    monkeypatch.setenv("INFKIT_CACHE", str(tmp_path / "cache"))
     path = tmp_path / "models" / "target"
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps(SMOLLM2))
@@ -57,8 +57,8 @@ def test_plan_pairs_every_variant_with_a_baseline_kept_up(model):
     assert [w.kind for w in plan.workloads] == ["copy", "natural", "random"] and not plan.workloads[2].measured
     assert plan.workloads[2].common.input_tokens == plan.workloads[0].common.input_tokens == 256  # warm-up: copy
     assert plan.workloads[0].common.output_tokens == plan.workloads[1].common.output_tokens == 48
-    assert plan.notes[0].startswith("request lengths: 48 output tokens: 48, the reference host's default (no host "
-                                    "profile")
+    assert plan.notes[0].startswith("request lengths: 48 output tokens: 48 (SIZE=reference: the reference host's "
+                                    "default)")
     assert len(plan.claims) == 3 * 2 + 2  # copy (E2E, TPOT) per variant, control (TPOT, tokens/s) on ngram-k4
     assert plan.claims[0].baseline == "copy/off@ngram-k2" and plan.claims[0].treatment == "copy/ngram-k2"
     assert plan.read is not None
