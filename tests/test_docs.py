@@ -10,10 +10,11 @@ import pytest
 
 GENERATED = re.compile(r"<!-- BEGIN GENERATED .*?<!-- END GENERATED [^>]*-->", re.S)
 # a date (2026-12-04, 20261204) or a run id (20261206T031450Z-bf1339)
-DATED = re.compile(r"\b(?:19|20)\d\d(?:-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])|(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])"
-                   r"(?:T\d{6}Z(?:-[0-9a-f]+)?)?)\b")
-REFERENCE_BLOCK = re.compile(r"<!-- BEGIN GENERATED reference-run bench-(\d\d) .*?-->\n.*?\n<!-- END GENERATED reference-run -->",
-                             re.S)
+_MONTH, _DAY = r"(?:0[1-9]|1[0-2])", r"(?:0[1-9]|[12]\d|3[01])"
+DATED = re.compile(rf"\b(?:19|20)\d\d(?:-{_MONTH}-{_DAY}|{_MONTH}{_DAY}(?:T\d{{6}}Z(?:-[0-9a-f]+)?)?)\b")
+REFERENCE_BLOCK = re.compile(r"^<!-- BEGIN GENERATED reference-run bench-(\d\d) \(make docs rewrites this block from "
+                             r"benchmarks/results/bench-\1\) -->\n.*?\n<!-- END GENERATED reference-run -->$",
+                             re.S | re.M)
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 MAX_BENCH_PAGE_LINES = 160
 
@@ -53,6 +54,7 @@ def test_each_bench_page_fits_the_template(repo_root, number):
     assert len(text.splitlines()) <= MAX_BENCH_PAGE_LINES
     blocks = REFERENCE_BLOCK.findall(text)
     assert blocks == [number], f"{page.name}: exactly one reference-run block, of its own bench"
+    assert text.count("<!-- BEGIN GENERATED reference-run") == text.count("<!-- END GENERATED reference-run") == 1
     # the verdict comes first: the block sits before the first section
     assert text.index("<!-- BEGIN GENERATED reference-run") < text.index("\n## ")
     assert "measurement.md" in text, "the rules are linked, not restated"
