@@ -37,13 +37,15 @@ METAVARS = {int: "N", float: "X", str: "TEXT", Path: "PATH"}
 
 
 def knob(default: Any, help: str, *, min: float | None = None, max: float | None = None,  # noqa: A002
-         choices: tuple[Any, ...] | None = None, cli: bool = True, empty: bool = False) -> Any:
+         choices: tuple[Any, ...] | None = None, cli: bool = True, empty: bool = False,
+         cites: str | None = None) -> Any:
     """A config field with its help text and the constraints ``check_config`` enforces.
 
     ``empty``: a list knob with a non-empty default may be set empty (it switches a family of arms off);
-    otherwise an empty value is refused, since nothing would run.
+    otherwise an empty value is refused, since nothing would run. ``cites``: the field names a signed manifest of
+    that semantic id (a path, or ``latest``/``none``), audited before any setup (``cited_paths``).
     """
-    meta = {"help": help, "min": min, "max": max, "choices": choices, "cli": cli, "empty": empty}
+    meta = {"help": help, "min": min, "max": max, "choices": choices, "cli": cli, "empty": empty, "cites": cites}
     if isinstance(default, (list, dict, set)):
         raise TypeError("knob defaults must be immutable (use a tuple)")
     return dataclasses.field(default=default, metadata=meta)
@@ -224,6 +226,12 @@ def config_from_args(cls: type, args: argparse.Namespace, *, make_overrides: str
         return cls(**{**make_vars(cls, make_overrides), **values_from_args(cls, args), **overrides})
     except TypeError as exc:  # a field without a default was not given
         raise InvalidInput(str(exc)) from None
+
+
+def cited_paths(cfg: Any) -> list[tuple[str, str, str]]:
+    """(flag, manifest path, semantic id) of every ``cites`` knob set to a path (not unset, ``latest`` or ``none``)."""
+    return [(flag(f.name), str(value), f.metadata["cites"]) for f in dataclasses.fields(cfg)
+            if f.metadata.get("cites") and (value := getattr(cfg, f.name)) not in (None, "", "latest", "none")]
 
 
 def config_dict(cfg: Any) -> dict[str, Any]:

@@ -108,6 +108,41 @@ def test_draft_layers_beyond_the_model_are_refused_before_the_model_is_prepared(
 
 
 @pytest.mark.parametrize("args, expected", [
+    (["68", "--draft-layers", "1000"], "draft layers must be between 1 and 29 (smollm2-135m has 30)"),
+    (["68", "--no-self-draft", "--draft-layers", "0", "--ngram-tokens", ""], "no speculative arm to run"),
+    (["68", "--proposal-manifest", "missing.intoto.json"], "cited manifest missing.intoto.json: no such file"),
+    (["68", "--proposal-manifest", "garbage.json"], "--proposal-manifest: cited manifest garbage.json"),
+    (["70", "--cost-model-manifest", "garbage.json"], "--cost-model-manifest: cited manifest garbage.json"),
+    (["72", "--baseline", "garbage.json"], "--baseline: cited manifest garbage.json does not audit VALID"),
+    (["72", "--baseline", "missing.intoto.json"], "--baseline: cited manifest missing.intoto.json: no such file"),
+])
+def test_a_new_user_s_bad_value_is_refused_before_the_model_or_any_venv(tmp_path, args, expected):
+    """With nothing in the cache (a new user), a value the model or a cited file decides is refused before the model
+    is prepared: no venv is built, nothing is left behind."""
+    (tmp_path / "garbage.json").write_text("garbage")
+    cache = tmp_path / "cache"
+    proc = infkit("bench", *args, cwd=tmp_path, env={"INFKIT_CACHE": str(cache)})
+    assert_clean_error(proc, expected)
+    assert_nothing_left(cache, tmp_path / "runs", tmp_path / "manifests")
+
+
+def test_keys_trust_refuses_an_empty_value(tmp_path):
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
+    assert_clean_error(infkit("keys", "trust", "", cwd=tmp_path, env=env), "keys trust: FILE is empty")
+    assert_nothing_left(tmp_path / "config")
+
+
+def test_a_run_that_measured_nothing_leaves_no_folder_it_made(tmp_path):
+    from harness.rundir.directory import RunDirectory
+
+    (tmp_path / "runs").mkdir()
+    rd = RunDirectory.create(tmp_path / "runs" / "cuda" / "budget", semantic_id="INF-ITERATION-BUDGET",
+                             run_label="budget", requested={}, root=tmp_path, sign=False, fingerprint={})
+    rd.abandon(has_data=False, error=InvalidInput("--layers 1000: the model has 30"))
+    assert list((tmp_path / "runs").iterdir()) == []  # runs/ was there before; runs/cuda/budget was made for it
+
+
+@pytest.mark.parametrize("args, expected", [
     (["budget", "--contexts", HUGE], "--contexts must be at most"),
     (["budget", "--activation-bytes", HUGE], "--activation-bytes must be at most"),
     (["specdec", "--passes", HUGE], "--passes must be at most"),

@@ -25,13 +25,14 @@ from harness.backends import Backend
 from harness.backends.base import BackendConfig, lookup
 from harness.backends.host_dtype import DtypeChoice, choose_dtype
 from harness.bench.launch import base_config, model_dir_of, prepare
+from harness.bench.lib.citations import cite
 from harness.bench.modelfit import context_record, fit_to_model
 from harness.bench.placement import Placement, resolve_placement
 from harness.bench.planning import checked_plan, early_plan
 from harness.bench.spec import BenchConfig, BenchSpec, Plan
 from harness.bench.startcontrol import CITED_KEY, start_control_for
 from harness.errors import InvalidInput
-from harness.knobs import config_dict
+from harness.knobs import cited_paths, config_dict
 from harness.models import PreparedModel
 from harness.progress import Progress
 from harness.rundir.directory import check_run_target
@@ -86,6 +87,7 @@ def resolve(spec: BenchSpec, cfg: BenchConfig, *, root: Path, progress: Progress
     check_run_target(root / spec.out_root(cfg), None, sign=cfg.sign, root=root, flag="--out-root")
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
     endpoints = parse_endpoints(cfg.server)
+    audit_citations(cfg, root)
     early = early_plan(spec, cfg)  # with a model already in the cache: the whole plan checked before any setup
     served = reach(early[1] if early else None, endpoints, cfg.model)
     requested = config_dict(cfg)
@@ -104,6 +106,16 @@ def resolve(spec: BenchSpec, cfg: BenchConfig, *, root: Path, progress: Progress
     return ResolvedRun(spec=spec, cfg=cfg, requested=requested, placement=placement, dtype=dtype, model=model,
                        plan=plan, refused=refused, start_control=start, cited=cited, note=note, given=given,
                        model_match=match)
+
+
+def audit_citations(cfg: BenchConfig, root: Path) -> None:
+    """Every manifest a knob cites by path, audited before the model or anything else (the spec reads what it needs
+    of each later): a missing, garbage, INVALID or other-bench manifest is one line naming its flag."""
+    for name, path, semantic_id in cited_paths(cfg):
+        try:
+            cite(path, root, semantic_id=semantic_id)
+        except InvalidInput as exc:
+            raise InvalidInput(f"{name}: {exc.message}", hint=exc.hint) from None
 
 
 def prepare_started(plan: Plan, given: set[str], placement: Placement, base: BackendConfig,

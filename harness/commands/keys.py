@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from harness.contract.paths import check_output_dir
+from harness.errors import InvalidInput
 from harness.manifest.keys import (
     init_key,
     key_id,
@@ -58,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_trust(args: argparse.Namespace) -> int:
+    for what, value in (("FILE", args.policy), ("--public-key", args.public_key), ("--owner", args.owner)):
+        if value is not None and not value.strip():  # an empty value would silently mean the default
+            raise InvalidInput(f"keys trust: {what} is empty", hint=f"leave {what} out for its default")
     public = load_public_key(args.public_key) if args.public_key else load_signing_key(create=False).public_key
     keyid = key_id(public)
     path = add_to_policy(args.policy or local_policy_path(), keyid, args.owner)

@@ -55,6 +55,7 @@ class RunDirectory:
     sign: bool = True
     figures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    made: tuple[Path, ...] = ()  # the folders above the run that ``create`` made, deepest first
 
     @classmethod
     def create(cls, out_root: str | os.PathLike, *, semantic_id: str, run_label: str, requested: dict[str, Any],
@@ -65,6 +66,7 @@ class RunDirectory:
         check_run_target(out_root, run_id, sign=sign, root=root)
         run_id = run_id or new_run_id()
         path = Path(out_root) / run_id
+        made = tuple(p for p in path.parents if not p.exists())
         try:
             path.mkdir(parents=True)
         except FileExistsError:
@@ -77,7 +79,7 @@ class RunDirectory:
                         effective=dict(effective or {}), evidence_level="precheck", decision="blocked",
                         started_utc=started_utc or utc_now(), **record)
         return cls(path=path, root=Path(root) if root is not None else Path.cwd(), record=rec, fingerprint=doc,
-                   sign=sign)
+                   sign=sign, made=made)
 
     @property
     def run_id(self) -> str:
@@ -130,8 +132,13 @@ class RunDirectory:
 
     def abandon(self, *, has_data: bool, error: BaseException) -> None:
         """A run that raised: removed when it holds no measurement, else kept under a failed/aborted run.json."""
-        if not has_data:
+        if not has_data:  # nothing measured: nothing left behind, the folders made for it included
             shutil.rmtree(self.path, ignore_errors=True)
+            for folder in self.made:
+                try:
+                    folder.rmdir()
+                except OSError:  # another run wrote there meanwhile
+                    break
             return
         rec = self.record
         rec.effective = {**rec.effective, "error": f"{type(error).__name__}: {error}"}

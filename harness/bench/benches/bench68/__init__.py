@@ -80,6 +80,9 @@ class Lengths:
     why: str
 
 
+NO_ARM = "no speculative arm to run: set --ngram-tokens, --draft-layers, --self-draft or a GPU arm"
+
+
 @dataclass(frozen=True)
 class Config(BenchConfig):
     """Defaults sized for <= 12 minutes on 2 CPU cores once the serving env and model are cached: the reference
@@ -109,6 +112,7 @@ class Config(BenchConfig):
         None,
         "cuda-proposal manifest to cite (default: the newest INF-PROPOSAL "
         "run holding proposal.json under manifests/; 'none': cite nothing)",
+        cites="INF-PROPOSAL",
     )
     mc_passes: int = knob(20_000, "Monte-Carlo verification passes of the prediction", min=100)
     control_requests: int = knob(
@@ -150,6 +154,27 @@ class Config(BenchConfig):
             path = getattr(self, name)
             if path and not Path(path).is_dir():
                 raise InvalidInput(f"--{name.replace('_', '-')} {path}: no such directory")
+        if not (self.ngram_tokens or self.draft_layers or self.self_draft or self.eagle_model or self.eagle3_model
+                or self.mtp):
+            raise InvalidInput(NO_ARM)
+        layers = declared_layers(self.model)  # a catalog model's, known before it is prepared
+        if self.draft_layers and layers is not None and not self.draft_layers < layers:
+            raise InvalidInput(f"--draft-layers {self.draft_layers}: draft layers must be between 1 and {layers - 1} "
+                               f"({self.model} has {layers})")
+
+
+def declared_layers(model: str) -> int | None:
+    """The decoder layers of a catalog model by its published shape (``harness.models.shapes``), None for any other
+    name (a checkpoint directory's own config is read when the plan is built, before any setup too)."""
+    from harness.models.resolve import is_catalog
+    from harness.models.shapes import get_model
+
+    if not is_catalog(model):
+        return None
+    try:
+        return get_model(model).num_layers
+    except (InvalidInput, KeyError, ValueError):
+        return None
 
 
 COLUMNS = (TTFT_P50, TPOT_P50, ITL_P50, ITL_TOKEN_P50, E2E_P50, OUTPUT_TOKENS_PER_S, ACCEPTANCE_RATE,
@@ -197,7 +222,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     citation = cited_proposal(cfg.proposal_manifest, Path.cwd())
     arms: list[SpecArm] = spec_arms(cfg, model)
     if not arms:
-        raise InvalidInput("no speculative arm to run: set --ngram-tokens, --draft-layers, --self-draft or a GPU arm")
+        raise InvalidInput(NO_ARM)
     lengths = request_lengths(cfg)
     closed = Arrival("closed", concurrency=1)
     common = Common(arrival=closed, seed=cfg.seed, requests=cfg.requests * cfg.scale,

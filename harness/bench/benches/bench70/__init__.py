@@ -108,6 +108,7 @@ class Config(BenchConfig):
         None,
         "cite a signed `make mech-calibrate` run's manifest for the "
         "step-cost model instead of calibrating at the start",
+        cites="INF-SERVING-SCHEDULER",
     )
     gauge_interval_s: float = knob(0.25, "how often the running/waiting gauges are polled (s)", min=0.05)
     kv_cache_space_gib: int = knob(1, "CPU backends: KV-cache size in GiB per server", min=1)

@@ -77,7 +77,8 @@ class Config(BenchConfig):
     gpu_activation_gib: float = knob(2.0, "GPU: vLLM's activation reserve inside its budget (mapping estimate)", min=0)
     gpu_in_use_gib: float = knob(1.0, "GPU: memory in use before SGLang loads, e.g. the CUDA context", min=0)
     baseline: str = knob("latest", "bench-66 manifest whose saturation point centres the probe schedule (and, "
-                         "with --slo-tier relative, scales the SLOs): a path, latest or none")
+                         "with --slo-tier relative, scales the SLOs): a path, latest or none",
+                         cites="INF-FLOAT-BASELINE")
     slo_tier: str = knob("auto", "named absolute SLO tier (auto: cpu-server on the CPU default, server on a GPU); "
                          "relative: limits scaled from a light-load P99", choices=TIER_CHOICES)
     slo_ttft_p99_ms: float | None = knob(None, "P99 TTFT limit in ms (unset: the tier's)", min=1)
