@@ -219,11 +219,11 @@ def test_phases_say_what_they_do():
     arms = [Arm("a", "w", "s1"), Arm("b", "w", "s1"), Arm("c", "w", "s2")]
     seq = phases_for(arms, 2, "sequential")
     assert [p.servers for p in seq.phases] == [("s1",), ("s2",)] and "not interleaved" in seq.protocol
-    assert [(r, a.label) for r, a in seq.phases[0].steps] == [(1, "a"), (1, "b"), (2, "a"), (2, "b")]
+    assert [(r, a.label) for r, a in seq.phases[0].steps] == [(1, "a"), (1, "b"), (2, "b"), (2, "a")]  # ABBA
     alt = phases_for(arms, 2, "alternate")
     assert [p.name for p in alt.phases] == ["s1-r1", "s2-r1", "s1-r2", "s2-r2"] and "alternate" in alt.protocol
     (conc,) = phases_for(arms, 2, "concurrent").phases
-    assert conc.servers == ("s1", "s2") and [a.label for _, a in conc.steps] == ["a", "b", "c", "a", "b", "c"]
+    assert conc.servers == ("s1", "s2") and [a.label for _, a in conc.steps] == ["a", "b", "c", "c", "b", "a"]
 
 
 @pytest.mark.parametrize(

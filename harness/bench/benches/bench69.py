@@ -4,7 +4,7 @@ Arms (same model, lengths, concurrency; the unique vs shared prefix paired contr
   A  unique-prefix/cache-on   the twin workload: identical token lengths, nothing shared
   B  shared-prefix/cache-on   G groups of P prompts sharing an L-token prefix
   C  shared-prefix/cache-off  control: B's workload on a server with prefix caching off
-A and B run interleaved (A B A B …) on one server; C runs on a second server
+A and B run interleaved (ABBA: A B, then B A …) on one server; C runs on a second server
 start (the engine flag needs a restart), so the C-vs-A effect is cross-start
 (``repeated``) evidence. The claim is B vs A on median TTFT, its requests resampled
 within the design's cells (the first request of each group misses the cache, the rest

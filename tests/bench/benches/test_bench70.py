@@ -205,7 +205,7 @@ def test_the_headline_pair_gets_its_own_repeats_on_its_server_in_every_order(ord
     assert by_arm["continuous"] == by_arm["static"] == [1, 2, 3, 4, 5]  # --pair-repeats 5
     assert all(by_arm[a] == [1, 2, 3] for a in ("base", "seqs-low", "chunk-small", "priority", "overlap"))
     extra = [(r, lab, ph) for r, lab, ph in runs if r > 3]
-    assert [lab for _, lab, _ in extra] == ["continuous", "static", "continuous", "static"]  # A B A B, after the rest
+    assert [lab for _, lab, _ in extra] == ["static", "continuous", "continuous", "static"]  # ABBA, after the rest
     phases = {"alternate": {"base-r4", "base-r5"}, "concurrent": {"all"}}.get(order, {"base"})
     assert {ph for _, _, ph in extra} == phases
     assert any("5 repeats (the headline pair; every other arm 3)" in n for n in made.notes)

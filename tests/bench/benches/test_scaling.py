@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from harness.backends.layouts import node_args
 from harness.bench.benches.bench81.scaling import (
     core_scale,
     layout_scaling,
-    paired_ratio_of_means,
+    paired_log_ratio,
     ratio_of_means,
     scaling_table,
 )
@@ -89,7 +90,11 @@ def test_rounds_are_resampled_jointly_and_starts_are_the_unit():
     assert row.starts == 3 and row.repeats == 6
     # paired by round the ratio never moves (each round doubles); unpaired it would spread from 2/3 to 6
     assert (row.speedup.value, row.speedup.ci_low, row.speedup.ci_high) == pytest.approx((2.0, 2.0, 2.0))
-    assert paired_ratio_of_means([1.0], [1.0, 2.0]) is None
+    assert paired_log_ratio([1.0], [1.0, 2.0]) is None and paired_log_ratio([1.0], [1.0]) is None
+    # Student t on the per-round log ratios: rounds 2, 2e^0.1, 2e^-0.1 -> mean log(2), sd 0.1, t(0.975, 2) 4.303
+    r = paired_log_ratio([20.0, 20.0 * math.exp(0.1), 20.0 * math.exp(-0.1)], [10.0, 10.0, 10.0], scale=0.5)
+    half = 4.302653 * 0.1 / 3 ** 0.5
+    assert (r.value, r.ci_low, r.ci_high) == pytest.approx((1.0, math.exp(-half), math.exp(half)), rel=1e-5)
     # the throughput interval is Student t over the start means 20, 40, 60: 40 +- 4.303 x 20 / sqrt(3)
     half = 4.302653 * 20.0 / 3 ** 0.5
     assert row.throughput_tok_s == 40.0 and row.throughput_ci == pytest.approx((40.0 - half, 40.0 + half), rel=1e-5)

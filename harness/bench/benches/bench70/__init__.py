@@ -43,6 +43,7 @@ from harness.bench.spec import (
     ServerVariant,
     Step,
     WorkloadPlan,
+    interleaved,
     phases_for,
 )
 from harness.bench.stats import MIN_PAIRED_REPEATS
@@ -248,13 +249,14 @@ def with_calibration(cfg: Config, schedule: Schedule, workloads: list[WorkloadPl
 
 def with_pair_repeats(schedule: Schedule, pair: Sequence[Arm], repeats: int, total: int, order: str) -> Schedule:
     """The schedule with the static pair's repeats ``repeats`` + 1 .. ``total`` after the rest: on the phase that
-    hosts the pair (its own restarts under ``alternate``), A B A B as before."""
-    extra = [(r, a) for r in range(repeats + 1, total + 1) for a in pair]
+    hosts the pair (its own restarts under ``alternate``), in the order ``interleaved`` gives those repeats (ABBA)."""
+    extra = [(r, a) for r, a in interleaved(pair, total) if r > repeats]
     if not extra:
         return schedule
     server = pair[0].server
     if order == "alternate":
-        added = tuple(Phase(f"{server}-r{r}", (server,), [(r, a) for a in pair]) for r in range(repeats + 1, total + 1))
+        added = tuple(Phase(f"{server}-r{r}", (server,), [s for s in extra if s[0] == r])
+                      for r in range(repeats + 1, total + 1))
         return replace(schedule, phases=(*schedule.phases, *added))
     phases = tuple(replace(p, steps=[*cast(Sequence[Step], p.steps), *extra]) if server in p.servers else p
                    for p in schedule.phases)

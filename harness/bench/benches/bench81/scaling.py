@@ -16,13 +16,17 @@ server, scheduler and client need one more (``STACK_CORES``), so the baseline us
 A layout whose stack needs more cores than the host has is "not measurable on N cores": it runs, its throughput
 is shown, and it has no efficiency. On GPUs a device is a GPU and E = S / d.
 
-Intervals: the rounds are resampled (a round pairs a baseline start with the layout's start of the same round),
-the ratio of the resampled means, seeded percentile bootstrap; unpaired when the rounds do not line up.
+Intervals: a round pairs a baseline start with the layout's start of the same round; the speedup is the geometric
+mean of the per-round ratios with a 95 % Student t interval on their logs (n - 1 degrees of freedom). A percentile
+bootstrap over 3 rounds is their range and covered 70-76 % (``benchmarks/coverage.py``). When the rounds do not
+line up (a start failed, or was not replicated), the starts are resampled on each side (seeded percentile
+bootstrap of the ratio of means).
 Latencies (TTFT, TPOT, E2E) pool each layout's requests at that load (the closed loop at saturation by default).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -48,7 +52,7 @@ STACK_CORES = 1  # API server, scheduler and client beside the engine's devices 
 
 @dataclass(frozen=True)
 class Ratio:
-    """A ratio of means with its bootstrap interval."""
+    """A ratio (of means, or the geometric mean of per-round ratios) with its interval."""
 
     value: float
     ci_low: float
@@ -74,18 +78,16 @@ def ratio_of_means(num: Sequence[float], den: Sequence[float], *, scale: float =
     return Ratio(value, min(float(lo), value), max(float(hi), value))
 
 
-def paired_ratio_of_means(num: Sequence[float], den: Sequence[float], *, scale: float = 1.0, resamples: int = 10_000,
-                          seed: int = 0, confidence: float = CONFIDENCE) -> Ratio | None:
-    """``scale * mean(num) / mean(den)`` with rounds (index i of both) resampled jointly; None without data."""
+def paired_log_ratio(num: Sequence[float], den: Sequence[float], *, scale: float = 1.0,
+                     confidence: float = CONFIDENCE) -> Ratio | None:
+    """``scale`` x the geometric mean of the per-round ratios ``num[i] / den[i]``, with a Student t interval on
+    their logs; None without two rounds that line up."""
     a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
-    if a.size == 0 or a.size != b.size or b.mean() <= 0:
+    if a.size < 2 or a.size != b.size or (a <= 0).any() or (b <= 0).any():
         return None
-    value = scale * float(a.mean() / b.mean())
-    idx = np.random.default_rng(seed).integers(0, a.size, size=(resamples, a.size))
-    boot = scale * a[idx].mean(axis=1) / b[idx].mean(axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    lo, hi = np.quantile(boot, [alpha, 1.0 - alpha])
-    return Ratio(value, min(float(lo), value), max(float(hi), value))
+    lo, hi, _ = t_interval(np.log(a / b), confidence)
+    value = scale * float(np.exp(np.log(a / b).mean()))
+    return Ratio(value, scale * math.exp(lo), scale * math.exp(hi))
 
 
 def core_scale(devices: int, cpu: bool, host_cores: int) -> tuple[float | None, str]:
@@ -164,9 +166,8 @@ def layout_scaling(runs: Sequence[ArmRun], label: str, devices: int, baseline: s
     if label != baseline:
         if len(rounds) > 1 and len(rounds) == len(mine_by) == len(base_by):  # one round has no spread
             num, den = [mine_by[s] for s in rounds], [base_by[s] for s in rounds]
-            speedup = paired_ratio_of_means(num, den, resamples=resamples, seed=seed)
-            efficiency = (paired_ratio_of_means(num, den, scale=1.0 / scale, resamples=resamples, seed=seed)
-                          if scale else None)
+            speedup = paired_log_ratio(num, den)
+            efficiency = paired_log_ratio(num, den, scale=1.0 / scale) if scale else None
         elif len(mine_by) > 1:  # the rounds do not line up (a start failed, or was not replicated): starts
             # resampled on each side; one start has no spread of its own to resample, so it gets no ratio
             num, den = list(mine_by.values()), list(base_by.values())
