@@ -76,9 +76,13 @@ class ResolvedRun:
         return [line for line in (self.placement.notice, self.note, *refused) if line]
 
     def unverified(self) -> list[str]:
-        """One line per given server with an ``expect``ed setting its engine does not expose."""
-        return [f"server {n}: {', '.join(v.unverified)} could not be verified (the engine at {v.url} exposes no "
-                f"effective configuration for it)" for n, v in self.given.items() if v.unverified]
+        """One line per given server with a setting no one checked: an ``expect``ed one its engine does not expose,
+        or a variant's settings the spec declares no ``expect`` for (the kit cannot know the server holds them)."""
+        lines = [f"server {n}: {', '.join(v.unverified)} could not be verified (the engine at {v.url} exposes no "
+                 f"effective configuration for it)" for n, v in self.given.items() if v.unverified]
+        undeclared = [v for v in self.plan.servers if v.name in self.given and v.settings and not v.expect]
+        return lines + [f"server {v.name}: its settings ({', '.join(sorted(v.settings))}) are not checked on the "
+                        f"server at {self.given[v.name].url}: the spec declares no expect for them" for v in undeclared]
 
 
 def resolve(spec: BenchSpec, cfg: BenchConfig, *, root: Path, progress: Progress, model_of: ModelOf,

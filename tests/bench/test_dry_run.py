@@ -229,3 +229,18 @@ def test_a_ray_executor_joining_a_cluster_runs_its_driver_on_the_host_network(pl
     local = planned("81", gpu="0,1", layouts=("ray-executor",))
     (alone,) = [s for s in local["servers"] if s["variant"] == "ray-executor"]
     assert not alone["host_network"] and alone["mounts"]["network"] == "bridge"
+
+
+def test_a_given_server_is_shown_where_it_is_with_its_checks_and_nothing_is_planned_to_start_for_it(planned):
+    doc = planned("69", server=("cache-off=http://10.0.0.7:8000",))
+    (given,) = [s for s in doc["servers"] if s["variant"] == "cache-off"]
+    assert given["started_by"] == "user" and given["endpoint"] == "http://10.0.0.7:8000" and "argv" not in given
+    assert "cache_config.enable_prefix_caching == False" in given["checks"] and given["refused"] is None
+    (started,) = [s for s in doc["servers"] if s["variant"] == "cache-on"]  # the kit's, as before
+    assert "started_by" not in started and "--enable-prefix-caching" in started["argv"]
+
+
+def test_a_given_server_the_schedule_restarts_is_shown_refused(planned):
+    doc = planned("70", server=("base=http://10.0.0.7:8000",), order="alternate")
+    (given,) = [s for s in doc["servers"] if s["variant"] == "base"]
+    assert given["refused"] == "the schedule restarts it, and the kit cannot restart a server it did not start"

@@ -89,6 +89,10 @@ def test_a_bench_runs_on_given_servers_and_records_them_signed(bench_env, engine
     assert resets["confirmed"] == 2 * 3  # fast and exotic, 3 repeats each: reset before every arm run
     assert resets["not_offered"] == 3 and not resets["declined"]  # slow: caching off, so no reset is needed
     assert "not started by the kit" in (outcome.run_dir / "servers" / "server-fast.log").read_text()
+    concl = outcome.result["conclusion"]  # the fake bench declares no expect: its variants' settings went unchecked
+    assert not concl["valid"] and concl["decision"] not in ("adopt", "reject")
+    assert any("server fast: its settings (extra_args, max_num_seqs) are not checked" in r
+               for r in concl["invalid_reasons"]), concl["invalid_reasons"]
     (report,) = audit_paths([outcome.finished.manifest], AuditConfig(root=bench_env))
     assert report.valid, report
     assert check_reachable(engines["on"]) and check_reachable(engines["off"])  # the kit stopped neither
