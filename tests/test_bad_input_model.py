@@ -42,3 +42,13 @@ def test_bench_refuses_a_model_it_cannot_serve_before_any_setup(tmp_path, case):
                   env={"INFKIT_CACHE": str(cache), "HF_HUB_CACHE": str(tmp_path / "hub")})
     assert_clean_error(proc, expected)
     assert_nothing_left(tmp_path / "runs", tmp_path / "manifests", cache / "venvs", cache / "models")
+
+
+def test_a_chat_arm_needs_the_checkpoint_s_own_chat_template(tmp_path):
+    model = checkpoint(tmp_path / "m")
+    (model / "config.json").write_text(json.dumps({**CONFIG, "max_position_embeddings": 1024}))
+    cache = tmp_path / "infkit-cache"
+    proc = infkit("bench", "69", "--model", str(model), "--no-synthetic", "--sessions", "1", cwd=tmp_path,
+                  env={"INFKIT_CACHE": str(cache)})
+    assert_clean_error(proc, "arm sessions-fresh/cache-on sends chat requests, but", "has no chat template")
+    assert_nothing_left(tmp_path / "runs", tmp_path / "manifests", cache / "venvs")

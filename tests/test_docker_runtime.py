@@ -57,6 +57,19 @@ def test_mounts(tmp_path: Path):
     assert set(volumes) == {str(harness), str(run_dir), str(model)}
 
 
+def test_a_hub_cache_snapshot_is_mounted_with_the_blobs_its_files_link_to(tmp_path: Path):
+    run_dir, harness, repo = tmp_path / "run", tmp_path / "repo", tmp_path / "hub" / "models--acme--tiny"
+    snapshot, blobs = repo / "snapshots" / "0123abcd", repo / "blobs"
+    for d in (run_dir, harness, snapshot, blobs):
+        d.mkdir(parents=True)
+    (blobs / "f00d").write_text("{}")
+    (snapshot / "config.json").symlink_to("../../blobs/f00d")
+    volumes = mounts_for(("vllm", "--model", str(snapshot)), run_dir, harness)
+    assert volumes[str(snapshot)] == {"bind": str(snapshot), "mode": "ro"}
+    assert volumes[str(blobs.resolve())] == {"bind": str(blobs.resolve()), "mode": "ro"}
+    assert set(volumes) == {str(harness), str(run_dir), str(snapshot), str(blobs.resolve())}
+
+
 def test_a_draft_model_named_inside_a_json_argument_is_mounted_too(tmp_path: Path):
     run_dir, harness, draft = tmp_path / "run", tmp_path / "repo", tmp_path / "drafts" / "eagle"
     for d in (run_dir, harness, draft):

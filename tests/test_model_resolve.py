@@ -155,3 +155,14 @@ def test_early_plan_checks_a_user_checkpoint_before_any_setup(tmp_path):
     with pytest.raises(InvalidInput, match="checkpoint without a tokenizer"):
         os.remove(ckpt / "tokenizer.json")
         early_plan(spec, spec.config(model=str(ckpt)))
+
+
+def test_a_chat_arm_is_planned_once_the_checkpoint_has_its_own_template(tmp_path):
+    ckpt = write_checkpoint(tmp_path / "m")
+    spec = bench_specs()["69"]
+    cfg = spec.config(model=str(ckpt), synthetic=False, sessions=1)
+    with pytest.raises(InvalidInput, match="has no chat template"):
+        early_plan(spec, cfg)
+    (ckpt / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    early = early_plan(spec, cfg)
+    assert early is not None and "chat_template.jinja" in early[0].run_entry()["source"]["files"]

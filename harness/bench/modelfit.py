@@ -4,6 +4,7 @@ The server's context is the smaller of ``--max-model-len`` and what the model's 
 (``max_position_embeddings`` or its kin), and every request shape the bench's config checks is checked against
 that: a prefix longer than the model's context is refused with the numbers. On the CPU backends the KV cache
 (``--kv-cache-space-gib``) must hold one full-context sequence of this model, or the engine refuses to start.
+A chat arm on a checkpoint the user brings needs that checkpoint's own chat template.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import dataclasses
 from typing import Any
 
 from harness.errors import InvalidInput
-from harness.models.identity import model_config, model_context
+from harness.models.identity import chat_template_file, model_config, model_context
+from harness.models.resolve import LocalCheckpoint
 
 GIB = 1 << 30
 FP32 = ("float32", "fp32")
@@ -58,3 +60,12 @@ def context_record(requested: dict[str, Any], cfg: Any, model: Any) -> dict[str,
         return {}
     return {"max_model_len": cfg.max_model_len,
             "max_model_len_reason": f"the model's context ({found[1]} in config.json) is shorter than requested"}
+
+
+def check_chat(arms: Any, model: Any) -> None:
+    """A chat arm is served with the model's own chat template: a checkpoint the user brings must have one."""
+    chat = [a.label for a in arms if a.client.get("api") == "chat"]
+    if chat and isinstance(model, LocalCheckpoint) and chat_template_file(model.path) is None:
+        raise InvalidInput(f"arm {chat[0]} sends chat requests, but {model.path} has no chat template (no "
+                           "chat_template.jinja, nor chat_template in tokenizer_config.json)",
+                           hint="save the model's chat template beside it, or run without the chat arms")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.bench.modelfit import fit_to_model
+from harness.bench.modelfit import check_chat, fit_to_model
 from harness.bench.spec import BenchConfig, BenchSpec, InputFile, Plan, WorkloadPlan
 from harness.errors import InvalidInput
 from harness.models import PreparedModel
@@ -59,6 +59,7 @@ def checked_plan(spec: BenchSpec, cfg: BenchConfig, model: PreparedModel) -> Pla
     cfg = fit_to_model(cfg, model)
     plan = spec.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
     plan.check()
+    check_chat(plan.arms, model)
     if not plan.arms and not any(callable(p.steps) for p in plan.phases):  # sweeps and searches make their arms
         raise InvalidInput(f"bench-{spec.name}: these settings leave no arm to run", hint="see --help")
     made = [*plan.workloads, *(a.workload for a in plan.arms if isinstance(a.workload, WorkloadPlan))]

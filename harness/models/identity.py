@@ -97,3 +97,16 @@ def context_within(directory: Path, limit: int) -> int:
     """A server's context for this checkpoint: ``limit``, or the model's own where that is shorter."""
     found = model_context(directory)
     return min(limit, found[0]) if found else limit
+
+
+def chat_template_file(directory: Path) -> str | None:
+    """Where the checkpoint keeps its chat template (the engine applies it to chat requests), or None."""
+    for name in ("chat_template.jinja", "chat_template.json"):
+        if (Path(directory) / name).is_file():
+            return name
+    try:
+        tokenizer_config = json.loads((Path(directory) / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    found = isinstance(tokenizer_config, dict) and tokenizer_config.get("chat_template")
+    return "tokenizer_config.json" if found else None

@@ -137,6 +137,10 @@ def mounts_for(argv: tuple[str, ...], run_dir: Path, harness_root: Path) -> dict
         if path.resolve().is_relative_to(run_dir.resolve()) or path.resolve().is_relative_to(harness_root.resolve()):
             continue
         volumes.setdefault(str(path), {"bind": str(path), "mode": "ro"})
+        # a Hugging Face cache snapshot's files link to ../../blobs/: that folder is mounted too, so they resolve
+        links = (p.resolve() for p in path.iterdir() if p.is_symlink()) if path.is_dir() else iter(())
+        for target in {t.parent for t in links if t.exists() and not t.is_relative_to(path.resolve())}:
+            volumes.setdefault(str(target), {"bind": str(target), "mode": "ro"})
     return volumes
 
 
