@@ -4,9 +4,11 @@ An arm run whose result is invalid (the client could not keep its schedule, a re
 host or a broken run, not the server. In a phase of fixed steps (the repeats a claim pairs) the runner redoes it at
 once: the same arm, repeat and workload realisation, so the same place in the order, up to ``--reruns`` re-runs over
 the whole bench. Each re-run and its reason go into the protocol record (``details.protocol.reruns``); the run it
-replaced keeps its own result file. When the budget is spent the bench stops early with the reason: more runs on a
-host that invalidates them would only spend time. Steps a phase makes while running (a sweep's levels, a search's
-probes) are read by their own rules and are not redone here.
+replaced keeps its own result file. When the budget is spent and processes that are not the kit's compete for the
+CPU (``harness.bench.hostload``), the bench stops early naming them: more runs on a host that invalidates them would
+only spend time; on a quiet host the run is left out, as is a run whose own make-up fails it (its layout's CPU
+share, tokens short of ``ignore_eos``), which no re-run can pass. Steps a phase makes while running (a sweep's
+levels, a search's probes) are read by their own rules and are not redone here.
 
 Every reading then names each invalid run left in the result with its reasons, and gives one recommendation per
 failed constraint (MLPerf LoadGen's ``Recommendations:``) — never "raise --repeats" for an interval that already lies
@@ -33,6 +35,7 @@ class Constraint:
     starts: tuple[str, ...]
     kind: str
     advice: str
+    redo: bool = True  # a re-run can pass it (contention, a broken request); False: the run's own make-up fails it
 
 
 CONSTRAINTS = (
@@ -41,12 +44,13 @@ CONSTRAINTS = (
                "did): run on a quiet host (stop the competing jobs), or raise --reruns to redo more such runs"),
     Constraint("client CPU share", ("client-bound here",), "client_bottleneck",
                "the client and API server needed more CPU than was left to them: leave them a core (fewer engine "
-               "threads) or lower the load"),
+               "threads) or lower the load", redo=False),
     Constraint("requests completed", ("requests did not complete",), "error",
                "requests broke: read the statuses in the arm's requests.jsonl and the server log tail"),
     Constraint("tokens generated", ("requests generated fewer tokens",), "correctness",
-               "the engine stopped before max_tokens although ignore_eos was set: check the engine version"),
-    Constraint("uninterrupted", ("the run was interrupted",), "aborted", "rerun without interrupting it"),
+               "the engine stopped before max_tokens although ignore_eos was set: check the engine version",
+               redo=False),
+    Constraint("uninterrupted", ("the run was interrupted",), "aborted", "rerun without interrupting it", redo=False),
 )
 OTHER = Constraint("other", (), "error", "read the arm's result.json for the reason")
 LATE_SENDS = ("client send lag", "achieved send rate")  # the client sent late: the load ran lower, never higher
@@ -120,19 +124,25 @@ class Reruns:
         return f"competing for the CPU: {seen.who() or 'steal'}; --wait-quiet-s S waits up to S s for them to stop"
 
     def settle(self, run: ArmRun, again: Callable[[int], ArmRun]) -> ArmRun:
-        """``run``, or its re-run (``again(attempt)``) until one is valid; ``failure`` is set when the budget runs
-        out first (the last invalid run is returned, to be kept in the result)."""
+        """``run``, or its re-run (``again(attempt)``) until one is valid. A run invalid by its own make-up (the CPU
+        share of its layout, tokens, an interrupt) is not redone; once the budget is spent, ``failure`` is set while
+        processes that are not the kit's compete (or the load is unknown), and on a quiet host the run is left out:
+        the contention is the kit's own and more runs would not change it. The last run is returned, to be kept."""
         attempt = 1
-        while is_invalid(run):
+        while is_invalid(run) and all(constraint_of(r).redo for r in reasons_of(run)):
             reasons = reasons_of(run)
             now = self.probe() if self.probe else None
             if now is not None:
                 self.during.append(now)
                 self.reporter(f"  {now.line()}")
-            competing = f"; competing for the CPU: {now.who()}" if now and now.competitors else ""
             if len(self.done) >= self.budget:
+                if now is not None and now.quiet:  # the kit's own contention: more runs would not change it
+                    self.reporter(f"  {run.label} repeat {run.repeat} invalid with the re-run budget spent on a quiet "
+                                  "host: left out")
+                    return run
                 why = (f"{run.label} repeat {run.repeat} invalid after {attempt} attempt(s) and the re-run budget "
-                       f"({self.budget}, --reruns) is spent: {reasons[0]}{competing}")
+                       f"({self.budget}, --reruns) is spent: {reasons[0]}"
+                       + (f"; competing for the CPU: {now.who()}" if now and now.competitors else ""))
                 self.reporter(f"  stopping early: {why}")
                 self.failure = Failure(stage="run", kind=constraint_of(reasons[0]).kind, message=why)
                 return run
@@ -149,7 +159,8 @@ class Reruns:
         return {"budget": self.budget, "used": len(self.done), "runs": list(self.done), "stopped_early": self.stopped,
                 "host_load_before_start": self.host.line() if self.host else None,
                 "policy": "an invalid arm run of a fixed schedule is re-run at once (same arm, repeat and "
-                          "realisation); the bench stops when the budget is spent"}
+                          "realisation) unless its own make-up fails it; once the budget is spent, the next such run "
+                          "stops the bench while other processes compete for the CPU, else it is left out"}
 
     def named(self, reading: Reading, runs: Sequence[ArmRun]) -> Reading:
         """``named`` with this bench's re-runs, early stop and host load."""

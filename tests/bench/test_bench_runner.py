@@ -201,13 +201,19 @@ def test_an_invalid_arm_run_is_rerun_in_its_place_and_named_in_the_protocol_and_
     assert "recommendations:\n  - requests completed: requests broke" in summary
 
 
-def test_an_invalid_run_past_the_rerun_budget_stops_the_bench_with_its_reason(bench_env):
+def test_an_invalid_run_past_the_rerun_budget_stops_the_bench_with_its_reason(bench_env, monkeypatch):
+    from harness.bench import invalid
+    from harness.bench.hostload import Competitor, HostLoad
+
+    busy = HostLoad(True, 0.5, 2, 1.0, (Competitor("stress", 41, 0.98),), 3, 0.0)  # read after the invalid run
+    monkeypatch.setattr(invalid, "host_load", lambda: busy)
     outcome, log = run(bench_env, slow_fail_every=16, reruns=0)
     assert outcome.failed
     concl = outcome.result["conclusion"]
     assert concl["decision"] == "blocked" and concl["failure"]["kind"] == "error"
     assert concl["failure"]["message"].startswith("slow repeat 3 invalid after 1 attempt(s) and the re-run budget "
                                                   "(0, --reruns) is spent: 1 of 6 requests did not complete")
+    assert concl["failure"]["message"].endswith("; competing for the CPU: stress (pid 41, 98% of a core)")
     assert [a["label"] for a in outcome.result["details"]["arm_runs"]][-1] == "slow"  # nothing ran after it
     assert outcome.result["details"]["protocol"]["reruns"]["stopped_early"] == concl["failure"]["message"]
     assert concl["next_step"].startswith("the bench stopped early on invalid runs: requests broke")

@@ -92,3 +92,17 @@ def test_each_invalid_run_is_explained_by_the_load_read_after_it():
     reading = reruns.named(read([run]), [run])
     assert reading.recommendations[0].endswith("(competing for the CPU: stress (pid 41, 98% of a core); "
                                                "--wait-quiet-s S waits up to S s for them to stop)")
+
+
+def test_on_a_quiet_host_a_spent_budget_leaves_the_run_out_and_a_runs_own_make_up_is_not_redone():
+    quiet = HostLoad(True, 0.5, 2, 0.01, (), 1, 0.0)
+    reruns = Reruns(0, Reporter(io.StringIO()), host=quiet, probe=lambda: quiet)
+    run = reruns.settle(bench69_step(1, UNIQUE, {(UNIQUE, 1, 1)}), lambda n: bench69_step(1, UNIQUE, set(), n))
+    assert not run.valid and reruns.failure is None and not reruns.done  # the kit's own contention: left out
+    assert reruns.host_note().startswith("the host was quiet")
+    # the client-share rule fails by the layout itself: never redone, never a stop, whatever the budget
+    own = Reruns(3, Reporter(io.StringIO()), probe=lambda: quiet)
+    shared = bench69_step(1, UNIQUE, set())
+    shared.result["conclusion"].update(valid=False, invalid_reasons=["client-bound here: the client and API server "
+                                                                     "used 1.30 cores"])
+    assert own.settle(shared, lambda n: bench69_step(1, UNIQUE, set(), n)) is shared and not own.done
