@@ -106,3 +106,26 @@ def test_on_a_quiet_host_a_spent_budget_leaves_the_run_out_and_a_runs_own_make_u
     shared.result["conclusion"].update(valid=False, invalid_reasons=["client-bound here: the client and API server "
                                                                      "used 1.30 cores"])
     assert own.settle(shared, lambda n: bench69_step(1, UNIQUE, set(), n)) is shared and not own.done
+
+
+def test_bench68s_all_lagged_arms_stop_early_naming_the_competing_load():
+    # the recorded run: 28 of 33 arm runs lagged ("client event-loop lag P99 20-46 ms > 20 ms") beside a niced job;
+    # it ran 7 min 18 s to a blocked end. Now the first lagged run is redone 3 times, lags again, and the bench stops
+    # on its second arm run, naming the job.
+    from tests.bench.test_invalid import arm_run
+
+    busy = HostLoad(True, 0.5, 2, 1.0, (Competitor("stress", 4121, 0.97),), 3, 0.0)
+    reruns = Reruns(3, Reporter(io.StringIO()), host=busy, probe=lambda: busy)
+    lag = [f"client event-loop lag P99 {20 + k:.1f} ms > 20.0 ms (5% of TTFT P99 / mean arrival gap) with 1 client "
+           "process(es): the client is a bottleneck" for k in range(1, 34)]
+    steps = [(r, label) for r in range(1, 12) for label in ("off", "ngram-k4", "draft-10L")]  # 33 arm runs
+    ran = []
+    for i, (repeat, label) in enumerate(steps):
+        first = arm_run(label, repeat, {0: 50.0}, (lag[i],) if i % 6 else ())  # 28 of 33 lag on their first try
+        ran.append(reruns.settle(first, lambda n, i=i, r=repeat, lab=label: arm_run(lab, r, {0: 50.0}, (lag[i],), n)))
+        if reruns.failure is not None:
+            break
+    assert len(reruns.done) == 3 and len(ran) == 2  # three re-runs (all lagged again), then the stop
+    assert reruns.failure.message.startswith("ngram-k4 repeat 1 invalid after 4 attempt(s)")
+    assert reruns.failure.kind == "client_bottleneck" and "stress (pid 4121, 97% of a core)" in reruns.failure.message
+    assert [d["host"] for d in reruns.done] == [busy.line()] * 3
