@@ -199,15 +199,19 @@ def test_check_applied_names_requested_effective_and_the_engines_reason():
         override_reasons={"scheduler_config.async_scheduling": "forced off on CPU"},
     )
     variant = {"scheduler_config.async_scheduling": True}
-    check_applied(variant, SimpleNamespace(backend=backend, effective={"scheduler_config.async_scheduling": True}))
+
+    def server(effective):  # a server the kit started: its effective settings come from GET effective_path
+        return SimpleNamespace(backend=backend, effective_source=None, effective=effective)
+
+    check_applied(variant, server({"scheduler_config.async_scheduling": True}))
     with pytest.raises(
         NotApplied,
         match=r"requested scheduler_config.async_scheduling=True, the engine runs "
         r"scheduler_config.async_scheduling=False .*: forced off on CPU",
     ):
-        check_applied(variant, SimpleNamespace(backend=backend, effective={"scheduler_config.async_scheduling": False}))
+        check_applied(variant, server({"scheduler_config.async_scheduling": False}))
     with pytest.raises(NotApplied, match="cannot be checked"):
-        check_applied(variant, SimpleNamespace(backend=backend, effective=None))
+        check_applied(variant, server(None))
 
 
 def test_a_paired_interval_stays_finite_when_a_resample_draws_only_zeros():
