@@ -76,3 +76,11 @@ def test_doctor_and_calibrate_refuse_a_model_they_cannot_serve_before_any_start(
     proc = infkit(*command, "--model", str(bad), cwd=tmp_path, env={"INFKIT_CACHE": str(tmp_path / "infkit-cache")})
     assert_clean_error(proc, "not a checkpoint (no config.json)")
     assert not (tmp_path / "infkit-cache" / "venvs").exists() and not (tmp_path / "runs").exists()
+
+
+def test_calibrate_refuses_a_model_shorter_than_its_longest_request_before_any_start(checkpoint, tmp_path):
+    proc = infkit("mech", "calibrate", "--serve", "--no-sign", "--model", str(checkpoint), cwd=tmp_path,
+                  env={"INFKIT_CACHE": str(tmp_path / "infkit-cache")})
+    assert_clean_error(proc, "the calibration's longest request is 1544 tokens, more than ckpt's context of 1024 "
+                             "(max_position_embeddings in")
+    assert not (tmp_path / "infkit-cache" / "venvs").exists() and not (tmp_path / "runs").exists()

@@ -158,8 +158,21 @@ def _given_target(cfg: CalibrateConfig) -> LiveTarget:
     if known is None:
         raise InvalidInput(f"no tokenizer known for served model {served!r}",
                            hint="pass --model (the checkpoint it serves) or --tokenizer DIR")
+    check_context(cfg, known)
     return LiveTarget(endpoint=cfg.endpoint or "", served_model=served, tokenizer_dir=known.path,
                       model_ref=known.model_ref, tokenizer_ref=known.tokenizer_ref)
+
+
+def check_context(cfg: CalibrateConfig, model: Any) -> None:
+    """The calibration's longest request must fit the served model's context (config.json), before any start."""
+    from harness.models.identity import model_context
+
+    found = model_context(model.path)
+    longest = max(r.input_tokens + r.output_tokens for r in profiling_plan(cfg.repeats, cfg.gap_s).requests)
+    if found is not None and found[0] < longest:
+        raise InvalidInput(f"the calibration's longest request is {longest} tokens, more than {model.name}'s context "
+                           f"of {found[0]} ({found[1]} in {model.path}/config.json)",
+                           hint="calibrate on a model with a longer context")
 
 
 @contextmanager
@@ -179,6 +192,7 @@ def live_target(cfg: CalibrateConfig, run_dir: Path, progress: Progress = print)
 
     served = cfg.model or MODEL_KEY
     model = resolve_model(served, progress=progress)
+    check_context(cfg, model)
     backend = get_backend("vllm-cpu")
     dtype = choose_dtype(backend.name, host_isa(), cfg.dtype)
     context = context_within(model.path, BackendConfig.max_model_len)
