@@ -33,6 +33,7 @@ from harness.bench.benches.bench72.capacity import (
 )
 from harness.bench.benches.bench72.decision import decide, numerics_gates
 from harness.bench.benches.bench72.gate import agreement, changes_numerics, prefix_share, reference_of
+from harness.bench.lib import gpuload
 from harness.bench.lib.capacity_fit import Estimate
 from harness.bench.lib.search import Capacity, Probe
 from harness.bench.metrics import TTFT_P99
@@ -431,6 +432,22 @@ def test_the_cited_saturation_point_centres_the_schedule_in_this_benchs_request_
     assert bench72.in_this_shape(None, result, bench72.Config()) is None
 
 
+def test_on_a_gpu_the_cited_rate_is_carried_by_the_cited_runs_own_rates_or_left_uncarried():
+    """The reference host's rates say nothing of a GPU: a GPU run's saturation rate is carried by its own light-load
+    prefill (mean prompt / TTFT P50) and decode (1 / TPOT P50), or, where it has none, kept as measured."""
+    light = LightLoad(20.0, 5.0, 40.0, "src")
+    result = {"workload": {"input_tokens": {"mean": 128.0}, "output_tokens": {"mean": 16.0}},
+              "details": {"baseline": {"light_load": {"latency_ms": {"ttft_ms.p50": 20.0, "tpot_ms.p50": 5.0}}}}}
+    moved = bench72.in_this_shape(light, result, bench72.Config(), gpu=True)
+    # prefill 128 / 0.020 = 6400 tokens/s, decode 200 tokens/s: (0.02 + 0.075) / (0.04 + 0.155) = 0.487
+    assert moved.rate_rps == pytest.approx(40.0 * 0.095 / 0.195, abs=0.002)
+    assert "at the cited run's own prefill 6400 and decode 200 tokens/s" in moved.source
+    assert "reference host" not in moved.source
+    bare = {"workload": result["workload"]}
+    kept = bench72.in_this_shape(light, bare, bench72.Config(), gpu=True)
+    assert kept.rate_rps == 40.0 and "left uncarried" in kept.source and "extends upward" in kept.source
+
+
 @pytest.mark.parametrize(
     "args, expected",
     [
@@ -566,7 +583,7 @@ def test_a_bench66_run_of_another_backend_model_or_device_is_never_cited(tmp_pat
     model = PreparedModel(key="m", name="m", path=tmp_path, gguf_sha256="x", checkpoint_sha256="sha256:1",
                           tokenizer_sha256="z")
     here = Placement("vllm-cpu", "local")
-    monkeypatch.setattr(bench72, "host_info", lambda: {"cpu_model": "AMD EPYC 9554"})
+    monkeypatch.setattr(gpuload, "host_info", lambda: {"cpu_model": "AMD EPYC 9554"})
     same = signed_baseline(tmp_path, "vllm-cpu", "sha256:1", "AMD EPYC 9554", "20261207T000000Z-a")
     citation, note = bench72.cited_baseline(bench72.Config(), here, model)
     assert citation is not None and citation.manifest == same and note is None

@@ -26,9 +26,20 @@ from pathlib import Path
 from typing import Any, cast
 
 from harness.bench import metrics as m
+from harness.bench.benches.bench70.load import (
+    CAPACITY_SHARE,
+    MIN_REQUESTS,
+    REFERENCE_CONCURRENCY,
+    REFERENCE_RATE_RPS,
+    REFERENCE_REQUESTS,
+    arrival_rate,
+    list_length,
+    pair_concurrency,
+)
 from harness.bench.benches.bench70.predict import cited_cost_model
 from harness.bench.benches.bench70.reading import SchedulerReading
-from harness.bench.lib.hostprofile import default_rate, default_size
+from harness.bench.lib.gpuload import Capacity, gpu_load
+from harness.bench.lib.probed import probed
 from harness.bench.placement import resolve_placement
 from harness.bench.spec import (
     Arm,
@@ -58,13 +69,6 @@ from harness.workload.arrival import scheduled
 GROUPS = ("static", "limits", "chunk", "policy", "overlap")
 CLASSES = {"high": HIGH_PRIORITY, "normal": NORMAL_PRIORITY}
 CALIBRATION = "calibration"
-# the bursty rate on the host the defaults are sized on (hostprofile's reference, the slowest of this kind): about
-# 0.6 of what its base server sustains for these requests in a closed loop of 8
-REFERENCE_RATE_RPS = 1.0
-REFERENCE_REQUESTS = 16  # a list scheduled at the reference rate spans 15 s
-# the open lists' floor: at 10 a throttled host at load scale 0.45 spanned 22 s a list and ran its bench 12 s over
-# its target; at 8 the floor binds only below scale 0.5, and a list still holds 2 high-priority requests
-MIN_REQUESTS = 8
 # The closed-loop pair's list holds at least this many waves of B, on every host: the reference list (16) is two
 # waves of the default B (8). A list sized down below that leaves static one full batch and a remainder, and the
 # pair reads the list's tail instead of the policy (an emulated slower host's 10-request list at B = 8 read
@@ -96,7 +100,11 @@ class Config(BenchConfig):
     output_tokens: int = knob(24, "mean output tokens (ignore_eos: exact)", min=2)
     output_range: float = knob(0.9, "output tokens uniform in [N(1-r), N(1+r)]", min=0, max=0.95)
     high_priority_fraction: float = knob(0.25, "fraction of requests tagged high priority", min=0.01, max=0.99)
-    concurrency: int = knob(8, "static vs continuous: closed-loop concurrency B (the static batch size)", min=1)
+    concurrency: int | None = knob(None, f"static vs continuous: closed-loop concurrency B (the static batch size; "
+                                   f"default: {REFERENCE_CONCURRENCY} on CPU backends, on a GPU the requests in "
+                                   "flight at the measured capacity, at most --seqs-high)", min=1)
+    baseline: str = knob("latest", "GPU: bench-66 manifest whose saturation point sizes the loads left unset "
+                         "(rate, list, B): a path, latest or none (then a capacity probe on the first server)")
     pair_repeats: int = knob(PAIR_REPEATS, "repeats of the continuous/static pair, at least --repeats: the "
                                            "headline, interleaved on one start, where 5 repeats may decide and each "
                                            "costs one short closed-loop list", min=1)
@@ -123,7 +131,7 @@ class Config(BenchConfig):
             raise InvalidInput(
                 f"--chunk-small {self.chunk_small} must be >= --seqs-high {self.seqs_high} (vLLM's rule)"
             )
-        if self.concurrency > self.seqs_high:
+        if self.concurrency is not None and self.concurrency > self.seqs_high:
             raise InvalidInput(
                 f"--concurrency {self.concurrency} exceeds --seqs-high {self.seqs_high}: a static "
                 "batch would not fit the base server"
@@ -274,26 +282,9 @@ def schedule_for(cfg: Config, arms: Sequence[Arm], pair: bool) -> Schedule:
                              cfg.order)
 
 
-def arrival_rate(cfg: Config) -> tuple[float, str]:
-    """The bursty workload's mean rate: --rate-rps, else the reference rate at the named size."""
-    if cfg.rate_rps is not None:
-        return cfg.rate_rps, f"{cfg.rate_rps:g} req/s, set by --rate-rps"
-    return default_rate(REFERENCE_RATE_RPS, cfg.size)
-
-
-def list_length(cfg: Config) -> tuple[int, str]:
-    """Requests per arm: --requests, else the reference count at the named size, scaled with the rate (a smaller
-    size's lists span about the reference size's time, not longer)."""
-    if cfg.requests is not None:
-        return cfg.requests, f"{cfg.requests}, set by --requests"
-    if cfg.rate_rps is not None:
-        return REFERENCE_REQUESTS, f"{REFERENCE_REQUESTS}, the reference size (the rate is set by --rate-rps)"
-    return default_size(REFERENCE_REQUESTS, cfg.size, floor=MIN_REQUESTS)
-
-
 def pair_length(cfg: Config, requests: int) -> int:
     """The closed-loop pair's list: the arms' list (x --scale), at least ``PAIR_WAVES`` waves of --concurrency."""
-    return max(requests * cfg.scale, PAIR_WAVES * cfg.concurrency)
+    return max(requests * cfg.scale, PAIR_WAVES * pair_concurrency(cfg))
 
 
 def plan_notes(cfg: Config, rate_why: str, requests_why: str, pair_requests: int, nominal: float) -> tuple[str, ...]:
@@ -321,9 +312,26 @@ def bursty_list(cfg: Config, requests: int, rate: float) -> Common:
 
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:
-    backend = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend
-    requests, requests_why = list_length(cfg)
-    rate, rate_why = arrival_rate(cfg)
+    """On a GPU, the loads left unset come from a cited bench-66 capacity, else from a probe run first (gpuload)."""
+    placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
+    unset = cfg.rate_rps is None or cfg.requests is None or cfg.concurrency is None
+    load = gpu_load(cfg.baseline, "--baseline", placement, model, (cfg.input_tokens, cfg.output_tokens)) \
+        if unset else None
+    if load is None or load.capacity is not None:
+        return plan_at(cfg, placement.backend, load.capacity if load else None, load.notes if load else ())
+    stand_in = Capacity(REFERENCE_RATE_RPS / CAPACITY_SHARE, REFERENCE_CONCURRENCY, "a stand-in until the probe")
+    skeleton = plan_at(cfg, placement.backend, stand_in, load.notes[:-1])
+    shape = Common(Arrival("closed", concurrency=1), seed=cfg.seed, input_tokens=cfg.input_tokens,
+                   output_tokens=cfg.output_tokens, input_range=cfg.input_range, output_range=cfg.output_range)
+    return probed(skeleton, shape, lambda capacity: plan_at(cfg, placement.backend, capacity, load.notes),
+                  load.notes[-1] + "; the rate, list and B then follow it as a cited capacity's would")
+
+
+def plan_at(cfg: Config, backend: str, capacity: Capacity | None, load_notes: tuple[str, ...]) -> Plan:
+    """The plan at a load: the set knobs, else a measured capacity's, else the CPU reference's named size."""
+    cfg = replace(cfg, concurrency=pair_concurrency(cfg, capacity))
+    requests, requests_why = list_length(cfg, capacity)
+    rate, rate_why = arrival_rate(cfg, capacity)
     bursty = bursty_list(cfg, requests, rate)
     closed = Arrival("closed", concurrency=cfg.concurrency)
     workloads = [  # the closed twin: the same requests (its list at least PAIR_WAVES waves long), arrivals by slot
@@ -355,8 +363,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         # the simulator predicts the one list it replays: every repeat replays that list, so a prediction and the
         # figure it is judged against describe the same arrivals
         fresh_arrivals=False,
-        notes=plan_notes(cfg, rate_why, requests_why, pair_length(cfg, requests),
-                         cast(float, bursty.arrival.rate_rps)),
+        notes=(*load_notes, *plan_notes(cfg, rate_why, requests_why, pair_length(cfg, requests),
+                                        cast(float, bursty.arrival.rate_rps))),
     )
     return replace(
         base,

@@ -33,7 +33,8 @@ from harness.bench.benches.bench72.decision import deployment_reading
 from harness.bench.benches.bench72.tiers import CHOICES as TIER_CHOICES
 from harness.bench.benches.bench72.tiers import default_tier
 from harness.bench.devices import alone
-from harness.bench.lib.citations import Citation, cite_choice, setup_mismatch
+from harness.bench.lib.citations import Citation
+from harness.bench.lib.gpuload import carried_rate, cited_bench66, cited_shape
 from harness.bench.lib.hostprofile import request_cost_ratio
 from harness.bench.metrics import E2E_P99, PEAK_MEMORY_GIB, REQUEST_RATE, TPOT_P99, TTFT_P99
 from harness.bench.placement import Placement, planning_only, resolve_placement
@@ -41,8 +42,8 @@ from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, Schedule
 from harness.errors import CapabilityMissing, InvalidInput
 from harness.knobs import knob
 from harness.models import PreparedModel
-from harness.rundir.fingerprint import host_info, host_isa
-from harness.runtime.gpus import device_name, memory_total_bytes, parse_gpus
+from harness.rundir.fingerprint import host_isa
+from harness.runtime.gpus import memory_total_bytes, parse_gpus
 from harness.workload import Arrival
 
 DTYPES = ("bfloat16", "float32", "float16", "auto")
@@ -147,55 +148,34 @@ def candidate_dtypes(cfg: Config, backend: str) -> tuple[tuple[str, ...], str]:
     return dtypes, f"candidate dtypes {', '.join(dtypes)}: the base {choice.dtype}, as {choice.reason}"
 
 
-def in_shape_of(result: dict[str, Any] | None) -> tuple[int, int] | None:
-    """A cited run's request shape: its workload's mean prompt and output tokens."""
-    workload = (result or {}).get("workload") or {}
-    try:
-        return round(workload["input_tokens"]["mean"]), round(workload["output_tokens"]["mean"])
-    except (KeyError, TypeError):
-        return None
-
-
-def in_this_shape(light: LightLoad | None, result: dict[str, Any] | None, cfg: Config) -> LightLoad | None:
+def in_this_shape(light: LightLoad | None, result: dict[str, Any] | None, cfg: Config,
+                  gpu: bool = False) -> LightLoad | None:
     """The cited saturation point carried to this bench's request shape (bench-66 serves shorter requests): the
-    schedule's centre, so a candidate's capacity falls inside the schedule rather than below it. Its light-load
-    latencies are of the other shape and are not carried: relative SLOs then come from this bench's own light
-    probe."""
-    shape = in_shape_of(result)
+    schedule's centre, so a candidate's capacity falls inside the schedule rather than below it. On CPU backends by
+    the reference host's rates; on a GPU by the cited run's own light-load prefill and decode rates, else left
+    uncarried (the schedule then extends upward from it). Its light-load latencies are of the other shape and are not
+    carried: relative SLOs then come from this bench's own light probe."""
+    shape = cited_shape(result)
     if light is None or light.rate_rps is None or shape is None or shape == (cfg.input_tokens, cfg.output_tokens):
         return light
-    ratio, why = request_cost_ratio(shape, (cfg.input_tokens, cfg.output_tokens))
-    rate = round(light.rate_rps * ratio, 3)
-    return replace(light, rate_rps=rate, ttft_ms=None, tpot_ms=None,
-                   source=f"{light.source}; its saturation point {light.rate_rps:.3g} req/s {why} = {rate:g} req/s "
-                          f"in this bench's requests (its light-load latencies, of {shape[0]}+{shape[1]}-token "
-                          "requests, are not)")
-
-
-def this_device(placement: Placement) -> str | None:
-    """The device this run measures: the first GPU's NVML name (None where NVML cannot say), or the CPU model."""
-    if not placement.gpus:
-        return str(host_info()["cpu_model"])
-    try:
-        return device_name(placement.gpus[0])
-    except CapabilityMissing:
-        return None
+    target = (cfg.input_tokens, cfg.output_tokens)
+    if gpu:
+        rate, why = carried_rate(light.rate_rps, result, target)
+        carried = (f"its saturation point {why}" if rate is not None else
+                   f"its saturation point {light.rate_rps:.3g} req/s is {why}; the schedule is centred on it as "
+                   "measured and extends upward")
+    else:
+        ratio, why = request_cost_ratio(shape, target)
+        rate = round(light.rate_rps * ratio, 3)
+        carried = f"its saturation point {light.rate_rps:.3g} req/s {why} = {rate:g} req/s"
+    return replace(light, rate_rps=light.rate_rps if rate is None else rate, ttft_ms=None, tpot_ms=None,
+                   source=f"{light.source}; {carried} in this bench's requests (its light-load latencies, of "
+                          f"{shape[0]}+{shape[1]}-token requests, are not)")
 
 
 def cited_baseline(cfg: Config, placement: Placement, model: PreparedModel) -> tuple[Citation | None, str | None]:
-    """The bench-66 run the schedule is centred on, and a note when the newest was passed over: a run of another
-    backend, model or device says nothing of this capacity, so one named by --baseline is an input error."""
-    citation = cite_choice(cfg.baseline, Path.cwd(), "INF-FLOAT-BASELINE")
-    if citation is None:
-        return None, None
-    why = setup_mismatch(citation, backend=placement.backend, model_version=model.model_ref.get("version"),
-                         device=this_device(placement), gpu=bool(placement.gpus))
-    if why is None:
-        return citation, None
-    if cfg.baseline != "latest":
-        raise InvalidInput(f"--baseline {cfg.baseline}: that bench-66 run measured another setup: {why}",
-                           hint="cite a bench-66 run of this backend, model and device, or --baseline none")
-    return None, f"the newest bench-66 run ({citation.manifest}) is not cited: {why}"
+    """The bench-66 run the schedule is centred on, and a note when the newest was passed over (``cited_bench66``)."""
+    return cited_bench66(cfg.baseline, "--baseline", placement, model)
 
 
 def plan(cfg: Config, model: PreparedModel) -> Plan:
@@ -215,7 +195,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     if citation:  # a cited run too weak to use (undetermined bracket) is named, and this bench probes itself
         cited = citation.to_dict(Path.cwd())
         found, weak = cited_light_load(citation.result, f"bench-66 light load, {cited['manifest']}")
-        light = in_this_shape(found, citation.result, cfg)
+        light = in_this_shape(found, citation.result, cfg, gpu=bool(mappings))
         fallback = f"the cited bench-66 run {cited['run_id']} is not used: {weak}; this bench probes light load itself"
         fallback = fallback if weak else ""
         cited.update(used=not weak, fallback=fallback or None)
