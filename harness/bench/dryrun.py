@@ -1,6 +1,7 @@
 """``infkit bench NN --dry-run``: the whole plan as one JSON document, starting nothing and writing nothing.
 
-The same flags as a run, checked the same way (a config checks itself as it is made); placements as a GPU host
+The same flags as a run, resolved by the same step (``harness.bench.resolve``, short of preparing a model, sending
+to a given server or citing a start control); placements as a GPU host
 with a container engine would resolve them (so ``--gpu 0,1`` plans the GPU path on a laptop); one entry per
 server process the bench would start (group members included) with its exact argv, environment (secret values
 masked), devices, memory share and, where the selected engine release cannot run it, the reason it would be
@@ -14,10 +15,10 @@ Needs the bench's prepared model (``make model``), nothing else: no GPU, engine 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from harness.backends import get_backend
-from harness.backends.host_dtype import choose_dtype
 from harness.bench.devices import SHARE_LIMIT, co_resident
 from harness.bench.launch import (
     FIRST_PORT,
@@ -28,12 +29,11 @@ from harness.bench.launch import (
     model_dir_of,
     variant_config,
 )
-from harness.bench.placement import planning, resolve_placement
-from harness.bench.resolve import prepare_started, restarted
+from harness.bench.placement import planning
+from harness.bench.resolve import resolve, restarted
 from harness.bench.spec import BenchConfig, BenchSpec, Plan
 from harness.errors import InvalidInput
 from harness.knobs import config_dict
-from harness.rundir.fingerprint import host_isa
 from harness.runtime.docker_image import ImageSource
 from harness.serving.given import parse_endpoints
 
@@ -89,24 +89,27 @@ def given_entries(plan: Plan, endpoints: dict[str, str]) -> list[dict[str, Any]]
             for v in plan.servers if v.name in endpoints]
 
 
-def dry_run(spec: BenchSpec, cfg: BenchConfig) -> dict[str, Any]:
-    """The plan of ``spec`` at ``cfg`` as a JSON-ready document (module docstring)."""
-    from harness.bench.modelfit import fit_to_model
+def prepared_only(name: str, progress: Any = None) -> Any:
+    """The model a dry run reads: one that needs no setup (a checkpoint directory, or a catalog model prepared)."""
     from harness.models.resolve import find_resolved
 
+    model = find_resolved(name)
+    if model is None:
+        raise InvalidInput(f"model {name} is not prepared: a dry run reads its checkpoint's config",
+                           hint=f"infkit model prepare {name} (make model)")
+    return model
+
+
+def dry_run(spec: BenchSpec, cfg: BenchConfig) -> dict[str, Any]:
+    """The resolved run of ``spec`` at ``cfg`` (``harness.bench.resolve``) as a JSON-ready document (module
+    docstring)."""
     with planning():
-        placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
-        model = find_resolved(cfg.model)
-        if model is None:
-            raise InvalidInput(f"model {cfg.model} is not prepared: a dry run reads its checkpoint's config",
-                               hint=f"infkit model prepare {cfg.model} (make model)")
-        cfg = fit_to_model(replace(cfg, dtype=choose_dtype(placement.backend, host_isa(), cfg.dtype).dtype), model)
-        plan = spec.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
-        plan.check()
+        run = resolve(spec, cfg, root=Path.cwd(), progress=lambda _line: None, model_of=prepared_only,
+                      backend_of=get_backend, dry=True)
+        cfg, plan, placement, model, refused = run.cfg, run.plan, run.placement, run.model, dict(run.refused)
         endpoints = parse_endpoints(cfg.server)
         base = base_config(cfg, placement, model)
         backend_of = lambda v: get_backend(v.backend or placement.backend)  # noqa: E731
-        plan, refused = prepare_started(plan, set(endpoints), placement, base, get_backend)
         started = replace(plan, servers=tuple(v for v in plan.servers if v.name not in endpoints))
         images = image_sources_of(started, placement, backend_of)
         servers = given_entries(plan, endpoints)

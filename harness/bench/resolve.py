@@ -86,24 +86,28 @@ class ResolvedRun:
 
 
 def resolve(spec: BenchSpec, cfg: BenchConfig, *, root: Path, progress: Progress, model_of: ModelOf,
-            backend_of: BackendOf) -> ResolvedRun:
-    """The run of ``spec`` at ``cfg``, checked before anything is built or started (module docstring)."""
-    check_run_target(root / spec.out_root(cfg), None, sign=cfg.sign, root=root, flag="--out-root")
+            backend_of: BackendOf, dry: bool = False) -> ResolvedRun:
+    """The run of ``spec`` at ``cfg``, checked before anything is built or started (module docstring). ``dry``: for
+    ``--dry-run``, which writes nothing and sends nothing: no run target, no request to a given server, no cited
+    start control; ``model_of`` then only finds a model that needs no setup."""
+    if not dry:
+        check_run_target(root / spec.out_root(cfg), None, sign=cfg.sign, root=root, flag="--out-root")
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
     endpoints = parse_endpoints(cfg.server)
     audit_citations(cfg, root)
     early = early_plan(spec, cfg)  # with a model already in the cache: the whole plan checked before any setup
-    served = reach(early[1] if early else None, endpoints, cfg.model)
+    served = reach(early[1] if early else None, endpoints, cfg.model) if not dry else {}
     requested = config_dict(cfg)
     dtype = choose_dtype(placement.backend, host_isa(), cfg.dtype)
     cfg = replace(cfg, dtype=dtype.dtype)  # every server the bench starts serves this dtype unless a variant says
     model = model_of(cfg.model, progress=progress)
     cfg = fit_to_model(cfg, model)  # the server's context no longer than the model's
     plan = early[1] if early and early[0].path == model.path else checked_plan(spec, cfg, model)
-    served = reach(plan, endpoints, cfg.model) if not early else served
+    served = reach(plan, endpoints, cfg.model) if not (early or dry) else served
     match = same_model(served, str(model.path)) if served else None
     plan, refused = prepare_started(plan, set(endpoints), placement, base_config(cfg, placement, model), backend_of)
-    start, cited, note = start_control_for(spec.semantic_id, cfg.aa_control, root, placement.backend, model)
+    start, cited, note = (None, None, "") if dry else start_control_for(spec.semantic_id, cfg.aa_control, root,
+                                                                        placement.backend, model)
     given = {n: verify(n, s, backend_of(plan.server(n).backend or placement.backend), plan.server(n).expect,
                        reset=plan.reset_prefix_cache) for n, s in served.items()}
     refused = {**refused, **given_refusals(plan, given)}
