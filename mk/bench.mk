@@ -29,16 +29,11 @@ bench-%: setup ## run bench NN as its spec says (GPU=0 or GPU=0,1, SCALE= RUNTIM
 	$(INFKIT) bench $* --scale $(SCALE) --gpu '$(GPU)' --runtime '$(RUNTIME)' --backend '$(BACKEND)' \
 	  --make-vars '$(MAKEOVERRIDES)' $(if $(filter 1,$(DRY_RUN)),--dry-run) $(BENCH_ARGS)
 
-# The six project exits in one go, in the order later ones cite earlier ones (bench-66 before 72). Every
-# bench runs even when an earlier one fails; the table at the end gives each one's wall time, run and decision.
+# The six project exits in one go (infkit bench --all), in the order later ones cite earlier ones (bench-66 before
+# 72). Every bench runs even when an earlier one fails; the table at the end gives each one's wall time, run and
+# decision. Make variables reach every bench as they reach `make bench-NN`.
 EXITS ?= 69 66 68 70 72 81
 .PHONY: benches-all
 benches-all: setup ## run the project benches one after another (EXITS="69 66 ..."), then a table of times and decisions
-	@rc=0; table=$$(mktemp); for n in $(EXITS); do t0=$$(date +%s); \
-	  before=$$(ls -td runs/$$n/*/ 2>/dev/null | head -1); \
-	  $(MAKE) --no-print-directory bench-$$n || rc=1; \
-	  run=$$(ls -td runs/$$n/*/ 2>/dev/null | head -1); [ "$$run" != "$$before" ] || run=; \
-	  decision=$$($(BIN)/python -c 'import json,sys; print(json.load(open(sys.argv[1])).get("decision"))' \
-	    "$${run}run.json" 2>/dev/null || echo "no run.json"); \
-	  printf 'bench-%s  %5d s  %s  %s\n' $$n $$(( $$(date +%s) - t0 )) "$${run:-no run}" "$$decision" >> $$table; \
-	done; echo; echo "benches-all: $(EXITS)"; cat $$table; rm -f $$table; exit $$rc
+	$(INFKIT) bench --all --exits $(EXITS) $(if $(filter 1,$(DRY_RUN)),--dry-run) \
+	  --make-vars 'SCALE=$(SCALE) GPU=$(GPU) RUNTIME=$(RUNTIME) BACKEND=$(BACKEND) $(MAKEOVERRIDES)'

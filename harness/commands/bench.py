@@ -1,4 +1,5 @@
-"""infkit bench NN: run one bench spec end to end (flags derived from the spec's config)."""
+"""infkit bench NN: run one bench spec end to end (flags derived from the spec's config); --all runs the project
+exits one after another (``harness.bench.suite``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from harness.bench import bench_specs, get_bench
 from harness.bench.lib.hostprofile import size_warning
 from harness.bench.placement import resolve_placement
 from harness.bench.runner import run_bench
-from harness.bench.spec import BenchConfig
+from harness.bench.spec import BenchConfig, BenchSpec
+from harness.bench.suite import EXITS, run_suite, suite_exit_code, suite_table
+from harness.errors import InvalidInput
 from harness.knobs import add_config_arguments, config_from_args
 from harness.progress import reporter
 
@@ -19,17 +22,32 @@ from harness.progress import reporter
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="run a serving bench (e.g. `infkit bench 69`)",
                        description="Run one project exit as a bench spec: " + "; ".join(
-                           f"{n} {s.semantic_id}" for n, s in bench_specs().items()))
-    names = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
+                           f"{n} {s.semantic_id}" for n, s in bench_specs().items())
+                       + ". `infkit bench --all` runs the project exits one after another, then a table of each "
+                         "one's wall time, run directory and decision.")
+    p.add_argument("--all", action="store_true", help="run the benches --exits names one after another; every one "
+                   "runs even after a failure; exit non-zero if any failed")
+    p.add_argument("--exits", nargs="+", metavar="NN", default=list(EXITS),
+                   help=f"the benches --all runs, in this order (default: {' '.join(EXITS)}, the citing order)")
+    p.add_argument("--dry-run", action="store_true", help="with --all: print each bench's plan as a JSON list; "
+                   "start nothing, write nothing")
+    p.add_argument("--make-vars", default="", help=argparse.SUPPRESS)  # Make's MAKEOVERRIDES, for every bench
+    p.set_defaults(func=run_all)
+    names = p.add_subparsers(dest="bench", metavar="BENCH")
     for name, spec in bench_specs().items():
         b = names.add_parser(name, help=spec.help, description=spec.doc,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
-        add_config_arguments(b, spec.config)
-        b.add_argument("--dry-run", action="store_true",
-                       help="check the flags and print the whole plan as JSON (servers, argv, devices, refusals, "
-                            "arms in run order); start nothing, write nothing")
-        b.add_argument("--make-vars", default="", help=argparse.SUPPRESS)  # Make's MAKEOVERRIDES (mk/bench.mk)
-        b.set_defaults(func=run)
+        add_bench_arguments(b, spec)
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser, spec: BenchSpec) -> None:
+    """A bench's flags: one per knob of its config, and the dry run."""
+    add_config_arguments(parser, spec.config)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the flags and print the whole plan as JSON (servers, argv, devices, refusals, "
+                             "arms in run order); start nothing, write nothing")
+    parser.add_argument("--make-vars", default="", help=argparse.SUPPRESS)  # Make's MAKEOVERRIDES (mk/bench.mk)
+    parser.set_defaults(func=run)
 
 
 def _relative(path: Path) -> Path:
@@ -42,14 +60,49 @@ def placed_on_cpu(cfg: BenchConfig) -> bool:
     return resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend == "vllm-cpu"
 
 
+def run_all(args: argparse.Namespace) -> int:
+    """``infkit bench --all``: every bench's flags are checked before the first one starts."""
+    if not args.all:
+        raise InvalidInput("name a bench or --all",
+                           hint="infkit bench 69, or infkit bench --all; infkit bench --help lists them")
+    known = bench_specs()
+    unknown = [n for n in args.exits if n not in known]
+    if unknown:
+        raise InvalidInput(f"--exits: no bench {', '.join(unknown)}", hint=f"benches: {', '.join(known)}")
+    settled = {}
+    for name in args.exits:
+        b = argparse.ArgumentParser(prog=f"infkit bench {name}")
+        add_bench_arguments(b, known[name])
+        settled[name] = settle(b.parse_args(["--make-vars", args.make_vars]), known[name])
+    if args.dry_run:
+        from harness.bench.dryrun import dry_run
+
+        print(json.dumps([dry_run(known[n], cfg) for n, cfg in settled.items()], indent=2, default=str))
+        return 0
+    rows = run_suite(args.exits, lambda name: run_settled(known[name], settled[name]))
+    print()
+    print(suite_table(args.exits, rows), end="")
+    return suite_exit_code(rows)
+
+
+def settle(args: argparse.Namespace, spec: BenchSpec) -> BenchConfig:
+    """The bench's config from Make variables and flags, checked before any setup."""
+    return config_from_args(spec.config, args, make_overrides=args.make_vars)
+
+
 def run(args: argparse.Namespace) -> int:
     spec = get_bench(args.bench)
-    cfg = config_from_args(spec.config, args, make_overrides=args.make_vars)
+    cfg = settle(args, spec)
     if args.dry_run:
         from harness.bench.dryrun import dry_run
 
         print(json.dumps(dry_run(spec, cfg), indent=2, default=str))
         return 0
+    return run_settled(spec, cfg)[0]
+
+
+def run_settled(spec: BenchSpec, cfg: BenchConfig) -> tuple[int, Path | None]:
+    """Run one bench and print where its files are: (exit status, run directory)."""
     warning = size_warning(spec.name, cfg.size) if placed_on_cpu(cfg) else None
     if warning:
         print(f"bench-{spec.name}: {warning}", file=sys.stderr)
@@ -70,8 +123,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"check it:      infkit audit {manifest}")
     if outcome.aborted:
         print("interrupted: every completed request is kept, and the run is signed as aborted")
-        return 130
+        return 130, _relative(done.path)
     if outcome.failed:
         print("bench failed: the decision is blocked (see the failure above); every completed request is kept")
-        return 1
-    return 0
+        return 1, _relative(done.path)
+    return 0, _relative(done.path)

@@ -1,0 +1,83 @@
+"""``infkit bench --all``: the project exits one after another, then one table of what each did.
+
+Every bench runs even when an earlier one fails (a failure is a row, not the end); Ctrl-C stops the suite. The
+table gives each bench's wall time, its run directory and the decision its ``run.json`` records.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import InfkitError
+
+# The citing order: a later bench cites an earlier one's signed run (bench-66's capacity before 72 and 81).
+EXITS = ("69", "66", "68", "70", "72", "81")
+INTERRUPTED = 130
+
+# One bench run: (exit status, the run directory it made or None).
+RunOne = Callable[[str], tuple[int, Path | None]]
+
+
+@dataclass(frozen=True)
+class SuiteRow:
+    """What one bench of the suite did."""
+
+    bench: str
+    wall_s: float
+    exit_code: int
+    run_dir: Path | None
+    decision: str
+
+
+def decision_of(run_dir: Path | None) -> str:
+    """The decision a run directory's ``run.json`` records, or why there is none."""
+    if run_dir is None:
+        return "no run"
+    try:
+        return str(json.loads((run_dir / "run.json").read_text())["decision"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "no run.json"
+
+
+def run_suite(exits: Sequence[str], run_one: RunOne, *, clock: Callable[[], float] = time.monotonic) -> list[SuiteRow]:
+    """Run each bench in turn; a bench that fails or raises a user error is a row, and the next one runs."""
+    rows: list[SuiteRow] = []
+    for name in exits:
+        started = clock()
+        try:
+            code, run_dir = run_one(name)
+        except InfkitError as exc:
+            print(f"bench-{name}: error: {exc}", file=sys.stderr)
+            code, run_dir = exc.exit_code, None
+        rows.append(SuiteRow(name, clock() - started, code, run_dir, decision_of(run_dir)))
+        if code == INTERRUPTED:
+            break
+    return rows
+
+
+def suite_table(exits: Sequence[str], rows: Sequence[SuiteRow]) -> str:
+    """The table printed at the end: one line per bench (wall time, exit status, run directory, decision)."""
+    shown = [(f"bench-{r.bench}", f"{r.wall_s:.0f} s", "ok" if r.exit_code == 0 else f"exit {r.exit_code}",
+              str(r.run_dir) if r.run_dir else "no run", r.decision) for r in rows]
+    head = ("bench", "wall", "status", "run directory", "decision")
+    widths = [max(len(row[i]) for row in [head, *shown]) for i in range(len(head))]
+    lines = [f"benches-all: {' '.join(exits)}"]
+    for row in [head, *shown]:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    skipped = list(exits)[len(rows):]
+    if skipped:
+        lines.append(f"not run (interrupted): {' '.join(f'bench-{n}' for n in skipped)}")
+    return "\n".join(lines) + "\n"
+
+
+def suite_exit_code(rows: Sequence[SuiteRow]) -> int:
+    """0 when every bench succeeded; 130 when interrupted; else 1."""
+    codes = [r.exit_code for r in rows]
+    if INTERRUPTED in codes:
+        return INTERRUPTED
+    return 0 if all(c == 0 for c in codes) else 1
