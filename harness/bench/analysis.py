@@ -28,6 +28,7 @@ from harness.bench.claims import (
     claim_effect,
     control_entry,
     design_of,
+    dropped_pairs,
     excluded_runs,
     primary_index,
     secondary_entries,
@@ -122,7 +123,9 @@ def read_claims(history: History, plan: Plan, *, seed: int, resamples: int, repe
     control_rows = {id(r): control_entry(r, primary) for r in controls if r}
     details: dict[str, Any] = {"claims": secondary_entries(results, p_i), "controls": list(control_rows.values())}
     entries = iter(details["claims"])
-    lines = []
+    # a valid pair with no figure (an arm without a sample, a None or 0 per-run figure) is named, never dropped silently
+    lines = [f"dropped from {c.name}: {why}" for c in (*plan.claims, *plan.controls)
+             for why in dropped_pairs(history.runs, c)]
     for claim, res in zip(plan.claims, results, strict=True):
         if res is None:
             lines.append(f"{claim.name}: no completed valid pair")

@@ -1,7 +1,8 @@
 """A claim read against its margin: the paired effect, its evidence level, controls as equivalence tests, Holm.
 
 ``claim_effect`` pairs the repeats where both arms completed and were valid (an invalid
-arm run is left out of every effect it would distort, and listed), computes the paired
+arm run is left out of every effect it would distort, and listed; so is a valid pair that has no figure: an arm
+without a sample of the metric, a None or 0 per-run figure), computes the paired
 effect (``stats``) and applies ``stats.decide`` with the claim's margin and the design's
 evidence level; a cross-start claim whose metric a cited A/A start control bounds has its
 interval widened by that bound and counts as paired (``bounded_by_start_control``).
@@ -61,6 +62,7 @@ class ClaimResult:
     stats: PairedEffect | None = None
     excluded: tuple[str, ...] = ()
     start_control: dict[str, Any] | None = None  # the A/A start control that bounded this cross-start claim
+    dropped: tuple[str, ...] = ()  # valid pairs left out: an arm without a sample of the metric, a None or 0 figure
 
     def to_dict(self) -> dict[str, Any]:
         eff = self.stats
@@ -73,7 +75,8 @@ class ClaimResult:
                 "p_sign_flip": eff.p_sign if eff else None,
                 "request_level_ci": list(eff.request_ci) if eff and eff.request_ci else None,
                 "request_design": eff.request_design if eff and eff.request_ci else None,
-                "validity": {"consequence": VALIDITY_CONSEQUENCE, "excluded": list(self.excluded)},
+                "validity": {"consequence": VALIDITY_CONSEQUENCE, "excluded": list(self.excluded),
+                             "dropped": list(self.dropped)},
                 "start_control": self.start_control}
 
 
@@ -114,14 +117,39 @@ def margin_of(claim: Claim, override: float | None = None) -> float:
     return override if override is not None else claim.margin if claim.margin is not None else claim.metric.margin
 
 
-def _samples(metric: Metric, claim: Claim, pairs: Sequence[tuple[ArmRun, ArmRun]]) -> list[RepeatSamples]:
-    out = []
+def _samples(metric: Metric, claim: Claim, pairs: Sequence[tuple[ArmRun, ArmRun]]
+             ) -> tuple[list[RepeatSamples], list[str]]:
+    """The per-request samples of each pair, and each pair dropped because an arm had no sample of the metric."""
+    out, dropped = [], []
     for a, b in pairs:
         xa, xb = metric.by_request(a.records), metric.by_request(b.records)
         strata = {r.index: claim.strata(r) for r in a.records} if claim.strata else {}
         if xa and xb:
             out.append(RepeatSamples(xa, xb, strata))
-    return out
+        else:
+            empty = " and ".join(r.label for r, x in ((a, xa), (b, xb)) if not x)
+            dropped.append(f"repeat {a.repeat}: {empty} has no {metric.name} sample (pair left out)")
+    return out, dropped
+
+
+def _figures(metric: Metric, pairs: Sequence[tuple[ArmRun, ArmRun]]) -> tuple[list[tuple[float, float]], list[str]]:
+    """The per-run figure pairs, and each pair dropped because an arm's figure is None or 0 (no ratio)."""
+    values, dropped = [], []
+    for a, b in pairs:
+        x, y = metric.pair_values(a, b)
+        if x and y:
+            values.append((x, y))
+        else:
+            dropped.append(f"repeat {a.repeat}: {metric.name} {a.label} {x}, {b.label} {y} (pair left out)")
+    return values, dropped
+
+
+def dropped_pairs(runs: Sequence[ArmRun], claim: Claim) -> list[str]:
+    """The valid completed pairs a claim cannot use (an arm without a sample, a None or 0 figure), each named."""
+    pairs = paired_runs(runs, claim.baseline, claim.treatment)
+    if claim.metric.per_request:
+        return _samples(claim.metric, claim, pairs)[1]
+    return _figures(claim.metric, pairs)[1]
 
 
 def bounded_by_start_control(eff: PairedEffect, metric: str, design: Design, start: StartControl | None
@@ -150,7 +178,7 @@ def claim_effect(runs: Sequence[ArmRun], claim: Claim, *, seed: int, resamples: 
     pairs = paired_runs(runs, claim.baseline, claim.treatment)
     refuse = ""
     if metric.per_request:
-        reps = _samples(metric, claim, pairs)
+        reps, dropped = _samples(metric, claim, pairs)
         if not reps:
             return None
         assert metric.statistic is not None, f"{metric.name}: a per-request metric has a statistic"
@@ -160,8 +188,7 @@ def claim_effect(runs: Sequence[ArmRun], claim: Claim, *, seed: int, resamples: 
             refuse = (f"{eff.statistic} of {eff.n_requests} requests is the max of {eff.n_requests}, not a "
                       f"{eff.statistic} (needs >= {need} per arm and repeat)")
     else:
-        figures = [metric.pair_values(a, b) for a, b in pairs]  # a throughput pair over one window
-        values = [(x, y) for x, y in figures if x and y]
+        values, dropped = _figures(metric, pairs)  # a throughput pair over one window
         if not values:
             return None
         eff = repeat_ratio_effect(values, resamples=resamples, seed=seed, name=metric.name)
@@ -176,7 +203,7 @@ def claim_effect(runs: Sequence[ArmRun], claim: Claim, *, seed: int, resamples: 
                     n_requests=eff.n_requests, p_value=eff.p_sign, finding=verdict.finding)
     return ClaimResult(claim, effect, verdict.decision, verdict.evidence_level, reason, eff.per_repeat,
                        design, m, verdict.finding, eff, tuple(excluded_runs(runs, (claim.baseline, claim.treatment))),
-                       bounded)
+                       bounded, tuple(dropped))
 
 
 def primary_index(plan: Plan) -> int:

@@ -7,7 +7,8 @@ run* — ``of_run(run)`` reads one figure of an arm run (throughput, hit rate) a
 paired effect resamples repeats only. Throughput figures are over the run's steady-state window when it has one
 (ramp and drain left out), else over the whole run; ``throughput_basis`` says which, with the drain fraction.
 Definitions of the per-request values are the
-measurement's (``harness.serving.metrics.per_request``, docs/measurement.md).
+measurement's (``harness.serving.metrics.per_request``, docs/measurement.md), except that a claim's TTFT and E2E
+count from the moment the schedule let the request go (``from_ready``: MLPerf LoadGen's scheduled send).
 """
 
 from __future__ import annotations
@@ -98,12 +99,21 @@ class Metric:
         return "-" if value is None else format(value, self.fmt)
 
 
+def from_ready(rec: RequestRecord) -> dict[str, float | None]:
+    """``per_request`` with TTFT and E2E counted from the moment the schedule let the request go (its scheduled
+    send, or the slot or batch release it waited for): the client's own send lag counts against the latency, as in
+    MLPerf LoadGen, so a late client can never flatter an arm. TPOT and ITL do not move."""
+    values = per_request(rec)
+    lag_ms = (rec.send_lag_s or 0.0) * 1e3
+    return {**values, **{k: v + lag_ms for k in ("ttft_ms", "e2e_ms") if (v := values[k]) is not None}}
+
+
 def _per_request(key: str) -> Callable[[Sequence[RequestRecord]], list[float]]:
     def samples(records: Sequence[RequestRecord]) -> list[float]:
         out = []
         for rec in records:
             if rec.completed and rec.sent_s is not None and rec.end_s is not None:
-                value = per_request(rec)[key]
+                value = from_ready(rec)[key]
                 if value is not None:
                     out.append(value)
         return out

@@ -35,6 +35,7 @@ from harness.bench.planning import protocol_record, protocol_violations
 from harness.bench.realisation import realisation_entry, realised
 from harness.bench.records import ArmRun, Workload
 from harness.bench.resolve import ResolvedRun, resolve
+from harness.bench.sendlag import pooled_send_lag
 from harness.bench.spec import Arm, BenchConfig, BenchSpec, History, InputFile, WorkloadPlan
 from harness.bench.startcontrol import CITED_KEY
 from harness.client import read_records
@@ -345,6 +346,8 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
     spec, cfg, plan, history, rd = bench.spec, bench.cfg, bench.plan, bench.history, bench.rd
     if not history.runs:
         raise InvalidInput("no arm completed a run: nothing to conclude", hint="see servers/servers.json")
+    # runs too small to judge their send lag alone are judged over their arm's repeats pooled, before any reading
+    history.runs[:], pooled = pooled_send_lag(history.runs)
     if plan.read is not None:
         reading = plan.read(history)
         if failure is not None:  # the spec's blocked/aborted step, not the rule's for what it read
@@ -358,7 +361,7 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
     cited = bench.rd.record.effective.get(CITED_KEY)
     reading = reading.with_lines(cited["note"]) if cited else reading
     extra = {
-        **({CITED_KEY: cited} if cited else {}),
+        **({CITED_KEY: cited} if cited else {}), **({"send_lag_pooled": pooled} if pooled else {}),
         "servers": list(bench.servers.values()),
         "workloads": {
             k: {"path": str(w.path.relative_to(rd.path)), "workload_id": w.workload_id}
@@ -369,16 +372,8 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
     reading = bench.reruns.named(reading, history.runs)
     # a protocol the run did not keep decides nothing, nor does a setting no one could verify
     reading = reading.capped_by([*protocol_violations(protocol), *bench.run.unverified()])
-    result = top_result(
-        history,
-        plan,
-        reading,
-        semantic_id=spec.semantic_id,
-        run_id=rd.run_id,
-        next_steps=spec.steps,
-        protocol=protocol,
-        extra=extra,
-    )
+    result = top_result(history, plan, reading, semantic_id=spec.semantic_id, run_id=rd.run_id,
+                        next_steps=spec.steps, protocol=protocol, extra=extra)
     result_name = f"{reading.kind}.json"
     rd.write_result(result_name, result)
     for name, draw in reading.figures.items():

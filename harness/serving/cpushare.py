@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.serving.validity import ValidityLimits, cpu_share_limit, cpu_share_reason
+from harness.serving.validity import ValidityLimits, cpu_share_limit, cpu_share_reason, server_cores_left
 from harness.telemetry.cputime import TreeCpu
 
 CpuProbe = Callable[[], TreeCpu | None]
@@ -73,8 +73,8 @@ def cpu_details(window: CpuWindow, limits: ValidityLimits) -> dict[str, Any]:
     host = sorted(os.sched_getaffinity(0))
     out: dict[str, Any] = dict.fromkeys(
         ("wall_s", "client_cpu_s", "frontend_cpu_s", "engine_cpu_s", "engine_cores", "engine_cores_source",
-         "cores_left", "client_frontend_cores", "engine_cores_used", "share", "limit_cores", "why",
-         "reason"))
+         "cores_left", "client_frontend_cores", "client_cores", "server_cores_left", "engine_cores_used", "share",
+         "limit_cores", "why", "reason"))
     out.update(host_cores=host, measured=False)
     start, end = window.start, window.end
     if start is None or end is None:
@@ -99,6 +99,8 @@ def cpu_details(window: CpuWindow, limits: ValidityLimits) -> dict[str, Any]:
                share=round(demand / (demand + engine_s), 4) if demand + engine_s > 0 else None, measured=True)
     if not bound:  # e.g. a GPU engine: the cores it needed are not known, and a busy client may use idle ones
         out["why"] = "the engine's threads are bound to no core: which cores it needed is not known, not judged"
+    out.update(client_cores=round(out["client_cpu_s"] / wall, 3),
+               server_cores_left=round(server_cores_left(out), 3) if bound else None)
     out["limit_cores"] = cpu_share_limit(out, limits)
     out["reason"] = cpu_share_reason(out, limits)
     return out

@@ -37,9 +37,10 @@ def render_summary(doc: dict[str, Any]) -> str:
         lines.append(f"prefix-cache hit rate {prefix['hit_rate']:.1%} ({prefix['series'][0]})")
     cpu = doc.get("details", {}).get("cpu") or {}
     if cpu.get("measured"):
-        lines.append(f"CPU: client + API server {cpu['client_frontend_cores']:.2f} cores, engine "
+        lines.append(f"CPU: client + API server {cpu['client_frontend_cores']:.2f} cores (client "
+                     f"{cpu.get('client_cores') or 0:.2f}), engine "
                      f"{cpu['engine_cores_used']:.2f} (bound to {cpu['engine_cores'] or 'no core'}, "
-                     f"limit {cpu['limit_cores'] if cpu['limit_cores'] is not None else 'not judged'})")
+                     f"client limit {cpu['limit_cores'] if cpu['limit_cores'] is not None else 'not judged'})")
     lines += energy_lines(perf)
     lines.append(f"terminations: {doc['correctness']['termination_counts']}")
     return "\n".join(lines) + "\n"

@@ -8,11 +8,12 @@ event-loop lag P99 above the same share of TTFT P99 (a lateness in 1 % of wake-u
 only move the tail), each judged only over ``min_lag_samples`` (50) sends or probes,
 since a P99 of fewer is their maximum; achieved versus scheduled send rate — or when requests
 did not complete, or when the server generated fewer tokens than an ``ignore_eos`` run
-asked for, or when the client and API server used more CPU than the cores left to them plus
-``engine_core_fraction`` of the engine's ("client-bound here": they took CPU the engine needed;
-not judged where the server's CPU is not measured). An invalid run's latencies describe the
-client, not the server: every bench leaves it out of the figures it would distort
-(``harness.bench.claims``).
+asked for, or when the load generator alone filled the cores left beside the engine past
+1 − ``engine_core_fraction`` and took more of them than the server did there ("client-bound here"; the server's
+own API frontend is never charged to it; not judged where the server's CPU is not measured). An invalid run's
+latencies describe the client, not the server: every bench leaves it out of the figures it would distort
+(``harness.bench.claims``); an arm's runs too small to judge their send lag alone are judged pooled
+(``harness.bench.sendlag``).
 """
 
 from __future__ import annotations
@@ -126,23 +127,35 @@ def schedule_reasons(records: Sequence[RequestRecord], health: ClientHealth, lim
     return reasons
 
 
+def server_cores_left(cpu: Mapping[str, Any]) -> float:
+    """The cores the server used outside the engine's bound cores: its API frontend, and the engine's own processes
+    beyond its cores (vLLM's EngineCore scheduler runs on the cores left)."""
+    frontend = (cpu.get("frontend_cpu_s") or 0.0) / cpu["wall_s"] if cpu.get("wall_s") else 0.0
+    return frontend + max(0.0, (cpu.get("engine_cores_used") or 0.0) - len(cpu.get("engine_cores") or ()))
+
+
 def cpu_share_limit(cpu: Mapping[str, Any], limits: ValidityLimits) -> float | None:
-    """The cores the client and API server may use: the ones left to them plus a share of the engine's."""
+    """The cores the load generator alone may use: past both what the server left of the cores left to them (less
+    ``engine_core_fraction`` of them: a core busier than that queues the server's work) and the server's own use
+    there, the client saturated those cores and took most of them."""
     if not cpu.get("measured") or not cpu.get("engine_cores"):
         return None  # not measured, or an engine bound to no core (which cores it needed is not known)
-    return round(len(cpu["cores_left"]) + limits.engine_core_fraction * len(cpu["engine_cores"]), 3)
+    server = server_cores_left(cpu)
+    return round(max((1 - limits.engine_core_fraction) * len(cpu["cores_left"]) - server, server), 3)
 
 
 def cpu_share_reason(cpu: Mapping[str, Any] | None, limits: ValidityLimits) -> str | None:
-    """"client-bound here" when the client and API server used more cores than they were left (``details.cpu``)."""
+    """"client-bound here" when the load generator alone used more cores than the rule allows (``details.cpu``)."""
     limit = cpu_share_limit(cpu, limits) if cpu else None
-    if cpu is None or limit is None or cpu["client_frontend_cores"] <= limit:
+    if cpu is None or limit is None:
         return None
-    return (f"client-bound here: the client and API server used {cpu['client_frontend_cores']:.2f} cores "
-            f"(client {cpu['client_cpu_s']:.1f} s + API server {cpu['frontend_cpu_s']:.1f} s of CPU over "
-            f"{cpu['wall_s']:.1f} s) > {limit:.2f} ({len(cpu['cores_left'])} left to them + "
-            f"{limits.engine_core_fraction:.0%} of the engine's {len(cpu['engine_cores'])}): they took CPU the engine "
-            "needed, so the latencies measure this host's contention")
+    client_cores = cpu["client_cpu_s"] / cpu["wall_s"]
+    if client_cores <= limit:
+        return None
+    return (f"client-bound here: the load generator used {client_cores:.2f} cores ({cpu['client_cpu_s']:.1f} s of "
+            f"CPU over {cpu['wall_s']:.1f} s) > {limit:.2f}: with the server's {server_cores_left(cpu):.2f} there it "
+            f"filled the {len(cpu['cores_left'])} core(s) left to them past {1 - limits.engine_core_fraction:.0%} "
+            "and took most of it, so the server's API and scheduler queued behind it")
 
 
 def invalid_reasons(records: Sequence[RequestRecord], health: ClientHealth, limits: ValidityLimits, *,

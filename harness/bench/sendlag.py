@@ -1,0 +1,103 @@
+"""Send lag judged over an arm's repeats pooled, where each repeat alone has too few sends to be judged.
+
+A run's own send-lag rule (``harness.serving.validity.schedule_reasons``) is judged only over ``min_lag_samples``
+(50) sends, since the P99 of fewer is their maximum; every arm run of bench-00, 68 and 69 sends fewer, so their
+send lag went unjudged. The repeats of one arm run the same workload on the same schedule, so their sends are one
+sample of the client's lateness: pooled, they are judged by the same two checks (P95 against 5 % of the TTFT P50
+and the mean arrival gap, P99 against 5 % of the TTFT P99; ``lag_limit_ms``), with the limits each run recorded.
+When the pooled lag fails, the runs that hold a send later than the failed limit are invalid ("client send lag
+... pooled over N repeats"): their late sends are the ones that moved the arrivals or their own latency; the runs
+whose sends all kept the schedule stay valid. Runs already judged alone (>= 50 sends) are not pooled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from harness.bench.records import ArmRun
+from harness.contract.distribution import PERCENTILE_METHOD
+from harness.serving.validity import ValidityLimits, lag_limit_ms
+
+
+def limits_of(run: ArmRun) -> ValidityLimits:
+    recorded = (run.result.get("details") or {}).get("validity_limits") or {}
+    fields = ValidityLimits.__dataclass_fields__
+    return ValidityLimits(**{k: v for k, v in recorded.items() if k in fields})
+
+
+def _lags_ms(run: ArmRun) -> list[float]:
+    return [r.send_lag_s * 1e3 for r in run.records if r.send_lag_s is not None]
+
+
+def _pooled_stats(runs: Sequence[ArmRun]) -> dict[str, Any]:
+    """The figures ``lag_limit_ms`` reads, over the runs' requests pooled (the mean arrival gap: the runs' mean)."""
+    lags = np.asarray([x for run in runs for x in _lags_ms(run)])
+    ttft = [(r.first_token_s - r.sent_s) * 1e3 for run in runs for r in run.records
+            if r.completed and r.first_token_s is not None and r.sent_s is not None]
+    gaps = [g for run in runs if (g := ((run.result.get("details") or {}).get("client") or {})
+                                   .get("mean_arrival_gap_ms"))]
+    p95, p99 = np.percentile(lags, [95, 99], method=PERCENTILE_METHOD) if lags.size else (None, None)
+    t50, t99 = np.percentile(ttft, [50, 99], method=PERCENTILE_METHOD) if ttft else (None, None)
+    return {"sends": int(lags.size), "send_lag_p95_ms": p95, "send_lag_p99_ms": p99, "ttft_p50_ms": t50,
+            "ttft_p99_ms": t99, "mean_arrival_gap_ms": float(np.mean(gaps)) if gaps else None}
+
+
+def judge_arm(runs: Sequence[ArmRun], label: str) -> tuple[dict[str, Any] | None, dict[int, str]]:
+    """The pooled judgement of ``label``'s valid runs too small to be judged alone (None if there are none), and
+    the reason for each repeat it makes invalid."""
+    small = [r for r in runs if r.label == label and not r.failure and r.records and r.valid
+             and 0 < len(_lags_ms(r)) < limits_of(r).min_lag_samples]
+    if not small:
+        return None, {}
+    limits = limits_of(small[0])
+    stats = _pooled_stats(small)
+    record: dict[str, Any] = {"arm": label, "repeats": [r.repeat for r in small], "sends": stats["sends"],
+                              "send_lag_p95_ms": _round(stats["send_lag_p95_ms"]),
+                              "send_lag_p99_ms": _round(stats["send_lag_p99_ms"]), "judged": False, "failed": []}
+    if stats["sends"] < limits.min_lag_samples:
+        record["why"] = f"{stats['sends']} sends pooled < {limits.min_lag_samples}: not judged"
+        return record, {}
+    record["judged"] = True
+    checks = (("P95", stats["send_lag_p95_ms"], lag_limit_ms(stats, limits, limits.send_lag_p99_ms),
+               "TTFT P50 / mean arrival gap"),
+              ("P99", stats["send_lag_p99_ms"],
+               lag_limit_ms(stats, limits, limits.send_lag_p99_ms, "ttft_p99_ms", gap=False), "TTFT P99"))
+    failed = [(name, value, limit, what) for name, value, limit, what in checks if limit is not None and value > limit]
+    if not failed:
+        return record, {}
+    record["failed"] = [{"check": n, "value_ms": _round(v), "limit_ms": _round(lim)} for n, v, lim, _ in failed]
+    first_limit = min(lim for _, _, lim, _ in failed)
+    why = "; ".join(f"client send lag {n} {v:.1f} ms over {stats['sends']} sends pooled over {len(small)} repeats "
+                    f"of {label} > {lim:.1f} ms ({limits.lag_fraction:.0%} of {what})" for n, v, lim, what in failed)
+    reasons = {r.repeat: f"{why}: this run sent {sum(x > first_limit for x in _lags_ms(r))} of them late, so the "
+                         "client could not keep its schedule"
+               for r in small if max(_lags_ms(r)) > first_limit}
+    record["invalid_repeats"] = sorted(reasons)
+    return record, reasons
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 4)
+
+
+def _invalidated(run: ArmRun, reason: str) -> ArmRun:
+    conclusion = run.result["conclusion"]
+    return replace(run, result={**run.result, "conclusion": {
+        **conclusion, "valid": False, "invalid_reasons": [*(conclusion.get("invalid_reasons") or []), reason]}})
+
+
+def pooled_send_lag(runs: Sequence[ArmRun]) -> tuple[list[ArmRun], list[dict[str, Any]]]:
+    """``runs`` with the pooled send-lag rule applied per arm (the runs it fails made invalid, with the reason), and
+    the judgement of each arm it pooled (``details.send_lag_pooled``)."""
+    out, records = list(runs), []
+    for label in dict.fromkeys(r.label for r in runs):
+        record, reasons = judge_arm(out, label)
+        if record is not None:
+            records.append(record)
+        out = [_invalidated(r, reasons[r.repeat]) if r.label == label and r.repeat in reasons and r.valid else r
+               for r in out]
+    return out, records
