@@ -1,4 +1,5 @@
-"""A small run of benchmarks/coverage.py: the default interval holds its coverage on simulated nulls and effects."""
+"""A small run of benchmarks/coverage.py: the default interval holds its coverage on simulated nulls and effects, and
+every bench design, simulated as the runner executes it, holds nominal (or is a listed known failure, and fails)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,31 @@ def test_abba_order_keeps_false_adopt_nominal_where_a_b_a_b_drifts(coverage):
 def test_bench81s_t_interval_covers_where_the_bootstrap_over_three_rounds_did_not(coverage):
     got = coverage.rounds_coverage(3, 300, seed=4)  # 2000: bootstrap 75.0 %, t 95.2 %
     assert abs(got["t"] - 0.95) < 0.04 and got["bootstrap"] < 0.85
+
+
+@pytest.fixture(scope="module")
+def design_rows(coverage):
+    """The CI size: 600 fixed-seed simulations per design, a Monte-Carlo se of 0.9 points on a 95 % coverage and
+    0.64 on a 2.5 % rate; each row's tolerance is the method's 2 points plus three of those se."""
+    return {r.design.name: r for r in coverage.design_rows(coverage.SMALL_SIMS, 0)}
+
+
+def test_every_design_holds_nominal_or_is_a_known_failure(coverage, design_rows):
+    failing = {name for name, r in design_rows.items() if r.failures()}
+    assert failing == set(coverage.designs.KNOWN_FAILURES), {n: r.failures() for n, r in design_rows.items()}
+    for name, r in design_rows.items():
+        assert r.decided >= 0.9 * r.sims, f"{name}: {r.sims - r.decided} runs stopped early"
+        if name not in coverage.designs.KNOWN_FAILURES:
+            assert abs(r.coverage - r.design.nominal) <= r.coverage_tolerance, name
+            assert r.design.level is None or r.false_adopt <= r.design.level + 3 * r.adopt_se, name
+
+
+def test_a_design_off_nominal_is_reported(coverage, design_rows):
+    row = design_rows["bench-69 interleaved"]
+    low = coverage.DesignRow(row.design, row.sims, row.design.nominal - row.coverage_tolerance - 0.005,
+                               row.decided, row.false_adopt)
+    loose = coverage.DesignRow(row.design, row.sims, row.coverage, row.decided, 0.025 + 3 * row.adopt_se + 0.005)
+    assert low.failures() and "coverage" in low.failures()[0]
+    assert loose.failures() and "false adopt" in loose.failures()[0]
+    text, wrong = coverage.design_report([low, *[r for n, r in design_rows.items() if n != row.design.name]])
+    assert wrong == ["bench-69 interleaved: leaves nominal"] and "FAIL" in text
