@@ -96,7 +96,8 @@ class BenchConfig(KnobConfig):
                            "bench-00 run, if it ran on this host), none, or a manifest path")
     server: tuple[str, ...] = knob((), "VARIANT=URL: measure that server variant on a server you run instead of "
                                    "starting it (repeatable: --server cache-on=http://127.0.0.1:8001 --server "
-                                   "cache-off=...); each is checked (model, effective settings) before measuring")
+                                   "cache-off=...), or a JSON file mapping variant names to URLs; each is checked "
+                                   "(model, effective settings) before measuring")
     dtype: str | None = knob(None, "served dtype (default on vllm-cpu: bfloat16 where the CPU has AMX or AVX-512 "
                              "BF16, else float32; GPU backends: auto); the choice and its reason go to run.json",
                              choices=SERVED_DTYPES)

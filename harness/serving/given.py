@@ -32,10 +32,27 @@ URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(:\d{1,5})?(/[\w.~\-/]*)?$")
 CHECK_TIMEOUT_S = 10.0
 
 
+def from_file(item: str) -> list[str]:
+    """A file mapping variant names to endpoints (``{"cache-on": "http://h:8001", ...}``) as ``VARIANT=URL`` items;
+    any other value is itself."""
+    path = Path(item)
+    if "=" in item or not path.is_file():
+        return [item]
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InvalidInput(f"--server {item}: not a JSON file ({exc})") from None
+    if not isinstance(doc, dict) or not doc or not all(isinstance(v, str) for v in doc.values()):
+        raise InvalidInput(f"--server {item}: expected a JSON object of variant names to URLs",
+                           hint='e.g. {"cache-on": "http://127.0.0.1:8001"}')
+    return [f"{name}={url}" for name, url in doc.items()]
+
+
 def parse_endpoints(values: Sequence[str]) -> dict[str, str]:
-    """``("cache-on=http://h:8001", ...)`` as {variant: base URL}; a malformed or repeated entry is an input error."""
+    """``("cache-on=http://h:8001", ...)`` (or a file of them, ``from_file``) as {variant: base URL}; a malformed or
+    repeated entry is an input error."""
     out: dict[str, str] = {}
-    for item in values:
+    for item in (entry for value in values for entry in from_file(value)):
         name, sep, url = item.partition("=")
         name, url = name.strip(), url.strip().rstrip("/")
         if not sep or not name or not URL.match(url):

@@ -134,6 +134,15 @@ def test_malformed_server_values_are_input_errors(values, message):
         parse_endpoints(values)
 
 
+def test_a_file_maps_variants_to_endpoints(tmp_path):
+    mapping = tmp_path / "servers.json"
+    mapping.write_text(json.dumps({"cache-on": "http://h:8001", "cache-off": "http://h:8002/v1"}))
+    assert parse_endpoints([str(mapping)]) == {"cache-on": "http://h:8001", "cache-off": "http://h:8002"}
+    mapping.write_text('["http://h:8001"]')
+    with pytest.raises(InvalidInput, match="expected a JSON object of variant names to URLs"):
+        parse_endpoints([str(mapping)])
+
+
 def test_the_openai_base_url_people_copy_is_the_server():
     assert parse_endpoints(["on=http://h:8001/v1/"]) == {"on": "http://h:8001"}
 
