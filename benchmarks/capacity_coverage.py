@@ -20,12 +20,14 @@ from dataclasses import replace
 import numpy as np
 
 from harness.bench.lib.capacity_fit import ProbeSample, estimate_capacity, probe_schedule
+from harness.bench.lib.exceedance import ProbeCount, exceedance_capacity, needed_requests, stationarity
 from harness.bench.lib.saturation import FALLS_BEHIND, Level, Timeline, bracket, queue_growth, steady_throughput
 from harness.bench.lib.sweep import EXTRA_RUNGS, EXTRA_STEP, RATE_FRACTIONS
 from harness.mech.engine.costmodel import StepCostModel
 from harness.mech.engine.simulate import run_continuous
 from harness.mech.engine.types import EngineConfig
 from harness.mech.engine.workload import SyntheticSpec, synthetic
+from harness.serving.steady import bounds
 
 TTFT = "ttft_ms.p99"
 
@@ -53,6 +55,69 @@ def capacity_coverage(trials: int, resamples: int, requests: int, shape: str = "
         widths += (est.high_rps - est.low_rps) / truth
     return {"trials": trials, "requests_per_probe": requests, "shape": shape, "coverage": inside / trials,
             "mean_relative_width": widths / trials, "truth_rps": round(truth, 4)}
+
+
+def mm1_probe(rate: float, mu: float, seconds: float, at_least: int, rng: np.random.Generator
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """One probe as the bench runs it, on an M/M/1 FIFO server started empty: Poisson arrivals scheduled at
+    ``rate`` (the gaps scaled so the list spans (n - 1) / rate, as ``poisson_scheduled`` does) over at least
+    ``seconds`` and ``at_least`` requests. Returns (scheduled send s, latency from it ms)."""
+    n = max(2, at_least, math.ceil(rate * seconds) + 1)
+    gaps = rng.exponential(1.0, n - 1)
+    arrivals = np.concatenate([[0.0], np.cumsum(gaps / gaps.sum() * (n - 1) / rate)])
+    service = rng.exponential(1.0 / mu, n)
+    ends = np.empty(n)
+    free = 0.0
+    for i in range(n):
+        free = max(free, arrivals[i]) + service[i]
+        ends[i] = free
+    return arrivals, (ends - arrivals) * 1e3
+
+
+def queue_probe_count(rate: float, arrivals: np.ndarray, latency_ms: np.ndarray, limit_ms: float) -> ProbeCount:
+    """The probe read as the bench reads it: its steady window (from the first wave's turnover, ``steady.bounds``),
+    and failed unless its queue is shown not to grow (``exceedance.stationarity``)."""
+    ends = arrivals + latency_ms / 1e3
+    window = bounds(arrivals.tolist(), ends.tolist())
+    start = window[1] if window else 0.0
+    keep = arrivals >= start
+    growth = queue_growth(Timeline(tuple(arrivals), tuple(ends), tuple(ends)), 0.05)
+    return ProbeCount(rate, tuple(bool(x) for x in latency_ms[keep] > limit_ms), stationarity(growth.verdict))
+
+
+def queue_coverage(trials: int, resamples: int, binding: float, probe_seconds: float, requests: int,
+                   mu: float = 2.0) -> dict:
+    """bench-72's probes on a queue: the schedule centred on the saturation point (mu) with one rung below and three
+    above, each probe started empty, a candidate stopping after two broken probes. The truth is the stationary
+    capacity: for M/M/1 FIFO the latency is exponential with rate mu - lambda, so P(T > L) = 1 % at
+    lambda* = mu - ln(100) / L, set to ``binding`` x mu."""
+    limit_ms = math.log(100.0) / ((1 - binding) * mu) * 1e3
+    truth = binding * mu
+    schedule = probe_schedule(mu, 2.0, below=1, above=3)
+    old_in = old_point_ok = new_ok = certified = 0
+    ratios, lows = [], []
+    for seed in range(trials):
+        rng = np.random.default_rng(seed)
+        samples, counts, broke = [], [], 0
+        for rate in schedule:
+            arrivals, lat = mm1_probe(rate, mu, probe_seconds, requests, rng)
+            samples.append(ProbeSample(rate, {TTFT: tuple(lat)}))
+            counts.append(queue_probe_count(rate, arrivals, lat, limit_ms))
+            broke = broke + 1 if np.percentile(lat, 99) > limit_ms else 0
+            if broke == 2:
+                break
+        old = estimate_capacity(samples, {TTFT: limit_ms}, resamples=resamples, seed=seed)
+        old_in += old.low_rps is not None and old.low_rps <= truth <= old.high_rps
+        old_point_ok += old.capacity_rps is not None and old.capacity_rps <= truth
+        ratios.append((old.capacity_rps or 0.0) / truth)
+        new = exceedance_capacity(counts)
+        certified += new.lower_rps is not None
+        new_ok += new.lower_rps is None or new.lower_rps <= truth
+        lows.append((new.lower_rps or 0.0) / truth)
+    return {"trials": trials, "binding": binding, "probe_seconds": probe_seconds, "truth_rps": truth,
+            "old_coverage": old_in / trials, "old_point_meets_slo": old_point_ok / trials,
+            "old_median_ratio": float(np.median(ratios)), "new_lower_holds": new_ok / trials,
+            "new_certified": certified / trials, "new_median_lower_ratio": float(np.median(lows))}
 
 
 def _sim(rate: float, requests: int, seed: int, cost: StepCostModel, closed: int = 0) -> list:
@@ -115,14 +180,29 @@ def main() -> None:
     parser.add_argument("--ladder", action="append", default=[],
                         help="bench-66 rate fractions to compare, comma-separated (repeatable; default: the bench's)")
     parser.add_argument("--only-bracket", action="store_true", help="skip bench-72's capacity interval")
+    parser.add_argument("--queue", action="store_true", help="also bench-72's probes on a simulated queue")
+    parser.add_argument("--only-queue", action="store_true", help="only bench-72's probes on a simulated queue")
     args = parser.parse_args()
-    if not args.only_bracket:
+    if not args.only_bracket and not args.only_queue:
         for shape in SHAPES:
             for requests in (12, 28, 100, 200):
                 got = capacity_coverage(args.trials, args.resamples, requests, shape)
                 print(f"bench-72 capacity interval, {shape} latencies, {requests} requests/probe: coverage "
                       f"{got['coverage']:.0%} over {got['trials']} trials (nominal 95 %), mean width "
                       f"{got['mean_relative_width']:.0%} of the truth {got['truth_rps']} req/s", flush=True)
+    if args.queue or args.only_queue:
+        print(f"a 1 % exceedance claim at 95 % needs >= {needed_requests()} requests at a rate without an exceedance")
+        for seconds, requests in ((10.0, 12), (300.0, 12)):
+            for binding in (0.75, 0.9):
+                q = queue_coverage(args.trials, args.resamples, binding, seconds, requests)
+                print(f"bench-72 on an M/M/1 queue (probes started empty, >= {seconds:g} s, SLO binding at "
+                      f"{binding:g} mu = {q['truth_rps']:g} req/s): fitted-P99 interval covers the stationary "
+                      f"capacity {q['old_coverage']:.0%}, its point meets the SLO {q['old_point_meets_slo']:.0%}, "
+                      f"median point {q['old_median_ratio']:.2f}x the truth; exceedance lower bound certified a rate "
+                      f"in {q['new_certified']:.0%} of runs, held (<= the truth, or none) in {q['new_lower_holds']:.0%}"
+                      f", median {q['new_median_lower_ratio']:.2f}x", flush=True)
+        if args.only_queue:
+            return
     ladders = [tuple(float(f) for f in ladder.split(",")) for ladder in args.ladder] or [RATE_FRACTIONS]
     for fractions in ladders:
         sat = bracket_coverage(max(5, args.trials // 5), fractions)

@@ -597,3 +597,46 @@ def test_a_bench66_run_of_another_backend_model_or_device_is_never_cited(tmp_pat
         with pytest.raises(InvalidInput, match=f"measured another setup: {why}"):  # named: an input error
             bench72.cited_baseline(bench72.Config(baseline=str(other)), here, model)
     assert bench72.cited_baseline(bench72.Config(baseline=str(same)), here, model)[0].manifest == same
+
+
+def _probe_run(label: str, rate: float, n: int, ttft_s, seed: int = 0) -> ArmRun:
+    """A probe of ``n`` requests scheduled every 1/rate s, TTFT from ``ttft_s(i)``, 4 tokens 0.05 s apart."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    records = []
+    for i in range(n):
+        sched = i / rate
+        first = sched + ttft_s(i) * (1 + 0.05 * rng.random())
+        records.append(RequestRecord(index=i, status="length", scheduled_s=sched, sent_s=sched, first_token_s=first,
+                                     end_s=first + 0.15, chunk_s=(first, first + 0.05, first + 0.1, first + 0.15),
+                                     completion_tokens=4, output_tokens_requested=4))
+    result = {"conclusion": {"invalid_reasons": [], "valid": True, "failure": None},
+              "details": {"client": {"schedule_reasons": []}, "server_metrics": {}},
+              "performance": {"throughput": {"request_rate_rps": rate}}}
+    return ArmRun(label=label, repeat=1, result_path=Path("r.json"), result=result, records=tuple(records))
+
+
+def test_deploy_up_to_is_the_exceedance_lower_bound_and_a_short_probe_certifies_nothing():
+    from harness.bench.benches.bench72.certify import certifications, deploy_text
+
+    slo = SLO(ttft_p99_ms=1000.0, tpot_p99_ms=200.0, error_rate=0.01, basis="test")
+    history = History(cfg=bench72.Config(), model=None, run_dir=Path("."))
+    history.notes["probes"] = {"a rate=1/s": {"candidate": "a", "rate_rps": 1.0},
+                               "a rate=2/s": {"candidate": "a", "rate_rps": 2.0},
+                               "b rate=1/s": {"candidate": "b", "rate_rps": 1.0}}
+    history.runs += [_probe_run("a rate=1/s", 1.0, 400, lambda i: 0.2),
+                     # one request in ten over the limit, spread evenly: 10 % exceed, a stationary queue
+                     _probe_run("a rate=2/s", 2.0, 400, lambda i: 1.5 if i % 10 == 0 else 0.2),
+                     _probe_run("b rate=1/s", 1.0, 12, lambda i: 0.2)]
+    certs = certifications(history, ["a", "b"], slo)
+    a, b = certs["a"], certs["b"]
+    assert a.lower_rps == 1.0 and a.rates[0].exceeded == 0 and a.rates[0].requests >= 299
+    assert a.rates[1].exceeded > 0 and a.rates[1].upper > 0.01 and 1.0 <= a.point_rps < 2.0
+    # 12 requests: no verdict on queue growth (under 100), and under the 299 a 1 % claim needs
+    assert b.lower_rps is None and "queue growth not ruled out" in b.status and "needs >= 299" in b.status
+    assert deploy_text("a", a) == "deploy a up to 1 req/s (95% one-sided lower bound)"
+    out = decide([searched("a", 1.6, 1.4, 1.8), searched("b", 0.9, 0.5, 1.0)], None, None, repeats=3, costs={},
+                 certs=certs)
+    assert out.record["deploy_up_to_rps"] == 1.0 and out.record["exceedance"]["b"]["lower_rps"] is None
+    assert "299" in out.record["deploy_rule"]

@@ -38,8 +38,10 @@ from harness.bench.benches.bench72.capacity import (
     Searched,
     duel_label,
 )
+from harness.bench.benches.bench72.certify import certifications, deploy_text
 from harness.bench.benches.bench72.gate import REFERENCE_RULE, agreement, changes_numerics, numerics_of, reference_of
 from harness.bench.lib.capacity_fit import Estimate, rank
+from harness.bench.lib.exceedance import ExceedanceCapacity
 from harness.bench.metrics import ENERGY_COLUMNS, TPOT_P99, TTFT_P99, Metric
 from harness.bench.records import Reading
 from harness.bench.spec import Claim, History
@@ -50,6 +52,10 @@ RULE = ("capacity fitted from every probe of one shared schedule (isotonic P99 v
         "a leader standing alone is adopted when the paired duel inside its capacity shows its P99 on the "
         "runner-up's binding SLO lower (CI excludes 1, >= 3 pairs); a candidate whose numerics differ from the "
         "highest-precision candidate's must match its greedy outputs exactly on --min-agreement of the requests")
+DEPLOY_RULE = ("deploy up to the one-sided 95 % lower bound of the rate whose share of requests over an SLO is "
+               "<= 1 %: each probe's steady window as an exceedance count (a probe whose queue was not shown "
+               "stationary counts as all exceeding), rates tested low to high by a Clopper-Pearson bound clustered "
+               "by probe; a rate needs >= 299 requests without an exceedance")
 HINTS = {
     TTFT: "prefill and queueing give way first: try a larger max_num_batched_tokens or more max_num_seqs",
     TPOT: "decode gives way first: try fewer max_num_seqs (smaller decode batches) or a faster dtype",
@@ -82,9 +88,11 @@ def _capacity(s: Searched) -> float | None:
 
 
 def decide(ranked: Sequence[Searched], duel: ClaimResult | None, duel_rate: float | None, *, repeats: int,
-           costs: Mapping[str, float | None], gates: Mapping[str, dict[str, Any]] | None = None) -> Decision:
-    """The decision record from the fitted capacities, the gate and the duel's paired effect (module docstring)."""
-    gates = gates or {}
+           costs: Mapping[str, float | None], gates: Mapping[str, dict[str, Any]] | None = None,
+           certs: Mapping[str, ExceedanceCapacity] | None = None) -> Decision:
+    """The decision record from the fitted capacities, the gate and the duel's paired effect (module docstring);
+    where to deploy is the chosen candidate's exceedance lower bound (``certify``), never the point estimate."""
+    gates, certs = gates or {}, certs or {}
     # a capacity below the schedule is only a bound (its lowest rate already broke a limit): it does not qualify
     ok = [s for s in ranked if _capacity(s) is not None and gates.get(s.name, {}).get("passed", True)
           and cast(Estimate, s.estimate).status != "below the schedule"]
@@ -103,14 +111,17 @@ def decide(ranked: Sequence[Searched], duel: ClaimResult | None, duel_rate: floa
         "rule": RULE, "deploy": chosen.name, "capacity_rps": _capacity(chosen), "interval_rps": interval(chosen),
         "binding_constraint": list(chosen.binding), "binding_limit": chosen.estimate.binding if chosen.estimate else
         None, "tied": list(ranking.tied), "reason": ranking.reason + gate_text, "gates": dict(gates),
-        "fit_status": chosen.estimate.status if chosen.estimate else None, "peak_memory_gib": dict(costs)}
+        "fit_status": chosen.estimate.status if chosen.estimate else None, "peak_memory_gib": dict(costs),
+        "deploy_up_to_rps": certs[chosen.name].lower_rps if chosen.name in certs else None,
+        "deploy_rule": DEPLOY_RULE, "exceedance": {n: c.to_dict() for n, c in certs.items()}}
+    deploy = deploy_text(chosen.name, certs.get(chosen.name))
     text = "; ".join(f"{s.name} {s.estimate.text()}" for s in ok if s.estimate)
     if len(ok) < 2:
         only = cast(Estimate, lead.estimate)  # a qualifying candidate has a fitted capacity
         summary = f"{lead.name} is the only candidate that qualifies: capacity {only.text()}{gate_text}"
         return Decision("inconclusive", "single", summary, f"add candidates to compare; {hint}", record)
     if len(ranking.tied) > 1:
-        summary = f"{ranking.reason}: deploy {chosen.name} up to {_capacity(chosen):.3g} req/s ({text}){gate_text}"
+        summary = f"{ranking.reason}: {deploy}; point estimates {text}{gate_text}"
         step = (f"deploy {chosen.name}; to separate the tie, lengthen the probes (--requests, --probe-seconds) for "
                 "narrower intervals")
         return Decision("inconclusive", "repeated" if repeats >= 3 else "single", summary, step, record)
@@ -121,7 +132,7 @@ def decide(ranked: Sequence[Searched], duel: ClaimResult | None, duel_rate: floa
     shown = effect_text(duel.effect, duel.claim.metric.title)
     if duel.decision == "adopt":
         summary = f"deploy {lead.name}: {text}; it stands alone; duel at {duel_rate:.3g} req/s: {shown}{gate_text}"
-        step = f"deploy {lead.name} at up to {_capacity(lead):.3g} req/s; {hint}"
+        step = f"{deploy}; {hint}"
         return Decision("adopt", duel.evidence_level, summary, step, record)
     summary = f"inconclusive: {text}; the paired duel does not confirm {lead.name} ({duel.reason}); {shown}"
     return Decision("inconclusive", duel.evidence_level, summary, f"raise --repeats for the duel; {hint}", record)
@@ -300,8 +311,10 @@ def deployment_reading(
     claim = _duel_claim(history, ranked, duel)
     costs = {s.name: s.peak("peak_memory_gib") for s in ranked}
     gates = numerics_gates(history, candidates, cfg.min_agreement)
+    certs = certifications(history, [s.name for s in ranked], slo)
     verdict = (
-        decide(ranked, claim, duel["rate_rps"] if duel else None, repeats=cfg.repeats, costs=costs, gates=gates)
+        decide(ranked, claim, duel["rate_rps"] if duel else None, repeats=cfg.repeats, costs=costs, gates=gates,
+               certs=certs)
         if slo
         else _no_slo()
     )
