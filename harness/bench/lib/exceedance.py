@@ -28,12 +28,13 @@ from typing import Any
 import numpy as np
 
 from harness.bench.lib.capacity_fit import isotonic
-from harness.bench.lib.saturation import FALLS_BEHIND, KEEPS_UP
+from harness.bench.lib.saturation import FALLS_BEHIND, KEEPS_UP, UNDETERMINED, Timeline, queue_growth
 from harness.contract.distribution import binomial_upper
 
 BATCH = 10  # consecutive requests of one probe per cluster for the design effect
 MAX_EXCEEDANCE = 0.01  # a P99 limit: at most 1 % of requests may exceed it
 CONFIDENCE = 0.95
+GROWTH_TOLERANCE = 0.05  # bench-66's: a queue slope over 5 % of the load left unserved is growth
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,15 @@ def stationarity(verdict: str) -> str:
     if verdict == KEEPS_UP:
         return ""
     return "queue grew" if verdict == FALLS_BEHIND else f"queue growth not ruled out ({verdict})"
+
+
+def queue_verdict(records: Sequence[Any], tolerance: float = GROWTH_TOLERANCE) -> str:
+    """bench-66's queue-growth verdict (``saturation.queue_growth``) over one probe's requests in scheduled order."""
+    timed = sorted(((r.scheduled_s, r) for r in records if r.scheduled_s is not None), key=lambda x: x[0])
+    if len(timed) < 2:
+        return UNDETERMINED
+    return queue_growth(Timeline(tuple(t for t, _ in timed), tuple(r.first_token_s for _, r in timed),
+                                 tuple(r.end_s for _, r in timed)), tolerance).verdict
 
 
 def needed_requests(max_exceedance: float = MAX_EXCEEDANCE, confidence: float = CONFIDENCE) -> int:

@@ -640,3 +640,13 @@ def test_deploy_up_to_is_the_exceedance_lower_bound_and_a_short_probe_certifies_
                  certs=certs)
     assert out.record["deploy_up_to_rps"] == 1.0 and out.record["exceedance"]["b"]["lower_rps"] is None
     assert "299" in out.record["deploy_rule"]
+
+
+def test_a_probe_whose_queue_grew_fails_even_where_its_p99_reads_under_the_slo():
+    slo = SLO(ttft_p99_ms=60_000.0, tpot_p99_ms=200.0, error_rate=0.01, basis="test")
+    # 200 requests at 2 req/s, each waiting 0.15 s longer than the one before: 30 % of the load left unserved
+    grew = _probe_run("a rate=2/s", 2.0, 200, lambda i: 0.2 + 0.15 * i)
+    probe = verdict(grew, slo, 2.0)
+    assert not probe.passed and "queue grew" in probe.violated
+    flat = verdict(_probe_run("a rate=2/s", 2.0, 200, lambda i: 0.2), slo, 2.0)
+    assert flat.passed and "queue grew" not in flat.violated

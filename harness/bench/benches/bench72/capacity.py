@@ -23,7 +23,8 @@ from typing import Any
 from harness.bench.benches.bench72.tiers import RELATIVE, TIERS
 from harness.bench.lib.capacity_fit import Estimate, ProbeSample, estimate_capacity, probe_schedule
 from harness.bench.lib.citations import cited_saturation
-from harness.bench.lib.saturation import scheduled_rate
+from harness.bench.lib.exceedance import queue_verdict
+from harness.bench.lib.saturation import FALLS_BEHIND, scheduled_rate
 from harness.bench.lib.search import Capacity, Probe, SearchConfig, binding, capacity
 from harness.bench.metrics import (
     DEVICE_MEMORY_GIB,
@@ -45,7 +46,7 @@ from harness.contract.distribution import slo_compliance
 from harness.workload import Arrival, Common
 from harness.workload.arrival import poisson_scheduled
 
-TTFT, TPOT, ERRORS, CLIENT = "TTFT P99", "TPOT P99", "error rate", "client schedule"
+TTFT, TPOT, ERRORS, CLIENT, QUEUE = "TTFT P99", "TPOT P99", "error rate", "client schedule", "queue grew"
 SLO_QUANTILE = 0.99  # the tiers' limits are P99s: at most 1 % of a probe's requests may exceed one
 LIGHT = "light load"
 MIN_REFERENCE = 100  # unqueued requests a relative SLO's median reference needs (DESIGN.md: no P99 below ~100)
@@ -157,6 +158,8 @@ def verdict(run: ArmRun, slo: SLO, rate: float) -> Probe:
     violated = [CLIENT] if client else []
     if errors > slo.error_rate:
         violated.append(ERRORS)
+    if queue_verdict(run.records) == FALLS_BEHIND:  # the arrivals outran the server: no latency here is stationary
+        violated.append(QUEUE)
     violated += [name for name, c in judged.items() if c["requests"] and c["exceedance"] > c["max_exceedance"]]
     passed = not violated and bool(ttft_all) and bool(tpot_all)
     detail = {"repeat": run.repeat, "ttft_p99_ms": ttft, "tpot_p99_ms": tpot, "error_rate": round(errors, 4),
@@ -240,7 +243,7 @@ class Campaign:
             ttft, tpot = request_latencies(run.records)
             rate = scheduled_rate([r.scheduled_s for r in run.records if r.scheduled_s is not None])
             out.append(ProbeSample(rate or probe.rate_rps, {TTFT_P99.name: ttft, TPOT_P99.name: tpot},
-                                   broken=bool({CLIENT, ERRORS} & set(probe.violated))))
+                                   broken=bool({CLIENT, ERRORS, QUEUE} & set(probe.violated))))
         return out
 
     def searched(self, history: History, name: str) -> Searched | None:
@@ -367,14 +370,8 @@ class Campaign:
     def ranked(self, history: History) -> list[Searched]:
         """Searched candidates, best first: higher fitted capacity, then lower peak memory, then grid order."""
         found = [s for s in (self.searched(history, n) for n in self.candidates) if s is not None and s.probes]
-        return sorted(
-            found,
-            key=lambda s: (
-                -((s.estimate.capacity_rps if s.estimate else None) or 0.0),
-                s.peak("peak_memory_gib") or 0.0,
-                self.candidates.index(s.name),
-            ),
-        )
+        return sorted(found, key=lambda s: (-((s.estimate.capacity_rps if s.estimate else None) or 0.0),
+                                            s.peak("peak_memory_gib") or 0.0, self.candidates.index(s.name)))
 
     def duel(self, history: History) -> Iterator[Step]:
         """The top two at the leader's capacity, interleaved A B / B A by round over the repeats."""

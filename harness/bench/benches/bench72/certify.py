@@ -15,13 +15,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.bench.benches.bench72.capacity import CLIENT, ERRORS, SLO, verdict
-from harness.bench.lib.exceedance import ExceedanceCapacity, ProbeCount, exceedance_capacity, stationarity
-from harness.bench.lib.saturation import Timeline, queue_growth
+from harness.bench.lib.exceedance import (
+    ExceedanceCapacity,
+    ProbeCount,
+    exceedance_capacity,
+    queue_verdict,
+    stationarity,
+)
 from harness.bench.records import ArmRun
 from harness.bench.spec import History
 from harness.serving.steady import window
-
-GROWTH_TOLERANCE = 0.05  # bench-66's: a queue slope over 5 % of the load left unserved is growth
 
 
 def exceeded(rec: Any, slo: SLO) -> bool:
@@ -37,14 +40,11 @@ def exceeded(rec: Any, slo: SLO) -> bool:
 
 def probe_count(run: ArmRun, slo: SLO, rate: float) -> ProbeCount:
     """One probe as an exceedance count over its steady window, failed where it cannot be read as stationary."""
-    timed = sorted(((r.scheduled_s, r) for r in run.records if r.scheduled_s is not None), key=lambda x: x[0])
-    records = [r for _, r in timed]
+    records = sorted((r for r in run.records if r.scheduled_s is not None), key=lambda r: r.scheduled_s or 0.0)
     bounds = window(records)
     steady = [r for r in records if bounds is None or (r.sent_s is not None and r.sent_s >= bounds[1])]
     broken = [v for v in verdict(run, slo, rate).violated if v in (CLIENT, ERRORS)]
-    growth = queue_growth(Timeline(tuple(t for t, _ in timed), tuple(r.first_token_s for r in records),
-                                   tuple(r.end_s for r in records)), GROWTH_TOLERANCE) if len(records) > 1 else None
-    why = "; ".join([*broken, *filter(None, [stationarity(growth.verdict if growth else "undetermined")])])
+    why = "; ".join([*broken, *filter(None, [stationarity(queue_verdict(records))])])
     return ProbeCount(rate, tuple(exceeded(r, slo) for r in steady), why)
 
 
