@@ -36,16 +36,24 @@ BYTES_MAX = 2**50  # 1 PiB
 METAVARS = {int: "N", float: "X", str: "TEXT", Path: "PATH"}
 
 
+Group = Literal["question", "protocol"]
+
+
 def knob(default: Any, help: str, *, min: float | None = None, max: float | None = None,  # noqa: A002
          choices: tuple[Any, ...] | None = None, cli: bool = True, empty: bool = False,
-         cites: str | None = None) -> Any:
+         cites: str | None = None, group: Group = "question") -> Any:
     """A config field with its help text and the constraints ``check_config`` enforces.
+
+    ``group``: ``question`` knobs change what is asked (sizes, model, servers, repeats, margin, a bench's own
+    workload and arms) and ``--help`` lists them; ``protocol`` knobs say how it is measured or where it runs
+    (timeouts, resamples, placement, signing) and only ``--help-all`` lists them. Both parse alike.
 
     ``empty``: a list knob with a non-empty default may be set empty (it switches a family of arms off);
     otherwise an empty value is refused, since nothing would run. ``cites``: the field names a signed manifest of
     that semantic id (a path, or ``latest``/``none``), audited before any setup (``cited_paths``).
     """
-    meta = {"help": help, "min": min, "max": max, "choices": choices, "cli": cli, "empty": empty, "cites": cites}
+    meta = {"help": help, "min": min, "max": max, "choices": choices, "cli": cli, "empty": empty, "cites": cites,
+            "group": group}
     if isinstance(default, (list, dict, set)):
         raise TypeError("knob defaults must be immutable (use a tuple)")
     return dataclasses.field(default=default, metadata=meta)
@@ -101,24 +109,53 @@ def _shown(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
+class _HelpAll(argparse.Action):
+    """``--help-all``: the help with the protocol knobs ``--help`` leaves out."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any):
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        for action in parser._actions:
+            action.help = getattr(action, "protocol_help", action.help)
+        parser.print_help()
+        parser.exit()
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One option per field of ``cls``; help and default from the field."""
-    for f, hint in _field_types(cls):
-        kind, many, _ = _unwrap(hint)
-        choices = _choices_of(kind, f.metadata)
-        text = f.metadata.get("help", "")
-        if choices:
-            text += f" (one of: {', '.join(map(str, choices))})"
-        if "default" not in text:
-            text = f"{text} (default: {_shown(f.default)})".strip()
-        if kind is bool and not many:
-            parser.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=UNSET,
-                                help=text)
-        else:
-            # a list knob given twice takes both (``--server a=URL --server b=URL``)
-            parser.add_argument(flag(f.name), dest=f.name, nargs="+" if many else None, default=None if many else UNSET,
-                                action="extend" if many else "store", metavar=METAVARS.get(kind, "VALUE"),
-                                help=text.replace("%", "%%"))
+    """One option per field of ``cls``; help and default from the field. Protocol knobs (``knob(group=...)``) go
+    to a group of their own that only ``--help-all`` shows."""
+    fields = _field_types(cls)
+    protocol = None
+    if any(f.metadata.get("group") == "protocol" for f, _ in fields):
+        parser.add_argument("--help-all", action=_HelpAll, help="show this help with the protocol knobs too")
+        protocol = parser.add_argument_group("protocol (how it is measured and where it runs; shown by --help-all)")
+    for f, hint in fields:
+        target = protocol if protocol and f.metadata.get("group") == "protocol" else parser
+        _add_knob(target, f, hint)
+    if protocol:
+        for action in protocol._group_actions:
+            action.protocol_help, action.help = action.help, argparse.SUPPRESS  # type: ignore[attr-defined]
+
+
+def _add_knob(parser: argparse.ArgumentParser | argparse._ArgumentGroup, f: dataclasses.Field, hint: Any) -> None:
+    """One option for one field."""
+    kind, many, _ = _unwrap(hint)
+    choices = _choices_of(kind, f.metadata)
+    text = f.metadata.get("help", "")
+    if choices:
+        text += f" (one of: {', '.join(map(str, choices))})"
+    if "default" not in text:
+        text = f"{text} (default: {_shown(f.default)})".strip()
+    if kind is bool and not many:
+        parser.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=UNSET,
+                            help=text)
+    else:
+        # a list knob given twice takes both (``--server a=URL --server b=URL``)
+        parser.add_argument(flag(f.name), dest=f.name, nargs="+" if many else None, default=None if many else UNSET,
+                            action="extend" if many else "store", metavar=METAVARS.get(kind, "VALUE"),
+                            help=text.replace("%", "%%"))
 
 
 def values_from_args(cls: type, args: argparse.Namespace) -> dict[str, Any]:

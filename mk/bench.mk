@@ -1,5 +1,5 @@
 # Serving benches (docs/benches.md): one pattern rule runs every bench spec under
-# harness/bench/benches/. Any knob of `infkit bench NN --help` is also a Make variable
+# harness/bench/benches/. Any knob of `infkit bench NN --help-all` is also a Make variable
 # (REPEATS=5, RATES=1,2,4, SLO_TTFT_P99_MS=500 ...); BENCH_ARGS passes flags as they are.
 # GPU=N uses the containerized GPU path where an NVIDIA GPU and a Docker engine exist, else the CPU default;
 # GPU=2,3 offers two devices. DRY_RUN=1 prints the plan as JSON (infkit bench NN --dry-run) and starts nothing.

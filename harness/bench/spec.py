@@ -64,43 +64,46 @@ class BenchConfig(KnobConfig):
     size: str = knob(DEFAULT_SIZE, "named size of the request lists: quick (about half the reference host's work) or "
                      "reference; the same size replays the same requests on every host (infkit doctor recommends one)",
                      choices=tuple(SIZES))
-    scale: int = knob(1, "multiply the number of measured requests per arm", min=1, max=1000)
+    scale: int = knob(1, "multiply the number of measured requests per arm", min=1, max=1000, group="protocol")
     repeats: int = knob(3, "repeats of every arm, interleaved (< 5 lowers the evidence level to single)", min=1,
                         max=1000)
     reruns: int = knob(3, "invalid arm runs re-run in their place per bench (same repeat and arrivals); once "
-                       "spent, the next invalid run stops the bench with its reason", min=0)
+                       "spent, the next invalid run stops the bench with its reason", min=0, group="protocol")
     wait_quiet_s: float = knob(0.0, "before the first server start, wait up to this many seconds for processes "
                                "that are not the kit's to stop competing for the CPU (0: read the load, say it, go on)",
-                               min=0)
-    warmup_requests: int = knob(2, "unmeasured requests after each server start", min=0)
-    seed: int = knob(0, "seed of every random dimension of the workloads", min=0)
+                               min=0, group="protocol")
+    warmup_requests: int = knob(2, "unmeasured requests after each server start", min=0, group="protocol")
+    seed: int = knob(0, "seed of every random dimension of the workloads", min=0, group="protocol")
     model: str = knob("smollm2-135m", "served model: a catalog name, a Hugging Face-format checkpoint directory, or "
                       "an org/name id in the local Hugging Face cache (never downloaded)")
-    backend: str | None = knob(None, "vllm-cpu, vllm or sglang (default follows the runtime)")
-    runtime: str | None = knob(None, "local or docker (default: docker with a GPU and an engine, else local)")
-    gpu: str | None = knob(None, "GPU index for the containerized path; without a GPU the CPU default runs")
+    backend: str | None = knob(None, "vllm-cpu, vllm or sglang (default follows the runtime)", group="protocol")
+    runtime: str | None = knob(None, "local or docker (default: docker with a GPU and an engine, else local)",
+                               group="protocol")
+    gpu: str | None = knob(None, "GPU index for the containerized path; without a GPU the CPU default runs",
+                           group="protocol")
     usd_per_gpu_hour: float | None = knob(None, "price of one GPU-hour in USD: GPU results gain the cost per million "
-                                          "output tokens", min=0)
-    kv_cache_space_gib: int = knob(2, "CPU backends: KV-cache size in GiB", min=1)
-    max_model_len: int = knob(4096, "the server's context length in tokens", min=64)
+                                          "output tokens", min=0, group="protocol")
+    kv_cache_space_gib: int = knob(2, "CPU backends: KV-cache size in GiB", min=1, group="protocol")
+    max_model_len: int = knob(4096, "the server's context length in tokens", min=64, group="protocol")
     enforce_eager: bool = knob(False, "serve without torch.compile or CUDA graphs (--enforce-eager): starts in "
-                               "seconds instead of compiling, at slower steps; recorded in every server's command")
-    start_timeout_s: float = knob(900.0, "seconds a server may take to become healthy", min=1)
-    request_timeout_s: float = knob(120.0, "per-request timeout in seconds", min=0.001)
-    resamples: int = knob(10_000, "resamples of every request-level bootstrap interval", min=100)
+                               "seconds instead of compiling, at slower steps; recorded in every server's command",
+                               group="protocol")
+    start_timeout_s: float = knob(900.0, "seconds a server may take to become healthy", min=1, group="protocol")
+    request_timeout_s: float = knob(120.0, "per-request timeout in seconds", min=0.001, group="protocol")
+    resamples: int = knob(10_000, "resamples of every request-level bootstrap interval", min=100, group="protocol")
     margin: float | None = knob(None, "smallest relative effect worth acting on, for every claim "
                                       "(default: each claim's or metric's, 5 %)", min=0)
-    out_root: Path | None = knob(None, "root of the run directories (default: runs/NN)")
-    sign: bool = knob(True, "sign the run directory into manifests/")
+    out_root: Path | None = knob(None, "root of the run directories (default: runs/NN)", group="protocol")
+    sign: bool = knob(True, "sign the run directory into manifests/", group="protocol")
     aa_control: str = knob("latest", "A/A start control to cite for cross-start claims: latest (the newest "
-                           "bench-00 run, if it ran on this host), none, or a manifest path")
+                           "bench-00 run, if it ran on this host), none, or a manifest path", group="protocol")
     server: tuple[str, ...] = knob((), "VARIANT=URL: measure that server variant on a server you run instead of "
                                    "starting it (repeatable: --server cache-on=http://127.0.0.1:8001 --server "
                                    "cache-off=...), or a JSON file mapping variant names to URLs; each is checked "
                                    "(model, effective settings) before measuring")
     dtype: str | None = knob(None, "served dtype (default on vllm-cpu: bfloat16 where the CPU has AMX or AVX-512 "
                              "BF16, else float32; GPU backends: auto); the choice and its reason go to run.json",
-                             choices=SERVED_DTYPES)
+                             choices=SERVED_DTYPES, group="protocol")
 
 
 @dataclass(frozen=True)

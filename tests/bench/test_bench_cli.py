@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -71,15 +72,16 @@ def test_a_spec_default_is_held_to_the_same_rules():
 
 
 def test_every_bench_spec_lists_every_knob_in_its_help():
-    for name, spec in bench_specs().items():
-        out = subprocess.run(
-            [sys.executable, "-m", "harness", "bench", name, "--help"], capture_output=True, text=True, timeout=60
-        ).stdout
-        import dataclasses
+    import dataclasses
 
+    for name, spec in bench_specs().items():
+        out, short = (subprocess.run([sys.executable, "-m", "harness", "bench", name, option], capture_output=True,
+                                     text=True, timeout=60).stdout for option in ("--help-all", "--help"))
         for f in dataclasses.fields(spec.config):
             shown = "--" + f.name.replace("_", "-") in out
             assert shown == f.metadata.get("cli", True), (name, f.name)  # cli=False: deliberately not a flag
+            in_short = re.search(rf"^  --{f.name.replace('_', '-')}\b", short, re.M) is not None
+            assert in_short == (shown and f.metadata.get("group") != "protocol"), (name, f.name)
 
 
 @pytest.mark.parametrize(

@@ -55,7 +55,7 @@ class Config(BenchConfig):
     output_tokens: int = knob(8, "generated tokens per request (ignore_eos)", min=2)
     concurrency: int = knob(1, "closed-loop concurrency", min=1)
     bound_limit: float = knob(0.10, "largest start-to-start bound (relative) the control certifies for a metric",
-                              min=0.001, max=1)
+                              min=0.001, max=1, group="protocol")
 
 
 def reader(cfg: Config, plan: Plan) -> Callable[[History], Reading]:

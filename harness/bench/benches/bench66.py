@@ -59,8 +59,10 @@ class Config(BenchConfig):
                          "< 3 gives single evidence)", min=1)
     requests: int = knob(100, "fewest requests of a timed level (x --scale); its list is lengthened to span "
                          f"--min-level-s (a level of fewer than {MIN_VERDICT_REQUESTS} gets no verdict)", min=2)
-    min_level_s: float = knob(60.0, "a timed level's arrivals span at least this many seconds", min=0.1)
-    probe_s: float = knob(60.0, "the capacity probe's steady-state window lasts at least this many seconds", min=0.1)
+    min_level_s: float = knob(60.0, "a timed level's arrivals span at least this many seconds", min=0.1,
+                              group="protocol")
+    probe_s: float = knob(60.0, "the capacity probe's steady-state window lasts at least this many seconds", min=0.1,
+                          group="protocol")
     input_tokens: int | None = knob(None, f"mean prompt length in tokens (default: {REFERENCE_INPUT_TOKENS} at the "
                                     "reference size, in proportion to the output at a smaller --size)", min=1)
     output_tokens: int | None = knob(None, f"mean generated tokens per request (ignore_eos: exact; default: "
@@ -71,7 +73,7 @@ class Config(BenchConfig):
     rate_fractions: tuple[float, ...] = knob(RATE_FRACTIONS, "load levels as fractions of the probed capacity "
                                              "(levels above the first that falls behind are not run)", min=0.01)
     concurrencies: tuple[int, ...] = knob((), "closed-loop concurrency levels added to the sweep", min=1)
-    probe_concurrency: int = knob(8, "closed-loop concurrency of the capacity probe", min=1)
+    probe_concurrency: int = knob(8, "closed-loop concurrency of the capacity probe", min=1, group="protocol")
     tolerance: float = knob(0.05, "queue-growth rule: largest share of the offered load a level that keeps up may "
                             "leave queued (TTFT slope in s/s, backlog slope / rate)", min=0.001, max=1)
 

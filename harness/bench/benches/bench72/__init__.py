@@ -58,9 +58,9 @@ class Config(BenchConfig):
                          "lengthened to --probe-seconds of arrivals", min=4)
     probe_seconds: float = knob(10.0, "a probe's arrivals span at least this long: it holds --requests, or as many "
                                 "as its own Poisson draws need to span this, so a rate passes by being served, not by "
-                                "absorbing a burst", min=0)
+                                "absorbing a burst", min=0, group="protocol")
     light_requests: int = knob(8, "requests of the light-load probe (one at a time) when no bench-66 run is cited",
-                               min=2)
+                               min=2, group="protocol")
     input_tokens: int = knob(256, "mean prompt length in tokens (a cited bench-66 rate is carried to this "
                              "shape)", min=1)
     output_tokens: int = knob(32, "mean generated tokens per request (ignore_eos: exact)", min=2)
@@ -74,9 +74,11 @@ class Config(BenchConfig):
     backends: tuple[str, ...] = knob(("vllm", "sglang"), "GPU: candidate backends", choices=("vllm", "sglang"))
     quantizations: tuple[str, ...] = knob(("fp8",), "GPU: quantized candidates (online; optional; '' for none)",
                                           choices=("fp8",), empty=True)
-    gpu_kv_pool_gib: float = knob(8.0, "GPU: the KV pool every candidate gets, in GiB", min=0.1)
-    gpu_activation_gib: float = knob(2.0, "GPU: vLLM's activation reserve inside its budget (mapping estimate)", min=0)
-    gpu_in_use_gib: float = knob(1.0, "GPU: memory in use before SGLang loads, e.g. the CUDA context", min=0)
+    gpu_kv_pool_gib: float = knob(8.0, "GPU: the KV pool every candidate gets, in GiB", min=0.1, group="protocol")
+    gpu_activation_gib: float = knob(2.0, "GPU: vLLM's activation reserve inside its budget (mapping estimate)", min=0,
+                                     group="protocol")
+    gpu_in_use_gib: float = knob(1.0, "GPU: memory in use before SGLang loads, e.g. the CUDA context", min=0,
+                                 group="protocol")
     baseline: str = knob("latest", "bench-66 manifest whose saturation point centres the probe schedule (and, "
                          "with --slo-tier relative, scales the SLOs): a path, latest or none",
                          cites="INF-FLOAT-BASELINE")
@@ -91,27 +93,27 @@ class Config(BenchConfig):
     slo_error_rate: float = knob(0.01, "largest share of requests that may fail in a passing probe", min=0, max=1)
     start_rps: float | None = knob(None, "centre of the probe schedule (unset: bench-66's saturation point or the "
                                    "light probe's rate)", min=0.001)
-    growth: float = knob(2.0, "factor between neighbouring rates of the probe schedule", min=1.1)
-    schedule_below: int = knob(1, "schedule rates below its centre (start / growth^k)", min=0)
+    growth: float = knob(2.0, "factor between neighbouring rates of the probe schedule", min=1.1, group="protocol")
+    schedule_below: int = knob(1, "schedule rates below its centre (start / growth^k)", min=0, group="protocol")
     schedule_extend_below: int = knob(2, "rungs added below the schedule (each its lowest / growth, not under "
                                       "--min-rps) while the first candidate breaks a limit at its lowest: every "
-                                      "candidate then gets them", min=0)
+                                      "candidate then gets them", min=0, group="protocol")
     schedule_above: int = knob(3, "schedule rates above its centre (start x growth^k); every candidate gets the "
-                               "same schedule", min=1)
+                               "same schedule", min=1, group="protocol")
     schedule_extend_above: int | None = knob(
         None, "rungs added above the schedule (each its highest x growth, up to --max-rps) while a candidate has "
         "not broken a limit twice at its top: every later candidate then gets them (unset: 8 on a GPU, whose "
-        "capacity no CPU-sized schedule reaches; 0 on CPU backends)", min=0)
+        "capacity no CPU-sized schedule reaches; 0 on CPU backends)", min=0, group="protocol")
     min_agreement: float = knob(0.9, "numerics gate: a candidate whose dtype or quantization differs from the "
                                 "highest-precision candidate's (the fixed reference) needs its greedy output text "
                                 "to equal the reference's exactly on this share of the requests (1 - it is the "
                                 "stated tolerance), or it cannot be adopted", min=0, max=1)
     min_rps: float = knob(0.25, "lowest rate the schedule probes (each probe there lasts a minute or more)",
-                          min=0.001)
-    max_rps: float = knob(1000.0, "highest rate the search probes", min=0.01)
+                          min=0.001, group="protocol")
+    max_rps: float = knob(1000.0, "highest rate the search probes", min=0.01, group="protocol")
     servers_up: str = knob("auto", "two: the best so far stays up while the next is searched and the top two are "
                            "both up for the duel; one: one server at a time (auto: two on CPU, one on a GPU)",
-                           choices=("auto", "one", "two"))
+                           choices=("auto", "one", "two"), group="protocol")
 
     def check(self) -> None:
         if (self.input_tokens + self.output_tokens) * (1 + self.length_range) > self.max_model_len:

@@ -61,11 +61,13 @@ class Config(BenchConfig):
     rate_rps: float | None = knob(None, "an open-loop Poisson load in req/s instead of the closed loop, the same "
                                   "list for every layout", min=0.001)
     baseline: bool = knob(True, "measure the single-device baselines (without them: no efficiency)")
-    ray_address: str | None = knob(None, "a running Ray cluster for the ray-executor layout (RAY_ADDRESS)")
-    nnodes: int = knob(1, "real nodes for vLLM's multi-node launcher; this machine is the head", min=1)
-    node_rank: int = knob(0, "this machine's node rank (the bench runs on node 0)", min=0)
-    master_addr: str = knob("127.0.0.1", "the head node's address for --nnodes > 1")
-    master_port: int = knob(29500, "the head node's torch.distributed port", min=1, max=65535)
+    ray_address: str | None = knob(None, "a running Ray cluster for the ray-executor layout (RAY_ADDRESS)",
+                                   group="protocol")
+    nnodes: int = knob(1, "real nodes for vLLM's multi-node launcher; this machine is the head", min=1,
+                       group="protocol")
+    node_rank: int = knob(0, "this machine's node rank (the bench runs on node 0)", min=0, group="protocol")
+    master_addr: str = knob("127.0.0.1", "the head node's address for --nnodes > 1", group="protocol")
+    master_port: int = knob(29500, "the head node's torch.distributed port", min=1, max=65535, group="protocol")
 
     def check(self) -> None:
         if self.node_rank > 0:
