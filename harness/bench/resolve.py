@@ -111,6 +111,10 @@ def resolve(spec: BenchSpec, cfg: BenchConfig, *, root: Path, progress: Progress
     given = {n: verify(n, s, backend_of(plan.server(n).backend or placement.backend), plan.server(n).expect,
                        reset=plan.reset_prefix_cache) for n, s in served.items()}
     refused = {**refused, **given_refusals(plan, given)}
+    if plan.servers and all(v.name in refused for v in plan.servers):
+        name = plan.servers[0].name
+        raise InvalidInput(f"bench-{spec.name}: no server variant can run here ({name}: "
+                           f"{refused[name].splitlines()[0]}{' …' if len(refused) > 1 else ''})")
     return ResolvedRun(spec=spec, cfg=cfg, requested=requested, placement=placement, dtype=dtype, model=model,
                        plan=plan, refused=refused, start_control=start, cited=cited, note=note, given=given,
                        model_match=match)

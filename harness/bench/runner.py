@@ -329,17 +329,18 @@ def execute(run: ResolvedRun, *, root: Path, reporter: Reporter, started: float)
     bench.history.start_control = run.start_control
     bench.refused.update(run.refused)  # decided before any start: devices, what the engine release lacks, given servers
     try:
-        for w in plan.workloads:
-            bench.workload(w)
-        failure = bench.execute()
-    except BaseException as exc:
+        try:
+            for w in plan.workloads:
+                bench.workload(w)
+            failure = bench.execute()
+        finally:
+            end = getattr(reporter, "end", None)
+            if end:
+                end()
+        return finish(bench, failure, time.monotonic() - started)
+    except BaseException as exc:  # nothing half-written: a run that measured nothing is kept only for its server logs
         rd.abandon(has_data=bool(bench.servers), error=exc)
         raise
-    finally:
-        end = getattr(reporter, "end", None)
-        if end:
-            end()
-    return finish(bench, failure, time.monotonic() - started)
 
 
 def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome:
