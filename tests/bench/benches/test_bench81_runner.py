@@ -12,7 +12,7 @@ import pytest
 
 from harness.backends.vllm import VllmBackend
 from harness.bench import runner as runner_mod
-from harness.bench.benches.bench81 import SPEC, Config
+from harness.bench.benches.bench81 import SPEC, Config, loaded
 from harness.bench.benches.bench81 import parallel as dist
 from harness.bench.spec import History
 from harness.contract.schemas import validate_file
@@ -144,7 +144,8 @@ def test_make_bench_81_runs_the_bench_with_its_make_variables():
     (3, {"single": 3, "single-even-heads": 3, "pp2": 3, "tp2": 3, "ray-dp2": 3}, "single-even-heads start 1"),
 ])
 def test_a_layout_not_measurable_here_is_started_once_and_the_baseline_keeps_its_rounds(cores, want, first):
-    cfg = Config(layouts=("pp2", "tp2", "ray-dp2"), starts=3)
+    cfg = loaded(Config(layouts=("pp2", "tp2", "ray-dp2"), starts=3), None)
+    assert (cfg.concurrency, cfg.requests) == (8, 24)  # the CPU reference: three waves of 8 per device
     servers = dist.variants(cfg, cpu=True)
     starts = dist.starts_of(cfg, servers, True, cores)
     assert starts == want
@@ -156,8 +157,32 @@ def test_a_layout_not_measurable_here_is_started_once_and_the_baseline_keeps_its
     (_, arm), = list(pp2.steps(History(cfg, None)))
     assert (arm.workload.name, arm.workload.common.requests) == (
         ("serving check", cfg.concurrency) if cores < 3 else ("closed x2", 2 * cfg.requests))
-    offered = Config(layouts=("pp2",), rate_rps=1.0)
+    offered = loaded(Config(layouts=("pp2",), rate_rps=1.0), None)
     assert dist.request_list(offered, 1, check=True).common.requests == offered.requests  # one list for all
     assert dist.load_multiple("single", cfg, True, cores) == 1
     assert [p.name for p in phases][:2] == ["single start 1", first]
     assert dist.starts_of(cfg, servers, False, 1) == dict.fromkeys(want, 3)  # GPUs: a device is not a host core
+
+
+def test_with_no_capacity_cited_a_gpu_run_probes_first_and_loads_each_device_at_it(bench_env, monkeypatch):  # noqa: F811
+    """A GPU backend with no bench-66 run cited (the stand-in engine counted as one): the closed-loop probe runs on
+    the baseline's first start, the layouts' in-flight load per device is what it held, and the result says where
+    the load came from; the probe's runs are not read as a layout's."""
+    from harness.bench.lib import gpuload, probed
+
+    monkeypatch.setattr(gpuload, "GPU_BACKENDS", ("fake",))
+    monkeypatch.setattr(probed, "GPU_PROBE_CONCURRENCY", 3)  # a small probe on the stand-in engine
+    monkeypatch.setattr(probed, "GPU_PROBE_S", 0.5)
+    cfg = Config(backend="fake", runtime="local", layouts=("dp2-replicas",), starts=1, warmup_requests=1,
+                 resamples=100, capacity_baseline="none")
+    outcome = runner_mod.run_bench(SPEC, cfg, root=bench_env, reporter=Reporter(io.StringIO(), every_s=60))
+    details = outcome.result["details"]
+    assert details["load"]["in_flight"] == 3 and details["load"]["source"].startswith(
+        "load from a closed-loop capacity probe on server single")
+    assert details["concurrency_per_device"] == 3 and {r["layout"] for r in details["layouts"]} == {
+        "single", "dp2-replicas"}
+    sent = {label: len((outcome.run_dir / "arms" / label / "r1" / "requests.jsonl").read_text().splitlines())
+            for label in ("single", "dp2-replicas")}
+    assert sent == {"single": 9, "dp2-replicas": 18}  # three waves of 3 per device
+    assert (outcome.run_dir / "arms" / "probe" / "r1" / "requests.jsonl").is_file()
+    assert "load from a closed-loop capacity probe" in (outcome.run_dir / "summary.txt").read_text()

@@ -22,13 +22,17 @@ nodes: RAY_ADDRESS=... or NNODES=2 NODE_RANK=0 MASTER_ADDR=... with followers fr
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
+from typing import cast
 
 from harness.backends import get_backend
 from harness.backends.cpu_placement import allowed_cores
 from harness.bench.benches.bench81 import parallel as dist
+from harness.bench.lib.gpuload import Capacity, gpu_load
 from harness.bench.lib.hostprofile import request_shape
-from harness.bench.placement import resolve_placement
+from harness.bench.lib.probed import probed
+from harness.bench.placement import Placement, resolve_placement
 from harness.bench.spec import BenchConfig, BenchSpec, Plan, Schedule
 from harness.errors import InvalidInput
 from harness.knobs import knob
@@ -37,6 +41,8 @@ from harness.workload import Arrival, Common
 
 REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS = 256, 32
 MIN_OUTPUT_TOKENS = 16  # a closed-loop request stays mostly decode, the throughput read at saturation
+REFERENCE_CONCURRENCY, REFERENCE_REQUESTS = 8, 24  # per device on the CPU default: three waves
+GPU_WAVES = 3  # on a GPU, requests per device in waves of the measured in-flight load, as on the CPU default
 
 
 @dataclass(frozen=True)
@@ -48,10 +54,17 @@ class Config(BenchConfig):
     repeats: int = knob(1, "runs per server start, back to back (the start is the unit of replication)", min=1)
     starts: int = knob(3, "server starts of every layout, alternating with the baseline's (< 3: single evidence); "
                           "a layout not measurable on this host's cores is started once", min=1)
-    requests: int = knob(24, "requests per device (x --scale): with --concurrency 8 a steady window of 8 "
-                              "completions between the loop filling and the last send (a layout not measurable "
-                              "on this host's cores: one wave of --concurrency, a serving check)", min=2)
-    concurrency: int = knob(8, "closed-loop requests in flight per device (at saturation on one CPU core)", min=1)
+    requests: int | None = knob(None, f"requests per device (x --scale; default: {REFERENCE_REQUESTS} on CPU "
+                                "backends, with --concurrency 8 a steady window of 8 completions between the loop "
+                                f"filling and the last send; on a GPU {GPU_WAVES} waves of --concurrency; a layout "
+                                "not measurable on this host's cores: one wave of --concurrency, a serving check)",
+                                min=2)
+    concurrency: int | None = knob(None, f"closed-loop requests in flight per device (default: "
+                                   f"{REFERENCE_CONCURRENCY}, at saturation on one CPU core; on a GPU the requests "
+                                   "in flight at the measured capacity)", min=1)
+    capacity_baseline: str = knob("latest", "GPU: bench-66 manifest whose saturation point sizes the in-flight "
+                                  "load left unset: a path, latest or none (then a capacity probe on the first "
+                                  "server)")
     input_tokens: int | None = knob(None, f"mean prompt length in tokens (default: {REFERENCE_INPUT_TOKENS} at the "
                                     "reference size, in proportion to the output at a smaller --size)", min=1)
     output_tokens: int | None = knob(None, f"mean generated tokens per request (ignore_eos: exact; default: "
@@ -91,9 +104,33 @@ def sized(cfg: Config) -> tuple[Config, tuple[int, int], str]:
     return replace(cfg, input_tokens=prompt, output_tokens=output), (prompt, output), why
 
 
+def loaded(cfg: Config, capacity: Capacity | None) -> Config:
+    """The config with its closed loop resolved: as set, else the requests in flight at a measured capacity (a
+    GPU's) in ``GPU_WAVES`` waves, else the CPU reference's."""
+    concurrency = cfg.concurrency or (math.ceil(capacity.in_flight) if capacity else REFERENCE_CONCURRENCY)
+    requests = cfg.requests or (GPU_WAVES * concurrency if capacity else REFERENCE_REQUESTS)
+    return replace(cfg, concurrency=concurrency, requests=requests)
+
+
 def plan(cfg: Config, model: PreparedModel) -> Plan:
+    """On a GPU, the in-flight load left unset comes from a cited bench-66 capacity, else from a probe run first."""
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
     cfg, (prompt, output), shape_why = sized(cfg)
+    closed = cfg.rate_rps is None and (cfg.concurrency is None or cfg.requests is None)
+    load = gpu_load(cfg.capacity_baseline, "--capacity-baseline", placement, model, (prompt, output)) \
+        if closed else None
+    if load is None or load.capacity is not None:
+        return plan_at(loaded(cfg, load.capacity if load else None), placement, shape_why,
+                       load.notes if load else ())
+    stand_in = loaded(cfg, None)
+    skeleton = plan_at(stand_in, placement, shape_why, load.notes[:-1])
+    warm = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed, input_tokens=prompt, output_tokens=output)
+    return probed(skeleton, warm, lambda capacity: plan_at(loaded(cfg, capacity), placement, shape_why, load.notes),
+                  load.notes[-1] + "; the in-flight load per device then follows it as a cited capacity's would")
+
+
+def plan_at(cfg: Config, placement: Placement, shape_why: str, load_notes: tuple[str, ...]) -> Plan:
+    prompt, output = cast(int, cfg.input_tokens), cast(int, cfg.output_tokens)
     cpu = placement.backend == "vllm-cpu"
     left: dict[str, str] = {}
     layouts: tuple[str, ...] | None = None  # None: cfg.layouts as given
@@ -124,6 +161,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         warmup=shape,
         run_label="parallel layouts at equal offered load",
         notes=(
+            *load_notes,
             f"request lengths: {shape_why}",
             dist.load_text(cfg),
             "a device is one CPU core on the CPU default (VLLM_CPU_OMP_THREADS_BIND), one GPU elsewhere",
