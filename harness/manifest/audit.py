@@ -225,6 +225,19 @@ def duplicate_run_dirs(reports: list[ManifestReport], root: Path) -> list[Manife
     return out
 
 
+def _predicate_findings(predicate: dict[str, Any] | None, documents: dict[str, dict[str, Any]], subjects: Any,
+                        path: Path, root: Path, trusted: TrustedKeys) -> tuple[list[Finding], list[str]]:
+    """The evidence rules, the fingerprint and the manifest's place, and each image's provenance line."""
+    if predicate is None:
+        return [], []
+    findings = check_evidence(predicate, documents)
+    findings += _fingerprint_is_subject(predicate["fingerprint"], subjects)
+    findings += _fingerprint_matches(predicate, documents)
+    findings += _manifest_path_findings(path, os.path.realpath(root), predicate)
+    found, provenance = image_provenance(predicate["images"], Path(root), trusted, _signature_findings)
+    return [*findings, *found], provenance
+
+
 def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys, *,
                    excerpt: bool = False) -> ManifestReport:
     """Audit one manifest file against the files under ``root`` (an ``excerpt``: absent subjects held back)."""
@@ -259,14 +272,8 @@ def audit_manifest(path: str | os.PathLike, root: Path, trusted: TrustedKeys, *,
     audited = check_subjects(subjects, resolver, excerpt=excerpt)
     findings += audited.findings
     findings += check_unlisted(audited, (predicate or {}).get("run_dir"), resolver, os.path.realpath(path))
-    provenance: list[str] = []
-    if predicate is not None:
-        findings += check_evidence(predicate, audited.documents)
-        findings += _fingerprint_is_subject(predicate["fingerprint"], subjects)
-        findings += _fingerprint_matches(predicate, audited.documents)
-        findings += _manifest_path_findings(path, root_real, predicate)
-        found, provenance = image_provenance(predicate["images"], Path(root), trusted, _signature_findings)
-        findings += found
+    found, provenance = _predicate_findings(predicate, audited.documents, subjects, path, root, trusted)
+    findings += found
     digests = {
         s["name"]: s["digest"].get("sha256")
         for s in listed

@@ -91,8 +91,7 @@ class Config(BenchConfig):
         group="protocol",
     )
     requests: int | None = knob(None, f"requests per arm (x --scale; default: {REFERENCE_REQUESTS} at the reference "
-                                      f"size, fewer (at least {MIN_REQUESTS}) at a smaller --size, whose rate is "
-                                      "lower, so a list spans about the same time)", min=2)
+                                      f"size, fewer (at least {MIN_REQUESTS}) at a smaller, slower --size)", min=2)
     rate_rps: float | None = knob(None, f"mean arrival rate of the bursty workload (default: {REFERENCE_RATE_RPS:g} "
                                         "req/s at the reference size, times the --size factor)", min=0.01)
     burstiness: float = knob(0.25, "gamma shape of the arrivals (< 1 burstier than Poisson)", min=0.01)
