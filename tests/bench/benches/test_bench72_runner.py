@@ -99,6 +99,10 @@ def test_two_candidates_get_one_schedule_and_capacities_fitted_between_its_rates
     assert slow["low_rps"] <= slow["capacity_rps"] <= slow["high_rps"]
     record = details["decision_record"]
     assert record["deploy"] in caps and record["tied"] and record["reason"]
+    # where to deploy is the exceedance lower bound: these probes are far under 299 requests, so none is certified
+    assert record["deploy_up_to_rps"] is None and set(record["exceedance"]) == set(caps)
+    assert all(e["needed_requests"] == 299 and e["lower_rps"] is None for e in record["exceedance"].values())
+    assert "exceedance bf16-s4-kv1: " in outcome.finished.summary
     if len(record["tied"]) == 1:  # the leader stood alone: the duel ran inside its capacity
         assert details["duel"]["rate_rps"] < fast["capacity_rps"]
     # the progress bound holds: every step the run took was counted in advance

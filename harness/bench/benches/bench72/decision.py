@@ -334,6 +334,7 @@ def deployment_reading(
     table = tabulate(capacity_rows(ranked, settings), headers=CAPACITY_HEADERS, tablefmt="github")
     lines = _lines(slo, table, verdict, pools)
     lines[2:2] = extension_lines(history)
+    lines += [f"exceedance {name}: {c.text()}" for name, c in certs.items()]  # where each may be deployed, bounded
     headline = tuple({"name": f"capacity {s.name}", "metric": "request_rate_rps", "value": _capacity(s),
                       "unit": "req/s", "interval": interval(s)} for s in ranked)
     figures = {"capacity.png": lambda path: capacity_png(ranked, slo, path, title=title)} if slo and ranked else {}
