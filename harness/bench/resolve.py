@@ -27,13 +27,15 @@ from harness.backends.host_dtype import DtypeChoice, choose_dtype
 from harness.bench.launch import base_config, model_dir_of, prepare
 from harness.bench.lib.citations import cite
 from harness.bench.modelfit import context_record, fit_to_model
-from harness.bench.placement import Placement, resolve_placement
+from harness.bench.placement import GPU_BACKENDS, Placement, resolve_placement
 from harness.bench.planning import checked_plan, early_plan
 from harness.bench.spec import BenchConfig, BenchSpec, Plan
 from harness.bench.startcontrol import CITED_KEY, start_control_for
 from harness.errors import InvalidInput
 from harness.knobs import cited_paths, config_dict
 from harness.models import PreparedModel
+from harness.models.engine_read import check_user_checkpoint
+from harness.models.resolve import LocalCheckpoint
 from harness.progress import Progress
 from harness.rundir.directory import check_run_target
 from harness.rundir.fingerprint import host_isa
@@ -60,6 +62,7 @@ class ResolvedRun:
     note: str = ""
     given: Mapping[str, Verification] = field(default_factory=dict)  # variants on servers the user runs
     model_match: str | None = None  # how the given servers were matched to the run's model
+    engine_read: dict[str, Any] | None = None  # a user's checkpoint, checked before a GPU engine serves it
 
     def effective(self) -> dict[str, Any]:
         """run.json's ``effective``: placement, dtype and why, the cited control, the servers given."""
@@ -68,7 +71,8 @@ class ResolvedRun:
                 "notice": self.placement.notice, **self.dtype.record(),
                 **context_record(self.requested, self.cfg, self.model),
                 **({CITED_KEY: self.cited} if self.cited else {}),
-                **({"servers_given": servers, "servers_given_model_match": self.model_match} if servers else {})}
+                **({"servers_given": servers, "servers_given_model_match": self.model_match} if servers else {}),
+                **({"checkpoint_engine_read": self.engine_read} if self.engine_read else {})}
 
     def notices(self) -> list[str]:
         """What the run says before it starts: the placement's notice, the cited control, variants refused here."""
@@ -115,9 +119,12 @@ def resolve(spec: BenchSpec, cfg: BenchConfig, *, root: Path, progress: Progress
         name = plan.servers[0].name
         raise InvalidInput(f"bench-{spec.name}: no server variant can run here ({name}: "
                            f"{refused[name].splitlines()[0]}{' …' if len(refused) > 1 else ''})")
+    started = any(v.name not in endpoints and v.name not in refused for v in plan.servers)
+    engine_read = check_user_checkpoint(Path(model.path)) if (
+        started and isinstance(model, LocalCheckpoint) and placement.backend in GPU_BACKENDS) else None
     return ResolvedRun(spec=spec, cfg=cfg, requested=requested, placement=placement, dtype=dtype, model=model,
                        plan=plan, refused=refused, start_control=start, cited=cited, note=note, given=given,
-                       model_match=match)
+                       model_match=match, engine_read=engine_read)
 
 
 def audit_citations(cfg: BenchConfig, root: Path) -> None:

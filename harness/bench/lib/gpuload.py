@@ -18,13 +18,12 @@ from typing import Any
 from harness.bench.lib.citations import Citation, cite_choice, cited_saturation, setup_mismatch
 from harness.bench.lib.hostprofile import idle_request_s
 from harness.bench.metrics import E2E_P50, TPOT_P50, TTFT_P50
-from harness.bench.placement import Placement
+from harness.bench.placement import GPU_BACKENDS, Placement
 from harness.errors import CapabilityMissing, InvalidInput
 from harness.models import PreparedModel
 from harness.rundir.fingerprint import host_info
 from harness.runtime.gpus import device_name
 
-GPU_BACKENDS = ("vllm", "sglang")
 BASELINE_ID = "INF-FLOAT-BASELINE"
 
 
