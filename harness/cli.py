@@ -11,10 +11,17 @@ import argparse
 import importlib
 import pkgutil
 import sys
+from types import ModuleType
 
 from harness import __version__, commands
 from harness.commands._signals import StopSignals
 from harness.errors import InfkitError
+
+
+def _command_modules() -> list[ModuleType]:
+    return [importlib.import_module(f"{commands.__name__}.{info.name}")
+            for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name)
+            if not info.name.startswith("_")]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,16 +31,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"infkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+    for module in _command_modules():
         module.register(sub)
     return parser
 
 
+def expand_argv(argv: list[str]) -> list[str]:
+    """The command line as parsed: a command may fill in what a file it is given names (``expand_argv``)."""
+    for module in _command_modules():
+        argv = getattr(module, "expand_argv", lambda a: a)(argv)
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        argv = expand_argv(argv)
+    except InfkitError as exc:
+        print(f"infkit {argv[0]}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

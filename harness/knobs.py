@@ -5,7 +5,8 @@ One derivation for benches, mechanisms and CUDA experiments: every field becomes
 with :func:`knob`. Values are parsed here (not by argparse) so a bad value gives a
 one-line ``InvalidInput`` naming the flag. Sequences take ``--xs 1 2 4`` or
 ``--xs 1,2,4``. ``check_config`` applies the declared constraints to any config
-instance, so a spec's defaults are held to the same rules as a user's flags.
+instance, so a spec's defaults are held to the same rules as a user's flags. The same
+declarations make the JSON Schema of a bench's run files (``harness.contract.knobschema``).
 
 Every integer knob is bounded above, so a 61-digit value never reaches the work: by its own
 ``max`` where it declares one, else by ``int_bound`` (``SEED_MAX`` for seeds, which results and
@@ -256,11 +257,12 @@ def check_config(cfg: Any) -> None:
                 raise InvalidInput(f"{flag(f.name)} must be at most {_bound(hi)}, got {shown}")
 
 
-def config_from_args(cls: type, args: argparse.Namespace, *, make_overrides: str = "", **overrides: Any) -> Any:
-    """An instance of ``cls`` from Make variables, then the parsed command line (which wins), checked before any
-    work."""
+def config_from_args(cls: type, args: argparse.Namespace, *, make_overrides: str = "",
+                     base: typing.Mapping[str, Any] | None = None, **overrides: Any) -> Any:
+    """An instance of ``cls`` from ``base`` (a run file's values), then Make variables, then the parsed command line
+    (which wins), checked before any work."""
     try:  # a KnobConfig checks itself as it is made
-        return cls(**{**make_vars(cls, make_overrides), **values_from_args(cls, args), **overrides})
+        return cls(**{**(base or {}), **make_vars(cls, make_overrides), **values_from_args(cls, args), **overrides})
     except TypeError as exc:  # a field without a default was not given
         raise InvalidInput(str(exc)) from None
 
@@ -271,17 +273,23 @@ def cited_paths(cfg: Any) -> list[tuple[str, str, str]]:
             if f.metadata.get("cites") and (value := getattr(cfg, f.name)) not in (None, "", "latest", "none")]
 
 
+def json_value(v: Any) -> Any:
+    """A knob's value as JSON (paths as strings, tuples as lists)."""
+    if isinstance(v, Path):
+        return str(v)
+    if isinstance(v, (tuple, list)):
+        return [json_value(x) for x in v]
+    return v
+
+
 def config_dict(cfg: Any) -> dict[str, Any]:
     """A config as JSON-ready values (paths as strings, tuples as lists)."""
+    return {f.name: json_value(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
 
-    def plain(v: Any) -> Any:
-        if isinstance(v, Path):
-            return str(v)
-        if isinstance(v, (tuple, list)):
-            return [plain(x) for x in v]
-        return v
 
-    return {f.name: plain(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+# what the run-file schema (``harness.contract.knobschema``) reads of the declarations: the settable fields with
+# their annotations, an annotation as (element type, is_sequence, is_optional), a knob's choices
+knob_fields, unwrap_hint, choices_of = _field_types, _unwrap, _choices_of
 
 
 @dataclass(frozen=True)

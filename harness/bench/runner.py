@@ -35,6 +35,7 @@ from harness.bench.planning import protocol_record, protocol_violations
 from harness.bench.realisation import realisation_entry, realised
 from harness.bench.records import ArmRun, Workload
 from harness.bench.resolve import ResolvedRun, resolve
+from harness.bench.runfile import Origin
 from harness.bench.sendlag import pooled_send_lag
 from harness.bench.spec import Arm, BenchConfig, BenchSpec, History, InputFile, WorkloadPlan
 from harness.bench.startcontrol import CITED_KEY
@@ -305,24 +306,26 @@ class Bench:
         return [*(native_image(get_backend(b).role, get_backend(b).native_python()) for b in backends), *client]
 
 
-def run_bench(
-    spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), reporter: Reporter | None = None
-) -> BenchOutcome:
-    """Resolve the whole run (``harness.bench.resolve``), then execute it; the outcome says where everything is."""
+def run_bench(spec: BenchSpec, cfg: BenchConfig, *, root: Path = Path("."), reporter: Reporter | None = None,
+              origin: Origin | None = None) -> BenchOutcome:
+    """Resolve the whole run (``harness.bench.resolve``), then execute it; the outcome says where everything is.
+    ``origin``: the run file (copied into the run directory) and where each knob came from (run.json's requested)."""
     reporter = reporter or Reporter(name=f"bench-{spec.name}")
     started = time.monotonic()
     run = resolve(spec, cfg, root=root, progress=reporter, model_of=resolve_model, backend_of=get_backend)
-    return execute(run, root=root, reporter=reporter, started=started)
+    return execute(run, root=root, reporter=reporter, started=started, origin=origin or Origin())
 
 
-def execute(run: ResolvedRun, *, root: Path, reporter: Reporter, started: float) -> BenchOutcome:
+def execute(run: ResolvedRun, *, root: Path, reporter: Reporter, started: float, origin: Origin) -> BenchOutcome:
     """Run what ``run`` says: its run directory, workloads, servers and arms, then the reading and the signature."""
     spec, cfg, plan = run.spec, run.cfg, run.plan
     for line in run.notices():
         reporter(line)
     rd = RunDirectory.create(root / spec.out_root(cfg), semantic_id=spec.semantic_id,
-                             run_label=plan.run_label or spec.title, requested=run.requested, root=root, sign=cfg.sign,
-                             effective=run.effective(), model=run.model.run_entry(), tokenizer=run.model.tokenizer_ref)
+                             run_label=plan.run_label or spec.title, requested={**run.requested, **origin.record()},
+                             root=root, sign=cfg.sign, effective=run.effective(), model=run.model.run_entry(),
+                             tokenizer=run.model.tokenizer_ref)
+    origin.copy_into(rd.path)
     shown = rd.path.relative_to(root) if rd.path.is_relative_to(root) else rd.path
     reporter(f"bench-{spec.name}: run {rd.run_id} -> {shown}")
     bench = Bench(run, rd, reporter)

@@ -1,5 +1,5 @@
-"""infkit bench NN: run one bench spec end to end (flags derived from the spec's config); --all runs the project
-exits one after another (``harness.bench.suite``)."""
+"""infkit bench NN: run one bench spec end to end (flags derived from the spec's config, or a run file: --config);
+--all runs the project exits one after another (``harness.bench.suite``)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,22 @@ from pathlib import Path
 from harness.bench import bench_specs, get_bench
 from harness.bench.lib.hostprofile import size_warning
 from harness.bench.placement import resolve_placement
+from harness.bench.runfile import Origin, bench_settings, read_run_file, run_file_schema, run_file_text
 from harness.bench.runner import run_bench
 from harness.bench.spec import BenchConfig, BenchSpec
 from harness.bench.suite import EXITS, run_suite, suite_exit_code, suite_table
 from harness.errors import InvalidInput
-from harness.knobs import add_config_arguments, config_from_args
+from harness.knobs import add_config_arguments
 from harness.progress import reporter
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="run a serving bench (e.g. `infkit bench 69`)",
+    p = sub.add_parser("bench", help="run a serving bench (e.g. `infkit bench 69`, `infkit bench --config run.yaml`)",
                        description="Run one project exit as a bench spec: " + "; ".join(
                            f"{n} {s.semantic_id}" for n, s in bench_specs().items())
                        + ". `infkit bench --all` runs the project exits one after another, then a table of each "
-                         "one's wall time, run directory and decision.")
+                         "one's wall time, run directory and decision. `infkit bench --config FILE` runs the bench "
+                         "a run file names (docs/runfiles.md).")
     p.add_argument("--all", action="store_true", help="run the benches --exits names one after another; every one "
                    "runs even after a failure; exit non-zero if any failed")
     p.add_argument("--exits", nargs="+", metavar="NN", default=list(EXITS),
@@ -41,13 +43,37 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser, spec: BenchSpec) -> None:
-    """A bench's flags: one per knob of its config, and the dry run."""
+    """A bench's flags: one per knob of its config, the run file, and what to print instead of running."""
     add_config_arguments(parser, spec.config)
+    parser.add_argument("--config", metavar="FILE", help="a run file (YAML: bench and any knobs; docs/runfiles.md); "
+                        "Make variables and flags override it, and a run keeps a signed copy")
+    parser.add_argument("--print-config", action="store_true",
+                        help="write the run file of this command line (YAML) to stdout; start nothing")
+    parser.add_argument("--print-schema", action="store_true",
+                        help="write the JSON Schema of this bench's run files to stdout; start nothing")
     parser.add_argument("--dry-run", action="store_true",
                         help="check the flags and print the whole plan as JSON (servers, argv, devices, refusals, "
                              "arms in run order); start nothing, write nothing")
     parser.add_argument("--make-vars", default="", help=argparse.SUPPRESS)  # Make's MAKEOVERRIDES (mk/bench.mk)
     parser.set_defaults(func=run)
+
+
+def expand_argv(argv: list[str]) -> list[str]:
+    """``infkit bench --config FILE ...`` runs the bench the file names: its number goes in after ``bench``."""
+    if len(argv) < 2 or argv[0] != "bench" or not argv[1].startswith("-") or argv[1] in ("-h", "--help"):
+        return argv
+    path = None
+    for i, arg in enumerate(argv):
+        if arg == "--config":
+            path = argv[i + 1] if i + 1 < len(argv) else ""
+        elif arg.startswith("--config="):
+            path = arg.partition("=")[2]
+    if path is None:
+        return argv
+    if not path:
+        raise InvalidInput("--config needs a run file", hint="infkit bench --config run.yaml")
+    spec, _ = read_run_file(path)
+    return ["bench", spec.name, *argv[1:]]
 
 
 def _relative(path: Path) -> Path:
@@ -86,27 +112,33 @@ def run_all(args: argparse.Namespace) -> int:
 
 
 def settle(args: argparse.Namespace, spec: BenchSpec) -> BenchConfig:
-    """The bench's config from Make variables and flags, checked before any setup."""
-    return config_from_args(spec.config, args, make_overrides=args.make_vars)
+    """The bench's config from its run file (--config), Make variables and flags, checked before any setup."""
+    return bench_settings(spec, args)[0]
 
 
 def run(args: argparse.Namespace) -> int:
     spec = get_bench(args.bench)
-    cfg = settle(args, spec)
+    if args.print_schema:
+        print(json.dumps(run_file_schema(spec), indent=2))
+        return 0
+    cfg, origin = bench_settings(spec, args)
+    if args.print_config:
+        print(run_file_text(spec, cfg), end="")
+        return 0
     if args.dry_run:
         from harness.bench.dryrun import dry_run
 
-        print(json.dumps(dry_run(spec, cfg), indent=2, default=str))
+        print(json.dumps({**dry_run(spec, cfg), **origin.record()}, indent=2, default=str))
         return 0
-    return run_settled(spec, cfg)[0]
+    return run_settled(spec, cfg, origin)[0]
 
 
-def run_settled(spec: BenchSpec, cfg: BenchConfig) -> tuple[int, Path | None]:
+def run_settled(spec: BenchSpec, cfg: BenchConfig, origin: Origin | None = None) -> tuple[int, Path | None]:
     """Run one bench and print where its files are: (exit status, run directory)."""
     warning = size_warning(spec.name, cfg.size) if placed_on_cpu(cfg) else None
     if warning:
         print(f"bench-{spec.name}: {warning}", file=sys.stderr)
-    outcome = run_bench(spec, cfg, root=Path.cwd(), reporter=reporter(f"bench-{spec.name}"))
+    outcome = run_bench(spec, cfg, root=Path.cwd(), reporter=reporter(f"bench-{spec.name}"), origin=origin)
     done = outcome.finished
     print()
     print(done.summary, end="")

@@ -54,6 +54,13 @@ class ManifestReport:
     held_back: tuple[str, ...] = ()  # an excerpt's subjects not present (signed, not published)
 
     @property
+    def run_file(self) -> tuple[str, str] | None:
+        """(subject name, signed sha256) of the run file the run was started from, when it names one."""
+        entry = ((self.predicate or {}).get("requested") or {}).get("run_file")
+        name = f"{(self.predicate or {}).get('run_dir')}/{entry.get('path')}" if isinstance(entry, dict) else None
+        return (name, self.subject_digests[name]) if name in self.subject_digests else None
+
+    @property
     def valid(self) -> bool:
         """Intact and by the rules (trusted or not): the exit status follows this."""
         return not self.findings
@@ -82,6 +89,7 @@ class ManifestReport:
             "fingerprint": p.get("fingerprint"),
             "provenance": list(self.provenance),
             "held_back": list(self.held_back),
+            "run_file": dict(zip(("name", "sha256"), self.run_file, strict=True)) if self.run_file else None,
         }
 
 
@@ -153,6 +161,19 @@ def _fingerprint_is_subject(fp: dict[str, Any], subjects: Any) -> list[Finding]:
     if isinstance(digest, dict) and f"sha256:{digest.get('sha256')}" == fp["sha256"]:
         return []
     return [Finding("predicate", f"fingerprint {fp['path']} is not a subject with the digest the predicate names")]
+
+
+def _run_file_is_subject(predicate: dict[str, Any], subjects: Any) -> list[Finding]:
+    """The run file run.json names (``requested.run_file``) is signed, with the digest recorded when it was read."""
+    entry = (predicate.get("requested") or {}).get("run_file")
+    if not isinstance(entry, dict):
+        return []
+    name = f"{predicate['run_dir']}/{entry.get('path')}"
+    signed = {s.get("name"): s.get("digest") for s in subjects or [] if isinstance(s, dict)}
+    digest = signed.get(name)
+    if isinstance(digest, dict) and f"sha256:{digest.get('sha256')}" == entry.get("sha256"):
+        return []
+    return [Finding("predicate", f"run file {name} is not a subject with the digest run.json records")]
 
 
 def _fingerprint_matches(predicate: dict[str, Any], documents: dict[str, dict[str, Any]]) -> list[Finding]:
@@ -232,6 +253,7 @@ def _predicate_findings(predicate: dict[str, Any] | None, documents: dict[str, d
         return [], []
     findings = check_evidence(predicate, documents)
     findings += _fingerprint_is_subject(predicate["fingerprint"], subjects)
+    findings += _run_file_is_subject(predicate, subjects)
     findings += _fingerprint_matches(predicate, documents)
     findings += _manifest_path_findings(path, os.path.realpath(root), predicate)
     found, provenance = image_provenance(predicate["images"], Path(root), trusted, _signature_findings)

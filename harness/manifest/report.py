@@ -80,6 +80,8 @@ def _details(report: ManifestReport) -> list[str]:
     lines += [f"  image    {_image_line(i)}" for i in p["images"]] or ["  image    none recorded"]
     lines += [f"  provenance {line}" for line in report.provenance]
     lines.append(f"  gpu      {_gpu_line(p['fingerprint'])}")
+    if report.run_file:
+        lines.append(f"  run file {report.run_file[0]} sha256:{report.run_file[1]} (signed)")
     if trust := _trust_line(report):
         lines.append(trust)
     return lines

