@@ -8,6 +8,10 @@ its baseline in the same round — get identical arrival times (paired), and dif
 ones. Prompts and lengths keep their own seeds, so a pair of twins stays identical in lengths, and in arrivals
 per repeat. Repeat 1 keeps the workload's own seed (its file is the one ``infkit workload make`` with the same
 flags writes); repeat r > 1 is ``<name>-r<r>`` with the derived ``--arrival-seed``, which its header records.
+Every redraw is scheduled at the rate repeat 1's list runs at, (n - 1) / span (``arrival.rescheduled``): for a
+list a bench scheduled at its rate (``arrival.scheduled``) that is the rate asked for, so repeats differ in where
+the bursts fall and not in the load they offer (a 100-request list at 1 req/s would otherwise run its redraws
+at 0.9-1.3x). A kind that schedules its own arrivals (session starts) or counts a file's rows keeps its draw.
 
 Closed loops have no arrival times, a constant rate draws nothing and a trace replay keeps its recorded
 arrivals: those stay one file. A plan opts out with ``Plan(fresh_arrivals=False)``.
@@ -21,6 +25,8 @@ from typing import Any
 
 from harness.bench.records import Workload
 from harness.bench.spec import WorkloadPlan
+from harness.workload.arrival import rescheduled
+from harness.workload.generators import arrival_draws
 
 RANDOM_ARRIVALS = ("poisson", "gamma")
 
@@ -42,8 +48,12 @@ def realised(plan: WorkloadPlan, repeat: int, enabled: bool = True) -> WorkloadP
     """The workload ``repeat`` replays: ``plan`` itself, or its own arrival draw (module docstring)."""
     if repeat <= 1 or not enabled or not fresh(plan):
         return plan
-    seed = arrival_seed(plan.common.seed_for("arrival"), repeat)
-    common = dataclasses.replace(plan.common, seeds={**plan.common.seeds, "arrival": seed})
+    base = plan.common.seed_for("arrival")
+    seed, arrival = arrival_seed(base, repeat), plan.common.arrival
+    draws = arrival_draws(plan.kind, plan.common, dict(plan.options))
+    if draws is not None:
+        arrival = rescheduled(arrival, draws, base, seed)
+    common = dataclasses.replace(plan.common, arrival=arrival, seeds={**plan.common.seeds, "arrival": seed})
     return dataclasses.replace(plan, name=f"{plan.name}-r{repeat}", common=common)
 
 

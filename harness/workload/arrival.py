@@ -103,6 +103,16 @@ def scheduled(arrival: Arrival, count: int, seed: int) -> Arrival:
     return replace(arrival, rate_rps=arrival.rate_rps * unit_span / (count - 1))  # type: ignore[operator]
 
 
+def rescheduled(arrival: Arrival, count: int, seed: int, redraw_seed: int) -> Arrival:
+    """``arrival`` (poisson or gamma) moved so that its list of ``count`` requests drawn from ``redraw_seed`` is
+    scheduled at the rate its list drawn from ``seed`` runs at, (n - 1) / span: a redraw of a list made by
+    ``scheduled`` runs at the rate that list was asked for, not at the rate that scaled the other draws."""
+    span = drawn(arrival, count, seed)[-1] if count >= 2 else None
+    if not span:
+        return arrival
+    return scheduled(replace(arrival, rate_rps=(count - 1) / span), count, redraw_seed)
+
+
 def poisson_scheduled(rate_rps: float, seconds: float, seed: int, at_least: int = 2) -> tuple[Arrival, int]:
     """A Poisson arrival and request count whose list, drawn from ``seed``, is scheduled at ``rate_rps``
     (``scheduled``) and spans at least ``seconds``, with at least ``at_least`` requests."""

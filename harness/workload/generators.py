@@ -304,6 +304,15 @@ def check_options(kind: str, common: Common, options: dict[str, Any]) -> dict[st
     return opts
 
 
+def arrival_draws(kind: str, common: Common, options: dict[str, Any]) -> int | None:
+    """How many arrival times a workload of ``kind`` draws (one per request), or None where it schedules its own
+    (session starts) or counts the rows of an input file."""
+    gen = GENERATORS[kind]
+    if gen.schedules or any(options.get(name) for name in INPUT_FILES):
+        return None
+    return (gen.count or _count)(common, {o.name: options.get(o.name, o.default) for o in gen.options})
+
+
 def make_workload(kind: str, common: Common, options: dict[str, Any], tokenizer_dir: str | Path) -> Workload:
     """Build a workload of ``kind``; ``options`` holds the kind's own parameters (defaults filled in)."""
     opts = check_options(kind, common, options)

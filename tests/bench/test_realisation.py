@@ -18,6 +18,7 @@ from harness.bench.spec import Arm, BenchSpec, Claim, Plan, ServerVariant, Workl
 from harness.models import PreparedModel
 from harness.progress import Reporter
 from harness.workload import Arrival, Common, load_workload, make_workload
+from harness.workload.arrival import offsets, scheduled
 from tests.bench.test_bench_runner import Config, bench_env  # noqa: F401  (fixture: the stand-in engine as "fake")
 
 POISSON = Arrival("poisson", rate_rps=40.0)
@@ -52,6 +53,19 @@ def test_twins_of_one_repeat_share_arrivals_and_lengths_and_repeats_differ(token
     assert realised(shared, 2).name == "shared-prefix-r2"
     assert realised(shared, 2).common.seeds["arrival"] == arrival_seed(shared.common.seed_for("arrival"), 2)
     assert realised(shared, 2, enabled=False) is shared
+
+
+@pytest.mark.parametrize("nominal", [Arrival("poisson", rate_rps=1.0), Arrival("gamma", rate_rps=1.0, burstiness=0.5)])
+def test_every_repeats_redraw_is_scheduled_at_the_lists_rate(tokenizer_dir, nominal):
+    n, seed = 100, 11
+    common = Common(arrival=scheduled(nominal, n, seed + 2), seed=seed, requests=n, input_tokens=4, output_tokens=2)
+    plan = WorkloadPlan("timed", "random", common)
+    lists = [schedule(realised(plan, repeat), tokenizer_dir)[0] for repeat in range(1, 6)]
+    for sends in lists:
+        assert (n - 1) / sends[-1] == pytest.approx(nominal.rate_rps, rel=1e-3)
+    assert len({tuple(sends) for sends in lists}) == 5  # each repeat its own draw
+    unscheduled = [offsets(plan.common.arrival, n, arrival_seed(seed + 2, r))[-1] for r in range(2, 6)]
+    assert max(abs((n - 1) / s - 1.0) for s in unscheduled) > 0.05  # the redraws' own spans are off by chance
 
 
 def test_closed_loops_constant_rates_and_traces_keep_one_realisation():
