@@ -32,7 +32,7 @@ from harness.bench.analysis import claim_figures, read_claims
 from harness.bench.lib import traffic
 from harness.bench.lib.gpuload import Capacity, gpu_load
 from harness.bench.lib.hostprofile import default_size
-from harness.bench.lib.probed import probed
+from harness.bench.lib.probed import probed, stated
 from harness.bench.metrics import (
     E2E_P50,
     OUTPUT_TOKENS_PER_S,
@@ -221,7 +221,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     load = gpu_load(cfg.capacity_baseline, "--capacity-baseline", placement, model, shape) \
         if traffic and cfg.concurrency is None else None
     if load is None or load.capacity is not None:
-        return plan_at(cfg, load.capacity if load else None, load.notes if load else ())
+        made = plan_at(cfg, load.capacity if load else None, load.notes if load else ())
+        return stated(made, load.capacity) if load and load.capacity else made
     skeleton = plan_at(cfg, None, load.notes[:-1])
     warm = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed, input_tokens=shape[0],
                   output_tokens=shape[1])

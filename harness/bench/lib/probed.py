@@ -64,6 +64,16 @@ class Deferred:
             str(load.get("source")), *inner.notes[:3])
 
 
+def stated(plan: Plan, capacity: Capacity) -> Plan:
+    """``plan`` whose reading says where its load came from (``details.load`` and a summary line), as a probed one's
+    does."""
+    read = plan.read
+    if read is None:
+        return plan
+    return replace(plan, read=lambda history: read(history).with_details(load=capacity.to_dict()).with_lines(
+        capacity.source))
+
+
 def with_workload(arm: Arm, plan: Plan) -> Arm:
     """The arm carrying its workload's plan, so it is made under its name when first run."""
     if not isinstance(arm.workload, str):

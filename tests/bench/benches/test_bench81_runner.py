@@ -186,3 +186,26 @@ def test_with_no_capacity_cited_a_gpu_run_probes_first_and_loads_each_device_at_
     assert sent == {"single": 9, "dp2-replicas": 18}  # three waves of 3 per device
     assert (outcome.run_dir / "arms" / "probe" / "r1" / "requests.jsonl").is_file()
     assert "load from a closed-loop capacity probe" in (outcome.run_dir / "summary.txt").read_text()
+
+
+def test_a_cited_gpu_capacity_sizes_each_devices_load_and_the_result_says_so(bench_env, monkeypatch):  # noqa: F811
+    """A cited bench-66 run of this backend (the stand-in engine counted as a GPU one): 39 req/s served at an E2E
+    P50 of 0.1 s hold 3.9 requests in flight, so 4 per device in three waves; the result names the run."""
+    from harness.bench.lib import gpuload
+    from tests.bench.test_gpu_load import bench66
+
+    cited = bench66(backend="fake", shape=(256.0, 32.0))
+    cited.result["details"]["baseline"]["saturation"] = {"offered_rps": 40.0, "achieved_rps": 39.0,
+                                                        "latency_ms": {"e2e_ms.p50": 100.0}}
+    monkeypatch.setattr(gpuload, "GPU_BACKENDS", ("fake",))
+    monkeypatch.setattr(gpuload, "cite_choice", lambda choice, root, semantic_id: cited)
+    cfg = Config(backend="fake", runtime="local", layouts=("dp2-replicas",), starts=1, warmup_requests=1,
+                 resamples=100)
+    outcome = runner_mod.run_bench(SPEC, cfg, root=bench_env, reporter=Reporter(io.StringIO(), every_s=60))
+    details = outcome.result["details"]
+    assert details["concurrency_per_device"] == 4 and details["load"]["in_flight"] == 3.9
+    assert details["load"]["source"].startswith("load from bench-66 run 20261207T000000Z-gpu")
+    sent = {label: len((outcome.run_dir / "arms" / label / "r1" / "requests.jsonl").read_text().splitlines())
+            for label in ("single", "dp2-replicas")}
+    assert sent == {"single": 12, "dp2-replicas": 24}
+    assert "load from bench-66 run 20261207T000000Z-gpu" in (outcome.run_dir / "summary.txt").read_text()

@@ -27,11 +27,11 @@ from typing import Any, cast
 
 from harness.bench import metrics as m
 from harness.bench.benches.bench70.load import (
-    CAPACITY_SHARE,
     MIN_REQUESTS,
     REFERENCE_CONCURRENCY,
     REFERENCE_RATE_RPS,
     REFERENCE_REQUESTS,
+    STAND_IN,
     arrival_rate,
     list_length,
     pair_concurrency,
@@ -39,7 +39,7 @@ from harness.bench.benches.bench70.load import (
 from harness.bench.benches.bench70.predict import cited_cost_model
 from harness.bench.benches.bench70.reading import SchedulerReading
 from harness.bench.lib.gpuload import Capacity, gpu_load
-from harness.bench.lib.probed import probed
+from harness.bench.lib.probed import probed, stated
 from harness.bench.placement import resolve_placement
 from harness.bench.spec import (
     Arm,
@@ -316,16 +316,16 @@ def bursty_list(cfg: Config, requests: int, rate: float) -> Common:
 def plan(cfg: Config, model: PreparedModel) -> Plan:
     """On a GPU, the loads left unset come from a cited bench-66 capacity, else from a probe run first (gpuload)."""
     placement = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime)
-    unset = cfg.rate_rps is None or cfg.requests is None or cfg.concurrency is None
-    load = gpu_load(cfg.baseline, "--baseline", placement, model, (cfg.input_tokens, cfg.output_tokens)) \
-        if unset else None
+    shape = (cfg.input_tokens, cfg.output_tokens)
+    load = gpu_load(cfg.baseline, "--baseline", placement, model, shape) if None in (cfg.rate_rps, cfg.requests,
+                                                                                      cfg.concurrency) else None
     if load is None or load.capacity is not None:
-        return plan_at(cfg, placement.backend, load.capacity if load else None, load.notes if load else ())
-    stand_in = Capacity(REFERENCE_RATE_RPS / CAPACITY_SHARE, REFERENCE_CONCURRENCY, "a stand-in until the probe")
-    skeleton = plan_at(cfg, placement.backend, stand_in, load.notes[:-1])
-    shape = Common(Arrival("closed", concurrency=1), seed=cfg.seed, input_tokens=cfg.input_tokens,
-                   output_tokens=cfg.output_tokens, input_range=cfg.input_range, output_range=cfg.output_range)
-    return probed(skeleton, shape, lambda capacity: plan_at(cfg, placement.backend, capacity, load.notes),
+        made = plan_at(cfg, placement.backend, load.capacity if load else None, load.notes if load else ())
+        return stated(made, load.capacity) if load and load.capacity else made
+    skeleton = plan_at(cfg, placement.backend, STAND_IN, load.notes[:-1])
+    warm = Common(Arrival("closed", concurrency=1), seed=cfg.seed, input_tokens=cfg.input_tokens,
+                  output_tokens=cfg.output_tokens, input_range=cfg.input_range, output_range=cfg.output_range)
+    return probed(skeleton, warm, lambda capacity: plan_at(cfg, placement.backend, capacity, load.notes),
                   load.notes[-1] + "; the rate, list and B then follow it as a cited capacity's would")
 
 

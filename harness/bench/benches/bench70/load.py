@@ -25,6 +25,8 @@ REFERENCE_SPAN_S = (REFERENCE_REQUESTS - 1) / REFERENCE_RATE_RPS
 # the open lists' floor: at 10 a throttled host at load scale 0.45 spanned 22 s a list and ran its bench 12 s over
 # its target; at 8 the floor binds only below scale 0.5, and a list still holds 2 high-priority requests
 MIN_REQUESTS = 8
+# what a probed plan is built at before its probe has run (its arms are then made at the probed capacity)
+STAND_IN = Capacity(REFERENCE_RATE_RPS / CAPACITY_SHARE, REFERENCE_CONCURRENCY, "a stand-in until the probe has run")
 
 
 def arrival_rate(cfg: Config, capacity: Capacity | None = None) -> tuple[float, str]:

@@ -31,7 +31,7 @@ from harness.backends.cpu_placement import allowed_cores
 from harness.bench.benches.bench81 import parallel as dist
 from harness.bench.lib.gpuload import Capacity, gpu_load
 from harness.bench.lib.hostprofile import request_shape
-from harness.bench.lib.probed import probed
+from harness.bench.lib.probed import probed, stated
 from harness.bench.placement import Placement, resolve_placement
 from harness.bench.spec import BenchConfig, BenchSpec, Plan, Schedule
 from harness.errors import InvalidInput
@@ -120,8 +120,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     load = gpu_load(cfg.capacity_baseline, "--capacity-baseline", placement, model, (prompt, output)) \
         if closed else None
     if load is None or load.capacity is not None:
-        return plan_at(loaded(cfg, load.capacity if load else None), placement, shape_why,
-                       load.notes if load else ())
+        made = plan_at(loaded(cfg, load.capacity if load else None), placement, shape_why, load.notes if load else ())
+        return stated(made, load.capacity) if load and load.capacity else made
     stand_in = loaded(cfg, None)
     skeleton = plan_at(stand_in, placement, shape_why, load.notes[:-1])
     warm = Common(arrival=Arrival("closed", concurrency=1), seed=cfg.seed, input_tokens=prompt, output_tokens=output)
