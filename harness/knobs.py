@@ -42,19 +42,21 @@ Group = Literal["question", "protocol"]
 
 def knob(default: Any, help: str, *, min: float | None = None, max: float | None = None,  # noqa: A002
          choices: tuple[Any, ...] | None = None, cli: bool = True, empty: bool = False,
-         cites: str | None = None, group: Group = "question") -> Any:
+         cites: str | None = None, group: Group = "question", flag: str | None = None) -> Any:
     """A config field with its help text and the constraints ``check_config`` enforces.
 
     ``group``: ``question`` knobs change what is asked (sizes, model, servers, repeats, margin, a bench's own
     workload and arms) and ``--help`` lists them; ``protocol`` knobs say how it is measured or where it runs
-    (timeouts, resamples, placement, signing) and only ``--help-all`` lists them. Both parse alike.
+    (timeouts, resamples, placement, signing) and only ``--help-all`` lists them. Both parse alike. ``flag``: the
+    option's name where it is not the field's (``workload_path`` as ``--workload``). ``default=MISSING``: a required
+    option.
 
     ``empty``: a list knob with a non-empty default may be set empty (it switches a family of arms off);
     otherwise an empty value is refused, since nothing would run. ``cites``: the field names a signed manifest of
     that semantic id (a path, or ``latest``/``none``), audited before any setup (``cited_paths``).
     """
     meta = {"help": help, "min": min, "max": max, "choices": choices, "cli": cli, "empty": empty, "cites": cites,
-            "group": group}
+            "group": group, "flag": flag}
     if isinstance(default, (list, dict, set)):
         raise TypeError("knob defaults must be immutable (use a tuple)")
     return dataclasses.field(default=default, metadata=meta)
@@ -62,6 +64,11 @@ def knob(default: Any, help: str, *, min: float | None = None, max: float | None
 
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def cli_name(f: dataclasses.Field) -> str:
+    """The option name of a field, without the dashes' form: its ``flag`` metadata, else the field's name."""
+    return f.metadata.get("flag") or f.name
 
 
 def _unwrap(hint: Any) -> tuple[Any, bool, bool]:
@@ -147,14 +154,16 @@ def _add_knob(parser: argparse.ArgumentParser | argparse._ArgumentGroup, f: data
     text = f.metadata.get("help", "")
     if choices:
         text += f" (one of: {', '.join(map(str, choices))})"
-    if "default" not in text:
+    required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    if "default" not in text and not required:
         text = f"{text} (default: {_shown(f.default)})".strip()
     if kind is bool and not many:
-        parser.add_argument(flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=UNSET,
+        parser.add_argument(flag(cli_name(f)), dest=f.name, action=argparse.BooleanOptionalAction, default=UNSET,
                             help=text)
     else:
         # a list knob given twice takes both (``--server a=URL --server b=URL``)
-        parser.add_argument(flag(f.name), dest=f.name, nargs="+" if many else None, default=None if many else UNSET,
+        parser.add_argument(flag(cli_name(f)), dest=f.name, nargs="+" if many else None,
+                            default=None if many else UNSET, required=required,
                             action="extend" if many else "store", metavar=METAVARS.get(kind, "VALUE"),
                             help=text.replace("%", "%%"))
 
@@ -172,17 +181,17 @@ def values_from_args(cls: type, args: argparse.Namespace) -> dict[str, Any]:
         elif many:
             words = [w for item in raw for w in str(item).split(",") if w.strip()]
             if not words and not f.metadata.get("empty"):  # an empty list runs nothing, or means the default
-                raise InvalidInput(f"{flag(f.name)}: needs at least one value (leave the flag out for the default: "
-                                   f"{_shown(f.default)})")
-            values[f.name] = tuple(parse_value(w.strip(), kind, f.name) for w in words)
+                raise InvalidInput(f"{flag(cli_name(f))}: needs at least one value (leave the flag out for the "
+                                   f"default: {_shown(f.default)})")
+            values[f.name] = tuple(parse_value(w.strip(), kind, cli_name(f)) for w in words)
         elif optional and not raw.strip() and _choices_of(kind, f.metadata):
-            raise InvalidInput(f"{flag(f.name)}: an empty value is not one of "
+            raise InvalidInput(f"{flag(cli_name(f))}: an empty value is not one of "
                                f"{', '.join(map(str, _choices_of(kind, f.metadata) or ()))} (leave the flag out for "
                                "the default)")
         elif optional and raw.strip().lower() in ("", "none"):
             values[f.name] = None
         else:
-            values[f.name] = parse_value(raw, kind, f.name)
+            values[f.name] = parse_value(raw, kind, cli_name(f))
     return values
 
 
@@ -239,22 +248,22 @@ def check_config(cfg: Any) -> None:
         value = getattr(cfg, f.name)
         if many and value is not None and not value and f.default not in ((), None, dataclasses.MISSING) \
                 and not f.metadata.get("empty"):
-            raise InvalidInput(f"{flag(f.name)}: needs at least one value (default: {_shown(f.default)})")
+            raise InvalidInput(f"{flag(cli_name(f))}: needs at least one value (default: {_shown(f.default)})")
         items = value if many and value is not None else (value,)
         choices = _choices_of(kind, f.metadata)
         for item in items:
             if item is None:
                 continue
             if isinstance(item, float) and not math.isfinite(item):
-                raise InvalidInput(f"{flag(f.name)}: {item} is not a finite number")
+                raise InvalidInput(f"{flag(cli_name(f))}: {item} is not a finite number")
             if choices and item not in choices:
-                raise InvalidInput(f"{flag(f.name)}: {item!r} is not one of {', '.join(map(str, choices))}")
+                raise InvalidInput(f"{flag(cli_name(f))}: {item!r} is not one of {', '.join(map(str, choices))}")
             lo, hi = f.metadata.get("min"), int_bound(f, kind)
             if lo is not None and item < lo:
-                raise InvalidInput(f"{flag(f.name)} must be at least {_bound(lo)}, got {item}")
+                raise InvalidInput(f"{flag(cli_name(f))} must be at least {_bound(lo)}, got {item}")
             if hi is not None and item > hi:
                 shown = str(item) if len(str(item)) <= 24 else f"{str(item)[:12]}... ({len(str(item))} digits)"
-                raise InvalidInput(f"{flag(f.name)} must be at most {_bound(hi)}, got {shown}")
+                raise InvalidInput(f"{flag(cli_name(f))} must be at most {_bound(hi)}, got {shown}")
 
 
 def config_from_args(cls: type, args: argparse.Namespace, *, make_overrides: str = "",
@@ -269,7 +278,7 @@ def config_from_args(cls: type, args: argparse.Namespace, *, make_overrides: str
 
 def cited_paths(cfg: Any) -> list[tuple[str, str, str]]:
     """(flag, manifest path, semantic id) of every ``cites`` knob set to a path (not unset, ``latest`` or ``none``)."""
-    return [(flag(f.name), str(value), f.metadata["cites"]) for f in dataclasses.fields(cfg)
+    return [(flag(cli_name(f)), str(value), f.metadata["cites"]) for f in dataclasses.fields(cfg)
             if f.metadata.get("cites") and (value := getattr(cfg, f.name)) not in (None, "", "latest", "none")]
 
 

@@ -16,8 +16,8 @@ from fake_openai_server import FakeConfig, FakeOpenAIServer
 WORKLOAD = Path(__file__).parent / "examples" / "valid" / "workload-header.jsonl"
 
 RUN_FLAGS = {
-    "timeout-nan": (["--timeout", "nan"], "--timeout nan: must be a finite number of seconds > 0"),
-    "timeout-inf": (["--timeout", "inf"], "--timeout inf"),
+    "timeout-nan": (["--timeout", "nan"], "--timeout: 'nan' is not a finite number"),
+    "timeout-inf": (["--timeout", "inf"], "--timeout: 'inf' is not a finite number"),
     "timeout-negative": (["--timeout", "-1"], "--timeout -1.0"),
     "slo-nan": (["--slo", "ttft_ms=nan"], "--slo ttft_ms=nan: an SLO is a finite number of milliseconds > 0"),
     "slo-negative": (["--slo", "ttft_ms=-5"], "--slo ttft_ms=-5.0"),
@@ -38,7 +38,7 @@ RUN_FLAGS = {
     "loop-lag-negative": (["--max-loop-lag-ms", "-4"], "--max-loop-lag-ms -4.0"),
     "metrics-url-not-http": (["--metrics-url", "ftp://x"], "--metrics-url 'ftp://x'"),
     "server-pid-gone": (["--server-pid", "0"], "--server-pid 0: no such process"),
-    "usd-per-gpu-hour-nan": (["--usd-per-gpu-hour", "nan"], "--usd-per-gpu-hour nan: must be a finite price in USD"),
+    "usd-per-gpu-hour-nan": (["--usd-per-gpu-hour", "nan"], "--usd-per-gpu-hour: 'nan' is not a finite number"),
     "usd-per-gpu-hour-negative": (["--usd-per-gpu-hour", "-2"], "--usd-per-gpu-hour -2.0"),
     "gpu-not-a-device": (["--gpu", "first"], "--gpu 'first': 'first' is not a GPU index or MIG instance"),
 }

@@ -25,8 +25,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +44,15 @@ from harness.contract import Failure, atomic_write_text, write_result
 from harness.contract.paths import check_output_dir
 from harness.errors import InvalidInput
 from harness.ids import new_run_id
-from harness.progress import Reporter
 from harness.serving.checks import check_config, recorded_settings
 from harness.serving.checks import check_workload_limits as check_workload_limits  # re-exported
-from harness.serving.cpushare import CpuProbe, CpuWindow, cpu_details
+from harness.serving.config import MeasureConfig as MeasureConfig  # re-exported: where every caller finds it
+from harness.serving.cpushare import CpuWindow, cpu_details
 from harness.serving.metrics import TokenEnds
 from harness.serving.result import ResultInputs, RunFacts, build_serving_result
 from harness.serving.samplers import RunSamplers
 from harness.serving.summary import render_summary
-from harness.serving.validity import ValidityLimits, load_references
+from harness.serving.validity import load_references
 from harness.telemetry import (
     POLLED_GAUGES,
     GaugePoller,
@@ -61,9 +60,7 @@ from harness.telemetry import (
     scrape,
     summarize,
 )
-from harness.telemetry.gpu_sampler import IdleCheck
 from harness.telemetry.prometheus import SCRAPE_TIMEOUT_S, Scrape, parse
-from harness.telemetry.rapl import POWERCAP
 from harness.workload import Workload, load_workload
 
 REQUESTS_FILE = "requests.jsonl"
@@ -74,56 +71,6 @@ METRICS_AFTER = "metrics_after.prom"
 GAUGES_FILE = "gauges.jsonl"
 HEALTH_PATHS = ("/health", "/v1/models")
 INTERRUPTED_SCRAPE_TIMEOUT_S = 1.0  # the scrape after an interrupted run: a stalled server must not hold Ctrl-C up
-
-
-@dataclass(frozen=True)
-class MeasureConfig:
-    """Everything one measurement needs; defaults live here and nowhere else."""
-
-    endpoint: str  # base URL of the OpenAI-compatible server
-    model: str  # served model name
-    workload_path: str | Path
-    out_dir: str | Path
-    endpoints: tuple[str, ...] = ()  # several replicas: requests are dealt round-robin over these base URLs
-    semantic_id: str = "INF-FLOAT-BASELINE"
-    run_label: str = "serving"
-    run_id: str | None = None  # None: a new sortable id
-    api: str = "completions"  # "completions" | "chat"
-    max_concurrency: int | None = None  # closed loop: overrides the workload's; timed: cap on in-flight
-    batch_barrier: bool = False  # closed loop as static batches: send `concurrency`, wait for all, send the next
-    gauge_interval_s: float = 0.5  # how often the running/waiting gauges are polled during the run
-    timeout_s: float = 600.0  # per request
-    profile_id: str = "INF-VLLM-CPU"
-    backend_name: str = "vllm-cpu"
-    backend_version: str = "unknown"
-    backend_command: tuple[str, ...] | None = None
-    runtime: str = "local"
-    image: dict[str, Any] | None = None
-    model_ref: dict[str, str] | None = None  # {"name", "version"}
-    tokenizer_ref: dict[str, str] | None = None  # None: the workload's tokenizer
-    metrics_url: str | None = None  # None: <endpoint>/metrics
-    memory_probe: Callable[[], int | None] | None = None  # sampled during the run for peak memory
-    memory_source: str = "rss_process_tree"
-    gpu_devices: tuple[int | str, ...] = ()  # the servers' GPUs (index or UUID): NVML is sampled on them
-    gpu_idle: IdleCheck | None = None  # those devices read before the server started (baseline, processes, clocks)
-    gpu_interval_s: float = 0.1  # NVML sampling interval
-    rapl_root: str | Path | None = POWERCAP  # CPU runs: RAPL package energy from here; None: not read
-    usd_per_gpu_hour: float | None = None  # a stated price: the result gains cost per million output tokens
-    cpu_probe: CpuProbe | None = None  # the server's CPU seconds (engine, frontend), read at the run's start and end
-    ignore_eos: bool = False
-    min_tokens: bool = False
-    slo: Mapping[str, float] = field(default_factory=dict)  # ttft_ms, tpot_ms, e2e_ms, itl_ms
-    token_budget: Mapping[str, int | None] | None = None  # max_num_batched_tokens, max_num_seqs, block_size
-    client_workers: int | None = None  # None: one process per 1024 concurrent streams, up to the CPU count
-    validity: ValidityLimits = field(default_factory=ValidityLimits)
-    reference_path: str | Path | None = None  # reference outputs for greedy agreement
-    reporter: Reporter | None = None  # live progress while the client runs (requests done/total, errors, ETA)
-    server_alive: Callable[[], bool] | None = None  # checked after the run: a dead server is a server_crash
-    failure_refiner: Callable[[Failure], Failure] | None = None  # e.g. add the server's log tail
-    extra_details: Mapping[str, Any] = field(default_factory=dict)
-    keep_text: bool = True
-    stream: bool = True  # False: each request answered whole (E2E and throughput only)
-    tokenizer_path: str | Path | None = None  # counts each chunk's tokens where the server sends no per-chunk usage
 
 
 @dataclass(frozen=True)
