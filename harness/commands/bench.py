@@ -99,21 +99,17 @@ def run_all(args: argparse.Namespace) -> int:
     for name in args.exits:
         b = argparse.ArgumentParser(prog=f"infkit bench {name}")
         add_bench_arguments(b, known[name])
-        settled[name] = settle(b.parse_args(["--make-vars", args.make_vars]), known[name])
+        settled[name] = bench_settings(known[name], b.parse_args(["--make-vars", args.make_vars]))
     if args.dry_run:
         from harness.bench.dryrun import dry_run
 
-        print(json.dumps([dry_run(known[n], cfg) for n, cfg in settled.items()], indent=2, default=str))
+        print(json.dumps([{**dry_run(known[n], cfg), **origin.record()} for n, (cfg, origin) in settled.items()],
+                         indent=2, default=str))
         return 0
-    rows = run_suite(args.exits, lambda name: run_settled(known[name], settled[name]))
+    rows = run_suite(args.exits, lambda name: run_settled(known[name], *settled[name]))
     print()
     print(suite_table(args.exits, rows), end="")
     return suite_exit_code(rows)
-
-
-def settle(args: argparse.Namespace, spec: BenchSpec) -> BenchConfig:
-    """The bench's config from its run file (--config), Make variables and flags, checked before any setup."""
-    return bench_settings(spec, args)[0]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,7 +23,8 @@ def fake_benches(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     calls: list[tuple[str, int]] = []
 
-    def fake_run_bench(spec, cfg, *, root, reporter):
+    def fake_run_bench(spec, cfg, *, root, reporter, origin):
+        assert origin.set_by.get("repeats") == ("make" if cfg.repeats == 4 else None)  # reaches run.json
         calls.append((spec.name, cfg.repeats))
         if spec.name == "68":
             raise InvalidInput("bench-68 refuses this host")
