@@ -233,3 +233,28 @@ def test_a_variant_refused_before_any_start_is_capability_missing_and_out_of_the
     assert "the platform hook forces it off" in outcome.result["details"]["capability_missing"]["overlap"]
     servers = json.loads((outcome.run_dir / "servers" / "servers.json").read_text())["servers"]
     assert "overlap" not in {s["name"] for s in servers if s.get("exit_status") is not None}  # never started
+
+
+def test_bench70_probed_on_a_gpu_backend_makes_its_lists_at_the_probed_capacity(vllm_env, monkeypatch):
+    """No bench-66 run cited on a GPU backend (the stand-in engine counted as one): the probe runs first on the base
+    server; the bursty list's rate and B follow what it measured (its length is set here: at 0.6 x the stand-in's
+    capacity the reference 15 s would be hundreds of requests an arm), the calibration, claims and predictions read as
+    ever, and the result names the load's source."""
+    from harness.bench.lib import gpuload, probed
+
+    monkeypatch.setattr(gpuload, "GPU_BACKENDS", ("fake-vllm",))
+    monkeypatch.setattr(probed, "GPU_PROBE_CONCURRENCY", 3)
+    monkeypatch.setattr(probed, "GPU_PROBE_S", 0.5)
+    cfg = Config(**{**SMALL, "rate_rps": None, "requests": 16, "concurrency": None, "repeats": 1,
+                    "pair_repeats": 1, "comparisons": ("static", "policy"), "baseline": "none"})
+    outcome = runner_mod.run_bench(SPEC, cfg, root=vllm_env, reporter=Reporter(io.StringIO(), every_s=60))
+    run_dir, details = outcome.run_dir, outcome.result["details"]
+    assert not outcome.failed and validate_file(run_dir / "comparison.json") == []
+    load = details["load"]
+    assert load["source"].startswith("load from a closed-loop capacity probe on server base") and load["rate_rps"] > 0
+    rate = round(0.6 * load["rate_rps"], 3)
+    notes = load["plan_notes"]
+    assert any(n.startswith(f"bursty arrival rate: {rate:g} req/s = 0.6 x the saturation rate") for n in notes)
+    assert any("closed loop of B = 3" in n for n in notes)  # the probe's 3 in flight, within --seqs-high 4
+    assert {a["label"] for a in details["arm_runs"]} >= {"calibration", "continuous", "static", "seqs-low", "priority"}
+    assert "probe" not in {c["baseline"] for c in details["claims"]} and details["predictions"]

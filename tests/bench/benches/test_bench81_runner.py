@@ -177,6 +177,7 @@ def test_with_no_capacity_cited_a_gpu_run_probes_first_and_loads_each_device_at_
                  resamples=100, capacity_baseline="none")
     outcome = runner_mod.run_bench(SPEC, cfg, root=bench_env, reporter=Reporter(io.StringIO(), every_s=60))
     details = outcome.result["details"]
+    assert validate_file(outcome.run_dir / "sweep.json") == [] and validate_file(outcome.run_dir / "run.json") == []
     assert details["load"]["in_flight"] == 3 and details["load"]["source"].startswith(
         "load from a closed-loop capacity probe on server single")
     assert details["concurrency_per_device"] == 3 and {r["layout"] for r in details["layouts"]} == {
