@@ -124,6 +124,7 @@ def test_class_metrics_select_by_the_priority_each_request_was_sent_with():
                              end_s=2.0, chunk_s=(0.5 + ttft, 2.0), completion_tokens=2, extra={"priority": prio})
     records = [rec(0, HIGH_PRIORITY, 0.1), rec(1, NORMAL_PRIORITY, 0.3), rec(2, NORMAL_PRIORITY, 0.5)]
     high = priority_class(TTFT_P50, "high", HIGH_PRIORITY)
-    assert high.name == "ttft_ms.p50[high]" and high.samples(records) == pytest.approx([100.0])
-    assert priority_class(TTFT_P50, "normal", NORMAL_PRIORITY).samples(records) == pytest.approx([300.0, 500.0])
+    # a claim's TTFT counts from the scheduled send: each request here was sent 500 ms late
+    assert high.name == "ttft_ms.p50[high]" and high.samples(records) == pytest.approx([600.0])
+    assert priority_class(TTFT_P50, "normal", NORMAL_PRIORITY).samples(records) == pytest.approx([800.0, 1000.0])
     assert E2E_SCHEDULED_P50.samples(records) == pytest.approx([2000.0] * 3)  # end - scheduled, client wait included
