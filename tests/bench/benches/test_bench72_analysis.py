@@ -516,18 +516,12 @@ def test_the_first_candidate_extends_the_schedule_below_a_broken_foot_for_every_
     from types import SimpleNamespace
 
     from harness.bench.benches.bench72 import capacity as capacity_mod
-    from harness.bench.spec import History
 
     monkeypatch.setattr(capacity_mod, "verdict", lambda run, slo, rate: SimpleNamespace(
         passed=rate <= capacities[run.server]))
     cfg = bench72.Config(start_rps=1.0, min_rps=min_rps, input_tokens=24, output_tokens=6)  # 0.5, 1, 2, 4, 8
     campaign = capacity_mod.Campaign(cfg, ["a", "b"], None, "cpu-server")
-    history = History(cfg=cfg, model=None)
-    ran: dict[str, list[float]] = {"a": [], "b": []}
-    for name in ("a", "b"):
-        for _, arm in campaign.search(history, name, first=name == "a"):
-            ran[name].append(history.notes["probes"][arm.label]["rate_rps"])
-            history.runs.append(SimpleNamespace(label=arm.label, server=name, failure=None))
+    history, ran = probed_in_order(campaign, cfg)
     assert ran == expected
     assert history.notes.get("extended_below", []) == extended
     assert history.notes["schedule"][:len(extended) + 1] == [*reversed(extended), 0.5]
@@ -541,19 +535,13 @@ def test_a_candidate_passing_the_top_extends_the_schedule_upward_until_it_breaks
     from types import SimpleNamespace
 
     from harness.bench.benches.bench72 import capacity as capacity_mod
-    from harness.bench.spec import History
 
     capacities = {"a": 50.0, "b": 20.0}
     monkeypatch.setattr(capacity_mod, "verdict", lambda run, slo, rate: SimpleNamespace(
         passed=rate <= capacities[run.server]))
     cfg = bench72.Config(start_rps=1.0, schedule_extend_above=3, input_tokens=24, output_tokens=6)
     campaign = capacity_mod.Campaign(cfg, ["a", "b"], None, "cpu-server")
-    history = History(cfg=cfg, model=None)
-    ran: dict[str, list[float]] = {"a": [], "b": []}
-    for name in ("a", "b"):
-        for _, arm in campaign.search(history, name, first=name == "a"):
-            ran[name].append(history.notes["probes"][arm.label]["rate_rps"])
-            history.runs.append(SimpleNamespace(label=arm.label, server=name, failure=None))
+    history, ran = probed_in_order(campaign, cfg)
     assert history.notes["extended_above"] == [16.0, 32.0, 64.0]  # the budget: 3 rungs above 8
     assert ran["a"] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]  # 64 broke once; no rung left to break twice
     assert ran["b"] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]  # the extended schedule: 32 and 64 broke
@@ -650,3 +638,19 @@ def test_a_probe_whose_queue_grew_fails_even_where_its_p99_reads_under_the_slo()
     assert not probe.passed and "queue grew" in probe.violated
     flat = verdict(_probe_run("a rate=2/s", 2.0, 200, lambda i: 0.2), slo, 2.0)
     assert flat.passed and "queue grew" not in flat.violated
+
+
+def probed_in_order(campaign, cfg):
+    """Run both candidates' searches as the bench does (the first sets the schedule): the history and each one's
+    probed rates in order."""
+    from types import SimpleNamespace
+
+    from harness.bench.spec import History
+
+    history = History(cfg=cfg, model=None)
+    ran: dict[str, list[float]] = {"a": [], "b": []}
+    for name in ("a", "b"):
+        for _, arm in campaign.search(history, name, first=name == "a"):
+            ran[name].append(history.notes["probes"][arm.label]["rate_rps"])
+            history.runs.append(SimpleNamespace(label=arm.label, server=name, failure=None))
+    return history, ran
