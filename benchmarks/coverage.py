@@ -237,6 +237,8 @@ class DesignRow:
                        f"{self.coverage_tolerance:.1%}")
         if self.design.level is not None and self.false_adopt > self.design.level + 3 * self.adopt_se:
             out.append(f"false adopt {self.false_adopt:.1%} > {self.design.level:.1%} + {3 * self.adopt_se:.1%}")
+        if self.design.capped and self.false_adopt > 0:
+            out.append(f"false adopt {self.false_adopt:.1%} from a claim capped below paired")
         return out
 
 

@@ -5,9 +5,10 @@ arm run is left out of every effect it would distort, and listed; so is a valid 
 without a sample of the metric, a None or 0 per-run figure), computes the paired
 effect (``stats``) and applies ``stats.decide`` with the claim's margin and the design's
 evidence level; a cross-start claim whose metric a cited A/A start control bounds has its
-interval widened by that bound and counts as paired (``bounded_by_start_control``).
-``control_entry`` reads a control as a TOST; ``secondary_entries`` Holm-corrects the
-secondary claims.
+interval widened by that bound (``bounded_by_start_control``) and stays ``repeated``: one A/A pair does not put
+the start effect into the per-repeat variance, only alternating restarts (``design_of``: "alternating") do.
+``control_entry`` reads a control as a TOST, and a control on another start than its baseline as not judged;
+``secondary_entries`` Holm-corrects the secondary claims.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from harness.bench.records import ArmRun
 from harness.bench.spec import Claim, Plan
 from harness.bench.stats import (
     CONTROL_SHARE,
+    CROSS_START,
     DEFAULT_CONFIDENCE,
     NO_EFFECT_RATIO,
     Better,
@@ -165,8 +167,8 @@ def bounded_by_start_control(eff: PairedEffect, metric: str, design: Design, sta
     record = {"run_id": start.run_id, "manifest": start.citation.get("manifest"), "bound_log": b,
               "bound_pct": 100 * math.expm1(b)}
     return (widened(eff, b), "cross-start-bounded", record,
-            f"cross-start, bounded by the A/A start control {start.run_id} (±{math.expm1(b):.1%}, interval widened "
-            "by it on the log scale)")
+            f"cross-start, widened by the A/A start control {start.run_id} (±{math.expm1(b):.1%} on the log scale; "
+            "one start pair's bound, so the evidence stays repeated)")
 
 
 def claim_effect(runs: Sequence[ArmRun], claim: Claim, *, seed: int, resamples: int,
@@ -215,15 +217,24 @@ def control_entry(res: ClaimResult, primary: ClaimResult | None) -> dict[str, An
     """A control read as an equivalence test against its margin (or a share of the primary effect)."""
     m = control_margin(primary.effect.value if primary else None, res.margin)
     stats = res.stats
+    cross = res.design in CROSS_START  # one start pair: its shift is not in the interval's variance
     if stats is None or stats.unit != "repeat":
         status, why = "not judged", "equivalence needs at least 2 repeats (a repeat-level interval)"
+    elif finding(stats, better=res.claim.metric.better, margin=m) in ("material gain", "material loss"):
+        status, why = "moved", f"interval beyond the equivalence band [{band(m)[0]:.3f}, {band(m)[1]:.3f}]" + (
+            " (on another server start: the start effect may be part of it)" if cross else "")
+    elif cross:
+        status, why = "not judged", ("it ran on another server start than its baseline, and one start pair cannot "
+                                     "show equivalence (the start effect is not in the per-repeat variance; "
+                                     "alternating restarts would put it there)")
     elif equivalent(stats, m):
         status, why = "equivalent", f"interval inside the equivalence band [{band(m)[0]:.3f}, {band(m)[1]:.3f}]"
-    elif finding(stats, better=res.claim.metric.better, margin=m) in ("material gain", "material loss"):
-        status, why = "moved", f"interval beyond the equivalence band [{band(m)[0]:.3f}, {band(m)[1]:.3f}]"
     else:
         status, why = "not shown equivalent", f"interval overlaps the band [{band(m)[0]:.3f}, {band(m)[1]:.3f}]"
-    return {**res.to_dict(), "equivalence_margin": m, "equivalence": status, "shows_effect": status != "equivalent",
+    # a cross-start control that did not move beyond its band is not judged: it neither clears nor vetoes the
+    # primary; one that moved still vetoes (cautious: the start effect may be part of the move)
+    return {**res.to_dict(), "equivalence_margin": m, "equivalence": status,
+            "shows_effect": status != "equivalent" and not (cross and status == "not judged"),
             "reading": f"{status}: {why} (TOST at {res.effect.confidence:.0%}; margin = max(stated "
                        f"{res.margin:.1%}, {CONTROL_SHARE:.0%} of the primary log effect))"}
 

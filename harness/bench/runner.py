@@ -363,6 +363,7 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
     reading = reading.with_capability_missing(bench.refused)
     labels = list(dict.fromkeys([*(a.label for a in plan.arms), *(r.label for r in history.runs)]))
     cited = bench.rd.record.effective.get(CITED_KEY)
+    cited = cited if isinstance(cited, dict) else None  # uncited, the key holds the --aa-control knob as given
     reading = reading.with_lines(cited["note"]) if cited else reading
     extra = {
         **({CITED_KEY: cited} if cited else {}), **({"send_lag_pooled": pooled} if pooled else {}),

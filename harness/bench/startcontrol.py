@@ -6,8 +6,9 @@ start 1 on the metrics benches decide on; per metric it records the ratio, its i
 cites the newest such run (``--aa-control latest``, the default; ``none``; or a manifest path) once,
 before it starts anything, and only when it ran on this host (``host_key``: CPU model, cores, GPUs,
 backend, model version). Then a cross-start interval of a bounded metric is widened by that metric's
-``b`` on the log scale, ``[lo - b, hi + b]``, and its evidence is ``paired``: the start-to-start shift
-no longer hides in the effect, because it is bounded by a measurement and paid for in the interval.
+``b`` on the log scale, ``[lo - b, hi + b]``, and its evidence stays ``repeated``: one A/A pair is one
+draw of the start effect, so its bound is a coin flip where start variance dominates; only alternating
+restarts put the start effect inside the per-repeat variance and make a cross-start contrast ``paired``.
 """
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ ratio band ``[1/(1+m), 1+m]`` around no effect):
   * reject       — it lies entirely beyond the margin on the other side,
   * inconclusive — anything else; "no material effect" when it lies inside the band.
 adopt/reject need ``paired`` evidence: ``MIN_PAIRED_REPEATS`` repeats of arms interleaved
-on one start or on alternating restarts. Cross-start contrasts are ``repeated`` unless an A/A
-start control measured on this host bounds the start-to-start shift (``widened``: the interval
-grows by that bound on the log scale, design ``cross-start-bounded``, evidence ``paired``); fewer
-repeats are ``single``; ``repeated`` and ``single`` cap the decision at inconclusive, with the reason.
+on one start or on alternating restarts. Cross-start contrasts are ``repeated`` (their start pair's shift
+is not in the per-repeat variance), also when a cited A/A start control widens them by its bound (``widened``,
+design ``cross-start-bounded``): one A/A pair's bound is one draw of the start effect and certifies nothing.
+Fewer repeats are ``single``; ``repeated`` and ``single`` cap the decision at inconclusive, with the reason.
 """
 
 from __future__ import annotations
@@ -318,10 +318,13 @@ def finding(effect: PairedEffect, *, better: Better, margin: float) -> str:
     return "no material effect" if low <= lo and hi <= high else "undetermined"
 
 
+CROSS_START: tuple[Design, ...] = ("cross-start", "cross-start-bounded")  # one start per arm: never paired
+
+
 def evidence(n_pairs: int, design: Design, min_repeats: int = MIN_PAIRED_REPEATS) -> str:
     if n_pairs < min_repeats:
-        return "repeated" if design == "cross-start" and n_pairs >= 3 else "single"
-    return "repeated" if design == "cross-start" else "paired"
+        return "repeated" if design in CROSS_START and n_pairs >= 3 else "single"
+    return "repeated" if design in CROSS_START else "paired"
 
 
 def decide(effect: PairedEffect, *, better: Better = "lower", margin: float = DEFAULT_MARGIN,
@@ -341,7 +344,8 @@ def decide(effect: PairedEffect, *, better: Better = "lower", margin: float = DE
     if level == "single":
         caps.append(f"only {effect.n_pairs} repeat(s) (< {min_repeats}), so evidence is single")
     elif level == "repeated":
-        caps.append("the arms ran on different server starts (not interleaved), so evidence is repeated")
+        caps.append("the arms ran on different server starts (not interleaved or alternating restarts), so "
+                    "evidence is repeated")
     if refuse:
         caps.append(refuse)
     if caps and decision != "inconclusive":

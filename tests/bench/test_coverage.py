@@ -65,6 +65,9 @@ def test_every_design_holds_nominal_or_is_a_known_failure(coverage, design_rows)
         if name not in coverage.designs.KNOWN_FAILURES:
             assert abs(r.coverage - r.design.nominal) <= r.coverage_tolerance, name
             assert r.design.level is None or r.false_adopt <= r.design.level + 3 * r.adopt_se, name
+        else:  # judged on what it claims now: capped below paired (a control: not judged), it never adopts
+            assert r.design.capped and r.false_adopt == 0.0, name
+            assert [f for f in r.failures() if not f.startswith("coverage")] == [], name
 
 
 def test_a_design_off_nominal_is_reported(coverage, design_rows):

@@ -1,5 +1,6 @@
-"""A cited A/A start control on recorded runs: it bounds a cross-start claim (widened interval, paired evidence),
-or, wide or absent, leaves the claim repeated and capped."""
+"""A cited A/A start control on recorded runs: it widens a cross-start claim's interval and the claim stays
+repeated and capped (one start pair's bound certifies nothing); wide or absent, it leaves the interval as it is.
+A control on another start than its baseline is not judged, and neither clears nor vetoes the primary."""
 
 from __future__ import annotations
 
@@ -57,24 +58,25 @@ def test_without_a_start_control_a_cross_start_gain_is_repeated_and_capped():
     assert r.effect.finding == "material gain" and "different server starts" in r.summary
 
 
-def test_a_tight_start_control_makes_the_gain_paired_and_adopted_on_the_widened_interval():
+def test_a_tight_start_control_widens_the_gain_but_never_makes_it_paired():
     bare = reading(None).effect
     r = reading(control(2.0))
-    assert (r.decision, r.evidence_level) == ("adopt", "paired"), r.summary
+    assert (r.decision, r.evidence_level) == ("inconclusive", "repeated"), r.summary
+    assert r.effect.finding == "material gain" and "so the evidence stays repeated" in r.summary
     b = math.log1p(0.02)
     assert r.effect.value == pytest.approx(bare.value)
     assert math.log(r.effect.ci_low) == pytest.approx(math.log(bare.ci_low) - b)
     assert math.log(r.effect.ci_high) == pytest.approx(math.log(bare.ci_high) + b)
-    assert "cross-start, bounded by the A/A start control aa (±2.0%" in r.summary
+    assert "cross-start, widened by the A/A start control aa (±2.0%" in r.summary
     assert "widened by ±0.0198 on the log scale" in r.effect.method
     (claim,) = r.details["claims"]
     assert claim["design"] == "cross-start" and claim["start_control"]["run_id"] == "aa"
     assert claim["start_control"]["manifest"] == CITATION["manifest"]
 
 
-def test_a_bound_as_large_as_the_gain_leaves_it_paired_but_inconclusive():
+def test_a_bound_as_large_as_the_gain_leaves_it_repeated_and_undetermined():
     r = reading(control(12.0), factor=0.85)  # 15 % gain, ±12 % start shift: the widened interval crosses the margin
-    assert (r.decision, r.evidence_level) == ("inconclusive", "paired"), r.summary
+    assert (r.decision, r.evidence_level, r.effect.finding) == ("inconclusive", "repeated", "undetermined"), r.summary
 
 
 def test_a_wide_start_control_bounds_nothing_and_leaves_the_cap():
@@ -91,12 +93,13 @@ def test_interleaved_claims_are_not_touched_by_a_start_control():
     bounded = read_claims(history, plan, seed=0, resamples=500, repeats=5)
     claim = bounded.details["claims"][0]
     assert claim["effect"]["ci_low"] == plain["effect"]["ci_low"] and claim["start_control"] is None
-    # the cross-start cache-off control is read as a TOST on the widened interval: wider, still equivalent here
+    # the cross-start cache-off control: its interval widened, not judged (with or without the A/A), no veto
     (ctrl,) = bounded.details["controls"]
     (bare,) = read(bench69_runs(0.993)).details["controls"]
     assert ctrl["effect"]["ci_low"] < bare["effect"]["ci_low"] and ctrl["effect"]["ci_high"] > bare["effect"]["ci_high"]
-    assert ctrl["evidence_level"] == "paired" and ctrl["equivalence"] == "equivalent"
-    assert bounded.decision == "adopt" and ctrl["treatment"] == CONTROL
+    assert ctrl["evidence_level"] == "repeated" and ctrl["equivalence"] == bare["equivalence"] == "not judged"
+    assert not ctrl["shows_effect"] and "one start pair cannot show equivalence" in ctrl["reading"]
+    assert bounded.decision == "adopt" and ctrl["treatment"] == CONTROL and "vetoed_by" not in bounded.details
 
 
 def test_secondary_p_beyond_the_margin_pays_for_the_widening():

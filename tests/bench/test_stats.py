@@ -92,6 +92,8 @@ def test_cross_start_contrasts_are_repeated_evidence_and_cannot_adopt():
     eff = repeat_ratio_effect([(100.0, 50.0 + r) for r in range(5)])
     verdict = decide(eff, design="cross-start")
     assert (verdict.evidence_level, verdict.decision) == ("repeated", "inconclusive")
+    # widened by one A/A pair's bound it stays repeated: that bound is one draw of the start effect
+    assert (decide(eff, design="cross-start-bounded").evidence_level, verdict.decision) == ("repeated", "inconclusive")
     assert decide(eff, design="alternating").evidence_level == "paired"
 
 

@@ -8,7 +8,8 @@ result gives the ratio start 2 / start 1 with its 95 % Student t interval over t
 b = max(|log ci_low|, |log ci_high|): the start-to-start shift the interval cannot rule out. A metric is
 bounded when its bound is at most ``--bound-limit`` from at least 5 repeats. Benches whose claims cross
 server starts cite the newest run of this bench made on the same host (``--aa-control``): their interval
-is widened by the bound of its metric and their evidence becomes paired (docs/measurement.md).
+is widened by the bound of its metric and their evidence stays repeated: one A/A pair is one draw of the start
+effect, so only alternating restarts make a cross-start contrast paired (docs/measurement.md).
 """
 
 from __future__ import annotations

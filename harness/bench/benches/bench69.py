@@ -8,8 +8,8 @@ A and B run interleaved (ABBA: A B, then B A …) on one server; C runs on a sec
 start (the engine flag needs a restart), so the C-vs-A effect is cross-start
 (``repeated``) evidence. The claim is B vs A on median TTFT, its requests resampled
 within the design's cells (the first request of each group misses the cache, the rest
-hit); C is an equivalence test: it must stay within its margin (or a fifth of the
-claim's log effect), else no adopt.
+hit); C is read against its margin (or a fifth of the claim's log effect): on its own
+start it is not judged for equivalence (one start pair), and moved beyond it, no adopt.
 
 Real traffic (optional pairs, each with a twin of identical lengths and arrivals and nothing shared):
   trace/cache-on          TRACE=FILE (TRACE_FORMAT=mooncake|azure|burstgpt|infkit): its hash-id blocks

@@ -66,7 +66,8 @@ def test_the_aa_control_bounds_each_metric_and_a_cross_start_bench_on_this_host_
     servers = json.loads((aa.run_dir / "servers" / "servers.json").read_text())["servers"]
     assert [s["name"] for s in servers] == [bench00.FIRST, bench00.SECOND]
     assert servers[0]["settings"] == servers[1]["settings"] == {}  # identical configurations, two starts
-    assert CITED_KEY not in json.loads((aa.run_dir / "run.json").read_text())["effective"]  # it cites none itself
+    effective = json.loads((aa.run_dir / "run.json").read_text())["effective"]
+    assert not isinstance(effective.get(CITED_KEY), dict)  # it cites none itself: the key holds only its knob
     (report,) = audit_paths([aa.finished.manifest], AuditConfig(root=bench_env))
     assert report.valid
 
@@ -78,10 +79,11 @@ def test_the_aa_control_bounds_each_metric_and_a_cross_start_bench_on_this_host_
     assert cited["requested"] == "latest" and cited["cited"]["citation"]["run_id"] == aa.run_dir.name
     assert outcome.result["details"][CITED_KEY] == cited
     claim = outcome.result["details"]["claims"][0]
-    assert claim["design"] == "cross-start" and claim["evidence_level"] == "paired"
+    # widened by the cited A/A, and still repeated: one start pair's bound certifies nothing
+    assert claim["design"] == "cross-start" and claim["evidence_level"] == "repeated"
     assert claim["start_control"]["run_id"] == aa.run_dir.name
-    assert f"cross-start, bounded by the A/A start control {aa.run_dir.name}" in claim["reason"]
-    assert outcome.result["conclusion"]["decision"] == "adopt"
+    assert f"cross-start, widened by the A/A start control {aa.run_dir.name}" in claim["reason"]
+    assert claim["finding"] == "material gain" and outcome.result["conclusion"]["decision"] == "inconclusive"
 
     # another host: latest is not cited (a line says why); an explicit manifest is refused
     here = {"cpu_model": "Other CPU", "cpu_cores_logical": 64, "gpus": [], "backend": "fake", "model": "x"}

@@ -208,7 +208,7 @@ def _duel_claim(history: History, ranked: Sequence[Searched], duel: Mapping[str,
         resamples=history.cfg.resamples,
         design="cross-start",
         start=history.start_control,
-    )  # two kept-up starts: paired only where a cited A/A start control bounds the duel's metric
+    )  # two kept-up starts: repeated (a cited A/A start control widens the interval; it stays repeated)
 
 
 def _no_slo() -> Decision:
