@@ -337,6 +337,14 @@ def test_a_leader_alone_is_adopted_on_a_confirming_duel_and_a_tie_is_the_decisio
         assert "b is the cheaper by peak memory GiB" in record["reason"] and out.next_step.startswith("deploy b")
 
 
+def test_a_cross_start_duel_is_capped_and_says_more_repeats_do_not_lift_it():
+    cross = replace(duel(0.9), decision="inconclusive", evidence_level="repeated")
+    out = decide([searched("a", 4.4, 4.0, 5.0), searched("b", 2.5, 2.0, 3.0)], cross, 4.0, repeats=5,
+                 costs={"a": 1.5, "b": 1.2})
+    assert (out.decision, out.evidence_level) == ("inconclusive", "repeated")
+    assert out.next_step.startswith("the duel crosses two server starts, so more repeats keep it repeated")
+
+
 def test_a_candidate_that_fails_the_greedy_gate_is_never_chosen():
     gates = {"b": {"passed": False, "reason": "mean greedy prefix agreement 40% < 90%"}}
     out = decide(

@@ -135,7 +135,9 @@ def decide(ranked: Sequence[Searched], duel: ClaimResult | None, duel_rate: floa
         step = f"{deploy}; {hint}"
         return Decision("adopt", duel.evidence_level, summary, step, record)
     summary = f"inconclusive: {text}; the paired duel does not confirm {lead.name} ({duel.reason}); {shown}"
-    return Decision("inconclusive", duel.evidence_level, summary, f"raise --repeats for the duel; {hint}", record)
+    more = ("the duel crosses two server starts, so more repeats keep it repeated" if duel.evidence_level == "repeated"
+            else "raise --repeats for the duel")
+    return Decision("inconclusive", duel.evidence_level, summary, f"{more}; {hint}", record)
 
 
 def capacity_rows(searched: Sequence[Searched], settings: Mapping[str, Mapping[str, Any]]) -> list[list[Any]]:
