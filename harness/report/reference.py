@@ -75,36 +75,41 @@ def block_body(bench: str, ref: Reference | None) -> str:
         f"`infkit audit --excerpt --root {where} {where}/{MANIFESTS_DIR}`.", ""])
 
 
-def report_files(repo: Path, refs: dict[str, Reference], stage: Path) -> dict[str, str]:
-    """report.md and report.json of every committed reference run, built by ``infkit report`` in ``stage`` and
-    dated by the newest run (so the same runs give the same bytes)."""
+def report_files(repo: Path, refs: dict[str, Reference]) -> dict[str, str]:
+    """report.md and report.json of every committed reference run, built by ``infkit report`` beside the committed
+    folder (so its links are the same), from paths relative to the repository (so no checkout's location enters)
+    and dated by the newest run (so the same runs give the same bytes)."""
+    import contextlib
+    import os
+    import shutil
+
     from harness.report.build import ReportConfig, build_report
 
-    root = repo / RESULTS
-    keys = tuple(sorted((root / MANIFESTS_DIR / "keys").glob("*.pub.pem")))
     newest = max(ref.run["started_utc"] for ref in refs.values())
-    config = ReportConfig(out_dir=stage, root=root, trusted_keys=keys, charts=False, excerpt=True,
-                          created_utc=newest)
-    build_report([str(root / MANIFESTS_DIR)], config)
-    return {name: (stage / name).read_text(encoding="utf-8") for name in ("report.md", "report.json")}
+    stage = RESULTS / f".{REPORT_DIR}-{os.getpid()}"
+    with contextlib.chdir(repo):
+        keys = tuple(sorted((RESULTS / MANIFESTS_DIR / "keys").glob("*.pub.pem")))
+        config = ReportConfig(out_dir=stage, root=RESULTS, trusted_keys=keys, charts=False, excerpt=True,
+                              created_utc=newest)
+        try:
+            build_report([str(RESULTS / MANIFESTS_DIR)], config)
+            return {name: (stage / name).read_text(encoding="utf-8") for name in ("report.md", "report.json")}
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def regenerate(repo: Path, *, check: bool = False) -> list[Path]:
     """Rewrite every page's reference-run block and the committed report from the committed excerpts; the files
     that changed (with ``check``, the files that would change, nothing written)."""
-    import tempfile
-
     refs = references(repo)
     changed: list[Path] = []
-    if refs:
-        with tempfile.TemporaryDirectory() as tmp:
-            for name, text in report_files(repo, refs, Path(tmp) / "report").items():
-                target = repo / RESULTS / REPORT_DIR / name
-                if not target.is_file() or target.read_text(encoding="utf-8") != text:
-                    changed.append(target)
-                    if not check:
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        target.write_text(text, encoding="utf-8")
+    for name, text in (report_files(repo, refs) if refs else {}).items():
+        target = repo / RESULTS / REPORT_DIR / name
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            changed.append(target)
+            if not check:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text, encoding="utf-8")
     for page in sorted((repo / "docs").glob("bench-*.md")):
         text = page.read_text(encoding="utf-8")
         new = BLOCK.sub(lambda m: m.group(1) + block_body(m["bench"], refs.get(m["bench"])) + m.group(4), text)
