@@ -13,11 +13,10 @@ import os
 import shutil
 from pathlib import Path
 
-from harness.contract.jsonio import read_json
 from harness.errors import InvalidInput
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.manifest.keys import PUBLIC_KEY_SUFFIX
-from harness.manifest.sign import KEYS_DIR, MANIFEST_SUFFIX, MANIFESTS_DIR, default_manifest_path
+from harness.manifest.sign import KEYS_DIR, MANIFEST_SUFFIX, MANIFESTS_DIR, run_dir_manifest
 
 SMALL_FILES = ("run.json", "summary.txt", "fingerprint.json")
 
@@ -26,13 +25,11 @@ def manifest_of(run_or_manifest: Path, root: Path) -> Path:
     """The manifest a run directory is signed into (found by its run.json), or the manifest named."""
     if run_or_manifest.is_file():
         return run_or_manifest
-    record = run_or_manifest / "run.json"
-    if not record.is_file():
+    if not (run_or_manifest / "run.json").is_file():
         raise InvalidInput(f"{run_or_manifest}: neither a manifest nor a run directory (no run.json)")
-    run = read_json(record)
-    manifest = default_manifest_path(root, str(run.get("semantic_id")), str(run.get("run_id")))
-    if not manifest.is_file():
-        raise InvalidInput(f"{run_or_manifest}: unsigned, no manifest at {manifest}", hint="infkit sign RUN_DIR")
+    manifest, why = run_dir_manifest(run_or_manifest, root)
+    if manifest is None:
+        raise InvalidInput(f"{run_or_manifest}: {why}")
     return manifest
 
 

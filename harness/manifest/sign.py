@@ -46,6 +46,23 @@ def default_manifest_path(root: str | Path, semantic_id: str, run_id: str) -> Pa
     return Path(root) / MANIFESTS_DIR / semantic_id / f"{run_id}{MANIFEST_SUFFIX}"
 
 
+def run_dir_manifest(run_dir: Path, root: Path) -> tuple[Path | None, str | None]:
+    """The manifest a run directory is signed into, located from its (not yet verified) run.json; or why not."""
+    try:
+        run = load_document(run_dir / RUN_FILE)
+        semantic_id, run_id = run["semantic_id"], run["run_id"]
+        if not (isinstance(semantic_id, str) and isinstance(run_id, str)) or "/" in semantic_id + run_id:
+            raise TypeError
+    except DocumentError as exc:
+        return None, f"cannot read the run record: {exc}"
+    except (KeyError, TypeError):
+        return None, f"{run_dir / RUN_FILE} names no semantic_id and run_id"
+    manifest = default_manifest_path(root, semantic_id, run_id)
+    if not manifest.is_file():
+        return None, f"unsigned: no manifest at {manifest} (sign it: infkit sign {run_dir})"
+    return manifest, None
+
+
 def sign_run(
     run_dir: str | os.PathLike,
     *,

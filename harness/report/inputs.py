@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.contract.schemas import DocumentError, load_document
 from harness.manifest.audit import (
     AuditConfig,
     ManifestReport,
@@ -23,7 +22,7 @@ from harness.manifest.audit import (
     find_manifests,
 )
 from harness.manifest.findings import Finding
-from harness.manifest.sign import default_manifest_path
+from harness.manifest.sign import run_dir_manifest
 from harness.rundir.record import RUN_FILE
 
 
@@ -45,23 +44,6 @@ class AuditedInput:
         return (*self.problems, *(self.audit.findings if self.audit else ()))
 
 
-def _run_dir_manifest(run_dir: Path, root: Path) -> tuple[Path | None, Finding | None]:
-    """The manifest a run directory is signed into, located from its (not yet verified) run.json."""
-    try:
-        run = load_document(run_dir / RUN_FILE)
-        semantic_id, run_id = run["semantic_id"], run["run_id"]
-        if not (isinstance(semantic_id, str) and isinstance(run_id, str)) or "/" in semantic_id + run_id:
-            raise TypeError
-    except DocumentError as exc:
-        return None, Finding("input", f"cannot read the run record: {exc}")
-    except (KeyError, TypeError):
-        return None, Finding("input", f"{run_dir / RUN_FILE} names no semantic_id and run_id")
-    manifest = default_manifest_path(root, semantic_id, run_id)
-    if not manifest.is_file():
-        return None, Finding("input", f"unsigned: no manifest at {manifest} (sign it: infkit sign {run_dir})")
-    return manifest, None
-
-
 def _expand(given: str, root: Path) -> list[tuple[Path | None, Path | None, Finding | None]]:
     """(manifest, run directory the user named, problem) for one named path."""
     path = Path(given)
@@ -72,8 +54,8 @@ def _expand(given: str, root: Path) -> list[tuple[Path | None, Path | None, Find
     if not path.is_dir():
         return [(None, None, Finding("input", "not a file or directory"))]
     if (path / RUN_FILE).is_file():
-        manifest, problem = _run_dir_manifest(path, root)
-        return [(manifest, path, problem)]
+        manifest, why = run_dir_manifest(path, root)
+        return [(manifest, path, Finding("input", why) if why else None)]
     manifests = find_manifests([path])
     if not manifests:
         return [(None, None, Finding("input", f"neither a run directory (no {RUN_FILE}) nor a folder of manifests"))]
