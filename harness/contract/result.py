@@ -1,8 +1,11 @@
-"""Typed objects for the six result groups and the one function that writes a result.
+"""Typed objects for the six result groups: the one function that writes a result, and the one that reads it.
 
 ``write_result`` builds the document, validates it against
 ``schemas/result.schema.json`` plus the evidence rules, and only then writes
-it atomically: nothing invalid is ever written.
+it atomically: nothing invalid is ever written. ``Result.from_dict`` (``read_result``
+for a file) reads a document back into the same groups after the same check, so a
+reader never walks an unchecked dictionary: a malformed or outdated file is one
+``InvalidInput`` line naming the file and the field.
 """
 
 from __future__ import annotations
@@ -11,12 +14,13 @@ import dataclasses
 import datetime as dt
 import os
 import platform
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from harness.contract.atomic import atomic_write_json
-from harness.contract.schemas import validate_document
+from harness.contract.schemas import load_document, require_valid, validate_document
 from harness.errors import SchemaViolation
 
 RESULT_SCHEMA = "infkit/result/v1"
@@ -45,10 +49,20 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+G = TypeVar("G", bound="_Group")
+
+
 class _Group:
     """Base for groups: ``_optional`` names fields that are dropped when None."""
 
     _optional: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls: type[G], doc: Mapping[str, Any]) -> G:
+        """The group as ``to_dict`` wrote it. ``Result.from_dict`` checked the document first, so every required
+        field is there and no unknown one is."""
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in doc.items() if k in names})
 
     def to_dict(self) -> dict[str, Any]:
         raw = dataclasses.asdict(self)  # type: ignore[call-overload]
@@ -212,6 +226,12 @@ class Conclusion(_Group):
             out["effect"] = self.effect.to_dict()
         return out
 
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> Conclusion:
+        failure, effect = doc["failure"], doc.get("effect")
+        return super().from_dict({**doc, "failure": Failure.from_dict(failure) if failure else None,
+                                  "effect": Effect.from_dict(effect) if effect else None})
+
 
 Group = _Group | dict[str, Any]
 
@@ -260,3 +280,50 @@ def write_result(path: str | os.PathLike, doc: dict[str, Any]) -> Path:
     """Validate ``doc`` and write it atomically; an invalid document is never written."""
     check_result(doc)
     return atomic_write_json(path, doc)
+
+
+@dataclass(frozen=True)
+class Result:
+    """A result document read back: its kind, the six groups that wrote it and its free-form details."""
+
+    kind: ResultKind
+    identity: Identity
+    workload: WorkloadInfo
+    environment: Environment
+    performance: Performance
+    correctness: Correctness
+    conclusion: Conclusion
+    details: dict[str, Any] | None = None
+
+    @classmethod
+    def from_dict(cls, doc: Any, where: str) -> Result:
+        """``doc`` (a parsed result document) as typed groups, after the check every reader shares: the result schema
+        and the evidence rules. ``where`` (the file) and the first broken field name what is wrong in one line."""
+        doc = require_valid(doc, RESULT_SCHEMA, where, "an infkit result")
+        return cls(kind=doc["kind"], identity=Identity.from_dict(doc["identity"]),
+                   workload=WorkloadInfo.from_dict(doc["workload"]),
+                   environment=Environment.from_dict(doc["environment"]),
+                   performance=Performance.from_dict(doc["performance"]),
+                   correctness=Correctness.from_dict(doc["correctness"]),
+                   conclusion=Conclusion.from_dict(doc["conclusion"]), details=doc.get("details"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document again, as ``build_result`` writes it."""
+        return build_result(kind=self.kind, identity=self.identity, workload=self.workload,
+                            environment=self.environment, performance=self.performance,
+                            correctness=self.correctness, conclusion=self.conclusion, details=self.details)
+
+    def detail(self, *path: str) -> Any:
+        """``details[path[0]][path[1]]...``, or None where the run recorded no such entry (details are each
+        experiment's own; their absence is an older or another experiment's result, not an error)."""
+        node: Any = self.details
+        for key in path:
+            if not isinstance(node, dict):
+                return None
+            node = node.get(key)
+        return node
+
+
+def read_result(path: str | os.PathLike) -> Result:
+    """A result file as typed groups; any bad file (unreadable, malformed, older schema) is one ``InvalidInput``."""
+    return Result.from_dict(load_document(path), str(path))

@@ -23,10 +23,11 @@ from jsonschema.exceptions import ValidationError
 from harness.contract.jsonio import MAX_JSON_BYTES, DocumentError, iter_json_lines, read_json
 from harness.contract.problems import Problem
 from harness.contract.rules import check_result_rules
+from harness.errors import InvalidInput
 
 SCHEMA_DIR = Path(os.environ.get("INFKIT_SCHEMA_DIR", Path(__file__).resolve().parents[2] / "schemas"))
 __all__ = ["MAX_JSON_BYTES", "SCHEMA_DIR", "DocumentError", "Problem", "load_document", "iter_jsonl",
-           "register_file_check", "schema_for", "value_problem", "validate_document", "validate_file"]
+           "register_file_check", "require_valid", "schema_for", "value_problem", "validate_document", "validate_file"]
 
 
 @functools.cache
@@ -128,6 +129,22 @@ def validate_document(doc: Any) -> list[Problem]:
     if marker == "infkit/result/v1" and not problems:
         problems.extend(check_result_rules(doc))
     return problems
+
+
+def require_valid(doc: Any, marker: str, where: str, what: str) -> dict[str, Any]:
+    """``doc`` when it is a valid ``marker`` document (schema, and the evidence rules for results), else one
+    ``InvalidInput`` line naming ``where`` (the file), the first broken field and the rule: how every reader
+    checks a document before it is read into typed objects."""
+    if not isinstance(doc, dict) or doc.get("schema") != marker:
+        found = doc.get("schema") if isinstance(doc, dict) else None
+        raise InvalidInput(f"{where}: /schema: not {what} ({found!r}, expected {marker!r})")
+    problems = validate_document(doc)
+    if problems:
+        message = " ".join(problems[0].message.split())[:200]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise InvalidInput(f"{where}: {problems[0].pointer or '/'}: {message}{more}",
+                           hint="written by another infkit version, or edited by hand: rerun what wrote it")
+    return doc
 
 
 def load_document(path: str | os.PathLike) -> Any:

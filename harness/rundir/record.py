@@ -18,10 +18,11 @@ from typing import Any
 
 from harness.contract.atomic import atomic_write_json
 from harness.contract.result import utc_now
-from harness.contract.schemas import validate_document
+from harness.contract.schemas import load_document, require_valid, validate_document
 from harness.errors import SchemaViolation
 
 RUN_FILE = "run.json"
+RUN_SCHEMA = "infkit/run/v1"
 
 
 @dataclass
@@ -44,10 +45,32 @@ class RunRecord:
     outputs: dict[str, Any] | None = None  # {"result", "summary", "figures"}: what a reader opens first
 
     def to_dict(self) -> dict[str, Any]:
-        doc = {"schema": "infkit/run/v1", **asdict(self)}
+        doc = {"schema": RUN_SCHEMA, **asdict(self)}
         if doc["outputs"] is None:
             del doc["outputs"]
         return doc
+
+    @classmethod
+    def from_dict(cls, doc: Any, where: str) -> RunRecord:
+        """A parsed run.json as the record that wrote it, after its schema check; ``where`` (the file) and the first
+        broken field name what is wrong in one line."""
+        doc = require_valid(doc, RUN_SCHEMA, where, "an infkit run record")
+        return cls(**{k: v for k, v in doc.items() if k != "schema"})
+
+    @property
+    def model_version(self) -> str | None:
+        return (self.model or {}).get("version")
+
+    def output(self, name: str) -> str | None:
+        """The file ``outputs`` names for ``name`` (result, summary), or None."""
+        value = (self.outputs or {}).get(name)
+        return value if isinstance(value, str) and value else None
+
+
+def read_run_record(run_dir: str | os.PathLike) -> RunRecord:
+    """A run directory's run.json; any bad file is one ``InvalidInput`` naming it and the field."""
+    path = Path(run_dir) / RUN_FILE
+    return RunRecord.from_dict(load_document(path), str(path))
 
 
 CONTAINER_IMAGE_ENV = "INFKIT_CONTAINER_IMAGE"  # set by the docker runner inside a role image
