@@ -23,6 +23,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
 
+from harness.contract.result import RESULT_SCHEMA, Result
 from harness.contract.schemas import SCHEMA_DIR
 from harness.errors import SchemaViolation
 
@@ -67,16 +68,16 @@ def _statistics(dist: dict[str, Any] | None, units: str) -> dict[str, Any] | Non
     return {"units": units, **{br: dist[ours] for ours, br in STATISTICS if dist.get(ours) is not None}}
 
 
-def _requests(result: dict[str, Any]) -> dict[str, Any] | None:
+def _requests(result: Result) -> dict[str, Any] | None:
     """Sent, failed (sent, not completed) and, when every request of the list was sent, their input lengths."""
-    counts = result["correctness"]["termination_counts"]
+    counts = result.correctness.termination_counts
     not_sent = counts.get("not_sent", 0)
     sent = sum(counts.values()) - not_sent
     if sent == 0:
         return None
     out: dict[str, Any] = {"total": sent, "failures": sent - sum(counts.get(s, 0) for s in COMPLETED)}
-    lengths = (result.get("workload") or {}).get("input_tokens")
-    if not not_sent and isinstance(lengths, dict):
+    lengths = result.workload.input_tokens
+    if not not_sent:
         out["input_length"] = {"units": "count", "mean": lengths["mean"], "min": lengths["min"], "max": lengths["max"]}
     return out
 
@@ -92,24 +93,24 @@ def _throughput(throughput: dict[str, Any] | None) -> dict[str, Any] | None:
             "request_rate": {"units": "queries/s", "mean": throughput["request_rate_rps"]}}
 
 
-def _aggregate(result: dict[str, Any]) -> dict[str, Any]:
-    performance = result.get("performance") or {}
-    latency = {br: s for br, ours, units in LATENCY if (s := _statistics(performance.get(ours), units))}
+def _aggregate(result: Result) -> dict[str, Any]:
+    performance = result.performance
+    latency = {br: s for br, ours, units in LATENCY if (s := _statistics(getattr(performance, ours), units))}
     parts = {"requests": _requests(result), "latency": latency or None,
-             "throughput": _throughput(performance.get("throughput"))}
+             "throughput": _throughput(performance.throughput)}
     return {k: v for k, v in parts.items() if v}
 
 
-def is_measured(result: dict[str, Any]) -> bool:
+def is_measured(doc: dict[str, Any]) -> bool:
     """A result BR has a place for: request-level figures measured against a server."""
-    return result.get("schema") == "infkit/result/v1" and result.get("kind") == "serving"
+    return doc.get("schema") == RESULT_SCHEMA and doc.get("kind") == "serving"
 
 
-def br_document(result: dict[str, Any], *, uid: str, eid: str | None, evidence: Evidence | None) -> dict[str, Any]:
+def br_document(result: Result, *, uid: str, eid: str | None, evidence: Evidence | None) -> dict[str, Any]:
     """The BR0.2.1 document of one serving result: measured fields only, absent ones left out."""
     run: dict[str, Any] = {"uid": uid, **({"eid": eid} if eid else {})}
     if evidence:
-        run["keywords"] = evidence.keywords((result.get("identity") or {}).get("workload_id"))
+        run["keywords"] = evidence.keywords(result.identity.workload_id)
     aggregate = _aggregate(result)
     results = {"request_performance": {"aggregate": aggregate}} if aggregate else {}
     return {"version": BR_VERSION, "run": run, "results": results}

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract.atomic import atomic_write_text, dumps_json
-from harness.errors import SchemaViolation
+from harness.contract.result import Result
+from harness.errors import InvalidInput, SchemaViolation
 from harness.report.br import Evidence, br_document, br_problems, is_measured
 from harness.report.build import ReportConfig, audit_config, check_inputs, write_report_folder
 from harness.report.inputs import AuditedInput, audit_inputs
@@ -37,13 +38,11 @@ class BrOutputs:
     skipped: tuple[str, ...]  # one line per input or result not exported, with its reason
 
 
-def _invalid(result: dict[str, Any]) -> str | None:
+def _invalid(result: Result) -> str | None:
     """Why a result may not be exported: BR has no field for validity, so an invalid one is left out."""
-    conclusion = result.get("conclusion") or {}
-    if conclusion.get("valid") is True:
+    if result.conclusion.valid:
         return None
-    reasons = conclusion.get("invalid_reasons") or []
-    return str(reasons[0]) if reasons else "invalid"
+    return result.conclusion.invalid_reasons[0] if result.conclusion.invalid_reasons else "invalid"
 
 
 def _run_documents(item: AuditedInput) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
@@ -58,11 +57,16 @@ def _run_documents(item: AuditedInput) -> tuple[list[tuple[str, dict[str, Any]]]
         rel = name[len(run_dir) + 1:]
         if not (name.startswith(run_dir + "/") and is_measured(doc)) or rel.startswith(WARMUP_DIR):
             continue
-        if why := _invalid(doc):
+        try:
+            result = Result.from_dict(doc, name)
+        except InvalidInput as exc:  # verified, yet not a result this version reads
+            left_out.append(f"{exc.message}: not exported")
+            continue
+        if why := _invalid(result):
             left_out.append(f"{name}: an invalid result, not exported ({why})")
             continue
         evidence = Evidence(manifest_sha256, audit.signer_keyid, audit.subject_digests.get(name))
-        br = br_document(doc, uid=f"{run_id}/{rel}", eid=run_id, evidence=evidence)
+        br = br_document(result, uid=f"{run_id}/{rel}", eid=run_id, evidence=evidence)
         problems = br_problems(br)
         if problems:
             raise SchemaViolation(f"the BR0.2.1 document of {name} does not satisfy the vendored schema: "

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.report.reader import RunView
+from harness.rundir.record import RunRecord
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,9 @@ def _short(value: Any) -> str:
 
 
 def _key(view: RunView) -> dict[str, Any]:
-    model = view.run.get("model") or {}
     return {
-        "workload": tuple(sorted(view.run.get("workload_ids") or ())),
-        "model hash": model.get("version"),
+        "workload": tuple(sorted(view.run.workload_ids)),
+        "model hash": view.run.model_version,
         "backend version": view.backend,
         "kind of result": view.kind,
     }
@@ -82,9 +82,9 @@ def _render(value: Any) -> str | None:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-def _image_entries(run: dict[str, Any]) -> dict[str, Any]:
+def _image_entries(run: RunRecord) -> dict[str, Any]:
     out = {}
-    for image in run.get("images") or []:
+    for image in run.images:
         if image.get("native"):
             out[image["role"]] = (
                 f"native python {image.get('python', '?')}, packages {_short(image['packages_sha256'])}"
@@ -123,13 +123,13 @@ def environment_facets(view: RunView) -> dict[str, dict[str, Any]]:
         "cpu": dict(fp.get("host") or {}),
         "python": dict(fp.get("python") or {}),
         "model": {
-            "model": (run.get("model") or {}).get("version"),
-            "tokenizer": (run.get("tokenizer") or {}).get("version"),
-            "workload ids": run.get("workload_ids"),
+            "model": run.model_version,
+            "tokenizer": (run.tokenizer or {}).get("version"),
+            "workload ids": run.workload_ids,
             "backend": view.backend,
         },
-        "requested": flatten(run.get("requested") or {}),
-        "effective": flatten(run.get("effective") or {}),
+        "requested": flatten(run.requested),
+        "effective": flatten(run.effective),
         "env": dict(fp.get("env") or {}),
     }
 
@@ -149,8 +149,8 @@ def environment_diff(a: RunView, b: RunView) -> list[dict[str, Any]]:
 
 def overridden_settings(view: RunView) -> list[dict[str, Any]]:
     """Settings whose effective value differs from the requested one (defaults resolved, clamps, fallbacks)."""
-    requested = flatten(view.run.get("requested") or {})
-    effective = flatten(view.run.get("effective") or {})
+    requested = flatten(view.run.requested)
+    effective = flatten(view.run.effective)
     return [
         {"key": k, "requested": _render(requested[k]), "effective": _render(effective[k])}
         for k in requested

@@ -81,12 +81,12 @@ def _valid_row(placed: Placed, links: dict[str, str | None], comp: Comparability
         "identity_verified": True,
         "semantic_id": view.semantic_id,
         "run_id": view.run_id,
-        "run_label": run["run_label"],
+        "run_label": run.run_label,
         "kind": view.kind,
-        "status": run.get("status", "completed"),
-        "started_utc": run["started_utc"],
-        "workload_ids": list(run.get("workload_ids") or []),
-        "model_version": (run.get("model") or {}).get("version"),
+        "status": run.status,
+        "started_utc": run.started_utc,
+        "workload_ids": list(run.workload_ids),
+        "model_version": run.model_version,
         "backend": view.backend,
         "manifest": str(item.manifest),
         "run_dir": view.run_dir,
@@ -139,7 +139,7 @@ def bench_sections(placed: list[Placed], root: Path, out_dir: Path) -> list[dict
     sections = []
     for key in sorted(groups, key=lambda k: (k is UNPLACED, k or "")):
         members = groups[key]
-        valid = sorted((p for p in members if p.view), key=lambda p: (p.view.run["started_utc"], p.view.run_id))
+        valid = sorted((p for p in members if p.view), key=lambda p: (p.view.run.started_utc, p.view.run_id))
         views = [p.view for p in valid]
         comps = comparability(views)
         rows = [_valid_row(p, _links(p, root, out_dir), comps[p.view.run_id]) for p in valid]

@@ -17,8 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.contract.result import Conclusion, Result
+from harness.errors import InvalidInput
 from harness.manifest.subjects import is_within, unsafe_name_reason
 from harness.report.inputs import AuditedInput
+from harness.rundir.record import RUN_FILE, RunRecord
 
 COMPARISON_FILE = "comparison.json"
 RESULT_FILE = "result.json"
@@ -44,11 +47,11 @@ class Figure:
 class RunView:
     """What a report shows of one VALID run; every value comes from verified bytes."""
 
-    run: dict[str, Any]
+    run: RunRecord
     run_dir: str  # relative to the root, as the manifest names it
     fingerprint: dict[str, Any] | None
     result_name: str | None
-    result: dict[str, Any] | None
+    result: Result | None
     headline: tuple[dict[str, Any], ...]
     conclusion: dict[str, Any] | None
     figures: tuple[Figure, ...]
@@ -57,31 +60,26 @@ class RunView:
 
     @property
     def semantic_id(self) -> str:
-        return self.run["semantic_id"]
+        return self.run.semantic_id
 
     @property
     def run_id(self) -> str:
-        return self.run["run_id"]
+        return self.run.run_id
 
     @property
     def kind(self) -> str | None:
-        return self.result.get("kind") if self.result else None
+        return self.result.kind if self.result else None
 
     @property
     def backend(self) -> str | None:
-        backend = ((self.result or {}).get("environment") or {}).get("backend")
-        return f"{backend['name']} {backend['version']}" if isinstance(backend, dict) else None
+        backend = self.result.environment.backend if self.result else None
+        return f"{backend['name']} {backend['version']}" if backend else None
 
 
-def _outputs(run: dict[str, Any]) -> dict[str, Any]:
-    outputs = run.get("outputs")
-    return outputs if isinstance(outputs, dict) else {}
-
-
-def result_file(run: dict[str, Any], subjects: dict[str, str], run_dir: str) -> str:
+def result_file(run: RunRecord, subjects: dict[str, str], run_dir: str) -> str:
     """The run's top-level result document: outputs.result, else comparison.json, else result.json."""
-    named = _outputs(run).get("result")
-    if isinstance(named, str) and named:
+    named = run.output("result")
+    if named:
         return named
     return COMPARISON_FILE if f"{run_dir}/{COMPARISON_FILE}" in subjects else RESULT_FILE
 
@@ -102,30 +100,29 @@ def _headline_item(item: Any) -> dict[str, Any] | None:
     return keep if "arm" not in keep or isinstance(keep["arm"], str) else None
 
 
-def _derived_headline(result: dict[str, Any]) -> list[dict[str, Any]]:
+def _derived_headline(result: Result) -> list[dict[str, Any]]:
     out = []
-    effect = (result.get("conclusion") or {}).get("effect")
-    if isinstance(effect, dict):
-        arms = f"{effect['arm_b']} vs {effect['arm_a']}" if effect.get("arm_a") and effect.get("arm_b") else None
-        out.append({"name": f"effect on {effect['metric']}", "value": effect["value"],
-                    "unit": "ratio" if effect["no_effect"] == 1 else "", "ci_low": effect["ci_low"],
-                    "ci_high": effect["ci_high"], **({"arm": arms} if arms else {})})
-    perf = result.get("performance") or {}
+    effect = result.conclusion.effect
+    if effect is not None:
+        arms = f"{effect.arm_b} vs {effect.arm_a}" if effect.arm_a and effect.arm_b else None
+        out.append({"name": f"effect on {effect.metric}", "value": effect.value,
+                    "unit": "ratio" if effect.no_effect == 1 else "", "ci_low": effect.ci_low,
+                    "ci_high": effect.ci_high, **({"arm": arms} if arms else {})})
+    perf = result.performance
     for key, name in PERFORMANCE_HEADLINE:
-        dist = perf.get(key)
-        if isinstance(dist, dict) and _number(dist.get("p50")):
+        dist = getattr(perf, key)
+        if dist is not None and _number(dist.get("p50")):
             out.append({"name": name, "value": dist["p50"], "unit": "ms"})
-    throughput = perf.get("throughput")
     for key, name, unit in THROUGHPUT_HEADLINE:
-        if isinstance(throughput, dict) and _number(throughput.get(key)):
-            out.append({"name": name, "value": throughput[key], "unit": unit})
+        if perf.throughput is not None and _number(perf.throughput.get(key)):
+            out.append({"name": name, "value": perf.throughput[key], "unit": unit})
     return out
 
 
-def headline_figures(result: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+def headline_figures(result: Result) -> tuple[list[dict[str, Any]], list[str]]:
     """(headline figures, notes): details.headline when the result declares it, else derived
     from the paired effect and the performance group's P50 latencies and throughput."""
-    declared = (result.get("details") or {}).get("headline")
+    declared = result.detail("headline")
     if declared is None:
         return _derived_headline(result), []
     if not isinstance(declared, list):
@@ -137,10 +134,15 @@ def headline_figures(result: dict[str, Any]) -> tuple[list[dict[str, Any]], list
     return [i for i in items if i is not None], notes
 
 
-def _figure_names(run: dict[str, Any], subjects: dict[str, str], run_dir: str) -> list[str]:
-    named = _outputs(run).get("figures")
-    if isinstance(named, list):
-        return [f"{run_dir}/{n}" for n in named if isinstance(n, str)]
+def conclusion_fields(conclusion: Conclusion) -> dict[str, Any]:
+    """What a report row shows of a conclusion (``CONCLUSION_FIELDS``), the failure as the result writes it."""
+    return {k: getattr(conclusion, k) if k != "failure" else conclusion.to_dict()["failure"]
+            for k in CONCLUSION_FIELDS}
+
+
+def _figure_names(run: RunRecord, subjects: dict[str, str], run_dir: str) -> list[str]:
+    if run.outputs is not None:
+        return [f"{run_dir}/{n}" for n in run.outputs["figures"]]
     prefix = f"{run_dir}/"
     return sorted(n for n in subjects if n.startswith(prefix) and "/" not in n[len(prefix):] and n.endswith(".png"))
 
@@ -183,28 +185,35 @@ def _read_figure(root: Path, name: str, signed: str | None) -> tuple[Figure | No
     return Figure(name, digest, data), None
 
 
+def _verified_result(doc: dict[str, Any] | None, name: str, notes: list[str]) -> Result | None:
+    """The verified document at ``name`` as a typed result, or None with a note saying why there is none."""
+    if doc is None or doc.get("schema") != "infkit/result/v1":
+        notes.append(f"no verified result document at {name}: no headline figures")
+        return None
+    try:
+        return Result.from_dict(doc, name)
+    except InvalidInput as exc:  # the audit checked it already; a result no longer read is noted, never shown
+        notes.append(f"{exc.message}: no headline figures")
+        return None
+
+
 def read_run(item: AuditedInput, root: Path) -> RunView:
     """The view of a VALID input (the caller checks ``item.valid``)."""
     audit = item.audit
     assert audit is not None and audit.predicate is not None  # a VALID input has both
     run_dir = audit.predicate["run_dir"]
     docs, subjects = audit.documents, audit.subject_digests
-    run = docs[f"{run_dir}/run.json"]  # the evidence rules already required a verified run.json
+    # the evidence rules already required a verified, schema-valid run.json
+    run = RunRecord.from_dict(docs[f"{run_dir}/{RUN_FILE}"], f"{run_dir}/{RUN_FILE}")
     notes: list[str] = []
     fingerprint = docs.get(audit.predicate["fingerprint"]["path"])
     if fingerprint is None:
         notes.append("fingerprint.json is not a verified infkit document: no environment diff for this run")
     result_name = f"{run_dir}/{result_file(run, subjects, run_dir)}"
-    result = docs.get(result_name)
-    if result is None or result.get("schema") != "infkit/result/v1":
-        notes.append(f"no verified result document at {result_name}: no headline figures")
-        result = None
+    result = _verified_result(docs.get(result_name), result_name, notes)
     headline, headline_notes = headline_figures(result) if result else ([], [])
     notes += headline_notes
-    conclusion = None
-    if result:
-        c = result["conclusion"]
-        conclusion = {k: c.get(k) for k in CONCLUSION_FIELDS}
+    conclusion = conclusion_fields(result.conclusion) if result else None
     figures = []
     names = list(dict.fromkeys(_figure_names(run, subjects, run_dir)))
     if len(names) > MAX_FIGURES_PER_RUN:
@@ -215,7 +224,7 @@ def read_run(item: AuditedInput, root: Path) -> RunView:
             figures.append(figure)
         else:
             notes.append(note)
-    summary = _outputs(run).get("summary", "summary.txt")
-    summary_name = f"{run_dir}/{summary}" if isinstance(summary, str) and f"{run_dir}/{summary}" in subjects else None
+    summary = run.outputs["summary"] if run.outputs is not None else "summary.txt"
+    summary_name = f"{run_dir}/{summary}" if f"{run_dir}/{summary}" in subjects else None
     return RunView(run, run_dir, fingerprint, result_name if result else None, result, tuple(headline),
                    conclusion, tuple(figures), summary_name, tuple(notes))

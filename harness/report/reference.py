@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.ids import sha256_file
 from harness.manifest.audit import AuditConfig, ManifestReport, audit_paths
 from harness.manifest.sign import MANIFESTS_DIR
+from harness.rundir.record import RUN_FILE, RunRecord
 
 RESULTS = Path("benchmarks/results")
 REPORT_DIR = "report"  # under RESULTS: report.md and report.json of every committed run
@@ -31,8 +31,9 @@ class Reference:
     verdict: tuple[str, ...]
 
     @property
-    def run(self) -> dict[str, Any]:
-        return self.report.documents[f"{self.report.predicate['run_dir']}/run.json"]  # type: ignore[index]
+    def run(self) -> RunRecord:
+        name = f"{self.report.predicate['run_dir']}/{RUN_FILE}"  # type: ignore[index]
+        return RunRecord.from_dict(self.report.documents[name], name)
 
 
 def references(repo: Path) -> dict[str, Reference]:
@@ -62,7 +63,7 @@ def block_body(bench: str, ref: Reference | None) -> str:
     if ref is None:
         return f"No reference run of bench-{bench} is committed yet: `make bench-{bench}` makes one on this host.\n"
     run, fp = ref.run, ref.report.predicate["fingerprint"]  # type: ignore[index]
-    size = (run.get("effective") or {}).get("size") or (run.get("requested") or {}).get("size")
+    size = run.effective.get("size") or run.requested.get("size")
     machine, gpus = fp.get("host") or {}, fp.get("gpus") or []
     cores = machine.get("cpu_cores_logical")
     host = ", ".join(str(x) for x in (machine.get("cpu_model"), f"{cores} cores" if cores else None,
@@ -70,7 +71,7 @@ def block_body(bench: str, ref: Reference | None) -> str:
     where = f"{RESULTS}"
     return "\n".join([
         "```text", *ref.verdict, "```", "",
-        f"Reference run `{run['run_id']}` ({f'SIZE={size}, ' if size else ''}started {run['started_utc']}, "
+        f"Reference run `{run.run_id}` ({f'SIZE={size}, ' if size else ''}started {run.started_utc}, "
         f"{host}), committed as a signed excerpt under [{where}](../{where}); check it with "
         f"`infkit audit --excerpt --root {where} {where}/{MANIFESTS_DIR}`.", ""])
 
@@ -85,7 +86,7 @@ def report_files(repo: Path, refs: dict[str, Reference]) -> dict[str, str]:
 
     from harness.report.build import ReportConfig, build_report
 
-    newest = max(ref.run["started_utc"] for ref in refs.values())
+    newest = max(ref.run.started_utc for ref in refs.values())
     stage = RESULTS / f".{REPORT_DIR}-{os.getpid()}"
     with contextlib.chdir(repo):
         keys = tuple(sorted((RESULTS / MANIFESTS_DIR / "keys").glob("*.pub.pem")))

@@ -12,12 +12,14 @@ import hashlib
 import json
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from report_runs import Root, make_root, sign
 
 from harness.cli import main
+from harness.contract.result import Result, read_result
 from harness.contract.schemas import validate_document
 from harness.report.br import BR_VERSION, VENDOR_DIR, Evidence, br_document, br_problems
 from harness.rundir.record import RunRecord, native_image, write_run_record
@@ -59,7 +61,7 @@ def test_upstreams_example_validates_and_round_trips():
 
 
 def test_a_document_off_the_schema_or_a_unit_rule_is_named():
-    doc = br_document(json.loads((EXAMPLES / "serving-single.json").read_text()), uid="u", eid=None, evidence=None)
+    doc = br_document(read_result(EXAMPLES / "serving-single.json"), uid="u", eid=None, evidence=None)
     assert br_problems(doc) == []
     off = copy.deepcopy(doc)
     off["run"]["signer"] = "k"  # BR's run block is closed
@@ -73,7 +75,8 @@ def test_a_document_off_the_schema_or_a_unit_rule_is_named():
 def test_the_round_trip_fixture_is_what_the_export_writes_and_reads_back_as_the_result():
     result = json.loads((EXAMPLES / "serving-single.json").read_text())
     expected = json.loads((RUNS / "serving-single.br0.2.1.json").read_text())
-    doc = br_document(result, uid=f"{result['identity']['run_id']}/result.json", eid=result["identity"]["run_id"],
+    run_id = result["identity"]["run_id"]
+    doc = br_document(Result.from_dict(result, "serving-single.json"), uid=f"{run_id}/result.json", eid=run_id,
                       evidence=EVIDENCE)
     assert doc == expected and br_problems(expected) == []
     aggregate, perf = _aggregate(expected), result["performance"]
@@ -95,7 +98,7 @@ def test_the_round_trip_fixture_is_what_the_export_writes_and_reads_back_as_the_
 def test_every_benchs_result_shape_exports_a_valid_document(bench):
     result = _result(bench)
     assert validate_document(result) == []  # the recording is still a result of today's schema
-    doc = br_document(result, uid="u", eid="e", evidence=EVIDENCE)
+    doc = br_document(Result.from_dict(result, bench), uid="u", eid="e", evidence=EVIDENCE)
     assert br_problems(doc) == []
     aggregate, perf = _aggregate(doc), result["performance"]
     assert aggregate["latency"]["time_to_first_token"]["p99"] == perf["ttft_ms"]["p99"]
@@ -108,16 +111,16 @@ def test_every_benchs_result_shape_exports_a_valid_document(bench):
 
 
 def test_what_infkit_did_not_measure_is_left_out():
-    result = json.loads((EXAMPLES / "serving-single.json").read_text())
-    result["performance"].update(throughput=None, tpot_ms=None)  # itl_token_ms is absent in this result
-    result["correctness"]["termination_counts"] = {"length": 6, "error": 1, "not_sent": 1}
+    base = read_result(EXAMPLES / "serving-single.json")
+    result = replace(base, performance=replace(base.performance, throughput=None, tpot_ms=None),  # no itl_token_ms
+                     correctness=replace(base.correctness, termination_counts={"length": 6, "error": 1, "not_sent": 1}))
     aggregate = _aggregate(br_document(result, uid="u", eid=None, evidence=None))
     assert set(aggregate) == {"requests", "latency"}
     assert set(aggregate["latency"]) == {"time_to_first_token", "request_latency"}
     assert aggregate["requests"] == {"total": 7, "failures": 1}  # the list's lengths are not the sent ones'
-    unsent = json.loads((EXAMPLES / "serving-single.json").read_text())  # a start that failed: nothing was sent
-    unsent["correctness"]["termination_counts"] = {"not_sent": 8}
-    unsent["performance"].update({k: None for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "throughput")})
+    unsent = replace(base, correctness=replace(base.correctness, termination_counts={"not_sent": 8}),  # a failed start
+                     performance=replace(base.performance, **dict.fromkeys(("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
+                                                                             "throughput"))))
     doc = br_document(unsent, uid="u", eid=None, evidence=None)
     assert doc == {"version": BR_VERSION, "run": {"uid": "u"}, "results": {}} and br_problems(doc) == []
 
