@@ -252,7 +252,7 @@ class Bench:
                     except ServerStartError as exc:
                         self.refuse(arm.server, exc)
                         continue
-                    if not callable(phase.steps):  # fixed steps: an invalid run is redone in its place, at once
+                    if phase.rerun or not callable(phase.steps):  # fixed: an invalid run is redone in its place
                         run = self.reruns.settle(run, partial(self.run_step, servers, repeat, arm, index, total))
                     history.runs.append(run)
                     if self.reruns.failure is not None:  # the budget was spent: stop early with the reason

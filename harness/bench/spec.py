@@ -212,6 +212,9 @@ class Phase:
     # Servers the phase still needs besides the next step's: the others are stopped before that step
     # (a search over many variants keeps memory to a few servers). None: all stay up until the phase ends.
     still_needed: Callable[[History], Iterable[str]] | None = None
+    # Steps made while running that are a fixed order in all but skipping (pairs that drop a refused variant's
+    # partner): an invalid run is redone in its place as in fixed steps (``harness.bench.invalid``).
+    rerun: bool = False
 
 
 @dataclass(frozen=True)

@@ -96,13 +96,16 @@ def test_gpu_n_reaches_every_server_and_two_devices_spread_a_two_member_layout(p
 
 
 def test_co_resident_servers_split_one_device_and_take_two_when_offered(planned):
-    one = planned("68", gpu="0", draft_layers=0, self_draft=False)
-    assert one["co_resident"] == [["off"], ["off", "ngram-k2"], ["off", "ngram-k4"]]  # the baseline alone first
+    one = planned("68", gpu="0", ngram_tokens=(2, 4))
+    # the baseline alone first, then beside each variant; then the float32 identity check's pairs (GPUs serve auto)
+    assert one["co_resident"] == [["off"], ["off", "ngram-k2"], ["off", "ngram-k4"], ["off-fp32", "ngram-k2-fp32"],
+                                  ["off-fp32", "ngram-k4-fp32"]]
     assert {s["name"]: s["gpu_memory_utilization"] for s in one["servers"]} == {
-        "off": 0.45, "ngram-k2": 0.45, "ngram-k4": 0.45}  # the old code gave each 0.85 on GPU 0
-    two = planned("68", gpu="0,1", draft_layers=0, self_draft=False)
+        n: 0.45 for n in ("off", "ngram-k2", "ngram-k4", "off-fp32", "ngram-k2-fp32", "ngram-k4-fp32")}
+    two = planned("68", gpu="0,1", ngram_tokens=(2, 4))
     assert {s["name"]: (s["gpus"], s["gpu_memory_utilization"]) for s in two["servers"]} == {
-        "off": ([0], 0.85), "ngram-k2": ([1], 0.85), "ngram-k4": ([1], 0.85)}
+        "off": ([0], 0.85), "ngram-k2": ([1], 0.85), "ngram-k4": ([1], 0.85), "off-fp32": ([0], 0.85),
+        "ngram-k2-fp32": ([1], 0.85), "ngram-k4-fp32": ([1], 0.85)}
     concurrent = planned("70", gpu="0", order="concurrent")
     assert len(concurrent["co_resident"][0]) == 5 and max(device_sums(concurrent)) <= 0.9
 
@@ -124,9 +127,9 @@ def test_layouts_the_pinned_vllm_cannot_start_are_left_out_of_the_default_and_re
 def test_bench68_arms_the_pinned_vllm_refuses_are_capability_missing_before_any_start(planned, tmp_path):
     head = tmp_path / "eagle-head"
     head.mkdir()
-    doc = planned("68", gpu="0", eagle_model=str(head), mtp=True)
+    doc = planned("68", gpu="0", eagle_model=str(head), mtp=True, draft_layers=10, self_draft=True)
     refused = doc["refused"]
-    assert set(refused) == {"draft-10L", "self-draft", "mtp"}
+    assert set(refused) == {"draft-10L", "self-draft", "mtp", "draft-10L-fp32", "self-draft-fp32", "mtp-fp32"}
     assert "NotImplementedError" in refused["draft-10L"] and "MTP layers" in refused["mtp"]
     assert not (Path(refused["draft-10L"]) / "x").exists()  # the draft is named, not made
     assert "eagle" not in refused

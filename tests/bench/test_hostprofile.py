@@ -163,12 +163,12 @@ def test_bench68_66_and_81_shorten_their_requests_at_a_smaller_size_prompt_and_o
     from harness.bench.benches import bench66, bench68, bench81
 
     reference = bench68.request_lengths(bench68.Config())
-    assert (reference.input_tokens, reference.output_tokens, reference.control_output_tokens) == (256, 48, 48)
+    assert (reference.input_tokens, reference.output_tokens, reference.control_output_tokens) == (192, 32, 32)
     quick = bench68.request_lengths(bench68.Config(size="quick"))
-    assert (quick.input_tokens, quick.output_tokens, quick.control_output_tokens) == (128, 24, 24)
-    assert quick.why.startswith("24 output tokens: 24 = 48 x 0.5 in steps of 4, at least 16 (SIZE=quick)")
+    assert (quick.input_tokens, quick.output_tokens, quick.control_output_tokens) == (96, 16, 16)
+    assert quick.why.startswith("16 output tokens: 16 = 32 x 0.5 in steps of 4, at least 16 (SIZE=quick)")
     chosen = bench68.request_lengths(bench68.Config(size="quick", output_tokens=40))  # a set length is kept
-    assert (chosen.input_tokens, chosen.output_tokens, chosen.control_output_tokens) == (256, 40, 48)
+    assert (chosen.input_tokens, chosen.output_tokens, chosen.control_output_tokens) == (192, 40, 32)
     assert bench66.request_shape(bench66.Config())[:2] == (128, 16)
     prompt, output, why = bench66.request_shape(bench66.Config(size="quick"))
     assert (prompt, output) == (64, 8) and why.startswith("8 output tokens: 8 = 16 x 0.5, at least 8")

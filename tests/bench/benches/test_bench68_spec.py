@@ -12,6 +12,7 @@ from harness.backends.base import BackendConfig
 from harness.backends.vllm import VllmBackend
 from harness.bench.benches.bench68 import SPEC, Config
 from harness.bench.benches.bench68.arms import cited_proposal
+from harness.bench.spec import History
 from harness.errors import InvalidInput
 from harness.manifest.sign import default_manifest_path
 from harness.models.stamp import PreparedModel
@@ -38,10 +39,10 @@ def speculative_config(variant) -> dict:
 
 
 def test_plan_pairs_every_variant_with_a_baseline_kept_up(model):
-    cfg = Config(draft_layers=0)
+    cfg = Config(ngram_tokens=(2, 4), self_draft=True, dtype="float32", repeats=3)
     plan = SPEC.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
     plan.check()
-    assert [s.name for s in plan.servers] == ["off", "ngram-k2", "ngram-k4", "self-draft"]
+    assert [s.name for s in plan.servers] == ["off", "ngram-k2", "ngram-k4", "self-draft"]  # float32: no check
     assert all(s.optional for s in plan.servers[1:]) and not plan.servers[0].optional
     assert speculative_config(plan.server("ngram-k4")) == {"method": "ngram", "num_speculative_tokens": 4,
                                                           "prompt_lookup_max": 4, "prompt_lookup_min": 2}
@@ -52,23 +53,48 @@ def test_plan_pairs_every_variant_with_a_baseline_kept_up(model):
     assert [(p.servers, p.keep) for p in plan.phases] == [(("off",), ())] + [(("off", v), ("off",)) for v in
                                                                              ("ngram-k2", "ngram-k4", "self-draft")]
     assert plan.phases[0].steps == [(r, plan.arms[0]) for r in (1, 2, 3)] and plan.arms[0].label == "copy/off"
+    # the paired phases are made while running (a refused variant's partner is skipped) and redo invalid runs
+    assert all(p.rerun for p in plan.phases[1:])
     # copy on every variant; the natural-text control on the n-gram variant proposing most only
     assert [p.planned_steps for p in plan.phases[1:]] == [6, 12, 6]
     assert [w.kind for w in plan.workloads] == ["copy", "natural", "random"] and not plan.workloads[2].measured
-    assert plan.workloads[2].common.input_tokens == plan.workloads[0].common.input_tokens == 256  # warm-up: copy
-    assert plan.workloads[0].common.output_tokens == plan.workloads[1].common.output_tokens == 48
-    assert plan.notes[0].startswith("request lengths: 48 output tokens: 48 (SIZE=reference: the reference host's "
+    assert plan.workloads[2].common.input_tokens == plan.workloads[0].common.input_tokens == 192  # warm-up: copy
+    assert plan.workloads[0].common.output_tokens == plan.workloads[1].common.output_tokens == 32
+    assert plan.notes[0].startswith("request lengths: 32 output tokens: 32 (SIZE=reference: the reference host's "
                                     "default)")
     assert len(plan.claims) == 3 * 2 + 2  # copy (E2E, TPOT) per variant, control (TPOT, tokens/s) on ngram-k4
     assert plan.claims[0].baseline == "copy/off@ngram-k2" and plan.claims[0].treatment == "copy/ngram-k2"
     assert plan.read is not None
 
 
+def test_the_defaults_are_one_n_gram_variant_six_repeats_and_a_float32_identity_check(model):
+    cfg = Config(dtype="bfloat16")
+    assert (cfg.repeats, cfg.requests, cfg.control_requests, cfg.ngram_tokens, cfg.draft_layers, cfg.self_draft) == (
+        6, 4, 6, (4,), 0, False)
+    plan = SPEC.plan(cfg, model).with_warmup(cfg.warmup_requests, cfg.seed)
+    plan.check()
+    # bf16 measured arms: greedy identity is judged on a float32 check after them, speculation off the reference
+    assert [s.name for s in plan.servers] == ["off", "ngram-k4", "off-fp32", "ngram-k4-fp32"]
+    for name in ("off-fp32", "ngram-k4-fp32"):
+        assert plan.server(name).settings["dtype"] == "float32" and plan.server(name).settings["enforce_eager"]
+    assert speculative_config(plan.server("ngram-k4-fp32")) == speculative_config(plan.server("ngram-k4"))
+    assert plan.server("off").settings["dtype"] == "bfloat16" and plan.server("ngram-k4-fp32").optional
+    check = plan.phases[-1]
+    assert (check.servers, check.keep, check.rerun) == (("off-fp32", "ngram-k4-fp32"), ("off-fp32",), False)
+    history = History(cfg=cfg, model=model)
+    assert [(r, a.label, a.workload) for r, a in check.steps(history)] == [
+        (1, "identity/ngram-k4", "copy"), (1, "identity/off@ngram-k4", "copy")]
+    history.refused["ngram-k4-fp32"] = "refused"
+    assert list(check.steps(history)) == []  # no baseline run is spent on a check that cannot compare
+    assert "checked in float32" in plan.schedule.protocol
+    assert [p.name for p in SPEC.plan(Config(dtype="float32"), model).phases] == ["off", "off+ngram-k4"]
+
+
 def test_the_negative_control_is_natural_text_served_with_eos_allowed(model):
-    cfg = Config(draft_layers=0)
+    cfg = Config(ngram_tokens=(2, 4), self_draft=True, dtype="float32")
     plan = SPEC.plan(cfg, model)
     control = next(w for w in plan.workloads if w.name == "natural")
-    assert control.kind == "natural" and control.common.requests == 8 and control.common.output_tokens <= 64
+    assert control.kind == "natural" and control.common.requests == 6 and control.common.output_tokens <= 64
     natural = [a for a in plan.arms if a.workload == "natural"]
     assert [a.label for a in natural] == ["natural/off@ngram-k4", "natural/ngram-k4"]  # the K proposing most
     # EOS allowed (max_tokens is a cap), through the chat template that ends an answer; copy keeps ignore_eos
@@ -77,7 +103,7 @@ def test_the_negative_control_is_natural_text_served_with_eos_allowed(model):
     control_claims = [c for c in plan.claims if c.treatment.startswith("natural/")]
     assert {c.metric.name for c in control_claims} == {"tpot_ms.p50", "output_tokens_per_s"}  # per token, not E2E
     assert (cfg.control_max_acceptance, cfg.control_max_copy_share) == (0.5, 0.5)
-    no_ngram = SPEC.plan(Config(ngram_tokens=(), draft_layers=0, baseline_alone=False), model)
+    no_ngram = SPEC.plan(Config(ngram_tokens=(), self_draft=True, baseline_alone=False, dtype="float32"), model)
     assert [w.name for w in no_ngram.workloads] == ["copy"]  # the control is prompt lookup's
     assert [p.name for p in no_ngram.phases] == ["off+self-draft"]
 
@@ -102,9 +128,10 @@ def test_gpu_arms_launch_commands_name_their_heads_and_mount_them(model, tmp_pat
     eagle.mkdir(parents=True)
     eagle3.mkdir(parents=True)
     cfg = Config(ngram_tokens=(), draft_layers=0, self_draft=False, eagle_model=str(eagle),
-                 eagle3_model=str(eagle3), mtp=True, draft_tokens=2, backend="vllm", runtime="docker")
+                 eagle3_model=str(eagle3), mtp=True, draft_tokens=2, backend="vllm", runtime="docker", dtype="auto")
     plan = SPEC.plan(cfg, model)
-    assert [s.name for s in plan.servers] == ["off", "eagle", "eagle3", "mtp"]
+    assert [s.name for s in plan.servers][:4] == ["off", "eagle", "eagle3", "mtp"]
+    assert [s.name for s in plan.servers][4:] == ["off-fp32", "eagle-fp32", "eagle3-fp32", "mtp-fp32"]
     base = BackendConfig(model_dir=str(model.path), served_model_name="m", port=8000, gpus=(0,))
     expected = {"eagle": {"method": "eagle", "model": str(eagle), "num_speculative_tokens": 2},
                 "eagle3": {"method": "eagle3", "model": str(eagle3), "num_speculative_tokens": 2},

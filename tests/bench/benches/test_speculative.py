@@ -151,12 +151,16 @@ def test_greedy_agreement_per_request_and_the_first_mismatch():
         run("copy/a", 2, texts=("hello there", "x")),
     ]
     ref = reference_outputs(runs, ["copy/off@a", "copy/off@b"])
-    assert ref == {0: "hello world", 1: "x"}  # the first baseline run that completed each index
+    assert {r.index: r.output_text for r in ref} == {0: "hello world", 1: "x"}  # the first run that completed each
     got = agreement(runs, "copy/a", ref)
     assert (got.compared, got.identical, got.passed) == (4, 3, False) and got.rate == 0.75
     assert got.first_mismatch["repeat"] == 2 and got.first_mismatch["index"] == 0 and got.first_mismatch["char"] == 6
+    assert got.mean_prefix_share == round((1 + 1 + 6 / 11 + 1) / 4, 4)  # described beside the verdict, not judged
     assert agreement(runs, "copy/off@b", ref).identical == 1  # the baseline itself differed on index 1
     assert agreement(runs, "missing", ref).compared == 0 and not agreement(runs, "missing", ref).passed
+    # the stated tolerance: one of four may differ at a share of 0.75, not at 0.8
+    assert agreement(runs, "copy/a", ref, 0.75).passed and not agreement(runs, "copy/a", ref, 0.8).passed
+    assert agreement(runs, "copy/a", ref, 0.75).to_dict()["tolerance"] == 0.25
 
 
 def test_acceptance_metrics_read_the_run_counters():
@@ -308,8 +312,8 @@ def test_a_mismatched_primary_on_cross_start_evidence_reads_inconclusive_with_th
     top = decide_top([row("copy", "ngram-k2", repeated, texts_ok=False)])
     assert top.rows[0].decision == "reject (outputs differ)"
     assert top.decision == "inconclusive" and top.evidence_level == "repeated"
-    assert "greedy outputs differ from the baseline's on 1 of 4 requests: another computation, never adopted" in (
-        top.summary)
+    assert "float32 greedy outputs differ from speculation off's on 1 of 4 requests: another computation, never " \
+           "adopted" in top.summary
 
 
 def test_speculation_the_engine_did_not_apply_is_not_read_as_an_effect():

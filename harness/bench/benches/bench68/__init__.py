@@ -1,6 +1,7 @@
 """bench-68, INF-SPECULATIVE-BENCH: does speculative decoding pay, and where?
 
-Arms, each a server start with its own ``--speculative-config`` (greedy, temperature 0):
+Arms, each a server start with its own ``--speculative-config`` (greedy, temperature 0); by default off and
+ngram-k4 only, the others opt-in (each adds a start and its paired repeats):
   off          speculation off: the baseline
   ngram-kK     n-gram prompt lookup proposing K tokens (one arm per --ngram-tokens entry)
   draft-NL     a draft model: the served model's first N decoder layers (made reproducibly, hash recorded)
@@ -17,9 +18,11 @@ acceptance; compared on per-token figures, TPOT and tokens/s, since answer lengt
 Protocol: the baseline server stays up throughout; each speculative variant is started in
 turn next to it (two servers up at once), and on that pair the baseline and the variant
 interleave per workload (order alternating per repeat), so every effect is paired against a
-baseline measured alongside it. Claims: E2E and TPOT p50 per workload x variant (TPOT and
-tokens/s on the control); greedy output identity per request against the baseline; acceptance
-from vllm:spec_decode_*; the control's acceptance checked low (``control.py``).
+baseline measured alongside it; an invalid arm run is redone in its place (``--reruns``). Claims: E2E and TPOT
+p50 per workload x variant (TPOT and tokens/s on the control); greedy output identity per request against the
+baseline, judged in float32 (``identity.py``: on the measured arms where they serve float32, else on a short
+float32 check after them); acceptance from vllm:spec_decode_*; the control's acceptance checked low
+(``control.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from harness.bench.benches.bench68.arms import (
 )
 from harness.bench.benches.bench68.control import CONTROL, CONTROL_CLIENT, WORKLOADS
 from harness.bench.benches.bench68.coresidence import alone_steps
+from harness.bench.benches.bench68.identity import FLOAT32, check_plan, measured_dtype
 from harness.bench.lib.hostprofile import sized_shape
 from harness.bench.metrics import (
     ACCEPTANCE_RATE,
@@ -65,8 +69,9 @@ from harness.models import PreparedModel
 from harness.workload import Arrival, Common
 from harness.workload.natural import PROMPTS
 
-# The copy request at the reference size (hostprofile.SIZES scales it).
-REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS = 256, 48
+# The copy request at the reference size (hostprofile.SIZES scales it): short enough that 6 repeats fit the 720 s
+# target on the reference host (hostprofile.DEFAULT_LOADS), long enough for several verification steps per request.
+REFERENCE_INPUT_TOKENS, REFERENCE_OUTPUT_TOKENS = 192, 32
 MIN_OUTPUT_TOKENS = 16  # several verification steps of the longest default n-gram proposal (4) per request
 
 
@@ -85,12 +90,16 @@ NO_ARM = "no speculative arm to run: set --ngram-tokens, --draft-layers, --self-
 
 @dataclass(frozen=True)
 class Config(BenchConfig):
-    """Defaults sized for <= 12 minutes on 2 CPU cores once the serving env and model are cached: the reference
-    host's request lengths at the reference size, shorter at a smaller --size (``request_lengths``)."""
+    """Defaults sized so the primary claim (n-gram k=4 on copy) can decide in <= 12 minutes on 2 CPU cores once the
+    serving env and model are cached: one speculative variant, 6 repeats (even, so the order is balanced; one left
+    out still leaves 5 pairs), the reference host's request lengths at the reference size, shorter at a smaller
+    --size (``request_lengths``). More variants are opt-in: each adds a start and 6 paired repeats."""
 
     kv_cache_space_gib: int = knob(1, "CPU backends: KV-cache size in GiB per server (two are up at once)", min=1,
                                    group="protocol")
-    requests: int = knob(3, "copy requests per arm run (x --scale)", min=1)
+    repeats: int = knob(6, "repeats of every pair, the order alternating (< 5 valid pairs lower the evidence level to "
+                        "single)", min=1)
+    requests: int = knob(4, "copy requests per arm run (x --scale)", min=1)
     input_tokens: int | None = knob(None, f"prompt length in tokens (copy workload; default: "
                                     f"{REFERENCE_INPUT_TOKENS} at the reference size, in proportion where the "
                                     "output is sized shorter)", min=64)
@@ -98,13 +107,15 @@ class Config(BenchConfig):
                                      f"{REFERENCE_OUTPUT_TOKENS} at the reference size, fewer at a smaller "
                                      "--size)", min=2)
     ngram_tokens: tuple[int, ...] = knob(
-        (2, 4), "n-gram arms: tokens proposed per step, one arm each ('' for none)", min=1, max=16, empty=True
+        (4,), "n-gram arms: tokens proposed per step, one arm each ('' for none)", min=1, max=16, empty=True
     )
     prompt_lookup_min: int = knob(2, "n-gram arms: shortest n-gram matched in the context", min=1)
     prompt_lookup_max: int = knob(4, "n-gram arms: longest n-gram matched in the context", min=1)
-    draft_layers: int = knob(10, "draft-model arm: the served model's first N layers (0: no such arm)", min=0)
+    draft_layers: int = knob(0, "draft-model arm: the served model's first N layers (0: no such arm; e.g. 10)",
+                             min=0)
     draft_tokens: int = knob(3, "draft-model and self-draft arms: tokens drafted per step", min=1, max=16)
-    self_draft: bool = knob(True, "run the self-draft arm (acceptance ceiling)")
+    self_draft: bool = knob(False, "run the self-draft arm (the acceptance ceiling; it fits the verification cost "
+                            "the predictions use)")
     baseline_alone: bool = knob(True, "measure the baseline alone first: its co-residence shift beside each variant")
     eagle_model: str | None = knob(None, "EAGLE draft head directory: adds an eagle arm (GPU image)")
     eagle3_model: str | None = knob(None, "EAGLE-3 draft head directory: adds an eagle3 arm (GPU image)")
@@ -116,9 +127,12 @@ class Config(BenchConfig):
         cites="INF-PROPOSAL",
         group="protocol",
     )
+    identity_min_exact_share: float = knob(
+        1.0, "greedy identity (judged in float32, bench68/identity.py): share of requests whose output must equal "
+        "speculation off's exactly; 1 - it is the stated tolerance", min=0, max=1)
     mc_passes: int = knob(20_000, "Monte-Carlo verification passes of the prediction", min=100, group="protocol")
     control_requests: int = knob(
-        8, f"negative control: natural-text requests per arm run (x --scale; at most {len(PROMPTS)})", min=1
+        6, f"negative control: natural-text requests per arm run (x --scale; at most {len(PROMPTS)})", min=1
     )
     control_output_tokens: int | None = knob(None, f"negative control: max_tokens cap (EOS allowed; default: "
                                              f"{REFERENCE_OUTPUT_TOKENS}, sized as the copy output)", min=2, max=64)
@@ -247,13 +261,22 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         bench_arms += [a for pair in pairs for a in pair]
         claims += pair_claims
         phases.append(Phase(f"off+{sa.name}", ("off", sa.name), paired_steps(pairs, cfg.repeats, sa.name),
-                            planned_steps=2 * len(pairs) * cfg.repeats, keep=("off",)))
+                            planned_steps=2 * len(pairs) * cfg.repeats, keep=("off",), rerun=True))
+    dtype = measured_dtype(cfg)
+    if dtype != FLOAT32:  # greedy identity is judged in float32 (identity.py): a short check after the measured arms
+        check = check_plan({"kv_cache_space_gib": cfg.kv_cache_space_gib}, [(sa.name, sa.config) for sa in arms],
+                           WORKLOADS[0])
+        servers += check[0]
+        bench_arms += check[1]
+        phases += check[2]
     schedule = Schedule(
         tuple(phases),
         ("the baseline server starts first and runs copy alone (its co-residence reference); " if cfg.baseline_alone
          else "") + "the baseline server stays up; each speculative variant is started in turn "
         "next to it and its arms interleave with a baseline arm on the same workload, order "
-        "alternating per repeat",
+        "alternating per repeat" + ("" if dtype == FLOAT32 else f"; the measured arms serve {dtype}, so greedy "
+                                    "identity is then checked in float32: speculation off and each variant served "
+                                    "in float32 (eager) replay the copy workload once"),
     )
     return Plan(
         workloads=tuple(workloads),
@@ -261,7 +284,7 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
         arms=tuple(bench_arms),
         schedule=schedule,
         claims=tuple(claims),
-        read=read_speculative(cfg, arms, citation),
+        read=read_speculative(cfg, arms, citation, dtype),
         run_label="speculative decoding vs off",
         columns=COLUMNS,
         notes=(f"request lengths: {lengths.why}", *NOTES),

@@ -30,7 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.bench.lib import greedy
 from harness.bench.records import ArmRun, completed_runs
+from harness.client.records import RequestRecord
 from harness.mech.specdec.formulas import (
     expected_tokens,
     expected_tokens_positional,
@@ -230,11 +232,15 @@ def draft_cost_ratio(config: Mapping[str, Any], draft_layers: int) -> float:
 
 @dataclass(frozen=True)
 class Agreement:
-    """Greedy identity of an arm against the baseline's outputs, request by request."""
+    """Greedy identity of an arm against a fixed reference's outputs, request by request, judged on the exact-match
+    share (``harness.bench.lib.greedy``) with its stated tolerance; ``basis`` says which outputs were compared."""
 
     compared: int
     identical: int
     first_mismatch: dict[str, Any] | None
+    min_exact_share: float = 1.0
+    basis: str = ""
+    mean_prefix_share: float | None = None
 
     @property
     def rate(self) -> float | None:
@@ -242,39 +248,47 @@ class Agreement:
 
     @property
     def passed(self) -> bool:
-        return self.compared > 0 and self.identical == self.compared
+        return self.compared > 0 and self.identical >= self.min_exact_share * self.compared - 1e-9
 
     def to_dict(self) -> dict[str, Any]:
         return {"compared": self.compared, "identical": self.identical, "rate": _round(self.rate),
-                "passed": self.passed, "first_mismatch": self.first_mismatch}
+                "passed": self.passed, "first_mismatch": self.first_mismatch,
+                "min_exact_share": self.min_exact_share, "tolerance": round(1 - self.min_exact_share, 6),
+                "mean_prefix_share": self.mean_prefix_share, "basis": self.basis}
 
 
-def reference_outputs(runs: Sequence[ArmRun], labels: Sequence[str]) -> dict[int, str]:
-    """The baseline's output text per request index: the first completed record in run order."""
-    ref: dict[int, str] = {}
+def reference_outputs(runs: Sequence[ArmRun], labels: Sequence[str]) -> list[RequestRecord]:
+    """The reference's record per request index: the first completed one with text in run order."""
+    ref: dict[int, RequestRecord] = {}
     for run in runs:
         if run.label in labels and not run.failure:
             for rec in run.records:
                 if rec.completed and rec.output_text is not None:
-                    ref.setdefault(rec.index, rec.output_text)
-    return ref
+                    ref.setdefault(rec.index, rec)
+    return list(ref.values())
 
 
-def agreement(runs: Sequence[ArmRun], label: str, reference: Mapping[int, str]) -> Agreement:
-    """Every completed request of ``label`` (all repeats) against ``reference``; text must match exactly."""
-    compared = identical = 0
-    first = None
-    for run in completed_runs(runs, label):
+def agreement(runs: Sequence[ArmRun], label: str, reference: Sequence[RequestRecord], min_exact_share: float = 1.0,
+              basis: str = "") -> Agreement:
+    """Every completed request of ``label`` (all repeats, valid or not: a late client does not change the text)
+    against ``reference`` (``greedy.agreement``), with the first mismatch shown."""
+    done = completed_runs(runs, label)
+    figures = greedy.agreement(reference, [rec for run in done for rec in run.records], min_exact_share)
+    compared = figures["requests"]
+    identical = round((figures["exact_share"] or 0.0) * compared)
+    return Agreement(compared, identical, first_mismatch(done, reference), min_exact_share, basis,
+                     figures["mean_prefix_share"])
+
+
+def first_mismatch(runs: Sequence[ArmRun], reference: Sequence[RequestRecord]) -> dict[str, Any] | None:
+    """Where the first output in run order that differs from the reference's does, with the text around it."""
+    want = {r.index: r.output_text or "" for r in reference}
+    for run in runs:
         for rec in run.records:
-            if not rec.completed or rec.output_text is None or rec.index not in reference:
+            text, ref = rec.output_text, want.get(rec.index)
+            if not rec.completed or text is None or ref is None or text == ref:
                 continue
-            compared += 1
-            want = reference[rec.index]
-            if rec.output_text == want:
-                identical += 1
-            elif first is None:
-                at = next((i for i, (a, b) in enumerate(zip(rec.output_text, want, strict=False)) if a != b),
-                          min(len(rec.output_text), len(want)))
-                first = {"repeat": run.repeat, "index": rec.index, "char": at,
-                         "got": rec.output_text[max(0, at - 20):at + 40], "want": want[max(0, at - 20):at + 40]}
-    return Agreement(compared, identical, first)
+            at = greedy.first_difference(ref, text)
+            return {"repeat": run.repeat, "index": rec.index, "char": at, "got": text[max(0, at - 20):at + 40],
+                    "want": ref[max(0, at - 20):at + 40]}
+    return None

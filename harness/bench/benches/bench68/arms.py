@@ -27,6 +27,7 @@ from harness.bench.benches.bench68.acceptance import (
 )
 from harness.bench.benches.bench68.control import CONTROL, WORKLOADS, cap_ngram, negative_control
 from harness.bench.benches.bench68.coresidence import co_residence
+from harness.bench.benches.bench68.identity import identities, identity_record
 from harness.bench.benches.bench68.table import Row, decide_top, row_lines
 from harness.bench.lib.citations import Citation, cite, latest_manifest
 from harness.bench.lib.prediction import summarise
@@ -175,11 +176,12 @@ def proposal_lines(citation: Citation | None, why: str, arms: Sequence[SpecArm],
     return lines, {"cited": citation.to_dict(Path.cwd()), "predictions": predictions}
 
 
-def read_speculative(cfg: Any, arms: Sequence[SpecArm],
-                     proposal: tuple[Citation | None, str]) -> Callable[[History], Reading]:
-    """The reading: one row per workload x variant, the predictions, the proposal citation, the decision."""
+def read_speculative(cfg: Any, arms: Sequence[SpecArm], proposal: tuple[Citation | None, str],
+                     dtype: str) -> Callable[[History], Reading]:
+    """The reading: one row per workload x variant, the predictions, the proposal citation, the decision
+    (``dtype``: what the measured arms serve, which says where greedy identity is judged)."""
     def reading(history: History) -> Reading:
-        rows, claims, beta = speculative_rows(history, cfg, arms)
+        rows, claims, beta = speculative_rows(history, cfg, arms, dtype)
         control = negative_control(rows, cfg.control_max_acceptance, cfg.control_max_copy_share, history.runs)
         rows = cap_ngram(rows, control, [a.name for a in arms if a.kind == "ngram"])
         top = decide_top(rows)
@@ -193,6 +195,7 @@ def read_speculative(cfg: Any, arms: Sequence[SpecArm],
                              "cost_ratio": a.cost_ratio, "cost_source": a.cost_source, "note": a.note,
                              "draft": a.draft or None} for a in arms],
                    "proposal": prop_details, "verify_cost": beta, "negative_control": control,
+                   "identity": identity_record(dtype, cfg.identity_min_exact_share),
                    "co_residence": {k: v for k, v in shift.items() if k != "lines"},
                    "prediction_summary": summarise([j for j in (r.judged() for r in rows) if j is not None])}
         cdf = tuple(Claim(E2E_P50, f"{r.workload}/off@{r.arm}", f"{r.workload}/{r.arm}") for r in rows)
@@ -219,7 +222,8 @@ def verify_cost_line(fitted: dict) -> str:
 TPOT_MEAN = Metric("tpot_ms.mean", "TPOT mean ms", "lower", ".1f", TPOT, lambda a: float(np.mean(a)))
 
 
-def speculative_rows(history: History, cfg: Any, arms: Sequence[SpecArm]) -> tuple[list[Row], list[dict], dict]:
+def speculative_rows(history: History, cfg: Any, arms: Sequence[SpecArm], dtype: str
+                     ) -> tuple[list[Row], list[dict], dict]:
     """One row per workload x variant: paired effects (E2E p50, TPOT p50, mean TPOT), acceptance, agreement and
     the prediction with the verification cost β fitted on the self-draft arm (``fit_verify_cost``)."""
     runs, parts, claims = history.runs, [], []
@@ -245,6 +249,8 @@ def speculative_rows(history: History, cfg: Any, arms: Sequence[SpecArm]) -> tup
               "from": [f"{w}/{sa.name}" for _, _, sa, w, *_ in parts if sa.kind == "self"],
               "source": "self-draft arm (c = 1), interval from its served speedup's" if fits else
               "no self-draft arm measured: 0 assumed"}
+    judged, described = identities(runs, [a.name for a in arms], {a.name: a.workloads for a in arms}, dtype,
+                                   cfg.identity_min_exact_share)
     rows = []
     for i, j, sa, workload, base, spec, e2e, tpot, mean, acc, rate in parts:
         pred = predict(acc, sa.gamma, sa.cost_ratio, sa.cost_source, passes=cfg.mc_passes,
@@ -255,7 +261,8 @@ def speculative_rows(history: History, cfg: Any, arms: Sequence[SpecArm]) -> tup
                                  arm_values(runs, spec, [TPOT_P50])[TPOT_P50.name]),
                         e2e_ms=(arm_values(runs, base, [E2E_P50])[E2E_P50.name],
                                 arm_values(runs, spec, [E2E_P50])[E2E_P50.name]),
-                        acceptance=acc, prediction=pred, agreement=agreement(runs, spec, ref),
+                        acceptance=acc, prediction=pred, agreement=judged[(workload, sa.name)],
+                        measured_agreement=described.get((workload, sa.name)),
                         baseline_agreement=agreement(runs, base, ref), requested_tokens=sa.gamma, tpot_mean=mean,
                         calibration=sa.kind == "self" and bool(fits), control=workload == CONTROL,
                         tokens_per_s=rate if workload == CONTROL else None))
