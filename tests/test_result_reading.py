@@ -74,3 +74,16 @@ def test_a_run_record_missing_a_field_is_one_line(tmp_path):
 def test_a_result_that_is_no_json_object_is_one_line():
     with pytest.raises(InvalidInput, match="^x.json: /schema: not an infkit result"):
         Result.from_dict(["not", "a", "result"], "x.json")
+
+
+def test_publishing_a_run_whose_verified_run_record_is_missing_is_one_line(tmp_path, monkeypatch):
+    from harness.manifest import excerpt
+    from harness.manifest.audit import ManifestReport
+
+    manifest = tmp_path / "m.intoto.json"
+    manifest.write_text("{}")
+    report = ManifestReport(manifest=str(manifest), findings=(), signer_keyid="k",
+                            predicate={"run_dir": "runs/x/1", "semantic_id": "INF-X"}, documents={})
+    monkeypatch.setattr(excerpt, "audit_paths", lambda paths, config: [report])
+    with pytest.raises(InvalidInput, match=r"^runs/x/1/run\.json: /schema: not an infkit run record \(None"):
+        excerpt.publish(manifest, tmp_path / "out", tmp_path)

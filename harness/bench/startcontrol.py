@@ -92,11 +92,11 @@ def current_host(backend: str, model: PreparedModel) -> dict[str, Any]:
 
 def from_citation(citation: Any, where: str, root: Path) -> StartControl:
     """The bounds a cited A/A run certifies; a run that holds none (blocked, older) is an input error."""
-    rows = ((citation.result or {}).get("details") or {}).get(DETAILS_KEY, {}).get("rows")
+    rows = citation.detail(DETAILS_KEY, "rows")
     if not rows:
         raise InvalidInput(f"{where}: that {SEMANTIC_ID} run holds no start-to-start bounds "
-                           f"(decision {citation.run.get('decision')})", hint="rerun make bench-00")
-    return control_of(rows, citation.run["run_id"], citation.to_dict(root))
+                           f"(decision {citation.run.decision})", hint="rerun make bench-00")
+    return control_of(rows, citation.run.run_id, citation.to_dict(root))
 
 
 def control_of(rows: Sequence[Mapping[str, Any]], run_id: str, citation: Mapping[str, Any]) -> StartControl:
@@ -122,12 +122,11 @@ def cite_start_control(choice: str, root: Path, here: Mapping[str, Any]) -> tupl
     if citation is None:
         return None, "no A/A start control has run here (make bench-00): cross-start contrasts stay repeated"
     run = citation.run
-    there = host_key(read_json(citation.file(FINGERPRINT_FILE)), (run.get("effective") or {}).get("backend"),
-                     run.get("model"))
+    there = host_key(read_json(citation.file(FINGERPRINT_FILE)), run.effective.get("backend"), run.model)
     differ = [f"{k} {there.get(k)!r} here {here.get(k)!r}" for k in HOST_FIELDS if there.get(k) != here.get(k)]
     try:
         if differ:
-            raise InvalidInput(f"{where}: A/A start control {run['run_id']} ran on another host: {'; '.join(differ)}")
+            raise InvalidInput(f"{where}: A/A start control {run.run_id} ran on another host: {'; '.join(differ)}")
         control = from_citation(citation, where, root)
     except InvalidInput as exc:
         if choice != "latest":

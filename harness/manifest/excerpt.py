@@ -17,6 +17,7 @@ from harness.errors import InvalidInput
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.manifest.keys import PUBLIC_KEY_SUFFIX
 from harness.manifest.sign import KEYS_DIR, MANIFEST_SUFFIX, MANIFESTS_DIR, run_dir_manifest
+from harness.rundir.record import RUN_FILE, RunRecord
 
 SMALL_FILES = ("run.json", "summary.txt", "fingerprint.json")
 
@@ -43,8 +44,9 @@ def publish(run_or_manifest: Path, dest: Path, root: Path = Path(".")) -> list[s
         raise InvalidInput(f"{manifest}: the run does not audit intact ({reasons}): nothing published")
     predicate = report.predicate
     run_dir = predicate["run_dir"]
-    outputs = (report.documents.get(f"{run_dir}/run.json") or {}).get("outputs") or {}
-    wanted = [f"{run_dir}/{name}" for name in (*SMALL_FILES, outputs.get("result"))
+    record = f"{run_dir}/{RUN_FILE}"  # a run that audits intact holds a verified run.json
+    run = RunRecord.from_dict(report.documents.get(record), record)
+    wanted = [f"{run_dir}/{name}" for name in (*SMALL_FILES, run.output("result"))
               if name and f"{run_dir}/{name}" in report.subject_digests]
     signed_as = f"{MANIFESTS_DIR}/{predicate['semantic_id']}/{manifest.name}"
     key = f"{MANIFESTS_DIR}/{KEYS_DIR}/{report.signer_keyid}{PUBLIC_KEY_SUFFIX}"

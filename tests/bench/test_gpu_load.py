@@ -14,6 +14,7 @@ import pytest
 from harness.bench.lib import gpuload
 from harness.bench.lib.citations import Citation
 from tests.bench.test_dry_run import planned  # noqa: F401 (the fixture)
+from tests.typed_results import result_with, run_record
 
 SATURATION = {"offered_rps": 40.0, "scheduled_rps": 40.0, "achieved_rps": 39.0,
               "latency_ms": {"e2e_ms.p50": 800.0, "ttft_ms.p50": 60.0}}
@@ -25,9 +26,8 @@ def bench66(backend: str = "vllm", shape: tuple[float, float] = (128.0, 24.0)) -
     baseline = {"bracket": {"determined": True}, "saturation": SATURATION,
                 "light_load": {"latency_ms": {"ttft_ms.p50": 20.0, "tpot_ms.p50": 5.0}}}
     return Citation(manifest=Path("manifests/INF-FLOAT-BASELINE/66.json"), sha256="ab" * 32, run_dir=Path("runs/66"),
-                    run={"run_id": "20261207T000000Z-gpu", "effective": {"backend": backend}},
-                    result={"workload": {"input_tokens": {"mean": shape[0]}, "output_tokens": {"mean": shape[1]}},
-                            "details": {"baseline": baseline}})
+                    run=run_record(run_id="20261207T000000Z-gpu", effective={"backend": backend}),
+                    result=result_with(details={"baseline": baseline}, shape=shape))
 
 
 @pytest.fixture

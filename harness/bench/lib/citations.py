@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.contract.jsonio import read_json
+from harness.contract.result import Result, read_result
 from harness.errors import InvalidInput
 from harness.ids import sha256_file
 from harness.manifest.audit import AuditConfig, audit_paths
 from harness.manifest.dsse import EnvelopeError, parse_envelope
 from harness.manifest.sign import MANIFEST_SUFFIX, MANIFESTS_DIR
 from harness.rundir.fingerprint import FINGERPRINT_FILE
+from harness.rundir.record import RunRecord, read_run_record
 
 
 @dataclass(frozen=True)
@@ -29,8 +31,8 @@ class Citation:
     manifest: Path
     sha256: str
     run_dir: Path
-    run: dict[str, Any]
-    result: dict[str, Any] | None
+    run: RunRecord
+    result: Result | None
 
     def file(self, name: str) -> Path:
         """A file of the cited run (it is a verified subject of the manifest)."""
@@ -39,9 +41,12 @@ class Citation:
     def to_dict(self, root: Path) -> dict[str, Any]:
         path = self.manifest.resolve()
         shown = path.relative_to(root.resolve()) if path.is_relative_to(root.resolve()) else path
-        return {"manifest": str(shown), "sha256": self.sha256, "semantic_id": self.run["semantic_id"],
-                "run_id": self.run["run_id"], "decision": self.run["decision"],
-                "evidence_level": self.run["evidence_level"]}
+        return {"manifest": str(shown), "sha256": self.sha256, "semantic_id": self.run.semantic_id,
+                "run_id": self.run.run_id, "decision": self.run.decision, "evidence_level": self.run.evidence_level}
+
+    def detail(self, *path: str) -> Any:
+        """An entry of the cited result's details (``Result.detail``), or None where it has no result or entry."""
+        return self.result.detail(*path) if self.result else None
 
 
 def latest_manifest(root: Path, semantic_id: str, holding: str | None = None) -> Path | None:
@@ -78,9 +83,9 @@ def cite(manifest: str | Path, root: Path, *, semantic_id: str | None = None) ->
     if semantic_id and predicate.get("semantic_id") != semantic_id:
         raise InvalidInput(f"cited manifest {path} is a {predicate.get('semantic_id')} run, not {semantic_id}")
     run_dir = Path(root) / predicate["run_dir"]
-    run = read_json(run_dir / "run.json")
-    result_name = (run.get("outputs") or {}).get("result")
-    result = read_json(run_dir / result_name) if result_name else None
+    run = read_run_record(run_dir)
+    result_name = run.output("result")
+    result = read_result(run_dir / result_name) if result_name else None
     return Citation(manifest=path, sha256=sha256_file(path), run_dir=run_dir, run=run, result=result)
 
 
@@ -95,11 +100,11 @@ def cite_choice(choice: str, root: Path, semantic_id: str) -> Citation | None:
     return cite(choice, root, semantic_id=semantic_id)
 
 
-def cited_saturation(result: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str]:
+def cited_saturation(result: Result | None) -> tuple[dict[str, Any] | None, str]:
     """A cited bench-66 result's saturation point (``details.baseline.saturation``: the last level that kept up,
     with its bracket), or None and why it cannot be used: an undetermined bracket, or a run from before the bracket
     rule. A citing bench then probes for itself and says so: what it cites being weak never fails it."""
-    baseline = ((result or {}).get("details") or {}).get("baseline") or {}
+    baseline = (result.detail("baseline") if result else None) or {}
     bracket = baseline.get("bracket")
     if not bracket:
         return None, ("that bench-66 run predates the saturation bracket (a fixed-list rule that measured the list's "
@@ -124,11 +129,10 @@ def setup_mismatch(citation: Citation, *, backend: str, model_version: str | Non
                    gpu: bool) -> str | None:
     """Why a cited run measured another setup than this run serves (backend, model, device), or None. A device this
     run cannot name (no NVML here) is not compared."""
-    effective = citation.run.get("effective") or {}
-    theirs = effective.get("backend")
+    theirs = citation.run.effective.get("backend")
     if theirs and theirs != backend:
         return f"it served backend {theirs}, this run serves {backend}"
-    cited_model = (citation.run.get("model") or {}).get("version")
+    cited_model = citation.run.model_version
     if cited_model and model_version and cited_model != model_version:
         return f"it served model version {cited_model[:19]}, this run serves {model_version[:19]}"
     devices = cited_device(citation, gpu)

@@ -19,6 +19,7 @@ from harness.bench.lib.citations import Citation, cite_choice, cited_saturation,
 from harness.bench.lib.hostprofile import idle_request_s
 from harness.bench.metrics import E2E_P50, TPOT_P50, TTFT_P50
 from harness.bench.placement import GPU_BACKENDS, Placement
+from harness.contract.result import Result
 from harness.errors import CapabilityMissing, InvalidInput
 from harness.models import PreparedModel
 from harness.rundir.fingerprint import host_info
@@ -55,20 +56,17 @@ def cited_bench66(choice: str, knob: str, placement: Placement,
     return None, f"the newest bench-66 run ({citation.manifest}) is not cited: {why}"
 
 
-def cited_shape(result: dict[str, Any] | None) -> tuple[int, int] | None:
+def cited_shape(result: Result | None) -> tuple[int, int] | None:
     """A cited run's request shape: its workload's mean prompt and output tokens."""
-    workload = (result or {}).get("workload") or {}
-    try:
-        return round(workload["input_tokens"]["mean"]), round(workload["output_tokens"]["mean"])
-    except (KeyError, TypeError):
+    if result is None:
         return None
+    return round(result.workload.input_tokens["mean"]), round(result.workload.output_tokens["mean"])
 
 
-def measured_rates(result: dict[str, Any] | None) -> tuple[float, float] | None:
+def measured_rates(result: Result | None) -> tuple[float, float] | None:
     """The cited run's own prefill and single-stream decode rates (tokens/s) from its light-load level: its mean
     prompt over the TTFT P50, and 1 / the TPOT P50. None where it has no light-load level or no shape."""
-    baseline = ((result or {}).get("details") or {}).get("baseline") or {}
-    latency = (baseline.get("light_load") or {}).get("latency_ms") or {}
+    latency = (result.detail("baseline", "light_load", "latency_ms") if result else None) or {}
     shape = cited_shape(result)
     ttft_ms, tpot_ms = latency.get(TTFT_P50.name), latency.get(TPOT_P50.name)
     if shape is None or not ttft_ms or not tpot_ms:
@@ -76,7 +74,7 @@ def measured_rates(result: dict[str, Any] | None) -> tuple[float, float] | None:
     return shape[0] / (ttft_ms / 1000), 1000 / tpot_ms
 
 
-def carried_rate(rate_rps: float, result: dict[str, Any] | None,
+def carried_rate(rate_rps: float, result: Result | None,
                  target: tuple[int, int]) -> tuple[float | None, str]:
     """A cited GPU run's rate carried to a request shape by that run's own measured prefill and decode rates (the
     reference host's rates say nothing of a GPU), or None and why it is left uncarried."""
@@ -120,7 +118,7 @@ def cited_capacity(citation: Citation, target: tuple[int, int]) -> tuple[Capacit
         return None, f"its saturation point {rate:.4g} req/s is {how}"
     run = citation.run
     return Capacity(carried, round(in_flight, 2), (
-        f"load from bench-66 run {run.get('run_id')} ({citation.manifest}, sha256 {citation.sha256[:12]}): "
+        f"load from bench-66 run {run.run_id} ({citation.manifest}, sha256 {citation.sha256[:12]}): "
         f"saturation {how or f'{carried:g} req/s'}, {in_flight:.3g} requests in flight there (its achieved rate x "
         f"E2E P50)")), ""
 
@@ -150,7 +148,7 @@ def gpu_load(choice: str, knob: str, placement: Placement, model: PreparedModel,
         return GpuLoad(None, "no bench-66 run of this backend, model and device is cited", passed_over)
     capacity, weak = cited_capacity(citation, shape)
     if capacity is None:
-        return GpuLoad(None, f"bench-66 run {citation.run.get('run_id')} is not used: {weak}", passed_over)
+        return GpuLoad(None, f"bench-66 run {citation.run.run_id} is not used: {weak}", passed_over)
     return GpuLoad(capacity, "", passed_over)
 
 

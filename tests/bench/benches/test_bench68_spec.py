@@ -200,13 +200,13 @@ def test_the_newest_proposal_run_is_cited_after_its_audit(model, tmp_path, monke
     citation, why = cited_proposal(None, tmp_path)
     assert citation.manifest == with_doc and why == f"cited {with_doc}"
     assert citation.sha256.startswith("sha256:") and citation.run_dir == with_doc.parent.parent.parent / \
-        "runs" / "cuda" / "proposal" / citation.run["run_id"]
+        "runs" / "cuda" / "proposal" / citation.run.run_id
     assert cited_proposal("none", tmp_path) == (None, "not cited (--proposal-manifest none)")
     doc = citation.file("proposal.json")
     doc.write_text(json.dumps({**json.loads(doc.read_text()), "device": "cuda"}))
     with pytest.raises(InvalidInput, match="does not audit VALID"):  # an edited proposal never feeds a prediction
         cited_proposal(str(with_doc), tmp_path)
-    assert default_manifest_path(tmp_path, "INF-PROPOSAL", citation.run["run_id"]) == with_doc
+    assert default_manifest_path(tmp_path, "INF-PROPOSAL", citation.run.run_id) == with_doc
 
 
 def test_a_proposal_made_on_random_weights_is_never_cited(model, tmp_path, monkeypatch):

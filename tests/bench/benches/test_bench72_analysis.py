@@ -46,6 +46,7 @@ from harness.errors import InvalidInput
 from harness.models import PreparedModel
 from harness.workload.arrival import offsets
 from tests.bench_runs import assert_bench_refuses
+from tests.typed_results import result_with
 
 SMOLLM2_PARAMS = 134_515_008  # SmolLM2-135M's checkpoint, counted from its safetensors header
 
@@ -194,31 +195,21 @@ def test_slos_scale_light_load_figures_and_explicit_limits_win():
         scaled_slo(knobs, light).ttft_p99_ms == 500.0 and "as set (--slo-ttft-p99-ms)" in scaled_slo(knobs, light).basis
     )
     assert scaled_slo(Knobs(), None) is None
-    sweep = {
-        "details": {
-            "baseline": {
-                "light_load": {"offered_rps": 0.8, "latency_ms": {"ttft_ms.p50": 90.0, "tpot_ms.p50": 15.0}},
-                "bracket": {"determined": True},
-                "saturation": {"offered_rps": 3.2},
-            }
-        }
+    baseline = {
+        "light_load": {"offered_rps": 0.8, "latency_ms": {"ttft_ms.p50": 90.0, "tpot_ms.p50": 15.0}},
+        "bracket": {"determined": True},
+        "saturation": {"offered_rps": 3.2},
     }
-    assert cited_light_load(sweep, "src") == (LightLoad(90.0, 15.0, 3.2, "src"), "")
-    assert cited_light_load({"details": {}}, "src") == (None, "it records no baseline")
-    undetermined = {
-        "details": {
-            "baseline": {
-                **sweep["details"]["baseline"],
-                "saturation": None,
-                "bracket": {"determined": False, "reason": "invalid levels between"},
-            }
-        }
-    }
+    assert cited_light_load(result_with(details={"baseline": baseline}), "src") == (LightLoad(90.0, 15.0, 3.2, "src"),
+                                                                                   "")
+    assert cited_light_load(result_with(details={}), "src") == (None, "it records no baseline")
+    undetermined = {**baseline, "saturation": None,
+                    "bracket": {"determined": False, "reason": "invalid levels between"}}
     # too weak to use: never an error, the reason why this bench probes for itself
-    assert cited_light_load(undetermined, "src") == (None, "its saturation bracket is undetermined (invalid levels "
-                                                           "between)")
-    old = {"details": {"baseline": {k: v for k, v in sweep["details"]["baseline"].items() if k != "bracket"}}}
-    light, why = cited_light_load(old, "src")
+    assert cited_light_load(result_with(details={"baseline": undetermined}), "src") == (
+        None, "its saturation bracket is undetermined (invalid levels between)")
+    old = {k: v for k, v in baseline.items() if k != "bracket"}
+    light, why = cited_light_load(result_with(details={"baseline": old}), "src")
     assert light is None and why.startswith("that bench-66 run predates the saturation bracket")
 
 
@@ -424,14 +415,14 @@ def test_a_lone_or_failing_field_is_inconclusive():
 def test_the_cited_saturation_point_centres_the_schedule_in_this_benchs_request_shape(monkeypatch, tmp_path):
     monkeypatch.setenv("INFKIT_CACHE", str(tmp_path))
     light = LightLoad(90.0, 15.0, 1.44, "src")
-    result = {"workload": {"input_tokens": {"mean": 132.7}, "output_tokens": {"mean": 15.6}}}
+    result = result_with(shape=(132.7, 15.6))
     moved = bench72.in_this_shape(light, result, bench72.Config())
     # 133+16 tokens take 0.341 + 0.540 s idle there, 256+32 tokens 0.656 + 1.115 s: x 0.497
     # ... and its light-load latencies, of 133+16-token requests, are not carried
     assert moved.rate_rps == pytest.approx(1.44 * 0.497, abs=0.002) and (moved.ttft_ms, moved.tpot_ms) == (None, None)
     assert "its saturation point 1.44 req/s x 0.497, a 133+16-token request's idle cost" in moved.source
-    assert bench72.in_this_shape(light, {}, bench72.Config()) == light  # no shape cited: as cited
-    same = {"workload": {"input_tokens": {"mean": 256.2}, "output_tokens": {"mean": 32.0}}}
+    assert bench72.in_this_shape(light, None, bench72.Config()) == light  # no result cited: as cited
+    same = result_with(shape=(256.2, 32.0))
     assert bench72.in_this_shape(light, same, bench72.Config()) == light  # this bench's shape: as cited
     rate, centre = Campaign(bench72.Config(), ("a",), moved).centre(History(None, None))
     assert rate == 0.716 and centre.startswith("0.716 req/s: src; its saturation point 1.44 req/s x 0.497")
@@ -444,14 +435,14 @@ def test_on_a_gpu_the_cited_rate_is_carried_by_the_cited_runs_own_rates_or_left_
     """The reference host's rates say nothing of a GPU: a GPU run's saturation rate is carried by its own light-load
     prefill (mean prompt / TTFT P50) and decode (1 / TPOT P50), or, where it has none, kept as measured."""
     light = LightLoad(20.0, 5.0, 40.0, "src")
-    result = {"workload": {"input_tokens": {"mean": 128.0}, "output_tokens": {"mean": 16.0}},
-              "details": {"baseline": {"light_load": {"latency_ms": {"ttft_ms.p50": 20.0, "tpot_ms.p50": 5.0}}}}}
+    latency = {"ttft_ms.p50": 20.0, "tpot_ms.p50": 5.0}
+    result = result_with(shape=(128.0, 16.0), details={"baseline": {"light_load": {"latency_ms": latency}}})
     moved = bench72.in_this_shape(light, result, bench72.Config(), gpu=True)
     # prefill 128 / 0.020 = 6400 tokens/s, decode 200 tokens/s: (0.02 + 0.075) / (0.04 + 0.155) = 0.487
     assert moved.rate_rps == pytest.approx(40.0 * 0.095 / 0.195, abs=0.002)
     assert "at the cited run's own prefill 6400 and decode 200 tokens/s" in moved.source
     assert "reference host" not in moved.source
-    bare = {"workload": result["workload"]}
+    bare = result_with(shape=(128.0, 16.0))
     kept = bench72.in_this_shape(light, bare, bench72.Config(), gpu=True)
     assert kept.rate_rps == 40.0 and "left uncarried" in kept.source and "extends upward" in kept.source
 

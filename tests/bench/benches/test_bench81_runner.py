@@ -196,7 +196,7 @@ def test_a_cited_gpu_capacity_sizes_each_devices_load_and_the_result_says_so(ben
     from tests.bench.test_gpu_load import bench66
 
     cited = bench66(backend="fake", shape=(256.0, 32.0))
-    cited.result["details"]["baseline"]["saturation"] = {"offered_rps": 40.0, "achieved_rps": 39.0,
+    cited.result.details["baseline"]["saturation"] = {"offered_rps": 40.0, "achieved_rps": 39.0,
                                                         "latency_ms": {"e2e_ms.p50": 100.0}}
     monkeypatch.setattr(gpuload, "GPU_BACKENDS", ("fake",))
     monkeypatch.setattr(gpuload, "cite_choice", lambda choice, root, semantic_id: cited)

@@ -39,6 +39,7 @@ from harness.bench.lib.hostprofile import request_cost_ratio
 from harness.bench.metrics import E2E_P99, PEAK_MEMORY_GIB, REQUEST_RATE, TPOT_P99, TTFT_P99
 from harness.bench.placement import Placement, planning_only, resolve_placement
 from harness.bench.spec import BenchConfig, BenchSpec, Phase, Plan, Schedule
+from harness.contract.result import Result
 from harness.errors import CapabilityMissing, InvalidInput
 from harness.knobs import knob
 from harness.models import PreparedModel
@@ -150,7 +151,7 @@ def candidate_dtypes(cfg: Config, backend: str) -> tuple[tuple[str, ...], str]:
     return dtypes, f"candidate dtypes {', '.join(dtypes)}: the base {choice.dtype}, as {choice.reason}"
 
 
-def in_this_shape(light: LightLoad | None, result: dict[str, Any] | None, cfg: Config,
+def in_this_shape(light: LightLoad | None, result: Result | None, cfg: Config,
                   gpu: bool = False) -> LightLoad | None:
     """The cited saturation point carried to this bench's request shape (bench-66 serves shorter requests): the
     schedule's centre, so a candidate's capacity falls inside the schedule rather than below it. On CPU backends by

@@ -43,6 +43,7 @@ from harness.bench.records import ArmRun
 from harness.bench.spec import Arm, History, Step, WorkloadPlan
 from harness.client.records import RequestRecord
 from harness.contract.distribution import slo_compliance
+from harness.contract.result import Result
 from harness.workload import Arrival, Common
 from harness.workload.arrival import poisson_scheduled
 
@@ -101,10 +102,10 @@ def scaled_slo(cfg: Any, light: LightLoad | None) -> SLO | None:
     return SLO(error_rate=cfg.slo_error_rate, basis="; ".join(basis) + source, **parts)
 
 
-def cited_light_load(result: dict[str, Any] | None, source: str) -> tuple[LightLoad | None, str]:
+def cited_light_load(result: Result | None, source: str) -> tuple[LightLoad | None, str]:
     """bench-66's light-load medians and saturation rate from its sweep result (details.baseline), or None and why
     it cannot be used (no baseline, an undetermined bracket: ``cited_saturation``): this bench then probes itself."""
-    baseline = ((result or {}).get("details") or {}).get("baseline") or {}
+    baseline = (result.detail("baseline") if result else None) or {}
     if not baseline:
         return None, "it records no baseline"
     served, why = cited_saturation(result)
