@@ -20,6 +20,7 @@ EXPECTED_RULE = {
     "adopt-ci-includes-no-effect.json": "adopt-needs-ci-excluding-no-effect",
     "adopt-inside-margin.json": "adopt-needs-ci-beyond-margin",
     "adopt-without-paired-evidence.json": "adopt/reject need paired evidence",
+    "adopt-when-excluded-work-disagrees.json": "a decision stands only when it reads the same with the excluded",
     "energy-null-without-reason.json": "a null energy states its reason in null_reasons",
     "energy-unknown-source.json": "'wall_socket_meter' is not one of",
     "failure-with-adopt.json": "a failure means the decision is blocked or inconclusive",

@@ -115,7 +115,9 @@ def test_errors_without_crash_are_invalid_but_not_a_failure(workloads, tmp_path)
     assert doc["conclusion"]["failure"] is None and doc["conclusion"]["valid"] is False
 
 
-def test_client_bottleneck_makes_the_run_invalid(workloads, tmp_path):
+def test_client_bottleneck_makes_the_run_invalid(workloads, tmp_path, monkeypatch):
+    # every wake-up kept as a stall and every stall judged: each request's life overlaps one
+    monkeypatch.setattr("harness.client.runner.STALL_RECORD_MS", -1.0)
     with FakeOpenAIServer(FakeConfig(ttft_s=0.005, gap_s=0.001)) as srv:
         doc = measure(
             _cfg(
@@ -126,7 +128,11 @@ def test_client_bottleneck_makes_the_run_invalid(workloads, tmp_path):
             )
         ).result
     assert doc["conclusion"]["valid"] is False
-    assert any("event-loop lag" in r for r in doc["conclusion"]["invalid_reasons"])
+    stalls = doc["details"]["client"]["stalls"]
+    assert stalls["recorded"] and stalls["stalls_judged"] > 0 and not any(stalls["valid_for"].values())
+    assert any(r.startswith("client stalls (or late sends) overlapped the time to first token of")
+               for r in doc["conclusion"]["invalid_reasons"])
+    assert doc["conclusion"]["excluded_work"]["count"] == doc["workload"]["request_count"]
 
 
 def test_chat_api_greedy_agreement_and_sglang_metrics(workloads, tmp_path):

@@ -133,6 +133,9 @@ def read_claims(history: History, plan: Plan, *, seed: int, resamples: int, repe
         entry = next(entries)
         lines.append(f"{entry['role']} {claim.name}: " + effect_text(res.effect, claim.metric.title) +
                      f" -> {entry['decision']}" + (f" (Holm p {entry['p_holm']:.3g})" if "p_holm" in entry else ""))
+        if res.excluded_work is not None:
+            lines += [f"  left out of {claim.name}: {name}" for name in res.excluded_work.requests]
+            lines.append(f"  {claim.name} on every request: {res.excluded_work.consequence}")
     for claim, res in zip(plan.controls, controls, strict=True):
         lines.append(f"control {claim.name}: " + (effect_text(res.effect, claim.metric.title) + " -> " +
                                                    control_rows[id(res)]["reading"]
@@ -162,7 +165,8 @@ def read_claims(history: History, plan: Plan, *, seed: int, resamples: int, repe
     elif details["controls"]:
         summary += "; controls " + ", ".join(f"{c['name']} {c['equivalence']}" for c in details["controls"])
     return Reading(evidence_level=primary.evidence_level, decision=decision, summary=summary, effect=primary.effect,
-                   repeats=repeats, details=details, lines=lines, headline=headline)
+                   repeats=repeats, details=details, lines=lines, headline=headline,
+                   excluded_work=primary.excluded_work)
 
 
 def claim_figures(history: History, plan: Plan, title: str) -> dict[str, Callable[[Path], Any]]:
@@ -206,7 +210,7 @@ def top_result(history: History, plan: Plan, reading: Reading, *, semantic_id: s
         next_step=reading.next_step or next_steps.get(key, next_steps.get("blocked", "read the summary")),
         failure=reading.failure,
         valid=not reading.invalid_reasons, invalid_reasons=list(reading.invalid_reasons),
-        repeats=reading.repeats, effect=reading.effect, summary=reading.summary)
+        repeats=reading.repeats, effect=reading.effect, summary=reading.summary, excluded_work=reading.excluded_work)
     if conclusion.evidence_level == "precheck":
         conclusion.repeats = None
     no_quality = {} if reading.quality else {"quality": "no reference outputs for this workload"}

@@ -8,16 +8,20 @@ evidence level; a cross-start claim whose metric a cited A/A start control bound
 interval widened by that bound (``bounded_by_start_control``) and stays ``repeated``: one A/A pair does not put
 the start effect into the per-repeat variance, only alternating restarts (``design_of``: "alternating") do.
 ``control_entry`` reads a control as a TOST, and a control on another start than its baseline as not judged;
-``secondary_entries`` Holm-corrects the secondary claims.
+``secondary_entries`` Holm-corrects the secondary claims. A run whose client stalled is read without the requests a
+stall overlapped, and the claim again on every request: a decision stands only when both agree
+(``harness.bench.exclusion``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from harness.bench.exclusion import excluded_names, excluded_work, kept, usable
 from harness.bench.metrics import Metric
 from harness.bench.records import ArmRun
 from harness.bench.spec import Claim, Plan
@@ -42,12 +46,14 @@ from harness.bench.stats import (
     repeat_ratio_effect,
     widened,
 )
-from harness.contract import Effect
+from harness.contract import Effect, ExcludedWork
 
 if TYPE_CHECKING:
     from harness.bench.startcontrol import StartControl
 
-VALIDITY_CONSEQUENCE = "invalid arm runs are left out of every effect and figure (listed under validity.excluded)"
+VALIDITY_CONSEQUENCE = ("invalid arm runs are left out of every effect and figure (listed under validity.excluded); "
+                        "requests a client stall overlapped are left out of the figures it could move, and the claim "
+                        "is read again with them (validity.excluded_requests, decision_all)")
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class ClaimResult:
     excluded: tuple[str, ...] = ()
     start_control: dict[str, Any] | None = None  # the A/A start control that bounded this cross-start claim
     dropped: tuple[str, ...] = ()  # valid pairs left out: an arm without a sample of the metric, a None or 0 figure
+    excluded_work: ExcludedWork | None = None  # requests a client stall overlapped, and the claim read with them
 
     def to_dict(self) -> dict[str, Any]:
         eff = self.stats
@@ -78,22 +85,29 @@ class ClaimResult:
                 "request_level_ci": list(eff.request_ci) if eff and eff.request_ci else None,
                 "request_design": eff.request_design if eff and eff.request_ci else None,
                 "validity": {"consequence": VALIDITY_CONSEQUENCE, "excluded": list(self.excluded),
-                             "dropped": list(self.dropped)},
+                             "dropped": list(self.dropped),
+                             **({"excluded_requests": self.excluded_work.requests,
+                                 "decision_all": self.excluded_work.decision_all,
+                                 "decision_kept": self.excluded_work.decision_kept,
+                                 "effect_all": self.excluded_work.effect_all.to_dict(),
+                                 "agree": self.excluded_work.agree}
+                                if self.excluded_work and self.excluded_work.effect_all else {})},
                 "start_control": self.start_control}
 
 
-def paired_runs(runs: Sequence[ArmRun], a: str, b: str) -> list[tuple[ArmRun, ArmRun]]:
-    """(baseline run, treatment run) per repeat where both arms completed, without failure, and valid."""
-    by_key = {(r.label, r.repeat): r for r in runs if not r.failure and r.records and r.valid}
+def paired_runs(runs: Sequence[ArmRun], a: str, b: str, metric: Metric | None = None) -> list[tuple[ArmRun, ArmRun]]:
+    """(baseline run, treatment run) per repeat where both arms completed, without failure, and valid (for
+    ``metric``: or invalid only by client stalls that left its figures enough requests)."""
+    by_key = {(r.label, r.repeat): r for r in runs if usable(r, metric)}
     repeats = sorted({r.repeat for r in runs})
     return [(by_key[(a, k)], by_key[(b, k)]) for k in repeats if (a, k) in by_key and (b, k) in by_key]
 
 
-def excluded_runs(runs: Sequence[ArmRun], labels: Sequence[str]) -> list[str]:
-    """The arm runs of ``labels`` left out as invalid, with their reasons."""
+def excluded_runs(runs: Sequence[ArmRun], labels: Sequence[str], metric: Metric | None = None) -> list[str]:
+    """The arm runs of ``labels`` left out as invalid (for ``metric``), with their reasons."""
     out = []
     for r in runs:
-        if r.label in labels and not r.failure and r.records and not r.valid:
+        if r.label in labels and not r.failure and r.records and not usable(r, metric):
             why = "; ".join(r.result["conclusion"].get("invalid_reasons") or []) or "invalid"
             out.append(f"{r.label} repeat {r.repeat}: {why}")
     return out
@@ -148,7 +162,8 @@ def _figures(metric: Metric, pairs: Sequence[tuple[ArmRun, ArmRun]]) -> tuple[li
 
 def dropped_pairs(runs: Sequence[ArmRun], claim: Claim) -> list[str]:
     """The valid completed pairs a claim cannot use (an arm without a sample, a None or 0 figure), each named."""
-    pairs = paired_runs(runs, claim.baseline, claim.treatment)
+    pairs = [(kept(a, claim.metric), kept(b, claim.metric))
+             for a, b in paired_runs(runs, claim.baseline, claim.treatment, claim.metric)]
     if claim.metric.per_request:
         return _samples(claim.metric, claim, pairs)[1]
     return _figures(claim.metric, pairs)[1]
@@ -175,9 +190,28 @@ def claim_effect(runs: Sequence[ArmRun], claim: Claim, *, seed: int, resamples: 
                  design: Design = "interleaved", margin: float | None = None,
                  start: StartControl | None = None) -> ClaimResult | None:
     """The claim's paired effect and verdict, or None without a completed valid pair (``start``: a cited A/A
-    start control, which bounds a cross-start claim)."""
+    start control, which bounds a cross-start claim). Read on each run's kept requests; where a client stall
+    excluded some, read again on every request, and an adopt or reject that does not survive it is capped."""
+    pairs = paired_runs(runs, claim.baseline, claim.treatment, claim.metric)
+    names = excluded_names(pairs, claim.metric)
+    kept_pairs = [(kept(a, claim.metric), kept(b, claim.metric)) for a, b in pairs]
+    res = _read_claim(runs, kept_pairs, claim, seed=seed, resamples=resamples, design=design, margin=margin,
+                      start=start)
+    every = (_read_claim(runs, pairs, claim, seed=seed, resamples=resamples, design=design, margin=margin, start=start)
+             if names and res is not None else None)
+    if res is None or every is None:
+        return res
+    work, cap = excluded_work(names, res.decision, every.decision, every.effect)
+    if cap is None:
+        return dataclasses.replace(res, excluded_work=work)
+    return dataclasses.replace(res, excluded_work=work, decision="inconclusive", reason=f"{res.reason}; {cap}")
+
+
+def _read_claim(runs: Sequence[ArmRun], pairs: Sequence[tuple[ArmRun, ArmRun]], claim: Claim, *, seed: int,
+                resamples: int, design: Design, margin: float | None, start: StartControl | None
+                ) -> ClaimResult | None:
+    """``claim_effect`` over the given pairs."""
     metric = claim.metric
-    pairs = paired_runs(runs, claim.baseline, claim.treatment)
     refuse = ""
     if metric.per_request:
         reps, dropped = _samples(metric, claim, pairs)
@@ -204,7 +238,8 @@ def claim_effect(runs: Sequence[ArmRun], claim: Claim, *, seed: int, resamples: 
                     arm_a=claim.baseline, arm_b=claim.treatment, margin=m, unit=eff.unit,
                     n_requests=eff.n_requests, p_value=eff.p_sign, finding=verdict.finding)
     return ClaimResult(claim, effect, verdict.decision, verdict.evidence_level, reason, eff.per_repeat,
-                       design, m, verdict.finding, eff, tuple(excluded_runs(runs, (claim.baseline, claim.treatment))),
+                       design, m, verdict.finding, eff,
+                       tuple(excluded_runs(runs, (claim.baseline, claim.treatment), metric)),
                        bounded, tuple(dropped))
 
 

@@ -7,8 +7,9 @@ the whole bench. Each re-run and its reason go into the protocol record (``detai
 replaced keeps its own result file. When the budget is spent and processes that are not the kit's compete for the
 CPU (``harness.bench.hostload``), the bench stops early naming them: more runs on a host that invalidates them would
 only spend time; on a quiet host the run is left out, as is a run whose own make-up fails it (its layout's CPU
-share, tokens short of ``ignore_eos``), which no re-run can pass. Steps a phase makes while running (a sweep's
-levels, a search's probes) are read by their own rules and are not redone here.
+share, tokens short of ``ignore_eos``), which no re-run can pass. A run invalid only by client stalls that left every
+metric the bench reads enough requests is kept, not redone (``harness.bench.exclusion``). Steps a phase makes while
+running (a sweep's levels, a search's probes) are read by their own rules and are not redone here.
 
 Every reading then names each invalid run left in the result with its reasons, and gives one recommendation per
 failed constraint (MLPerf LoadGen's ``Recommendations:``) — never "raise --repeats" for an interval that already lies
@@ -21,10 +22,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from harness.bench.exclusion import stalls_of, usable
 from harness.bench.hostload import HostLoad, host_load, wait_quiet
+from harness.bench.metrics import Metric
 from harness.bench.records import ArmRun, Reading
 from harness.contract import Failure
 from harness.progress import Reporter
+from harness.serving.stalls import SPAN_TEXT, STALL_REASON
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,7 @@ class Constraint:
 
 
 CONSTRAINTS = (
-    Constraint("client schedule", ("client send lag", "client event-loop lag", "achieved send rate"),
+    Constraint("client schedule", ("client send lag", "client event-loop lag", "achieved send rate", STALL_REASON),
                "client_bottleneck", "the client ran late (another process held its core, or the engine's threads "
                "did): run on a quiet host (stop the competing jobs), or raise --reruns to redo more such runs"),
     Constraint("client CPU share", ("client-bound here",), "client_bottleneck",
@@ -100,14 +104,23 @@ class Reruns:
     host: HostLoad | None = None  # before the first start
     probe: Callable[[], HostLoad] | None = None  # the same reading, taken after an invalid run
     during: list[HostLoad] = field(default_factory=list)  # those readings
+    # the metrics the bench's claims and controls read: a run invalid only by client stalls that left every one of
+    # them enough requests is kept, not redone (``harness.bench.exclusion``); none: every invalid run is redone
+    metrics: tuple[Metric, ...] = ()
 
     @classmethod
-    def before_start(cls, cfg: Any, reporter: Reporter, effective: dict[str, Any]) -> Reruns:
+    def before_start(cls, cfg: Any, reporter: Reporter, effective: dict[str, Any], plan: Any = None) -> Reruns:
         """The budget of ``cfg.reruns``, after reading the host's load (waiting up to ``cfg.wait_quiet_s`` for it
-        to go quiet); the reading goes into ``effective`` (run.json's)."""
+        to go quiet); the reading goes into ``effective`` (run.json's). ``plan``: its claims' and controls' metrics."""
         *_, host = wait_quiet(cfg.wait_quiet_s, reporter)
         effective["host_load"] = host.to_dict()
-        return cls(cfg.reruns, reporter, host=host, probe=host_load)
+        metrics = tuple(c.metric for c in (*plan.claims, *plan.controls)) if plan is not None else ()
+        return cls(cfg.reruns, reporter, host=host, probe=host_load, metrics=metrics)
+
+    def kept_as_is(self, run: ArmRun) -> bool:
+        """Invalid only by client stalls, and usable for every metric the bench reads: kept, its overlapped requests
+        left out of the figures they moved."""
+        return bool(self.metrics) and all(usable(run, m) for m in self.metrics)
 
     @property
     def stopped(self) -> str | None:
@@ -129,7 +142,7 @@ class Reruns:
         processes that are not the kit's compete (or the load is unknown), and on a quiet host the run is left out:
         the contention is the kit's own and more runs would not change it. The last run is returned, to be kept."""
         attempt = 1
-        while is_invalid(run) and all(constraint_of(r).redo for r in reasons_of(run)):
+        while is_invalid(run) and not self.kept_as_is(run) and all(constraint_of(r).redo for r in reasons_of(run)):
             reasons = reasons_of(run)
             now = self.probe() if self.probe else None
             if now is not None:
@@ -171,9 +184,22 @@ def invalid_entries(runs: Sequence[ArmRun], reruns: Sequence[dict[str, Any]] = (
     """Each invalid run: the ones re-run (redone) and the ones left in the result (left out of what they distort)."""
     redone = [{"arm": r["arm"], "repeat": r["repeat"], "attempt": r["attempt"] - 1, "reasons": r["reasons"],
                "consequence": "re-run in its place"} for r in reruns]
-    kept = [{"arm": r.label, "repeat": r.repeat, "reasons": reasons_of(r),
-             "consequence": "left out of every effect and figure it would distort"} for r in runs if is_invalid(r)]
+    kept = [{"arm": r.label, "repeat": r.repeat, "reasons": reasons_of(r), "consequence": consequence_of(r)}
+            for r in runs if is_invalid(r)]
     return redone + kept
+
+
+def consequence_of(run: ArmRun) -> str:
+    """What became of an invalid run left in the result: left out, or (invalid only by client stalls) kept for the
+    figures its stalls left enough requests."""
+    record = stalls_of(run)
+    valid_for = record["valid_for"] if record is not None else {}
+    moved = [SPAN_TEXT[s] for s, ok in valid_for.items() if not ok]
+    spared = [SPAN_TEXT[s] for s, ok in valid_for.items() if ok]
+    if not spared or not all(r.startswith(STALL_REASON) for r in reasons_of(run)):
+        return "left out of every effect and figure it would distort"
+    return (f"left out of the figures of its {', '.join(moved)}; kept for those of its {', '.join(spared)}, without "
+            "the requests a stall overlapped")
 
 
 def named(reading: Reading, runs: Sequence[ArmRun], reruns: Sequence[dict[str, Any]] = (),

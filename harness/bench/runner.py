@@ -119,7 +119,7 @@ class Bench:
         self.kv_cache: dict[str, dict[str, Any] | None] = {}
         self.resets: list[dict[str, Any]] = []  # one per arm run: the reset the protocol asks for, and its verdict
         self.realisations: list[dict[str, Any]] = []  # one per arm run: the workload file it replayed
-        self.reruns = Reruns.before_start(cfg, reporter, rd.record.effective)  # host load read; invalid runs redone
+        self.reruns = Reruns.before_start(cfg, reporter, rd.record.effective, plan)  # host load read; runs redone
         self.refused = self.history.refused  # dynamic steps can skip arms that pair with a refused variant
         self.ctx = ArmContext(semantic_id=spec.semantic_id, run_id=rd.run_id, run_dir=rd.path, model=model,
                               request_timeout_s=cfg.request_timeout_s, runtime=placement.runtime,

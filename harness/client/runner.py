@@ -1,7 +1,9 @@
 """Drive one share of a workload in one asyncio process: closed loop or timed schedule.
 
 One keep-alive connection pool per process, opened before the clock starts; a loop-lag monitor measures how
-late the event loop wakes (the client's own bottleneck, reported for validity).
+late the event loop wakes (the client's own bottleneck, reported for validity) and keeps each excursion, a wake-up
+later than ``STALL_RECORD_MS``, with its start and end on the run clock, so that validity can exclude just the
+requests a stall overlapped (``harness.serving.stalls``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from harness.client.sessions import drive_sessions
 from harness.workload.model import Request
 
 LAG_PROBE_INTERVAL_S = 0.005
+STALL_RECORD_MS = 5.0  # a wake-up later than this is kept as an excursion (the loop-lag floor is 20 ms)
+MAX_STALLS = 1024  # excursions kept per process; past it they are counted, and validity falls back to the run rule
 GC_GEN0_THRESHOLD = 50_000
 
 
@@ -49,19 +53,42 @@ class ShareStats:
     interrupted: bool = False
     lag_samples: int = 0
     warm_connections: int = 0
+    # (start_s, end_s) on the run clock of each loop excursion past STALL_RECORD_MS, adjacent ones merged; None: not
+    # kept (a process that never ran); stalls_dropped counts those past MAX_STALLS
+    stalls: tuple[tuple[float, float], ...] | None = None
+    stalls_dropped: int = 0
 
 
 class _LagMonitor:
-    """Sleeps a fixed interval and records how late each wake-up is."""
+    """Sleeps a fixed interval and records how late each wake-up is, and when the late ones were late: from the
+    moment the wake-up was due to the moment it ran, on the run clock (seconds since ``t0``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, t0: float) -> None:
+        self.t0 = t0
         self.lags_s: list[float] = []
+        self.stalls: list[tuple[float, float]] = []
+        self.dropped = 0
+
+    def note(self, due: float, woke: float) -> None:
+        """Keep ``[due, woke]`` as an excursion when it is late past STALL_RECORD_MS, merged into the last one when
+        it begins within a probe interval of that one's end (one stall seen by consecutive probes)."""
+        if (woke - due) * 1e3 <= STALL_RECORD_MS:
+            return
+        start, end = due - self.t0, woke - self.t0
+        if self.stalls and start <= self.stalls[-1][1] + LAG_PROBE_INTERVAL_S:
+            self.stalls[-1] = (self.stalls[-1][0], end)
+        elif len(self.stalls) < MAX_STALLS:
+            self.stalls.append((start, end))
+        else:
+            self.dropped += 1
 
     async def run(self) -> None:
         while True:
             start = time.monotonic()
             await asyncio.sleep(LAG_PROBE_INTERVAL_S)
-            self.lags_s.append(max(0.0, time.monotonic() - start - LAG_PROBE_INTERVAL_S))
+            woke = time.monotonic()
+            self.lags_s.append(max(0.0, woke - start - LAG_PROBE_INTERVAL_S))
+            self.note(start + LAG_PROBE_INTERVAL_S, woke)
 
 
 async def _guarded(coro, writer: RecordWriter) -> RequestRecord:
@@ -173,7 +200,7 @@ async def run_share(share: Share, start_clock: Callable[[], float] = time.monoto
     ready and blocks until the parent hands out the common ``t0``.
     """
     pool = share.closed_concurrency or share.max_concurrency or max(1, len(share.requests))
-    monitor = _LagMonitor()
+    monitor: _LagMonitor | None = None
     interrupted = False
     written = 0
     with RecordWriter(share.records_path) as writer:
@@ -188,6 +215,7 @@ async def run_share(share: Share, start_clock: Callable[[], float] = time.monoto
             delay = t0 - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
+            monitor = _LagMonitor(t0)
             lag_task = asyncio.ensure_future(monitor.run())
             try:
                 runner = (_sessions if share.sessions else _batches if share.batch_barrier else
@@ -202,10 +230,11 @@ async def run_share(share: Share, start_clock: Callable[[], float] = time.monoto
                 gc.unfreeze()
         finally:
             conns.close()
-    lags_ms = np.asarray(monitor.lags_s) * 1e3
+    lags_ms = np.asarray(monitor.lags_s if monitor else ()) * 1e3
     return ShareStats(
         worker=share.worker, t0=t0, records_written=written, interrupted=interrupted, lag_samples=int(lags_ms.size),
-        warm_connections=warmed,
+        warm_connections=warmed, stalls=tuple(monitor.stalls) if monitor else None,
+        stalls_dropped=monitor.dropped if monitor else 0,
         loop_lag_p99_ms=float(np.percentile(lags_ms, 99)) if lags_ms.size else None,
         loop_lag_max_ms=float(lags_ms.max()) if lags_ms.size else None,
     )

@@ -207,6 +207,27 @@ class Effect(_Group):
 
 
 @dataclass
+class ExcludedWork(_Group):
+    """Requests left out of the figures a client stall or a late send could move (``harness.serving.stalls``), and
+    the claim read on every request as well as on the kept ones: a decision stands only when both read the same."""
+
+    count: int
+    requests: list[str]  # each named: "<arm> repeat R request I (<spans>): <why>"
+    consequence: str
+    decision_all: Decision | None = None  # the claim on every request (the excluded ones put back)
+    decision_kept: Decision | None = None  # the claim on the kept requests, before any cap
+    effect_all: Effect | None = None
+    agree: bool | None = None
+    _optional = ("decision_all", "decision_kept", "effect_all", "agree")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if self.effect_all is not None:
+            out["effect_all"] = self.effect_all.to_dict()
+        return out
+
+
+@dataclass
 class Conclusion(_Group):
     evidence_level: EvidenceLevel
     decision: Decision
@@ -217,13 +238,16 @@ class Conclusion(_Group):
     repeats: int | None = None
     effect: Effect | None = None
     summary: str | None = None
-    _optional = ("repeats", "effect", "summary")
+    excluded_work: ExcludedWork | None = None  # requests a client stall overlapped, and the decision without them
+    _optional = ("repeats", "effect", "summary", "excluded_work")
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
         out["failure"] = self.failure.to_dict() if self.failure else None
         if self.effect is not None:
             out["effect"] = self.effect.to_dict()
+        if self.excluded_work is not None:
+            out["excluded_work"] = self.excluded_work.to_dict()
         return out
 
     @classmethod

@@ -13,6 +13,7 @@ from harness.client.pool import ClientRun
 from harness.contract import (
     Conclusion,
     Correctness,
+    ExcludedWork,
     Failure,
     Identity,
     Performance,
@@ -22,6 +23,7 @@ from harness.contract import (
 from harness.rundir import fingerprint
 from harness.serving.energy import EnergyInputs, device_memory_group, energy_group, gpu_telemetry_group
 from harness.serving.metrics import TokenEnds, output_tokens, performance
+from harness.serving.stalls import Stall, excluded_names
 from harness.serving.turns import session_details
 from harness.serving.validity import (
     ClientHealth,
@@ -31,6 +33,7 @@ from harness.serving.validity import (
     invalid_reasons,
     schedule_reasons,
     schedule_stats,
+    stall_record,
 )
 from harness.telemetry.gpu_sampler import gpu_reasons
 from harness.workload import Workload
@@ -119,7 +122,9 @@ def _health(run: ClientRun) -> ClientHealth:
     lags = [s.loop_lag_p99_ms for s in run.stats if s.loop_lag_p99_ms is not None]
     maxes = [s.loop_lag_max_ms for s in run.stats if s.loop_lag_max_ms is not None]
     samples = [s.lag_samples for s in run.stats]
+    kept = run.stats and all(s.stalls is not None and not s.stalls_dropped for s in run.stats)
     return ClientHealth(
+        stalls=tuple(Stall(s.worker, a, b) for s in run.stats for a, b in s.stalls or ()) if kept else None,
         loop_lag_p99_ms=max(lags) if lags else None,
         loop_lag_max_ms=max(maxes) if maxes else None,
         workers=run.workers,
@@ -164,6 +169,16 @@ def _energy(perf: Performance, inputs: ResultInputs) -> None:
     perf.gpu_telemetry = gpu_telemetry_group(energy)
 
 
+def excluded_work(stalls: dict[str, Any] | None) -> ExcludedWork | None:
+    """The conclusion's ``excluded_work`` of one run: each request a stall or late send overlapped, named."""
+    names = excluded_names(stalls)
+    if not names:
+        return None
+    return ExcludedWork(count=len(names), requests=names,
+                        consequence="left out of the figures of the parts of their life a client stall (or their own "
+                                    "late send) overlapped; the run is judged on the rest (details.client.stalls)")
+
+
 def _conclusion(failure: Failure | None, reasons: list[str], summary: str) -> Conclusion:
     if failure is not None:
         next_step = "read the failure message (and the server log tail), fix the cause and rerun"
@@ -186,6 +201,7 @@ def _conclusion(failure: Failure | None, reasons: list[str], summary: str) -> Co
 def _client_details(facts: RunFacts, inputs: ResultInputs, health: ClientHealth, *, timed: bool) -> dict[str, Any]:
     """``details.client``: the client's processes, loop lag, schedule keeping and request settings."""
     kept = schedule_reasons(inputs.records, health, facts.validity, timed=timed)
+    stalls = stall_record(inputs.records, health, facts.validity, timed=timed)
     return {
         "workers": inputs.run.workers,
         "event_loop": loop_name(),
@@ -198,6 +214,8 @@ def _client_details(facts: RunFacts, inputs: ResultInputs, health: ClientHealth,
         "batch_barrier": facts.batch_barrier,
         "stream": facts.stream,
         "schedule_reasons": kept,
+        "stalls": stalls or {"recorded": False, "why": "the client did not keep its loop's excursions (or kept too "
+                                                      "many): stalls are judged by the loop-lag P99 over the run"},
         # what makes the run describe the client rather than the server: a schedule it did not keep, or the CPU
         # it took from the engine
         "client_reasons": [*kept, *filter(None, [cpu_share_reason(inputs.cpu, facts.validity)])],
@@ -274,6 +292,11 @@ def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any
         "requested": _jsonable(dict(facts.requested)),
         **_jsonable(dict(facts.extra_details)),
     }
+    conclusion = _conclusion(inputs.failure, reasons, summary)
+    conclusion.excluded_work = excluded_work(details["client"]["stalls"])
+    if conclusion.excluded_work is not None:
+        conclusion.summary = (f"{summary}; {conclusion.excluded_work.count} request(s) a client stall overlapped "
+                              "left out of the figures it could move")
     return build_result(
         kind="serving",
         identity=identity,
@@ -288,6 +311,6 @@ def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any
         ),
         performance=perf,
         correctness=Correctness(**corr, null_reasons=corr_reasons),
-        conclusion=_conclusion(inputs.failure, reasons, summary),
+        conclusion=conclusion,
         details=details,
     )

@@ -6,7 +6,9 @@ of what it could distort (its P95 against TTFT P50 and the mean arrival gap of a
 schedule: late sends move the arrivals; its P99 against TTFT P99: each adds to its own latency), or
 event-loop lag P99 above the same share of TTFT P99 (a lateness in 1 % of wake-ups can
 only move the tail), each judged only over ``min_lag_samples`` (50) sends or probes,
-since a P99 of fewer is their maximum; achieved versus scheduled send rate — or when requests
+since a P99 of fewer is their maximum (where the client kept its loop's excursions, a stall and a late send exclude
+only the requests whose life they overlapped, and the run is invalid only for the figures that lose too many:
+``harness.serving.stalls``); achieved versus scheduled send rate — or when requests
 did not complete, or when the server generated fewer tokens than an ``ignore_eos`` run
 asked for, or when the load generator alone filled the cores left beside the engine past
 1 − ``engine_core_fraction`` and took more of them than the server did there ("client-bound here"; the server's
@@ -31,6 +33,7 @@ from harness.client.records import STATUSES, RequestRecord
 from harness.contract.jsonio import iter_json_lines
 from harness.errors import InvalidInput
 from harness.serving.metrics import PERCENTILE_METHOD
+from harness.serving.stalls import Stall, stall_validity
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class ClientHealth:
     workers: int
     interrupted: bool = False
     lag_samples: int | None = None  # loop probes of the client process with the fewest
+    stalls: tuple[Stall, ...] | None = None  # every process's loop excursions; None: not kept (judged by the P99)
 
 
 def schedule_stats(records: Sequence[RequestRecord], *, timed: bool) -> dict[str, Any]:
@@ -97,11 +101,28 @@ def lag_limit_ms(stats: Mapping[str, Any], limits: ValidityLimits, floor_ms: flo
     return max(floor_ms, limits.lag_fraction * min(refs)) if refs else None
 
 
+def stall_record(records: Sequence[RequestRecord], health: ClientHealth, limits: ValidityLimits, *,
+                 timed: bool) -> dict[str, Any] | None:
+    """``details.client.stalls`` (``harness.serving.stalls``): stalls past the loop-lag limit and sends past the P99
+    send-lag limit (where it is judged) exclude the requests they overlapped; None where the excursions were not
+    kept."""
+    if health.stalls is None:
+        return None
+    stats = schedule_stats(records, timed=timed)
+    stall_ms = lag_limit_ms(stats, limits, limits.loop_lag_p99_ms, "ttft_p99_ms") or limits.loop_lag_p99_ms
+    late_ms = (lag_limit_ms(stats, limits, limits.send_lag_p99_ms, "ttft_p99_ms", gap=False)
+               if stats["sends"] >= limits.min_lag_samples else None)
+    return stall_validity(records, health.stalls, stall_ms=stall_ms, late_ms=late_ms)
+
+
 def schedule_reasons(records: Sequence[RequestRecord], health: ClientHealth, limits: ValidityLimits, *,
                      timed: bool) -> list[str]:
-    """The reasons the client could not keep its schedule (empty when it kept it): a run's client-side invalidity."""
+    """The reasons the client could not keep its schedule (empty when it kept it): a run's client-side invalidity.
+    With the loop's excursions kept, stalls and late sends are judged per request (``stall_record``) in place of
+    the loop-lag P99 and the send-lag P99."""
     reasons = []
     stats = schedule_stats(records, timed=timed)
+    per_request = health.stalls is not None
     # latency runs from the scheduled send, so a late send hides nothing: it moves the arrivals the server saw
     # (judged where 5 % of sends are late: P95 against the median and the mean gap) and adds its lag to its own
     # request's latency (judged where 1 % are: P99 against the TTFT P99 it can move)
@@ -110,14 +131,17 @@ def schedule_reasons(records: Sequence[RequestRecord], health: ClientHealth, lim
                "TTFT P50 / mean arrival gap"),
               ("send_lag_p99_ms", "P99", lag_limit_ms(stats, limits, limits.send_lag_p99_ms, "ttft_p99_ms", gap=False),
                "TTFT P99"))
-    for key, name, limit, what in checks:
+    for key, name, limit, what in checks[:1] if per_request else checks:
         if judged and limit is not None and stats[key] > limit:
             reasons.append(f"client send lag {name} {stats[key]:.1f} ms over {stats['sends']} sends > {limit:.1f} ms "
                            f"({limits.lag_fraction:.0%} of {what}): the client could not keep its schedule")
     # a wake-up late in 1 % of probes can move only the tail it shares: judged against TTFT P99, not the median
     loop_limit = lag_limit_ms(stats, limits, limits.loop_lag_p99_ms, "ttft_p99_ms")
     judged = health.lag_samples is None or health.lag_samples >= limits.min_lag_samples
-    if health.loop_lag_p99_ms is not None and loop_limit is not None and judged and health.loop_lag_p99_ms > loop_limit:
+    if per_request:
+        reasons += (stall_record(records, health, limits, timed=timed) or {}).get("reasons", [])
+    elif health.loop_lag_p99_ms is not None and loop_limit is not None and judged and \
+            health.loop_lag_p99_ms > loop_limit:
         reasons.append(f"client event-loop lag P99 {health.loop_lag_p99_ms:.1f} ms > {loop_limit:.1f} ms "
                        f"({limits.lag_fraction:.0%} of TTFT P99 / mean arrival gap) with {health.workers} client "
                        "process(es): the client is a bottleneck")

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 from harness.bench.benches import bench69
+from harness.bench.claims import claim_effect
 from harness.bench.invalid import Reruns, constraint_of, named, recommendations
+from harness.bench.metrics import TTFT_P50
 from harness.bench.outputs import summary_text
 from harness.bench.records import ArmRun
+from harness.bench.spec import Claim
+from harness.contract import Conclusion
 from harness.progress import Reporter
+from harness.serving.stalls import Stall, stall_validity
 from tests.bench.test_analysis import read, records
 
 UNIQUE, SHARED, CONTROL = bench69.UNIQUE, bench69.SHARED, bench69.CONTROL
@@ -107,3 +113,70 @@ def test_one_recommendation_per_failed_constraint_in_the_order_met():
     assert constraint_of("repeat 2: client-bound here: the client and API server used 1.30 cores").name == \
         "client CPU share"
     assert constraint_of("something new").name == "other"
+
+
+def stalled_step(repeat: int, label: str, attempt: int = 1) -> ArmRun:
+    """bench-69's recorded stall as a client that keeps its loop's excursions records it: 227 ms in the time to the
+    first token of request 4 of the shared-prefix arm's repeat 3 (its TTFT ~134 -> ~361 ms), judged per request."""
+    run = bench69_step(repeat, label, set(), attempt)
+    if (label, repeat) != (SHARED, 3):
+        return run
+    moved = {i: (r.first_token_s - r.sent_s) * 1e3 + (227.0 if i == 4 else 0.0) for i, r in enumerate(run.records)}
+    recs = records(moved)
+    start = recs[4].sent_s + 0.05
+    judged = stall_validity(recs, [Stall(0, start, start + 0.227)], stall_ms=20.0, late_ms=None)
+    result = {**run.result, "conclusion": {"failure": None, "valid": not judged["reasons"],
+                                           "invalid_reasons": judged["reasons"]},
+              "details": {"server_metrics": {}, "client": {"stalls": judged}}}
+    return replace(run, result=result, records=recs)
+
+
+def test_bench69s_recorded_stall_judged_per_request_keeps_the_run_and_adopts():
+    reruns, runs = Reruns(0, Reporter(io.StringIO()), metrics=(TTFT_P50,)), []
+    for repeat in range(1, 6):
+        for label in (UNIQUE, SHARED, CONTROL):
+            runs.append(reruns.settle(stalled_step(repeat, label), partial(stalled_step, repeat, label)))
+    # no budget, yet no stop and no re-run: the stall moved one request's TTFT, not the run's
+    assert reruns.failure is None and reruns.done == [] and len(runs) == 15
+    stalled = runs[7]
+    assert (stalled.label, stalled.repeat, stalled.valid) == (SHARED, 3, False)  # invalid for its rates only
+    assert stalled.result["details"]["client"]["stalls"]["valid_for"] == {"ttft": True, "decode": True, "e2e": True,
+                                                                          "run": False}
+    reading = named(read(runs), runs)
+    assert (reading.decision, reading.evidence_level, reading.effect.n_pairs) == ("adopt", "paired", 5), reading.summary
+    work = reading.excluded_work
+    assert work.count == 1 and work.agree and work.decision_all == work.decision_kept == "adopt"
+    assert work.requests[0].startswith(f"{SHARED} repeat 3 request 4 (time to first token): client stall")
+    (entry,) = reading.invalid_runs  # named, with what became of it
+    assert entry["consequence"].startswith("left out of the figures of its rates over the run; kept for those of")
+    (claim,) = reading.details["claims"]
+    assert claim["validity"]["agree"] and claim["validity"]["excluded_requests"] == work.requests
+    conclusion = Conclusion(evidence_level="paired", decision="adopt", next_step="n", repeats=5,
+                            effect=reading.effect, excluded_work=work).to_dict()
+    assert conclusion["excluded_work"]["effect_all"]["n_pairs"] == 5
+
+
+def test_a_decision_that_rests_on_the_excluded_requests_is_capped_at_inconclusive():
+    # treatment: 8 of 12 requests at 80 ms, 4 at 100 ms, against 100 ms; in every repeat a stall moved three of the
+    # 80 ms requests to 300 ms (3 of 12 = 25 %, at the limit). Kept: median 80 (adopt); every request: median 100.
+    a, b = "base", "treated"
+    claim = Claim(TTFT_P50, a, b)
+    runs = []
+    for r in range(1, 6):
+        jitter = 1 + 0.002 * r
+        runs.append(arm_run(a, r, {i: 100.0 * jitter for i in range(12)}))
+        ttft = {i: (300.0 if i in (2, 3, 4) else 80.0 if i < 8 else 100.0) * jitter for i in range(12)}
+        recs = records(ttft)
+        stall = Stall(0, recs[2].sent_s + 0.01, recs[4].first_token_s - 0.01)
+        judged = stall_validity(recs, [stall], stall_ms=20.0, late_ms=None)
+        assert judged["valid_for"]["ttft"] and [e["index"] for e in judged["excluded"]["ttft"]] == [2, 3, 4]
+        result = {"conclusion": {"failure": None, "valid": not judged["reasons"],
+                                 "invalid_reasons": judged["reasons"]},
+                  "details": {"server_metrics": {}, "client": {"stalls": judged}}}
+        runs.append(ArmRun(label=b, repeat=r, result_path=Path(f"{b}/r{r}.json"), result=result, records=recs))
+    res = claim_effect(runs, claim, seed=0, resamples=0)
+    work = res.excluded_work
+    assert (work.decision_kept, work.decision_all, work.agree) == ("adopt", "inconclusive", False)
+    assert res.decision == "inconclusive" and "capped at inconclusive: with the 15 request(s)" in res.reason
+    assert 0.79 < res.effect.value < 0.81 and 0.99 < work.effect_all.value < 1.01
+    assert res.to_dict()["validity"]["decision_all"] == "inconclusive"
