@@ -21,6 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+from coverage_stalls import stalled_run  # its sibling (``coverage.py`` puts this folder on the path)
 
 from harness.bench.benches.bench81.scaling import paired_log_ratio
 from harness.bench.claims import claim_effect, control_entry, design_of, secondary_entries
@@ -113,12 +114,15 @@ def _stall(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def measure(plan: Plan, lat: Latencies, rng: np.random.Generator, scale: Callable[[str, int, int], float],
-            invalid_share: float = 0.0, quiet: bool = False) -> tuple[list[ArmRun], bool]:
+            invalid_share: float = 0.0, quiet: bool = False, per_request: bool = False) -> tuple[list[ArmRun], bool]:
     """Every fixed step of ``plan`` in run order, an invalid one re-run in place by ``Reruns``; (runs, stopped).
     ``scale(label, repeat, position)`` is the arm run's latency scale (truth, start effect, drift). With the
-    budget spent, a stall stops the bench, or with ``quiet`` (the host load read as quiet) is left out."""
+    budget spent, a stall stops the bench, or with ``quiet`` (the host load read as quiet) is left out. With
+    ``per_request`` the client keeps its stalls: a stall excludes the requests it overlapped (``coverage_stalls``)
+    and the run is kept for the plan's claims, not redone."""
     probe = (lambda: HostLoad(measured=True, window_s=1.0, cores=2)) if quiet else None
-    reruns = Reruns(RERUNS, lambda *_: None, probe=probe)
+    reads = tuple(c.metric for c in plan.claims) if per_request else ()
+    reruns = Reruns(RERUNS, lambda *_: None, probe=probe, metrics=reads)
     runs: list[ArmRun] = []
     position = 0
     for phase in plan.phases:
@@ -127,6 +131,8 @@ def measure(plan: Plan, lat: Latencies, rng: np.random.Generator, scale: Callabl
             def once(attempt: int, arm: Arm = arm, repeat: int = repeat, at: int = position) -> ArmRun:
                 values = lat.run(rng, scale(arm.label, repeat, at))
                 stalled = bool(rng.random() < invalid_share)
+                if stalled and per_request:
+                    return stalled_run(arm.label, repeat, values, rng)
                 return arm_run(arm.label, repeat, _stall(values, rng) if stalled else values, stalled=stalled)
 
             runs.append(reruns.settle(once(1), once))
@@ -155,7 +161,7 @@ def _misses(rec: RequestRecord) -> bool:
     return rec.index < GROUPS
 
 
-def bench69(drift: float = 0.0, invalid_share: float = INVALID_SHARE, quiet: bool = False
+def bench69(drift: float = 0.0, invalid_share: float = INVALID_SHARE, quiet: bool = False, per_request: bool = False
             ) -> Callable[[np.random.Generator], Outcome]:
     claim = Claim(TTFT_P50, "unique", "shared", strata=_misses)
     plan = _plan(BENCH69_ARMS, (claim,), phases_for(BENCH69_ARMS, MIN_PAIRED_REPEATS, "sequential"))
@@ -163,7 +169,7 @@ def bench69(drift: float = 0.0, invalid_share: float = INVALID_SHARE, quiet: boo
     def run(rng: np.random.Generator) -> Outcome:
         lat = Latencies.draw(rng, PROMPTS, GROUPS)
         runs, stopped = measure(plan, lat, rng, lambda label, _r, pos: (EDGE if label == "shared" else 1.0)
-                                * (1 + drift) ** pos, invalid_share, quiet)
+                                * (1 + drift) ** pos, invalid_share, quiet, per_request)
         res = None if stopped else claim_effect(runs, claim, seed=0, resamples=0, design=design_of(plan, claim))
         if res is None or res.stats is None:
             return Outcome(None, False)
@@ -368,8 +374,9 @@ def designs() -> tuple[Design, ...]:
     return (
         Design("bench-69 interleaved", n, bench69(), f"the runner's order on one start (ABBA), hit/miss strata, "
                f"{INVALID_SHARE:.0%} of arm runs stalled and re-run (budget {RERUNS}; past it the bench stops)"),
-        Design("bench-69 dropout", n, bench69(invalid_share=0.25, quiet=True), "bench-69 interleaved with 25 % of "
-               "arm runs stalled on a host read as quiet: past the budget a stalled run is left out, its pair dropped"),
+        Design("bench-69 dropout", n, bench69(invalid_share=0.25, quiet=True, per_request=True), "bench-69 "
+               "interleaved with 25 % of arm runs stalled over 3 requests' TTFT, judged per request: the stalled "
+               "requests left out, the run kept, the claim capped where every request reads otherwise"),
         Design("bench-69 under drift", n, bench69(-0.01), "bench-69 interleaved with the host drifting -1 %/arm run"),
         Design("cross-start, A/A-bounded", n, cross_claim, f"each arm on its own start (sd {START_SD:.0%}), widened "
                f"by a simulated bench-00 ({AA_REPEATS} repeats), capped at repeated", capped=True),

@@ -43,3 +43,17 @@ def test_every_invalid_reason_and_its_recommendation_is_named_and_a_measurement_
              "invalid_reasons": [], "next_step": "cite it", "summary": "the bracket"}
     assert verdict_lines("bench-66", sweep, figure="saturation between 5.97 and 9.95 req/s")[1] == (
         "  saturation between 5.97 and 9.95 req/s")
+
+
+def test_excluded_requests_are_named_with_what_the_decision_reads_with_them_put_back():
+    work = {"count": 1, "requests": ["shared-prefix repeat 3 request 4 (time to first token): client stall 2.101-2.328 "
+                                     "s (227 ms)"], "consequence": "-", "decision_all": "adopt",
+            "decision_kept": "adopt", "effect_all": {**EFFECT, "value": 0.125}, "agree": True}
+    flat = " ".join(" ".join(verdict_lines("bench-69", {**ADOPT, "excluded_work": work})).split())
+    assert ("excluded: 1 request(s) a client stall overlapped (shared-prefix repeat 3 request 4 (time to first "
+            "token): client stall 2.101-2.328 s (227 ms)); on every request ADOPT ×0.125 [0.114, 0.132] too: the "
+            "decision stands") in flat
+    capped = {**ADOPT, "decision": "inconclusive",
+              "excluded_work": {**work, "decision_all": "inconclusive", "agree": False}}
+    flat = " ".join(" ".join(verdict_lines("bench-69", capped)).split())
+    assert "on every request INCONCLUSIVE ×0.125 [0.114, 0.132], on the kept ones ADOPT: capped at inconclusive" in flat

@@ -4,7 +4,8 @@ constraint with what to do about it; statistics and tables come after).
 
 A deciding run leads with its decision in capitals, its evidence level and validity, then the effect in words a
 reader takes in at once (``TTFT p50 ×0.123 [0.114, 0.132], −88 %, lower is better``) with n, unit and margin; a
-run that measures rather than decides (a curve, a capacity) leads with its figure instead. Each invalid or
+run that measures rather than decides (a curve, a capacity) leads with its figure instead. Requests a client stall
+overlapped follow, with what the decision reads with them put back. Each invalid or
 undecided reason follows, one per line, with its recommendation. Lines are wrapped for a terminal.
 """
 
@@ -52,6 +53,21 @@ def control_words(control: Mapping[str, Any]) -> str:
     return f"control {control.get('name', '?')}: {control.get('equivalence', 'not judged')}{figure}{band}"
 
 
+def excluded_words(work: Mapping[str, Any]) -> str:
+    """The requests a client stall overlapped and what the claim reads with them put back: ``excluded: 1 request a
+    client stall overlapped (...); on every request ADOPT ×0.43 [0.35, 0.52] too: the decision stands``."""
+    first = f"excluded: {work['count']} request(s) a client stall overlapped ({'; '.join(work['requests'][:2])}" + (
+        f"; {work['count'] - 2} more)" if work["count"] > 2 else ")")
+    if work.get("decision_all") is None:
+        return f"{first}, left out of the figures it could move"
+    eff = work.get("effect_all") or {}
+    figure = f" ×{eff['value']:.3g} [{eff['ci_low']:.3g}, {eff['ci_high']:.3g}]" if "value" in eff else ""
+    if work.get("agree"):
+        return f"{first}; on every request {work['decision_all'].upper()}{figure} too: the decision stands"
+    return (f"{first}; on every request {work['decision_all'].upper()}{figure}, on the kept ones "
+            f"{work['decision_kept'].upper()}: capped at inconclusive, the decision rests on the exclusion")
+
+
 def headline(title: str, conclusion: Mapping[str, Any]) -> str:
     """``bench-69 INF-PREFIX-CACHE: ADOPT (paired evidence, VALID)``."""
     valid = "VALID" if conclusion.get("valid", True) else "INVALID"
@@ -71,6 +87,8 @@ def verdict_lines(title: str, conclusion: Mapping[str, Any], *, figure: str | No
         lines += _wrapped(said, width, "  ")
     for control in controls:
         lines += _wrapped(control_words(control), width, "  ")
+    if conclusion.get("excluded_work"):
+        lines += _wrapped(excluded_words(conclusion["excluded_work"]), width, "  ")
     failure = conclusion.get("failure")
     reasons = [f"failure: {failure['kind']}: {failure['message']}"] if failure else []
     reasons += [*(conclusion.get("invalid_reasons") or []), *(r for r in invalid if r not in reasons)]

@@ -1,0 +1,49 @@
+"""A simulated client stall as the client records it, judged per request by the kit's own rule.
+
+The stalled arm run's requests run one after another (ready, first token, end); a stall of the client's loop delays
+three consecutive requests' first tokens by ``STALL_MS`` and is kept with its start and end, as the loop-lag monitor
+keeps it. ``harness.serving.stalls.stall_validity`` then judges the run as a serving result would: the three requests
+are left out of the TTFT figures, and the run is invalid only for the figures that lose too many (here its rates:
+the stall holds the client for more than 1 % of the run). ``coverage_designs``' dropout row reads such runs with
+``harness.bench.exclusion`` through ``claims.claim_effect``: kept for its TTFT claim, not redone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from harness.bench.records import ArmRun
+from harness.client import RequestRecord
+from harness.serving.stalls import Stall, stall_validity
+
+STALL_MS = 200.0  # what the stall adds to each overlapped request's TTFT
+STALLED = 3  # consecutive requests a stall overlaps
+DECODE_S = 0.1
+LOOP_LIMIT_MS = 20.0  # the loop-lag floor: the stall (hundreds of ms) is past it
+
+
+def sequential(ttft_ms: np.ndarray) -> tuple[RequestRecord, ...]:
+    """One request after another from t = 0, each ``DECODE_S`` of decode after its first token."""
+    out, t = [], 0.0
+    for i, v in enumerate(ttft_ms):
+        first = t + float(v) / 1e3
+        out.append(RequestRecord(index=i, status="length", scheduled_s=t, sent_s=t, first_token_s=first,
+                                 end_s=first + DECODE_S))
+        t = first + DECODE_S
+    return tuple(out)
+
+
+def stalled_run(label: str, repeat: int, ttft_ms: np.ndarray, rng: np.random.Generator) -> ArmRun:
+    """An arm run whose client stalled over ``STALLED`` consecutive requests' time to the first token, with the
+    stall record and conclusion a serving result would carry."""
+    at = int(rng.integers(0, max(1, ttft_ms.size - STALLED)))
+    values = ttft_ms.copy()
+    values[at:at + STALLED] += STALL_MS
+    records = sequential(values)
+    stall = Stall(0, records[at].sent_s + 1e-3, records[at + STALLED - 1].first_token_s - 1e-3)
+    judged = stall_validity(records, [stall], stall_ms=LOOP_LIMIT_MS, late_ms=None)
+    conclusion = {"valid": not judged["reasons"], "invalid_reasons": judged["reasons"], "failure": None}
+    return ArmRun(label, repeat, Path(f"sim/{label}/r{repeat}"),
+                  {"conclusion": conclusion, "details": {"client": {"stalls": judged}}}, records)
