@@ -24,7 +24,7 @@ from harness.client.sessions import drive_sessions
 from harness.workload.model import Request
 
 LAG_PROBE_INTERVAL_S = 0.005
-STALL_RECORD_MS = 5.0  # a wake-up later than this is kept as an excursion (the loop-lag floor is 20 ms)
+STALL_RECORD_MS = 10.0  # a wake-up later than this is kept as an excursion (the loop-lag floor is 20 ms)
 MAX_STALLS = 1024  # excursions kept per process; past it they are counted, and validity falls back to the run rule
 GC_GEN0_THRESHOLD = 50_000
 
