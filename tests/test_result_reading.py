@@ -87,3 +87,12 @@ def test_publishing_a_run_whose_verified_run_record_is_missing_is_one_line(tmp_p
     monkeypatch.setattr(excerpt, "audit_paths", lambda paths, config: [report])
     with pytest.raises(InvalidInput, match=r"^runs/x/1/run\.json: /schema: not an infkit run record \(None"):
         excerpt.publish(manifest, tmp_path / "out", tmp_path)
+
+
+def test_excluded_work_reads_back_typed_with_its_effect_on_every_request():
+    from harness.contract import ExcludedWork
+
+    result = read_result(REPO / "tests/examples/valid/comparison-adopt-stalled-request-excluded.json")
+    work = result.conclusion.excluded_work
+    assert isinstance(work, ExcludedWork) and isinstance(work.effect_all, Effect)
+    assert (work.count, work.agree, work.decision_all) == (1, True, "adopt")

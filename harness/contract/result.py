@@ -226,6 +226,11 @@ class ExcludedWork(_Group):
             out["effect_all"] = self.effect_all.to_dict()
         return out
 
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> ExcludedWork:
+        effect = doc.get("effect_all")
+        return super().from_dict({**doc, "effect_all": Effect.from_dict(effect) if effect else None})
+
 
 @dataclass
 class Conclusion(_Group):
@@ -253,8 +258,10 @@ class Conclusion(_Group):
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> Conclusion:
         failure, effect = doc["failure"], doc.get("effect")
+        work = doc.get("excluded_work")
         return super().from_dict({**doc, "failure": Failure.from_dict(failure) if failure else None,
-                                  "effect": Effect.from_dict(effect) if effect else None})
+                                  "effect": Effect.from_dict(effect) if effect else None,
+                                  "excluded_work": ExcludedWork.from_dict(work) if work else None})
 
 
 Group = _Group | dict[str, Any]
