@@ -7,7 +7,8 @@ sample of the client's lateness: pooled, they are judged by the same two checks 
 and the mean arrival gap, P99 against 5 % of the TTFT P99; ``lag_limit_ms``), with the limits each run recorded.
 When the pooled lag fails, the runs that hold a send later than the failed limit are invalid ("client send lag
 ... pooled over N repeats"): their late sends are the ones that moved the arrivals or their own latency; the runs
-whose sends all kept the schedule stay valid. Runs already judged alone (>= 50 sends) are not pooled.
+whose sends all kept the schedule stay valid. Runs already judged alone (>= 50 sends) are not pooled. A search's
+probes (bench-72: one run per rate) are pooled the same way per candidate by its own reading (``judge_pool``).
 """
 
 from __future__ import annotations
@@ -49,13 +50,24 @@ def _pooled_stats(runs: Sequence[ArmRun]) -> dict[str, Any]:
 def judge_arm(runs: Sequence[ArmRun], label: str) -> tuple[dict[str, Any] | None, dict[int, str]]:
     """The pooled judgement of ``label``'s valid runs too small to be judged alone (None if there are none), and
     the reason for each repeat it makes invalid."""
-    small = [r for r in runs if r.label == label and not r.failure and r.records and r.valid
-             and 0 < len(_lags_ms(r)) < limits_of(r).min_lag_samples]
+    small = [r for r in runs if r.label == label and too_small(r)]
+    record, reasons = judge_pool(small, label, "repeats")
+    if record is not None:
+        record["repeats"] = [r.repeat for r in small]
+        record.pop("runs", None)
+    return record, {small[i].repeat: why for i, why in reasons.items()}
+
+
+def judge_pool(small: Sequence[ArmRun], name: str, unit: str = "runs") -> tuple[dict[str, Any] | None,
+                                                                                dict[int, str]]:
+    """The pooled judgement of ``small`` (runs of one arm, or one search's probes, each too small to be judged
+    alone; the caller picks them) as ``name``, and the reason for each run (by its index in ``small``) it makes
+    invalid: the runs holding a send later than the failed limit."""
     if not small:
         return None, {}
     limits = limits_of(small[0])
     stats = _pooled_stats(small)
-    record: dict[str, Any] = {"arm": label, "repeats": [r.repeat for r in small], "sends": stats["sends"],
+    record: dict[str, Any] = {"arm": name, "runs": [r.label for r in small], "sends": stats["sends"],
                               "send_lag_p95_ms": _round(stats["send_lag_p95_ms"]),
                               "send_lag_p99_ms": _round(stats["send_lag_p99_ms"]), "judged": False, "failed": []}
     if stats["sends"] < limits.min_lag_samples:
@@ -71,13 +83,20 @@ def judge_arm(runs: Sequence[ArmRun], label: str) -> tuple[dict[str, Any] | None
         return record, {}
     record["failed"] = [{"check": n, "value_ms": _round(v), "limit_ms": _round(lim)} for n, v, lim, _ in failed]
     first_limit = min(lim for _, _, lim, _ in failed)
-    why = "; ".join(f"client send lag {n} {v:.1f} ms over {stats['sends']} sends pooled over {len(small)} repeats "
-                    f"of {label} > {lim:.1f} ms ({limits.lag_fraction:.0%} of {what})" for n, v, lim, what in failed)
-    reasons = {r.repeat: f"{why}: this run sent {sum(x > first_limit for x in _lags_ms(r))} of them late, so the "
-                         "client could not keep its schedule"
-               for r in small if max(_lags_ms(r)) > first_limit}
-    record["invalid_repeats"] = sorted(reasons)
+    why = "; ".join(f"client send lag {n} {v:.1f} ms over {stats['sends']} sends pooled over {len(small)} {unit} "
+                    f"of {record['arm']} > {lim:.1f} ms ({limits.lag_fraction:.0%} of {what})"
+                    for n, v, lim, what in failed)
+    reasons = {i: f"{why}: this run sent {sum(x > first_limit for x in _lags_ms(r))} of them late, so the "
+                  "client could not keep its schedule"
+               for i, r in enumerate(small) if max(_lags_ms(r)) > first_limit}
+    record["invalid_repeats"] = sorted(small[i].repeat for i in reasons)
     return record, reasons
+
+
+def too_small(run: ArmRun) -> bool:
+    """A valid run with sends, too few to judge its send lag alone."""
+    return (not run.failure and bool(run.records) and run.valid
+            and 0 < len(_lags_ms(run)) < limits_of(run).min_lag_samples)
 
 
 def _round(x: float | None) -> float | None:

@@ -29,11 +29,18 @@ def test_a_probe_is_scheduled_at_its_rate_and_starts_empty(script):
     assert latency_ms[0] > 0 and np.all(np.diff(arrivals) > 0)
 
 
-def test_a_short_probe_is_never_read_as_stationary_and_a_grown_queue_fails(script):
+def test_a_short_probe_is_read_against_the_ceiling_and_a_grown_queue_fails(script):
+    from harness.bench.lib.exceedance import per_rate
+
     arrivals, lat = script.mm1_probe(1.0, 2.0, 10.0, 12, np.random.default_rng(0))
-    assert "not ruled out" in script.queue_probe_count(1.0, arrivals, lat, 1e6).failed
+    short = script.queue_probe_count(1.0, arrivals, lat, 1e6)
+    assert short.queue == "undetermined" and short.span_s == pytest.approx(11.0)
+    assert "not ruled out" in per_rate([short])[0].failed[0]  # alone: no ceiling, and too short to show it flat
     arrivals, lat = script.mm1_probe(4.0, 2.0, 100.0, 12, np.random.default_rng(0))  # twice the service rate
-    assert script.queue_probe_count(4.0, arrivals, lat, 1e6).failed == "queue grew"
+    grown = script.queue_probe_count(4.0, arrivals, lat, 1e6)
+    assert grown.queue == "falls behind" and grown.completion_rps == pytest.approx(2.0, rel=0.1)
+    # beside the overloaded probe the short one at half its completion rate counts
+    assert per_rate([short, grown])[0].failed == ()
 
 
 def test_the_lower_bound_holds_where_the_point_estimate_does_not(script):
@@ -42,3 +49,10 @@ def test_the_lower_bound_holds_where_the_point_estimate_does_not(script):
     # long probes certify a rate at or under the truth, while the fitted point lies above it
     assert got["new_lower_holds"] == 1.0 and got["new_certified"] >= 0.6
     assert got["old_point_meets_slo"] <= 0.4
+
+
+def test_at_090_mu_the_rung_at_the_saturation_point_is_never_certified(script):
+    """The schedule's rung at mu (utilisation 1) grows like sqrt(t) and read as stationary in 1 run in 3 at 300 s;
+    at or over the overloaded probes' completion rate it now fails, so the bound holds."""
+    got = script.queue_coverage(trials=8, resamples=20, binding=0.9, probe_seconds=300.0, requests=12)
+    assert got["new_lower_holds"] == 1.0 and got["new_lower_under_p99_truth"] == 1.0 and got["new_certified"] == 1.0

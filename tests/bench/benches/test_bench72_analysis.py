@@ -22,17 +22,10 @@ from harness.bench.benches.bench72.candidates import (
     gpu_candidates,
     parameter_count,
 )
-from harness.bench.benches.bench72.capacity import (
-    SLO,
-    Campaign,
-    LightLoad,
-    Searched,
-    cited_light_load,
-    scaled_slo,
-    verdict,
-)
+from harness.bench.benches.bench72.capacity import Campaign, Searched, verdict
 from harness.bench.benches.bench72.decision import decide, numerics_gates
 from harness.bench.benches.bench72.gate import agreement, changes_numerics, prefix_share, reference_of
+from harness.bench.benches.bench72.slo import SLO, LightLoad, cited_light_load, scaled_slo
 from harness.bench.lib import gpuload
 from harness.bench.lib.capacity_fit import Estimate
 from harness.bench.lib.search import Capacity, Probe
@@ -604,29 +597,87 @@ def _probe_run(label: str, rate: float, n: int, ttft_s, seed: int = 0) -> ArmRun
     return ArmRun(label=label, repeat=1, result_path=Path("r.json"), result=result, records=tuple(records))
 
 
-def test_deploy_up_to_is_the_exceedance_lower_bound_and_a_short_probe_certifies_nothing():
-    from harness.bench.benches.bench72.certify import certifications, deploy_text
+def probe_history(runs: dict[str, tuple[str, float]], cfg=None) -> History:
+    """A History holding probe runs labelled ``label -> (candidate, rate)`` as the search records them."""
+    history = History(cfg=cfg or bench72.Config(slo_ttft_p99_ms=1000.0, slo_tpot_p99_ms=200.0), model=None,
+                      run_dir=Path("."))
+    history.notes["probes"] = {label: {"candidate": c, "rate_rps": r} for label, (c, r) in runs.items()}
+    return history
 
-    slo = SLO(ttft_p99_ms=1000.0, tpot_p99_ms=200.0, error_rate=0.01, basis="test")
-    history = History(cfg=bench72.Config(), model=None, run_dir=Path("."))
-    history.notes["probes"] = {"a rate=1/s": {"candidate": "a", "rate_rps": 1.0},
-                               "a rate=2/s": {"candidate": "a", "rate_rps": 2.0},
-                               "b rate=1/s": {"candidate": "b", "rate_rps": 1.0}}
+
+def test_deploy_up_to_is_the_exceedance_lower_bound_and_a_short_probe_certifies_only_what_it_can():
+    from harness.bench.benches.bench72.certify import deploy_text
+
+    history = probe_history({"a rate=1/s": ("a", 1.0), "a rate=2/s": ("a", 2.0), "b rate=1/s": ("b", 1.0)})
     history.runs += [_probe_run("a rate=1/s", 1.0, 400, lambda i: 0.2),
                      # one request in ten over the limit, spread evenly: 10 % exceed, a stationary queue
                      _probe_run("a rate=2/s", 2.0, 400, lambda i: 1.5 if i % 10 == 0 else 0.2),
                      _probe_run("b rate=1/s", 1.0, 12, lambda i: 0.2)]
-    certs = certifications(history, ["a", "b"], slo)
-    a, b = certs["a"], certs["b"]
+    campaign = Campaign(history.cfg, ("a", "b"), None, "cpu-server")
+    a, b = (campaign.searched(history, n).certified for n in ("a", "b"))
     assert a.lower_rps == 1.0 and a.rates[0].exceeded == 0 and a.rates[0].requests >= 299
+    assert a.claim_exceedance == 0.01  # >= 299 steady requests, none over: the P99 claim itself
     assert a.rates[1].exceeded > 0 and a.rates[1].upper > 0.01 and 1.0 <= a.point_rps < 2.0
-    # 12 requests: no verdict on queue growth (under 100), and under the 299 a 1 % claim needs
+    # 12 requests and no overloaded probe: queue growth cannot be ruled out, so nothing is certified
     assert b.lower_rps is None and "queue growth not ruled out" in b.status and "needs >= 299" in b.status
-    assert deploy_text("a", a) == "deploy a up to 1 req/s (95% one-sided lower bound)"
+    assert deploy_text("a", a) == ("deploy a up to 1 req/s (one-sided lower bound: <= 1.0% of requests over the SLO "
+                                   "limits at 95%)")
     out = decide([searched("a", 1.6, 1.4, 1.8), searched("b", 0.9, 0.5, 1.0)], None, None, repeats=3, costs={},
-                 certs=certs)
+                 certs={"a": a, "b": b})
     assert out.record["deploy_up_to_rps"] == 1.0 and out.record["exceedance"]["b"]["lower_rps"] is None
     assert "299" in out.record["deploy_rule"]
+
+
+def test_candidates_rank_by_the_certified_lower_bound_before_the_fitted_capacity():
+    """b's fitted capacity reads higher, but only a is certified to serve 2 req/s: a leads, and the fitted figure
+    orders only candidates certifying the same rate."""
+    history = probe_history({f"{c} rate={r:g}/s": (c, r) for c in "ab" for r in (1.0, 2.0, 4.0)})
+    # a: 0.9 s at 1 and 2 req/s, under the 1 s limit; overloaded at 4, completing 3 req/s
+    # b: 0.2 s at 1 and 2 req/s; overloaded at 4, completing 2 req/s: 2 req/s is its ceiling, never certified
+    history.runs += [_probe_run(f"a rate={r:g}/s", r, 400, lambda i: 0.9) for r in (1.0, 2.0)]
+    history.runs += [_probe_run("a rate=4/s", 4.0, 400, lambda i: 0.2 + i / 12)]
+    history.runs += [_probe_run(f"b rate={r:g}/s", r, 400, lambda i: 0.2) for r in (1.0, 2.0)]
+    history.runs += [_probe_run("b rate=4/s", 4.0, 400, lambda i: 0.2 + i / 4)]
+    campaign = Campaign(history.cfg, ("a", "b"), None, "cpu-server")
+    a, b = (campaign.searched(history, n) for n in ("a", "b"))
+    assert (a.lower_rps, b.lower_rps) == (2.0, 1.0)
+    assert b.estimate.capacity_rps > a.estimate.capacity_rps  # the fitted P99s alone would put b first
+    assert [s.name for s in campaign.ranked(history)] == ["a", "b"]
+    out = decide([b, a], None, None, repeats=3, costs={})
+    assert out.record["deploy"] == "a" and "a certifies the highest rate (2 req/s)" in out.record["reason"]
+
+
+def test_a_candidates_probes_too_small_alone_are_judged_for_send_lag_pooled():
+    """Probes of 30 sends each are never judged alone (< 50): pooled over the candidate they are, and the probes
+    holding a late send fail on their client schedule."""
+    history = probe_history({f"a rate={r:g}/s": ("a", r) for r in (1.0, 2.0)})
+    history.runs += [_probe_run(f"a rate={r:g}/s", r, 30, lambda i: 0.2) for r in (1.0, 2.0)]
+    on_time = Campaign(history.cfg, ("a",), None, "cpu-server").searched(history, "a")
+    assert on_time.send_lag["judged"] and on_time.send_lag["sends"] == 60 and all(p.passed for p in on_time.probes)
+    late = replace(history.runs[1], records=tuple(replace(r, sent_s=r.scheduled_s + (0.2 if r.index % 5 == 0 else 0))
+                                                  for r in history.runs[1].records))
+    history.runs[1] = late
+    got = Campaign(history.cfg, ("a",), None, "cpu-server").searched(history, "a")
+    assert got.probes[0].passed and not got.probes[1].passed and got.probes[1].violated[0] == "client schedule"
+    assert "pooled over 2 probes of a's probes" in got.probes[1].detail["client_reasons"][0]
+
+
+def test_the_confirming_run_replays_the_deploy_point_and_says_whether_the_claim_held():
+    from harness.bench.benches.bench72.certify import confirmation
+
+    history = probe_history({"a rate=1/s": ("a", 1.0)})
+    history.runs += [_probe_run("a rate=1/s", 1.0, 400, lambda i: 0.2)]
+    campaign = Campaign(replace(history.cfg, confirm_s=600.0), ("a",), None, "cpu-server")
+    [(_, arm)] = list(campaign.confirm(history))
+    assert arm.label == "confirm a" and arm.server == "a" and history.notes["confirm"]["rate_rps"] == 1.0
+    assert arm.workload.common.requests >= 600 and arm.workload.name == "confirm-1"
+    assert not list(Campaign(history.cfg, ("a",), None, "cpu-server").confirm(history))  # off by default
+    a, slo = campaign.searched(history, "a"), campaign.slo(history)
+    held = confirmation(_probe_run("confirm a", 1.0, 600, lambda i: 0.2), slo, a.certified, [])
+    assert held["held"] and held["exceeded"] == 0 and "held" in held["text"]
+    missed = confirmation(_probe_run("confirm a", 1.0, 600, lambda i: 1.5 if i % 20 == 0 else 0.2), slo,
+                          a.certified, [])
+    assert not missed["held"] and missed["exceeded"] > 0 and "not held" in missed["text"]
 
 
 def test_a_probe_whose_queue_grew_fails_even_where_its_p99_reads_under_the_slo():

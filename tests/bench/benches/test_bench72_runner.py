@@ -77,7 +77,12 @@ def run72(root: Path, **overrides):
     return runner_mod.run_bench(bench72.SPEC, cfg, root=root, reporter=Reporter(io.StringIO(), every_s=60))
 
 
-def test_two_candidates_get_one_schedule_and_capacities_fitted_between_its_rates(fake_root):
+def test_two_candidates_get_one_schedule_and_capacities_fitted_between_its_rates(fake_root, monkeypatch):
+    from harness.bench.benches.bench72 import capacity as capacity_mod
+
+    # the stand-in answers in milliseconds, so the pooled send lag (5 % of that) fails every probe: this test reads
+    # the fit and the schedule; the pooled judgement is test_bench72_analysis's
+    monkeypatch.setattr(capacity_mod, "too_small", lambda run: False)
     outcome = run72(fake_root, baseline="none")
     run_dir = outcome.run_dir
     for doc in [run_dir / "sweep.json", run_dir / "run.json", *run_dir.glob("arms/*/r*/result.json")]:
@@ -99,12 +104,16 @@ def test_two_candidates_get_one_schedule_and_capacities_fitted_between_its_rates
     assert slow["low_rps"] <= slow["capacity_rps"] <= slow["high_rps"]
     record = details["decision_record"]
     assert record["deploy"] in caps and record["tied"] and record["reason"]
-    # where to deploy is the exceedance lower bound: these probes are far under 299 requests, so none is certified
-    assert record["deploy_up_to_rps"] is None and set(record["exceedance"]) == set(caps)
-    assert all(e["needed_requests"] == 299 and e["lower_rps"] is None for e in record["exceedance"].values())
+    # where to deploy is the exceedance lower bound; probes far under 299 requests certify only the looser share
+    # their requests can show, and say so
+    exceedance = record["exceedance"]
+    assert record["deploy_up_to_rps"] == exceedance[record["deploy"]]["lower_rps"] and set(exceedance) == set(caps)
+    assert all(e["needed_requests"] == 299 and (e["lower_rps"] is None or e["claim_exceedance"] > 0.01)
+               for e in exceedance.values())
     assert "exceedance bf16-s4-kv1: " in outcome.finished.summary
-    if len(record["tied"]) == 1:  # the leader stood alone: the duel ran inside its capacity
-        assert details["duel"]["rate_rps"] < fast["capacity_rps"]
+    if len(record["tied"]) == 1:  # the leader stood alone: the duel ran at its certified rate, else inside its fit
+        leader = details["duel"]["leader"]
+        assert details["duel"]["rate_rps"] in (exceedance[leader]["lower_rps"], 2**-0.5 * caps[leader]["capacity_rps"])
     # the progress bound holds: every step the run took was counted in advance
     steps = len(details["arm_runs"])
     assert steps <= 1 + 2 * 5 + 2 * 3

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench.benches.bench72.capacity import SLO, Searched, verdict
+from harness.bench.benches.bench72.capacity import Searched, verdict
 from harness.bench.benches.bench72.decision import CAPACITY_HEADERS, capacity_rows
+from harness.bench.benches.bench72.slo import SLO
 from harness.bench.benches.bench81.scaling import SCALING_HEADERS, layout_scaling, scaling_table
 from harness.bench.lib.search import Capacity
 from harness.bench.records import ArmRun

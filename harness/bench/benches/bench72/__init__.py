@@ -28,8 +28,9 @@ from typing import Any
 
 from harness.backends.host_dtype import CPU_BACKENDS, choose_dtype
 from harness.bench.benches.bench72.candidates import cpu_candidates, gpu_candidates, parameter_count
-from harness.bench.benches.bench72.capacity import Campaign, LightLoad, cited_light_load
-from harness.bench.benches.bench72.decision import deployment_reading
+from harness.bench.benches.bench72.capacity import Campaign
+from harness.bench.benches.bench72.decision import deployment_reading, numerics_gates
+from harness.bench.benches.bench72.slo import LightLoad, cited_light_load
 from harness.bench.benches.bench72.tiers import CHOICES as TIER_CHOICES
 from harness.bench.benches.bench72.tiers import default_tier
 from harness.bench.devices import alone
@@ -60,6 +61,9 @@ class Config(BenchConfig):
     probe_seconds: float = knob(10.0, "a probe's arrivals span at least this long: it holds --requests, or as many "
                                 "as its own Poisson draws need to span this, so a rate passes by being served, not by "
                                 "absorbing a burst", min=0, group="protocol")
+    confirm_s: float = knob(0.0, "a confirming run at the deploy point: the best qualifying candidate replayed at its "
+                            "certified rate with arrivals spanning this many seconds, read as one more exceedance "
+                            "count (held or not held); 0: off", min=0, group="protocol")
     light_requests: int = knob(8, "requests of the light-load probe (one at a time) when no bench-66 run is cited",
                                min=2, group="protocol")
     input_tokens: int = knob(256, "mean prompt length in tokens (a cited bench-66 rate is carried to this "
@@ -206,11 +210,12 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     tier = default_tier(placement.backend) if cfg.slo_tier == "auto" else cfg.slo_tier
     if cfg.schedule_extend_above is None:
         cfg = replace(cfg, schedule_extend_above=GPU_EXTEND_ABOVE if mappings else 0)
-    campaign = Campaign(cfg, names, light, tier, fallback)
+    campaign = Campaign(cfg, names, light, tier, fallback, qualifies=lambda history, name: numerics_gates(
+        history, candidates, cfg.min_agreement).get(name, {}).get("passed", True))
     one = (cfg.servers_up if cfg.servers_up != "auto" else "one" if mappings else "two") == "one"
     phase = Phase("searches and duel", tuple(names), campaign.steps, still_needed=alone if one else campaign.keep,
-                  planned_steps=1 + len(names) * (cfg.schedule_below + cfg.schedule_extend_below
-                                                    + cfg.schedule_above + 1) + 2 * cfg.repeats)  # without extension
+                  planned_steps=1 + len(names) * (cfg.schedule_below + cfg.schedule_extend_below  # without extension
+                                                    + cfg.schedule_above + 1) + 2 * cfg.repeats + bool(cfg.confirm_s))
     protocol = ("every candidate probed on one shared schedule of rates on its own server start" +
                 ("" if one else ", the best so far kept up") +
                 "; a leader standing alone duels the runner-up, interleaved (A B / B A) inside its capacity" +

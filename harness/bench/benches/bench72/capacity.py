@@ -16,14 +16,15 @@ candidates and rates), so an interrupted bench reads exactly what it measured.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
+from harness.bench.benches.bench72.certify import certified
+from harness.bench.benches.bench72.slo import SLO, LightLoad, scaled_slo
 from harness.bench.benches.bench72.tiers import RELATIVE, TIERS
 from harness.bench.lib.capacity_fit import Estimate, ProbeSample, estimate_capacity, probe_schedule
-from harness.bench.lib.citations import cited_saturation
-from harness.bench.lib.exceedance import queue_verdict
+from harness.bench.lib.exceedance import ExceedanceCapacity, queue_verdict
 from harness.bench.lib.saturation import FALLS_BEHIND, scheduled_rate
 from harness.bench.lib.search import Capacity, Probe, SearchConfig, binding, capacity
 from harness.bench.metrics import (
@@ -40,10 +41,10 @@ from harness.bench.metrics import (
     throughput_basis,
 )
 from harness.bench.records import ArmRun
+from harness.bench.sendlag import judge_pool, too_small
 from harness.bench.spec import Arm, History, Step, WorkloadPlan
 from harness.client.records import RequestRecord
 from harness.contract.distribution import slo_compliance
-from harness.contract.result import Result
 from harness.workload import Arrival, Common
 from harness.workload.arrival import poisson_scheduled
 
@@ -53,66 +54,6 @@ LIGHT = "light load"
 MIN_REFERENCE = 100  # unqueued requests a relative SLO's median reference needs (DESIGN.md: no P99 below ~100)
 KV_USAGE_PEAK = server_metric("kv_cache_usage_peak")
 RUNNING_PEAK = server_metric("running_peak")
-
-
-@dataclass(frozen=True)
-class SLO:
-    """The limits every probe is held to, and how they were chosen."""
-
-    ttft_p99_ms: float
-    tpot_p99_ms: float
-    error_rate: float
-    basis: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def text(self) -> str:
-        return (f"P99 TTFT <= {self.ttft_p99_ms:.0f} ms, P99 TPOT <= {self.tpot_p99_ms:.1f} ms, "
-                f"errors <= {self.error_rate:.1%}")
-
-
-@dataclass(frozen=True)
-class LightLoad:
-    """Light-load medians relative SLOs scale from (unqueued requests: a cited bench-66 run's lightest level that
-    kept up, or this bench's own one-at-a-time probe), and a rate known to be served."""
-
-    ttft_ms: float | None  # median TTFT: a median is stable where a P99 of a few requests is their maximum
-    tpot_ms: float | None  # median TPOT
-    rate_rps: float | None  # a rate known to be served (bench-66's saturation point, or the probe's)
-    source: str
-
-
-def scaled_slo(cfg: Any, light: LightLoad | None) -> SLO | None:
-    """Explicit limits win; the others are the light-load median times the factors; None while one is missing."""
-    parts, basis = {}, []
-    for key, ref, factor, name in (("ttft_p99_ms", "ttft_ms", cfg.slo_ttft_factor, "TTFT"),
-                                   ("tpot_p99_ms", "tpot_ms", cfg.slo_tpot_factor, "TPOT")):
-        given = getattr(cfg, f"slo_{key}")
-        measured = getattr(light, ref) if light else None
-        if given is not None:
-            parts[key] = given
-            basis.append(f"P99 {name} {given:g} ms as set (--slo-{key.replace('_', '-')})")
-        elif measured:
-            parts[key] = factor * measured
-            basis.append(f"P99 {name} {factor:g} x the light-load median {measured:.1f} ms")
-        else:
-            return None
-    source = f" ({light.source})" if light and any(getattr(cfg, f"slo_{k}") is None for k in parts) else ""
-    return SLO(error_rate=cfg.slo_error_rate, basis="; ".join(basis) + source, **parts)
-
-
-def cited_light_load(result: Result | None, source: str) -> tuple[LightLoad | None, str]:
-    """bench-66's light-load medians and saturation rate from its sweep result (details.baseline), or None and why
-    it cannot be used (no baseline, an undetermined bracket: ``cited_saturation``): this bench then probes itself."""
-    baseline = (result.detail("baseline") if result else None) or {}
-    if not baseline:
-        return None, "it records no baseline"
-    served, why = cited_saturation(result)
-    latency = (baseline.get("light_load") or {}).get("latency_ms") or {}
-    if served is None or not latency.get(TTFT_P50.name) or not latency.get(TPOT_P50.name):
-        return None, why or "it has no light-load level that kept up"
-    return LightLoad(latency[TTFT_P50.name], latency[TPOT_P50.name], served.get("offered_rps"), source), ""
 
 
 def of_run(metric: Metric, run: ArmRun) -> float | None:
@@ -173,6 +114,14 @@ def verdict(run: ArmRun, slo: SLO, rate: float) -> Probe:
     return Probe(rate, passed, tuple(violated), detail)
 
 
+def lagged(probe: Probe, reason: str | None) -> Probe:
+    """``probe`` failed on its client schedule by the pooled send-lag ``reason`` (unchanged without one)."""
+    if not reason:
+        return probe
+    return replace(probe, passed=False, violated=tuple(dict.fromkeys((CLIENT, *probe.violated))),
+                   detail={**probe.detail, "client_reasons": [*probe.detail.get("client_reasons", []), reason]})
+
+
 @dataclass(frozen=True)
 class Searched:
     """One candidate's search as read from its probes."""
@@ -183,6 +132,12 @@ class Searched:
     binding: tuple[str, ...]
     binding_rate_rps: float | None
     estimate: Estimate | None = None  # capacity fitted from every probe, with its resampled interval
+    certified: ExceedanceCapacity | None = None  # the exceedance lower bound: where it may be deployed
+    send_lag: dict[str, Any] | None = None  # its probes' sends pooled (``sendlag.judge_pool``)
+
+    @property
+    def lower_rps(self) -> float | None:
+        return self.certified.lower_rps if self.certified else None
 
     def at(self, rate: float | None) -> list[Probe]:
         return [p for p in self.probes if p.rate_rps == rate]
@@ -198,8 +153,9 @@ class Campaign:
     """The steps of bench-72 as functions of the History, for any set of candidate server variants."""
 
     def __init__(self, cfg: Any, candidates: Sequence[str], light: LightLoad | None, tier: str = RELATIVE,
-                 fallback: str = ""):
+                 fallback: str = "", qualifies: Callable[[History, str], bool] | None = None):
         self.cfg, self.candidates, self.light, self.tier = cfg, tuple(candidates), light, tier
+        self.qualifies = qualifies or (lambda history, name: True)  # the numerics gate, where the plan has one
         self.fallback = fallback  # why a cited bench-66 run was not used ("" when it was, or none was cited)
 
     def request_list(self, arrival: Arrival, seed: int | None = None) -> Common:
@@ -208,13 +164,13 @@ class Campaign:
                       input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens, input_range=cfg.length_range,
                       output_range=cfg.length_range)
 
-    def rate_workload(self, rate: float) -> WorkloadPlan:
-        """The request list scheduled at ``rate``, lengthened so its arrivals span at least --probe-seconds (the
-        generator is sequential: a longer list starts with the same requests)."""
+    def rate_workload(self, rate: float, seconds: float | None = None, name: str = "rate") -> WorkloadPlan:
+        """The request list scheduled at ``rate``, lengthened so its arrivals span at least ``seconds``
+        (--probe-seconds; the generator is sequential: a longer list starts with the same requests)."""
         plan = self.request_list(Arrival("poisson", rate_rps=rate))
-        arrival, requests = poisson_scheduled(rate, self.cfg.probe_seconds, plan.seed_for("arrival"),
+        arrival, requests = poisson_scheduled(rate, seconds or self.cfg.probe_seconds, plan.seed_for("arrival"),
                                               self.cfg.requests * self.cfg.scale)
-        return WorkloadPlan(f"rate-{rate:g}", "random", replace(plan, arrival=arrival, requests=requests))
+        return WorkloadPlan(f"{name}-{rate:g}", "random", replace(plan, arrival=arrival, requests=requests))
 
     def search_config(self, start_rps: float) -> SearchConfig:
         cfg = self.cfg
@@ -236,11 +192,10 @@ class Campaign:
         basis = f"tier {tier.name}: {tier.source}" + (f"; {', '.join(changed)}" if changed else "")
         return SLO(ttft_p99_ms=ttft, tpot_p99_ms=tpot, error_rate=cfg.slo_error_rate, basis=basis)
 
-    def samples(self, runs: Sequence[ArmRun], slo: SLO) -> list[ProbeSample]:
+    def samples(self, runs: Sequence[ArmRun], probes: Sequence[Probe]) -> list[ProbeSample]:
         """Each probe's per-request TTFT (from the scheduled send) and TPOT, at the rate its arrivals had."""
         out = []
-        for run in runs:
-            probe = verdict(run, slo, 0.0)
+        for run, probe in zip(runs, probes, strict=True):
             ttft, tpot = request_latencies(run.records)
             rate = scheduled_rate([r.scheduled_s for r in run.records if r.scheduled_s is not None])
             out.append(ProbeSample(rate or probe.rate_rps, {TTFT_P99.name: ttft, TPOT_P99.name: tpot},
@@ -248,18 +203,25 @@ class Campaign:
         return out
 
     def searched(self, history: History, name: str) -> Searched | None:
-        """``name``'s search read from its probe runs (None before the SLOs are known)."""
+        """``name``'s search read from its probe runs (None before the SLOs are known); its probes' sends pooled, as
+        one client's lateness, where each sent too few to be judged alone."""
         slo, labels = self.slo(history), history.notes.get("probes", {})
         if slo is None:
             return None
         runs = [run for run in history.runs
                 if run.label in labels and labels[run.label]["candidate"] == name and not run.failure]
-        probes = tuple(verdict(run, slo, labels[run.label]["rate_rps"]) for run in runs)
+        small = [i for i, run in enumerate(runs) if too_small(run)]
+        lag, late = judge_pool([runs[i] for i in small], f"{name}'s probes", "probes")
+        probes = tuple(lagged(verdict(run, slo, labels[run.label]["rate_rps"]), late.get(small.index(i)))
+                       if i in small else verdict(run, slo, labels[run.label]["rate_rps"])
+                       for i, run in enumerate(runs))
         names, rate = binding(probes)  # the start rate does not change how probes are read
-        estimate = estimate_capacity(self.samples(runs, slo), {TTFT_P99.name: slo.ttft_p99_ms,
-                                                               TPOT_P99.name: slo.tpot_p99_ms},
+        estimate = estimate_capacity(self.samples(runs, probes), {TTFT_P99.name: slo.ttft_p99_ms,
+                                                                  TPOT_P99.name: slo.tpot_p99_ms},
                                      resamples=min(self.cfg.resamples, 2000), seed=self.cfg.seed)
-        return Searched(name, probes, capacity(self.search_config(1.0), probes), names, rate, estimate)
+        broken = [[v for v in p.violated if v in (CLIENT, ERRORS)] for p in probes]
+        counted = certified(runs, [p.rate_rps for p in probes], slo, broken) if runs else None
+        return Searched(name, probes, capacity(self.search_config(1.0), probes), names, rate, estimate, counted, lag)
 
     def light_steps(self, history: History, server: str) -> Iterator[Step]:
         """A light-load probe (one request at a time) when no cited run gives the SLOs or a start rate."""
@@ -362,6 +324,16 @@ class Campaign:
         for i, name in enumerate(self.candidates):
             yield from self.search(history, name, i == 0)
         yield from self.duel(history)
+        yield from self.confirm(history)
+
+    def confirm(self, history: History) -> Iterator[Step]:
+        """With --confirm-s, the best candidate that qualifies and certifies a rate, replayed there for that long."""
+        seconds = getattr(self.cfg, "confirm_s", 0.0)
+        top = next((s for s in self.ranked(history) if s.lower_rps and self.qualifies(history, s.name)), None)
+        if not seconds or top is None or top.lower_rps is None:
+            return
+        history.notes["confirm"] = {"candidate": top.name, "rate_rps": top.lower_rps, "seconds": seconds}
+        yield 1, Arm(confirm_label(top.name), self.rate_workload(top.lower_rps, seconds, "confirm"), top.name)
 
     def keep(self, history: History) -> list[str]:
         """Servers to keep up besides the next step's: the best so far while searching, the pair in the duel."""
@@ -369,9 +341,11 @@ class Campaign:
         return [duel["leader"], duel["runner_up"]] if duel else [s.name for s in self.ranked(history)[:1]]
 
     def ranked(self, history: History) -> list[Searched]:
-        """Searched candidates, best first: higher fitted capacity, then lower peak memory, then grid order."""
+        """Searched candidates, best first: higher certified lower bound, then higher fitted capacity (the secondary
+        figure), then lower peak memory, then grid order."""
         found = [s for s in (self.searched(history, n) for n in self.candidates) if s is not None and s.probes]
-        return sorted(found, key=lambda s: (-((s.estimate.capacity_rps if s.estimate else None) or 0.0),
+        return sorted(found, key=lambda s: (-(s.lower_rps or 0.0), -((s.estimate.capacity_rps if s.estimate else None)
+                                                                      or 0.0),
                                             s.peak("peak_memory_gib") or 0.0, self.candidates.index(s.name)))
 
     def duel(self, history: History) -> Iterator[Step]:
@@ -379,7 +353,8 @@ class Campaign:
         top = self.ranked(history)[:2]
         if len(top) < 2 or not top[0].estimate or top[0].estimate.capacity_rps is None or tied(top[0], top[1]):
             return  # a tie is the decision: no duel can order what the intervals cannot
-        rate = self.cfg.growth**-0.5 * top[0].estimate.capacity_rps  # inside the leader's capacity
+        # at the leader's certified rate, else just inside its fitted capacity
+        rate = top[0].lower_rps or self.cfg.growth**-0.5 * top[0].estimate.capacity_rps
         history.notes["duel"] = {"leader": top[0].name, "runner_up": top[1].name, "rate_rps": rate}
         for r in range(1, self.cfg.repeats + 1):
             for s in top if r % 2 else top[::-1]:
@@ -387,7 +362,10 @@ class Campaign:
 
 
 def tied(a: Searched, b: Searched) -> bool:
-    """The two capacity intervals overlap (or either is missing)."""
+    """Neither certifies a higher rate than the other, and their fitted capacity intervals overlap (or either is
+    missing)."""
+    if (a.lower_rps or 0.0) != (b.lower_rps or 0.0):
+        return False  # one is certified to serve more: the duel orders them
     ea, eb = a.estimate, b.estimate
     if not ea or not eb or None in (ea.low_rps, ea.high_rps, eb.low_rps, eb.high_rps):
         return True
@@ -396,3 +374,7 @@ def tied(a: Searched, b: Searched) -> bool:
 
 def duel_label(name: str) -> str:
     return f"duel {name}"
+
+
+def confirm_label(name: str) -> str:
+    return f"confirm {name}"

@@ -2,11 +2,13 @@
 
 Each probe is read over its steady window (``serving.steady``: from the first wave's turnover to the last send; the
 first requests met an empty server) as an exceedance count: a request exceeds when it did not complete, or its TTFT
-from the scheduled send or its TPOT broke its P99 limit. A probe whose queue was not shown stationary
-(``exceedance.stationarity``: it grew, or too few requests or too close to saturation to tell), whose client fell
-behind or whose errors broke the limit counts as all exceeding. ``harness.bench.lib.exceedance`` then gives the
-monotone binomial point and the fixed-sequence Clopper-Pearson lower bound, clustered by probe: "deploy up to" is
-that bound, and below ``needed_requests`` (299) requests at a rate no rate can be certified, which it says.
+from the scheduled send or its TPOT broke its P99 limit. A probe whose queue grew, whose rate sits at or over the
+service ceiling its candidate's overloaded probes showed (``exceedance.stationarity``), whose client fell behind
+(its own send lag, or its candidate's probes' sends pooled: ``capacity``) or whose errors broke the limit counts as
+all exceeding. ``harness.bench.lib.exceedance`` gives the monotone binomial point and the fixed-sequence
+Clopper-Pearson lower bound, clustered by probe, each rate tested at the exceedance share its requests can show:
+"deploy up to" is that bound with the share it states. The optional confirming run (``--confirm-s``) replays the
+deploy point for longer and says whether the claim held there.
 """
 
 from __future__ import annotations
@@ -14,20 +16,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from harness.bench.benches.bench72.capacity import CLIENT, ERRORS, SLO, verdict
 from harness.bench.lib.exceedance import (
     ExceedanceCapacity,
     ProbeCount,
+    completion_rate,
     exceedance_capacity,
+    per_rate,
     queue_verdict,
-    stationarity,
 )
 from harness.bench.records import ArmRun
-from harness.bench.spec import History
 from harness.serving.steady import window
 
 
-def exceeded(rec: Any, slo: SLO) -> bool:
+def exceeded(rec: Any, slo: Any) -> bool:
     """Whether one request broke an SLO: not completed, TTFT from the scheduled send, or TPOT over its limit."""
     if not rec.completed or rec.first_token_s is None or rec.end_s is None:
         return True
@@ -38,33 +39,23 @@ def exceeded(rec: Any, slo: SLO) -> bool:
     return ttft_ms > slo.ttft_p99_ms or tpot_ms > slo.tpot_p99_ms
 
 
-def probe_count(run: ArmRun, slo: SLO, rate: float) -> ProbeCount:
-    """One probe as an exceedance count over its steady window, failed where it cannot be read as stationary."""
+def probe_count(run: ArmRun, slo: Any, rate: float, broken: Sequence[str] = ()) -> ProbeCount:
+    """One probe as an exceedance count over its steady window, with its queue-growth verdict, completion rate and
+    span (``exceedance`` reads them against the candidate's ceiling); ``broken``: the client or error limits it broke,
+    which fail it whatever it counts."""
     records = sorted((r for r in run.records if r.scheduled_s is not None), key=lambda r: r.scheduled_s or 0.0)
     bounds = window(records)
     steady = [r for r in records if bounds is None or (r.sent_s is not None and r.sent_s >= bounds[1])]
-    broken = [v for v in verdict(run, slo, rate).violated if v in (CLIENT, ERRORS)]
-    why = "; ".join([*broken, *filter(None, [stationarity(queue_verdict(records))])])
-    return ProbeCount(rate, tuple(exceeded(r, slo) for r in steady), why)
+    span = records[-1].scheduled_s - records[0].scheduled_s if len(records) > 1 else 0.0  # type: ignore[operator]
+    return ProbeCount(rate, tuple(exceeded(r, slo) for r in steady), "; ".join(broken), queue_verdict(records),
+                      completion_rate([r.end_s for r in records if r.completed]), span)
 
 
-def certified(runs: Sequence[ArmRun], rates: Sequence[float], slo: SLO) -> ExceedanceCapacity:
+def certified(runs: Sequence[ArmRun], rates: Sequence[float], slo: Any,
+              broken: Sequence[Sequence[str]]) -> ExceedanceCapacity:
     """A candidate's exceedance capacity from its probe runs (``rates``: each run's rate on the schedule)."""
-    return exceedance_capacity([probe_count(run, slo, rate) for run, rate in zip(runs, rates, strict=True)])
-
-
-def certifications(history: History, names: Sequence[str], slo: SLO | None) -> dict[str, ExceedanceCapacity]:
-    """Each searched candidate's exceedance capacity, from its probe runs in the History."""
-    labels = history.notes.get("probes", {})
-    out: dict[str, ExceedanceCapacity] = {}
-    if slo is None:
-        return out
-    for name in names:
-        runs = [r for r in history.runs if r.label in labels and labels[r.label]["candidate"] == name
-                and not r.failure and r.records]
-        if runs:
-            out[name] = certified(runs, [labels[r.label]["rate_rps"] for r in runs], slo)
-    return out
+    return exceedance_capacity([probe_count(run, slo, rate, why)
+                                for run, rate, why in zip(runs, rates, broken, strict=True)])
 
 
 def deploy_text(name: str, ex: ExceedanceCapacity | None) -> str:
@@ -74,4 +65,20 @@ def deploy_text(name: str, ex: ExceedanceCapacity | None) -> str:
     if ex.lower_rps is None:
         return (f"deploy {name}, but no rate is certified to keep <= {ex.max_exceedance:.0%} of requests over the "
                 f"SLOs at {ex.confidence:.0%} ({ex.status})")
-    return f"deploy {name} up to {ex.lower_rps:.3g} req/s ({ex.confidence:.0%} one-sided lower bound)"
+    return f"deploy {name} up to {ex.lower_rps:.3g} req/s (one-sided lower bound: {ex.claim_text()})"
+
+
+def confirmation(run: ArmRun, slo: Any, ex: ExceedanceCapacity, probes: Sequence[ProbeCount],
+                 broken: Sequence[str] = ()) -> dict[str, Any]:
+    """The confirming run at the deploy point read as one more probe against the candidate's ceiling: the claim
+    held when its clustered bound is within the claim's stated share and its queue did not grow."""
+    rate, level = ex.lower_rps or 0.0, ex.claim_exceedance or ex.max_exceedance
+    count = probe_count(run, slo, rate, broken)
+    [got] = per_rate([count], beside=probes)
+    held = not got.failed and got.upper <= level
+    return {"rate_rps": rate, "seconds": round(count.span_s, 1), "requests": got.requests, "exceeded": got.exceeded,
+            "upper": got.upper, "claim_exceedance": level, "failed": list(got.failed), "held": held,
+            "text": (f"confirming run at {rate:.3g} req/s over {count.span_s:.0f} s: {got.exceeded} of {got.requests} "
+                     f"steady requests over the SLOs, bound {got.upper:.1%} "
+                     + (f"<= {level:.1%}: held" if held else f"> {level:.1%}: not held")
+                     + (f" ({'; '.join(got.failed)})" if got.failed else ""))}

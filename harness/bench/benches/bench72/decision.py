@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, cast
 
 from tabulate import tabulate
@@ -36,26 +35,33 @@ from harness.bench.benches.bench72.capacity import (
     TTFT,
     Campaign,
     Searched,
+    confirm_label,
     duel_label,
+    verdict,
 )
-from harness.bench.benches.bench72.certify import certifications, deploy_text
+from harness.bench.benches.bench72.certify import confirmation, deploy_text, probe_count
 from harness.bench.benches.bench72.gate import REFERENCE_RULE, agreement, changes_numerics, numerics_of, reference_of
-from harness.bench.lib.capacity_fit import Estimate, rank
+from harness.bench.benches.bench72.plot import capacity_png
+from harness.bench.lib.capacity_fit import Estimate, Ranking, rank
 from harness.bench.lib.exceedance import ExceedanceCapacity
 from harness.bench.metrics import ENERGY_COLUMNS, TPOT_P99, TTFT_P99, Metric
 from harness.bench.records import Reading
 from harness.bench.spec import Claim, History
 
-RULE = ("capacity fitted from every probe of one shared schedule (isotonic P99 vs rate crossing the SLO, 95 % "
-        "interval: the union of resampled requests' and a lognormal fit's); candidates whose intervals overlap the "
+RULE = ("candidates rank by the certified lower bound (below), the capacity fitted from every probe of one shared "
+        "schedule the secondary figure (isotonic P99 vs rate crossing the SLO, 95 % interval: the union of resampled "
+        "requests' and a lognormal fit's); candidates certifying the same rate whose fitted intervals overlap the "
         "leader's are tied and the tie is the decision (inconclusive, the cheapest of the tie by peak memory named); "
-        "a leader standing alone is adopted when the paired duel inside its capacity shows its P99 on the "
-        "runner-up's binding SLO lower (CI excludes 1, >= 3 pairs); a candidate whose numerics differ from the "
-        "highest-precision candidate's must match its greedy outputs exactly on --min-agreement of the requests")
+        "a leader standing alone is adopted when the paired duel at its certified rate (else inside its capacity) "
+        "shows its P99 on the runner-up's binding SLO lower (CI excludes 1, >= 3 pairs); a candidate whose numerics "
+        "differ from the highest-precision candidate's must match its greedy outputs exactly on --min-agreement of "
+        "the requests")
 DEPLOY_RULE = ("deploy up to the one-sided 95 % lower bound of the rate whose share of requests over an SLO is "
-               "<= 1 %: each probe's steady window as an exceedance count (a probe whose queue was not shown "
-               "stationary counts as all exceeding), rates tested low to high by a Clopper-Pearson bound clustered "
-               "by probe; a rate needs >= 299 requests without an exceedance")
+               "within the stated level: each probe's steady window as an exceedance count (a probe whose queue grew, "
+               "or whose rate is at or over 95 % of what the candidate's overloaded probes completed, counts as all "
+               "exceeding), rates tested low to high by a Clopper-Pearson bound clustered by probe and by the queue's "
+               "relaxation time, each at the share its requests can show (>= 1 %; 299 requests without an exceedance "
+               "show 1 %)")
 HINTS = {
     TTFT: "prefill and queueing give way first: try a larger max_num_batched_tokens or more max_num_seqs",
     TPOT: "decode gives way first: try fewer max_num_seqs (smaller decode batches) or a faster dtype",
@@ -92,7 +98,8 @@ def decide(ranked: Sequence[Searched], duel: ClaimResult | None, duel_rate: floa
            certs: Mapping[str, ExceedanceCapacity] | None = None) -> Decision:
     """The decision record from the fitted capacities, the gate and the duel's paired effect (module docstring);
     where to deploy is the chosen candidate's exceedance lower bound (``certify``), never the point estimate."""
-    gates, certs = gates or {}, certs or {}
+    gates = gates or {}
+    certs = certs or {s.name: s.certified for s in ranked if s.certified is not None}
     # a capacity below the schedule is only a bound (its lowest rate already broke a limit): it does not qualify
     ok = [s for s in ranked if _capacity(s) is not None and gates.get(s.name, {}).get("passed", True)
           and cast(Estimate, s.estimate).status != "below the schedule"]
@@ -102,8 +109,7 @@ def decide(ranked: Sequence[Searched], duel: ClaimResult | None, duel_rate: floa
         why = "no candidate's fitted P99 stays under the SLOs on the schedule" + gate_text
         return Decision("inconclusive", "single", why, "relax the SLOs (SLO_TIER=..., SLO_TTFT_P99_MS=...) or lower "
                         "START_RPS, then rerun", {"deploy": None, "rule": RULE, "reason": why, "gates": dict(gates)})
-    estimates = {s.name: s.estimate for s in ok if s.estimate is not None}
-    ranking = rank(estimates, costs, "peak memory GiB")
+    ranking = rank_by_bound(ok, certs, costs)
     lead = next(s for s in ok if s.name == ranking.best)
     chosen = next(s for s in ok if s.name == ranking.chosen)
     hint = HINTS.get(lead.binding[0] if lead.binding else "", "no SLO broke on the schedule: raise --schedule-above")
@@ -140,6 +146,23 @@ def decide(ranked: Sequence[Searched], duel: ClaimResult | None, duel_rate: floa
     return Decision("inconclusive", duel.evidence_level, summary, f"{more}; {hint}", record)
 
 
+def rank_by_bound(ok: Sequence[Searched], certs: Mapping[str, ExceedanceCapacity],
+                  costs: Mapping[str, float | None]) -> Ranking:
+    """The best by certified lower bound; among candidates certifying the same rate (or none) by fitted capacity,
+    whose overlapping intervals tie (``capacity_fit.rank``: the cheaper of a tie chosen)."""
+    lowers = {s.name: c.lower_rps for s in ok if (c := certs.get(s.name)) is not None and c.lower_rps}
+    best = max(lowers.values(), default=None)
+    top = [s for s in ok if lowers.get(s.name) == best]
+    ranking = rank({s.name: s.estimate for s in top if s.estimate is not None}, costs, "peak memory GiB")
+    if best is None:
+        return replace(ranking, reason=f"no candidate certifies a rate, so by fitted capacity: {ranking.reason}")
+    if len(top) == 1:
+        return Ranking(top[0].name, (top[0].name,), top[0].name,
+                       f"{top[0].name} certifies the highest rate ({best:.3g} req/s)")
+    return replace(ranking, reason=f"{', '.join(s.name for s in top)} certify the same rate ({best:.3g} req/s); "
+                                   f"{ranking.reason}")
+
+
 def capacity_rows(searched: Sequence[Searched], settings: Mapping[str, Mapping[str, Any]]) -> list[list[Any]]:
     def fmt(v: float | None, spec: str = ".2f") -> str:
         return "-" if v is None else format(v, spec)
@@ -157,45 +180,6 @@ def capacity_rows(searched: Sequence[Searched], settings: Mapping[str, Mapping[s
 # output tokens at the stated GPU-hour price; "-" where not measured (a CPU host without RAPL, no price given)
 CAPACITY_HEADERS = ["candidate", "settings", "capacity [95 % interval]", "fit", "first broken SLO", "probes",
                     "peak mem GiB", "GPU mem GiB", "KV peak", "running peak", *(m.title for m in ENERGY_COLUMNS)]
-
-
-def capacity_png(searched: Sequence[Searched], slo: SLO, path: Path, *, title: str) -> Path:
-    """Capacity per candidate with its interval; P99 TTFT and TPOT against rate for the top two."""
-    from harness.report.plots import log_y_axis, pyplot, save_figure
-
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(14.0, 4.4), dpi=110)
-    ax = axes[0]
-    for y, s in enumerate(searched):
-        est = s.estimate
-        if est is None or est.capacity_rps is None:
-            ax.plot([0], [y], "x", color="grey")
-            continue
-        ax.plot([est.low_rps, est.high_rps], [y, y], "-", color="C0", lw=3, alpha=0.5)
-        ax.plot([est.capacity_rps], [y], "o", color="C0")
-    ax.set_yticks(range(len(searched)), [s.name for s in searched])
-    ax.invert_yaxis()
-    ax.set_xlabel("scheduled rate (req/s): fitted capacity (dot), 95 % interval (bar)")
-    ax.set_title("capacity under the SLOs")
-    ax.grid(True, alpha=0.3)
-    for ax, key, limit, name in ((axes[1], "ttft_p99_ms", slo.ttft_p99_ms, "P99 TTFT (ms)"),
-                                 (axes[2], "tpot_p99_ms", slo.tpot_p99_ms, "P99 TPOT (ms)")):
-        for i, s in enumerate(searched[:2]):
-            ok = sorted((p.rate_rps, p.detail[key]) for p in s.probes if p.passed and p.detail.get(key) is not None)
-            bad = sorted((p.rate_rps, p.detail[key]) for p in s.probes
-                         if not p.passed and p.detail.get(key) is not None)
-            both = sorted(ok + bad)
-            if both:
-                ax.plot(*zip(*both, strict=True), "-", color=f"C{i}", alpha=0.4)
-            if ok:
-                ax.plot(*zip(*ok, strict=True), "o", color=f"C{i}", label=f"{s.name} pass")
-            if bad:
-                ax.plot(*zip(*bad, strict=True), "o", mfc="none", color=f"C{i}", label=f"{s.name} fail")
-        ax.axhline(limit, color="red", lw=1, alpha=0.6, label="SLO")
-        log_y_axis(ax, "offered Poisson rate (req/s)", f"{name}, log scale")
-    fig.suptitle(title)
-    fig.tight_layout()
-    return save_figure(fig, path)
 
 
 def _duel_claim(history: History, ranked: Sequence[Searched], duel: Mapping[str, Any] | None) -> ClaimResult | None:
@@ -252,6 +236,7 @@ def _per_candidate(history: History, ranked: Sequence[Searched], settings: Mappi
                                                    "running_peak", *(m.name for m in ENERGY_COLUMNS))},
             "effective": effective_settings(history.server_log(s.name)),
             "kv_pool_check": pools.get(s.name),
+            "send_lag_pooled": s.send_lag,
             "probes": [
                 {"rate_rps": p.rate_rps, "passed": p.passed, "violated": list(p.violated), **p.detail} for p in s.probes
             ],
@@ -313,13 +298,15 @@ def deployment_reading(
     claim = _duel_claim(history, ranked, duel)
     costs = {s.name: s.peak("peak_memory_gib") for s in ranked}
     gates = numerics_gates(history, candidates, cfg.min_agreement)
-    certs = certifications(history, [s.name for s in ranked], slo)
+    certs = {s.name: s.certified for s in ranked if s.certified is not None}
     verdict = (
-        decide(ranked, claim, duel["rate_rps"] if duel else None, repeats=cfg.repeats, costs=costs, gates=gates,
-               certs=certs)
+        decide(ranked, claim, duel["rate_rps"] if duel else None, repeats=cfg.repeats, costs=costs, gates=gates)
         if slo
         else _no_slo()
     )
+    confirmed = confirm_reading(history, ranked, slo)
+    if confirmed:
+        verdict.record["confirm"] = confirmed
     settings = {c.name: c.settings for c in candidates}
     pools = _pools(history, ranked, mappings)
     details = {
@@ -337,6 +324,8 @@ def deployment_reading(
     lines = _lines(slo, table, verdict, pools)
     lines[2:2] = extension_lines(history)
     lines += [f"exceedance {name}: {c.text()}" for name, c in certs.items()]  # where each may be deployed, bounded
+    lines += [confirmed["text"]] if confirmed else []
+    lines += [f"send lag pooled over {s.name}'s probes: {lag_text(s.send_lag)}" for s in ranked if s.send_lag]
     headline = tuple({"name": f"capacity {s.name}", "metric": "request_rate_rps", "value": _capacity(s),
                       "unit": "req/s", "interval": interval(s)} for s in ranked)
     figures = {"capacity.png": lambda path: capacity_png(ranked, slo, path, title=title)} if slo and ranked else {}
@@ -350,6 +339,33 @@ def deployment_reading(
     return Reading(evidence_level=verdict.evidence_level, decision=verdict.decision, summary=summary,
                    effect=claim.effect if claim else None, repeats=cfg.repeats, details=details, lines=tuple(lines),
                    figures=figures, headline=headline, kind="sweep", next_step=verdict.next_step)
+
+
+def confirm_reading(history: History, ranked: Sequence[Searched], slo: SLO | None) -> dict[str, Any] | None:
+    """The confirming run at the deploy point (``--confirm-s``) read against its candidate's probes, or None."""
+    note = history.notes.get("confirm")
+    if not note:
+        return None
+    found = next((s for s in ranked if s.name == note["candidate"]), None)
+    run = next((r for r in history.of(confirm_label(note["candidate"])) if not r.failure and r.records), None)
+    if slo is None or found is None or found.certified is None or run is None:
+        return {**note, "held": None, "text": "confirming run: did not complete"}
+    labels = history.notes.get("probes", {})
+    runs = [r for r in history.runs if labels.get(r.label, {}).get("candidate") == found.name and not r.failure]
+    probes = [probe_count(r, slo, p.rate_rps) for r, p in zip(runs, found.probes, strict=True)]
+    broken = [v for v in verdict(run, slo, note["rate_rps"]).violated if v in (CLIENT, ERRORS)]
+    return {"candidate": found.name, **confirmation(run, slo, found.certified, probes, broken)}
+
+
+def lag_text(record: Mapping[str, Any]) -> str:
+    """One pooled send-lag judgement in words."""
+    if not record.get("judged"):
+        return record.get("why", "not judged")
+    late = record.get("invalid_repeats") and [f"{c['check']} {c['value_ms']} ms > {c['limit_ms']} ms"
+                                              for c in record["failed"]]
+    return (f"{record['sends']} sends, P95 {record['send_lag_p95_ms']} ms, P99 {record['send_lag_p99_ms']} ms: "
+            + (f"late ({'; '.join(late)}): the probes holding late sends fail on their client schedule" if late
+               else "kept the schedule"))
 
 
 def numerics_gates(history: History, candidates: Sequence[Candidate], min_exact_share: float) -> dict[str, dict]:
