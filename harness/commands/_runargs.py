@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.knobs import add_protocol_argument
 from harness.rundir.directory import Finished
 
 
 def add_run_arguments(p: argparse.ArgumentParser, *, default_out: str) -> None:
-    """``--out``, ``--sign/--no-sign`` and Make's variables; not config fields, since they change no result."""
-    p.add_argument("--out", type=Path, default=Path(default_out), help=f"output root (default: {default_out})")
-    p.add_argument("--sign", action=argparse.BooleanOptionalAction, default=True,
-                   help="sign the run directory into manifests/ under the current directory (default: sign)")
+    """``--out``, ``--sign/--no-sign`` and Make's variables; not config fields, since they change no result (the
+    first two in the protocol group ``--help-all`` lists)."""
+    add_protocol_argument(p, "--out", type=Path, default=Path(default_out),
+                          help=f"output root (default: {default_out})")
+    add_protocol_argument(p, "--sign", action=argparse.BooleanOptionalAction, default=True,
+                          help="sign the run directory into manifests/ under the current directory (default: sign)")
     p.add_argument("--make-vars", default="", help=argparse.SUPPRESS)  # Make's MAKEOVERRIDES (mk/mech.mk, mk/cuda.mk)
 
 

@@ -7,7 +7,7 @@ import argparse
 from harness.commands._runargs import add_run_arguments, print_finished
 from harness.cuda.registry import experiments, get_experiment
 from harness.cuda.runner import DEFAULT_OUT_ROOT, RESULT_FILE, run_experiment
-from harness.knobs import add_config_arguments, config_from_args
+from harness.knobs import add_config_arguments, add_protocol_argument, config_from_args
 from harness.rundir.directory import check_run_target
 
 
@@ -20,10 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     names = p.add_subparsers(dest="experiment", metavar="NAME", required=True)
     for name, exp in experiments().items():
         ep = names.add_parser(name, help=exp.help, description=exp.help)
-        ep.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                        help="where to run (auto: cuda when torch sees a GPU)")
-        add_run_arguments(ep, default_out=str(DEFAULT_OUT_ROOT))
         add_config_arguments(ep, exp.config)
+        add_protocol_argument(ep, "--device", default="auto", choices=("auto", "cpu", "cuda"),
+                              help="where to run (auto: cuda when torch sees a GPU)")
+        add_run_arguments(ep, default_out=str(DEFAULT_OUT_ROOT))
     p.set_defaults(func=run)
 
 

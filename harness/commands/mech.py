@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from harness.commands._runargs import add_run_arguments, print_finished
-from harness.knobs import add_config_arguments, config_from_args
+from harness.knobs import add_config_arguments, add_protocol_argument, config_from_args
 from harness.mech import get_mechanism, mechanisms
 from harness.mech.output import RESULT_FILE, write_mech_run
 from harness.rundir.directory import check_run_target
@@ -20,8 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         q = names.add_parser(mech.name, help=mech.help, description=mech.help)
         add_config_arguments(q, mech.config)
         add_run_arguments(q, default_out="runs/mech")
-        q.add_argument("--run-id", default=None, help="run folder name (default: timestamp + random suffix)")
-        q.add_argument("--quiet", action="store_true", help="print only where the run and its manifest are")
+        add_protocol_argument(q, "--run-id", default=None, help="run folder name (default: timestamp + random suffix)")
+        add_protocol_argument(q, "--quiet", action="store_true", help="print only where the run and its manifest are")
     p.set_defaults(func=run)
 
 

@@ -39,18 +39,18 @@ RECOVERY_SLACK_BYTES = 1 << 20
 
 @dataclass(frozen=True)
 class BudgetConfig(CommonConfig):
-    warmup: int = knob(2, "untimed decode steps per cell", min=0)
-    iters: int = knob(8, "timed decode steps per cell", min=1)
+    warmup: int = knob(2, "untimed decode steps per cell", min=0, group="protocol")
+    iters: int = knob(8, "timed decode steps per cell", min=1, group="protocol")
     arch: str = knob("smollm2-135m", "architecture for random weights (a Llama-architecture model of "
                      "harness.models.shapes, or tiny)")
     model: str = knob("", "the model to load with real weights, as MODEL= names it everywhere: a checkpoint "
                       "directory or a prepared model name (overrides --arch)")
-    layers: int = knob(0, "decoder layers for random weights (0: the model's own count)", min=0)
+    layers: int = knob(0, "decoder layers for random weights (0: the model's own count)", min=0, group="protocol")
     batches: tuple[int, ...] = knob((1, 2, 4), "batch sizes", min=1)
     contexts: tuple[int, ...] = knob((64, 128, 256), "context lengths", min=1)
     dtype: str = knob("auto", "auto: float32 on CPU, bfloat16 on GPU",
                       choices=("auto", "float32", "float16", "bfloat16"))
-    memory_cap_bytes: int = knob(0, "allocator limit in bytes (0: none)", min=0)
+    memory_cap_bytes: int = knob(0, "allocator limit in bytes (0: none)", min=0, group="protocol")
 
     def check(self) -> None:
         super().check()

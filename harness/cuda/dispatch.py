@@ -34,7 +34,8 @@ class DispatchConfig(CommonConfig):
     seq_len: int = knob(128, "tokens per sequence", min=1)
     dtype: str = knob("auto", "auto: float32 on CPU, bfloat16 on GPU", choices=("auto", *AGREEMENT))
     modes: tuple[str, ...] = knob(("eager", "default", "max-autotune"), "modes to compare", choices=MODES)
-    cpu_autotune: bool = knob(False, "also run max-autotune on CPU (minutes of GEMM tuning on few cores)")
+    cpu_autotune: bool = knob(False, "also run max-autotune on CPU (minutes of GEMM tuning on few cores)",
+                              group="protocol")
 
     def check(self) -> None:
         super().check()

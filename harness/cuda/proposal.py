@@ -51,17 +51,18 @@ PROMPTS = (
 
 @dataclass(frozen=True)
 class ProposalConfig(CommonConfig):
-    warmup: int = knob(1, "untimed rounds over every prompt and arm", min=0)
-    iters: int = knob(3, "timed rounds over every prompt and arm", min=1)
+    warmup: int = knob(1, "untimed rounds over every prompt and arm", min=0, group="protocol")
+    iters: int = knob(3, "timed rounds over every prompt and arm", min=1, group="protocol")
     model: str = knob("smollm2-135m", "target: a prepared model name, a checkpoint directory, or tiny")
     draft_layers: int = knob(10, "the draft is the target's first N layers", min=1)
     prompts: int | None = knob(None, f"how many of the {len(PROMPTS)} built-in prompts to use "
                                      "(default: 4 on a GPU, 2 on CPU)", min=1, max=len(PROMPTS))
     max_new_tokens: int | None = knob(None, "tokens generated per call (default: 64 on a GPU, 24 on CPU)", min=1)
-    num_assistant_tokens: int = knob(5, "draft tokens per round (start value for heuristic/dynamic)", min=1)
+    num_assistant_tokens: int = knob(5, "draft tokens per round (start value for heuristic/dynamic)", min=1,
+                                     group="protocol")
     confidence_threshold: float = knob(0.4, "dynamic arm: stop drafting below this draft probability",
-                                       min=0.0, max=1.0)
-    prompt_lookup_tokens: int = knob(10, "prompt_lookup arm: proposal length", min=1)
+                                       min=0.0, max=1.0, group="protocol")
+    prompt_lookup_tokens: int = knob(10, "prompt_lookup arm: proposal length", min=1, group="protocol")
     dtype: str = knob("float32", "weights' dtype", choices=("float32", "float16", "bfloat16"))
     arms: tuple[str, ...] = knob(ARMS, "arms", choices=ARMS)
 

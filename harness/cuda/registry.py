@@ -22,10 +22,10 @@ PACKAGE = "harness.cuda"
 class CommonConfig(KnobConfig):
     """Fields every experiment has; checked when an instance is made (``KnobConfig``)."""
 
-    seed: int = knob(0, "seed of the local RNG that makes the inputs", min=0)
-    warmup: int = knob(3, "untimed calls before each timed series", min=0)
-    iters: int = knob(20, "timed calls per series", min=1)
-    threads: int = knob(0, "torch intra-op CPU threads (0: torch's default)", min=0)
+    seed: int = knob(0, "seed of the local RNG that makes the inputs", min=0, group="protocol")
+    warmup: int = knob(3, "untimed calls before each timed series", min=0, group="protocol")
+    iters: int = knob(20, "timed calls per series", min=1, group="protocol")
+    threads: int = knob(0, "torch intra-op CPU threads (0: torch's default)", min=0, group="protocol")
 
     def sized_for(self, device: str) -> CommonConfig:
         """The config as it runs on ``device`` (an experiment whose unset sizes depend on the device fills them)."""

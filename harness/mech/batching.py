@@ -42,22 +42,24 @@ class BatchingConfig(MechConfig):
     rate_rps: float = knob(8.0, "synthetic: Poisson arrival rate (requests/s)", min=0.001)
     input_mean: int = knob(512, "synthetic: mean prompt tokens (uniform +-50%)", min=1)
     output_mean: int = knob(128, "synthetic: mean output tokens (uniform +-50%)", min=1)
-    seed: int = knob(0, "synthetic: base seed (one derived seed per random dimension)", min=0)
+    seed: int = knob(0, "synthetic: base seed (one derived seed per random dimension)", min=0, group="protocol")
     modes: tuple[str, ...] = knob(("static", "continuous", "disaggregated"), "serving modes", choices=MODES)
     policy: str = knob("fcfs", "waiting-queue policy", choices=POLICIES)
     prefix_cache: str = knob("none", "prefix cache: none, hashed (vLLM), radix (SGLang)", choices=tuple(POOLS))
-    max_num_batched_tokens: int = knob(2048, "token budget per engine step", min=1)
-    max_num_seqs: int = knob(64, "running sequences per step", min=1)
-    block_size: int = knob(16, "tokens per KV block", min=1)
-    num_blocks: int = knob(8192, "KV blocks in the pool", min=1)
-    chunked_prefill: bool = knob(True, "split long prompts across steps")
+    max_num_batched_tokens: int = knob(2048, "token budget per engine step", min=1, group="protocol")
+    max_num_seqs: int = knob(64, "running sequences per step", min=1, group="protocol")
+    block_size: int = knob(16, "tokens per KV block", min=1, group="protocol")
+    num_blocks: int = knob(8192, "KV blocks in the pool", min=1, group="protocol")
+    chunked_prefill: bool = knob(True, "split long prompts across steps", group="protocol")
     queue_timeout_s: float | None = knob(None, "finish a request that waited this long without being scheduled "
-                                         "as timeout", min=0.001)
-    cost_model: str | None = knob(None, "step_cost.json from infkit mech calibrate (default: built-in coefficients)")
+                                         "as timeout", min=0.001, group="protocol")
+    cost_model: str | None = knob(None, "step_cost.json from infkit mech calibrate (default: built-in coefficients)",
+                                  group="protocol")
     model: str = knob("Llama-3-8B", "model whose KV bytes/token size the P/D hand-off")
-    kv_bandwidth_gbps: float = knob(100.0, "P/D link bandwidth (Gb/s)", min=0.001)
-    kv_latency_ms: float = knob(0.5, "P/D link latency per transfer (ms)", min=0.0)
-    overlap: bool = knob(True, "stream the KV layer by layer during prefill (only the excess is exposed)")
+    kv_bandwidth_gbps: float = knob(100.0, "P/D link bandwidth (Gb/s)", min=0.001, group="protocol")
+    kv_latency_ms: float = knob(0.5, "P/D link latency per transfer (ms)", min=0.0, group="protocol")
+    overlap: bool = knob(True, "stream the KV layer by layer during prefill (only the excess is exposed)",
+                         group="protocol")
 
     def check(self) -> None:
         if not self.modes:

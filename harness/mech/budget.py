@@ -39,11 +39,12 @@ class BudgetConfig(MechConfig):
     weight_dtype: str = knob("bf16", "weight dtype for the weight footprint", choices=tuple(DTYPE_BYTES))
     device_memory_gib: float = knob(80.0, "device memory in GiB", min=0.001)
     gpu_memory_utilization: float = knob(0.9, "fraction of device memory the engine may use (vLLM's setting)",
-                                         min=0.01, max=1.0)
-    block_size: int = knob(16, "tokens per KV block", min=1)
+                                         min=0.01, max=1.0, group="protocol")
+    block_size: int = knob(16, "tokens per KV block", min=1, group="protocol")
     max_num_batched_tokens: int = knob(8192, "tokens in the profiling forward pass that sets the activation peak",
-                                       min=1)
-    activation_bytes: int | None = knob(None, "activation peak in bytes (default: estimated from the model)", min=0)
+                                       min=1, group="protocol")
+    activation_bytes: int | None = knob(None, "activation peak in bytes (default: estimated from the model)", min=0,
+                                        group="protocol")
     batches: tuple[int, ...] = knob((1, 2, 4, 8, 16, 32, 64, 128, 256), "batch sizes of the grid", min=1)
     contexts: tuple[int, ...] = knob((512, 1024, 2048, 4096, 8192, 16384, 32768), "context lengths (tokens) of "
                                      "the grid", min=1)

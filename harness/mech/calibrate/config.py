@@ -19,30 +19,31 @@ class CalibrateConfig(MechConfig):
                              "the local Hugging Face cache; --serve starts it (default: smollm2-135m), --endpoint "
                              "takes its identity and tokenizer from it")
     served_name: str | None = knob(None, "--endpoint: the model's name at the endpoint (default: the first on "
-                                   "/v1/models)")
+                                   "/v1/models)", group="protocol")
     tokenizer: str | None = knob(None, "--endpoint: directory of the served model's tokenizer.json (default: "
-                                 "--model's, else the served name's where this machine holds it)")
+                                 "--model's, else the served name's where this machine holds it)", group="protocol")
     record_dir: str = knob("runs/mech/calibrate-live", "live runs: where the measured phases are kept (one folder "
-                           "per run)")
-    request_timeout_s: float = knob(300.0, "live runs: per-request timeout (s)", min=0.001)
+                           "per run)", group="protocol")
+    request_timeout_s: float = knob(300.0, "live runs: per-request timeout (s)", min=0.001, group="protocol")
     enforce_eager: bool = knob(False, "--serve: serve without torch.compile (a start without compiling, slower "
-                               "steps)")
+                               "steps)", group="protocol")
     dtype: str | None = knob(None, "--serve: the served dtype (default: from the host, bfloat16 only where the CPU "
-                             "has AMX or AVX-512 BF16, else float32)", choices=SERVED_DTYPES)
-    start_timeout_s: float = knob(900.0, "--serve: how long the server may take to become healthy (s)", min=0.001)
+                             "has AMX or AVX-512 BF16, else float32)", choices=SERVED_DTYPES, group="protocol")
+    start_timeout_s: float = knob(900.0, "--serve: how long the server may take to become healthy (s)", min=0.001,
+                                  group="protocol")
     profile_records: str | None = knob(None, "requests.jsonl measured on the profiling plan")
     heldout_workload: str | None = knob(None, "held-out workload file")
     heldout_records: str | None = knob(None, "requests.jsonl measured on the held-out workload")
     repeats: int = knob(2, "repetitions of the profiling plan", min=1)
-    gap_s: float = knob(6.0, "idle gap between profiling bursts (s)", min=0.001)
-    noise: float = knob(0.03, "self-check: log-normal noise on synthetic measurements", min=0.0)
-    seed: int = knob(0, "seed of the workloads and of the self-check's noise", min=0)
+    gap_s: float = knob(6.0, "idle gap between profiling bursts (s)", min=0.001, group="protocol")
+    noise: float = knob(0.03, "self-check: log-normal noise on synthetic measurements", min=0.0, group="protocol")
+    seed: int = knob(0, "seed of the workloads and of the self-check's noise", min=0, group="protocol")
     heldout_requests: int = knob(60, "self-check and live runs: held-out requests", min=1)
-    heldout_rate_rps: float = knob(0.5, "self-check and live runs: held-out arrival rate", min=0.001)
-    max_num_batched_tokens: int = knob(4096, "the server's token budget per step", min=1)
-    max_num_seqs: int = knob(32, "the server's running-sequence limit", min=1)
-    block_size: int = knob(16, "tokens per KV block", min=1)
-    num_blocks: int = knob(8192, "KV blocks in the simulated pool", min=1)
+    heldout_rate_rps: float = knob(0.5, "self-check and live runs: held-out arrival rate", min=0.001, group="protocol")
+    max_num_batched_tokens: int = knob(4096, "the server's token budget per step", min=1, group="protocol")
+    max_num_seqs: int = knob(32, "the server's running-sequence limit", min=1, group="protocol")
+    block_size: int = knob(16, "tokens per KV block", min=1, group="protocol")
+    num_blocks: int = knob(8192, "KV blocks in the simulated pool", min=1, group="protocol")
 
     def check(self) -> None:
         recorded = (self.profile_records, self.heldout_workload, self.heldout_records)

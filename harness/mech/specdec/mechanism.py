@@ -31,12 +31,13 @@ class SpecDecConfig(MechConfig):
     gammas: tuple[int, ...] = knob((1, 2, 3, 4, 5, 6, 8), "draft lengths of the formula grid", min=0)
     cost_ratio: float = knob(0.1, "draft/target cost per token c", min=0.0)
     passes: int = knob(20000, "Monte-Carlo verification passes per cell (>= 100 for a meaningful estimate)",
-                       min=100)
-    seed: int = knob(0, "base seed of the Monte-Carlo and schedule simulations", min=0)
+                       min=100, group="protocol")
+    seed: int = knob(0, "base seed of the Monte-Carlo and schedule simulations", min=0, group="protocol")
     topologies: tuple[str, ...] = knob(tuple(TOPOLOGIES), "draft topologies", choices=tuple(TOPOLOGIES))
-    schedule_alpha: float = knob(0.8, "acceptance rate for the proposal-schedule comparison", min=0.0, max=1.0)
-    calls: int = knob(20, "generate() calls per schedule", min=1)
-    tokens_per_call: int = knob(128, "new tokens per generate() call", min=1)
+    schedule_alpha: float = knob(0.8, "acceptance rate for the proposal-schedule comparison", min=0.0, max=1.0,
+                                 group="protocol")
+    calls: int = knob(20, "generate() calls per schedule", min=1, group="protocol")
+    tokens_per_call: int = knob(128, "new tokens per generate() call", min=1, group="protocol")
 
 
 def formula_grid(cfg: SpecDecConfig) -> list[dict[str, Any]]:
