@@ -127,3 +127,46 @@ def test_bench68_reads_acceptance_identity_and_decides_per_workload(bench_env):
     (report,) = audit_paths([outcome.finished.manifest], AuditConfig(root=bench_env))
     assert report.valid, report
     assert Path(result["details"]["arms"][1]["speculative_config"]["model"]) == bench_env / "heads" / "eagle"
+
+
+class LaggingStandIn(SpeculativeStandIn):
+    """The n-gram server answers its 7th request with HTTP 500 (warm-up 1, repeat 1's copy 3 and control 1, then
+    the second request of repeat 2's copy run; 12 in all, so only once), the float32 check's server never: one
+    invalid paired arm run."""
+
+    def server_spec(self, cfg: BackendConfig) -> ServerSpec:
+        spec = super().server_spec(cfg)
+        if "--speculative-config" in spec.argv and cfg.dtype != "float32":
+            return ServerSpec(argv=(*spec.argv, "--fail-every", "7"), port=spec.port, env=spec.env)
+        return spec
+
+
+@pytest.mark.parametrize("reruns", [3, 0])
+def test_bench68_redoes_an_invalid_paired_run_in_its_place_or_stops_naming_the_competing_load(bench_env, monkeypatch,
+                                                                                              reruns):
+    from harness.bench import invalid
+    from harness.bench.hostload import Competitor, HostLoad
+
+    busy = HostLoad(True, 0.5, 2, 1.0, (Competitor("stress", 4121, 0.97),), 3, 0.0)
+    monkeypatch.setattr(invalid, "host_load", lambda: busy)
+    monkeypatch.setattr(runner_mod, "get_backend", lambda name: LaggingStandIn())
+    monkeypatch.setattr(placement_mod, "get_backend", lambda name: LaggingStandIn())
+    cfg = Config(backend="fake", runtime="local", requests=3, control_requests=1, input_tokens=200, output_tokens=12,
+                 warmup_requests=1, resamples=300, mc_passes=200, repeats=2, baseline_alone=False, reruns=reruns)
+    outcome = runner_mod.run_bench(SPEC, cfg, root=bench_env, reporter=Reporter(io.StringIO(), every_s=60))
+    result = outcome.result
+    record = result["details"]["protocol"]["reruns"]
+    labels = [(a["label"], a["repeat"], a["valid"]) for a in result["details"]["arm_runs"]]
+    if reruns:  # redone at once, same repeat and place; the pair is complete and the check still follows
+        assert not outcome.failed and record["used"] == 1 and record["stopped_early"] is None
+        (redo,) = record["runs"]
+        assert (redo["arm"], redo["repeat"], redo["attempt"]) == ("copy/ngram-k4", 2, 2)
+        assert labels[4:6] == [("copy/off@ngram-k4", 2, True), ("copy/ngram-k4", 2, True)]
+        assert labels[-1][0] == "identity/off@ngram-k4"
+        return
+    # the budget spent with a niced job competing: the bench stops at once, naming it, nothing after it runs
+    assert outcome.failed and result["conclusion"]["decision"] == "blocked"
+    message = result["conclusion"]["failure"]["message"]
+    assert message.startswith("copy/ngram-k4 repeat 2 invalid after 1 attempt(s) and the re-run budget (0")
+    assert message.endswith("competing for the CPU: stress (pid 4121, 97% of a core)")
+    assert labels[-1] == ("copy/ngram-k4", 2, False) and record["stopped_early"] == message

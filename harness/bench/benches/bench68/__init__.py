@@ -302,11 +302,12 @@ SPEC = BenchSpec(
         "adopt": "serve the adopted configuration for that traffic only; confirm on the GPU image "
         "(make bench-68 GPU=0), where drafts are cheap relative to the target",
         "reject": "keep speculation off on this platform: verification costs more than accepted drafts save here, "
-        "or (the identical column) it changes the answers",
-        "inconclusive": "raise --repeats or SCALE to narrow the intervals; read the acceptance columns first; a "
-        "row whose outputs differ (identical column) is not fixed by repeats: serve --dtype float32 to check the "
-        "method apart from bf16 numerics",
-        "blocked": "read the failure (server log tail or greedy mismatch) and rerun make bench-68",
+        "or (the identical fp32 column) it changes the answers",
+        "inconclusive": "read the acceptance columns first; a cross-start row needs a bench-00 run from this host "
+        "(make bench-00) to decide; otherwise raise --repeats or SCALE to narrow the intervals; a row whose float32 "
+        "outputs differ (identical fp32 column) is another computation, which repeats do not fix",
+        "blocked": "read the failure (its stage and message, the server log tail under servers/) and rerun make "
+        "bench-68",
         "aborted": "the run was interrupted: rerun make bench-68 for a decision",
     },
 )
