@@ -116,8 +116,13 @@ def test_errors_without_crash_are_invalid_but_not_a_failure(workloads, tmp_path)
 
 
 def test_client_bottleneck_makes_the_run_invalid(workloads, tmp_path, monkeypatch):
-    # every wake-up kept as a stall and every stall judged: each request's life overlaps one
-    monkeypatch.setattr("harness.client.runner.STALL_RECORD_MS", -1.0)
+    # a client whose loop never ran on time: every probe interval kept as a stall, and every stall judged
+    from harness.client import runner
+
+    def note(self, due: float, woke: float) -> None:
+        self.stalls.append((due - runner.LAG_PROBE_INTERVAL_S - self.t0, woke - self.t0))
+
+    monkeypatch.setattr(runner._LagMonitor, "note", note)
     with FakeOpenAIServer(FakeConfig(ttft_s=0.005, gap_s=0.001)) as srv:
         doc = measure(
             _cfg(

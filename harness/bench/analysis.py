@@ -33,6 +33,7 @@ from harness.bench.claims import (
     primary_index,
     secondary_entries,
 )
+from harness.bench.exclusion import kept, usable
 from harness.bench.metrics import Metric, basis_summary
 from harness.bench.records import ArmRun, Reading, completed_runs
 from harness.bench.spec import History, Plan
@@ -96,7 +97,7 @@ def headline_entries(history: History, plan: Plan, results: Sequence[ClaimResult
     if plan.claims:
         metric = plan.claims[primary].metric
         for label in dict.fromkeys(x for c in plan.claims for x in (c.baseline, c.treatment)):
-            done = [r for r in completed_runs(history.runs, label) if r.valid]
+            done = [kept(r, metric) for r in completed_runs(history.runs, label) if usable(r, metric)]
             if done:
                 n = sum(len(metric.samples(r.records)) for r in done) if metric.samples else None
                 duration = sum(((r.result.get("performance") or {}).get("throughput") or {}).get("duration_s") or 0.0

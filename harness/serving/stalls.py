@@ -14,11 +14,13 @@ it overlapped:
 A send later than the send-lag limit (judged over ``min_lag_samples`` sends, as the run rule is) adds its lag to its
 own request's TTFT and E2E, which count from ready, and is excluded from those (not from its decode).
 
-A request is excluded from the figures of each part of its life a stall overlapped; it is counted and named in the
-result. The run stays valid for a part while the excluded share of the requests that have it is at most
-``MAX_EXCLUDED_SHARE``, and for its rates while the stalls held the client for at most ``RUN_STALL_SHARE`` of the run;
-past either it is invalid for those figures, with the reason. Where the excursions were not kept (an older client,
-or more than the monitor keeps), the run is judged by its loop-lag P99 as a whole (``harness.serving.validity``).
+A request is excluded from the figures of each part of its life its stalls overlapped by more than ``lag_fraction``
+(5 %) of that part's length — what they can move it by, judged as every client lag is (a 25 ms stall is nothing
+against a 10 s E2E and everything against a 50 ms TTFT); it is counted and named in the result. The run stays
+valid for a part while the excluded share of the requests that have it is at most ``MAX_EXCLUDED_SHARE``, and for
+its rates while the stalls held the client for at most ``RUN_STALL_SHARE`` of the run; past either it is invalid for
+those figures, with the reason. Where the excursions were not kept (an older client, or more than the monitor
+keeps), the run is judged by its loop-lag P99 as a whole (``harness.serving.validity``).
 """
 
 from __future__ import annotations
@@ -65,18 +67,23 @@ def windows(rec: RequestRecord) -> dict[str, tuple[float, float]]:
 
 
 def excluded_requests(records: Sequence[RequestRecord], stalls: Sequence[Stall], stall_ms: float,
-                      late_ms: float | None) -> dict[str, dict[int, str]]:
-    """By span, the requests to leave out and why: a stall past ``stall_ms`` of their own process overlapped that
-    part of their life, or (``ttft`` and ``e2e``) they were sent more than ``late_ms`` late."""
+                      late_ms: float | None, fraction: float) -> dict[str, dict[int, str]]:
+    """By span, the requests to leave out and why: stalls past ``stall_ms`` of their own process overlapped that part
+    of their life by more than ``fraction`` of its length, or (``ttft`` and ``e2e``) they were sent more than
+    ``late_ms`` late."""
     out: dict[str, dict[int, str]] = {span: {} for span in SPANS}
     judged = [s for s in stalls if s.ms > stall_ms]
     for rec in records:
         parts = windows(rec)
-        for stall in (s for s in judged if s.worker == rec.worker):
-            for span, (a, b) in parts.items():
-                if stall.start_s < b and stall.end_s > a:
-                    out[span].setdefault(rec.index, f"client stall {stall.start_s:.3f}-{stall.end_s:.3f} s "
-                                                    f"({stall.ms:.0f} ms)")
+        mine = [s for s in judged if s.worker == rec.worker]
+        for span, (a, b) in parts.items():
+            hit = [s for s in mine if s.start_s < b and s.end_s > a]
+            overlap = sum(min(b, s.end_s) - max(a, s.start_s) for s in hit)
+            if hit and overlap > fraction * (b - a):
+                first = hit[0]
+                out[span][rec.index] = (f"client stall {first.start_s:.3f}-{first.end_s:.3f} s ({first.ms:.0f} ms)"
+                                        + (f" and {len(hit) - 1} more" if len(hit) > 1 else "")
+                                        + f", {overlap * 1e3:.0f} ms of its {(b - a) * 1e3:.0f} ms")
         lag_ms = (rec.send_lag_s or 0.0) * 1e3
         if parts and late_ms is not None and lag_ms > late_ms:
             for span in ("ttft", "e2e"):
@@ -101,10 +108,10 @@ def _duration_s(records: Sequence[RequestRecord]) -> float:
 
 
 def stall_validity(records: Sequence[RequestRecord], stalls: Sequence[Stall], *, stall_ms: float,
-                   late_ms: float | None) -> dict[str, Any]:
+                   late_ms: float | None, fraction: float = 0.05) -> dict[str, Any]:
     """``details.client.stalls``: the stalls judged, the requests excluded per span (named), the run's validity per
     figure, and a reason for each figure past its limit (reasons start with ``STALL_REASON``)."""
-    excluded = excluded_requests(records, stalls, stall_ms, late_ms)
+    excluded = excluded_requests(records, stalls, stall_ms, late_ms, fraction)
     reasons, valid_for, share = [], {}, {}
     for span in SPANS:
         have = sum(1 for r in records if span in windows(r))
@@ -121,7 +128,7 @@ def stall_validity(records: Sequence[RequestRecord], stalls: Sequence[Stall], *,
         reasons.append(f"{STALL_REASON} held the client for {share['run']:.1%} of the run's {duration:.1f} s "
                        f"> {RUN_STALL_SHARE:.0%}: its rates over the run are moved")
     judged = [s for s in stalls if s.ms > stall_ms]
-    return {"recorded": True, "stall_ms": round(stall_ms, 3), "late_send_ms": late_ms,
+    return {"recorded": True, "stall_ms": round(stall_ms, 3), "late_send_ms": late_ms, "overlap_fraction": fraction,
             "stalls": [{"worker": s.worker, "start_s": round(s.start_s, 4), "end_s": round(s.end_s, 4),
                         "ms": round(s.ms, 1)} for s in judged[:64]],
             "stalls_judged": len(judged),

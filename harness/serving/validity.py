@@ -112,7 +112,7 @@ def stall_record(records: Sequence[RequestRecord], health: ClientHealth, limits:
     stall_ms = lag_limit_ms(stats, limits, limits.loop_lag_p99_ms, "ttft_p99_ms") or limits.loop_lag_p99_ms
     late_ms = (lag_limit_ms(stats, limits, limits.send_lag_p99_ms, "ttft_p99_ms", gap=False)
                if stats["sends"] >= limits.min_lag_samples else None)
-    return stall_validity(records, health.stalls, stall_ms=stall_ms, late_ms=late_ms)
+    return stall_validity(records, health.stalls, stall_ms=stall_ms, late_ms=late_ms, fraction=limits.lag_fraction)
 
 
 def schedule_reasons(records: Sequence[RequestRecord], health: ClientHealth, limits: ValidityLimits, *,
