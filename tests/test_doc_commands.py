@@ -1,15 +1,19 @@
-"""Every `infkit ...` command a page shows in a code block parses; the bench commands that start nothing run.
+"""Every `infkit ...` command a page shows in a code block runs here as a reader would run it, and every `make ...`
+names a target Make knows.
 
-Placeholders (NN, URL, FILE, DIR, <run_id>, ...) become small values. A line that is a synopsis rather than a
-command (``...``, ``[--flag]``, ``a|b``) is checked for its command's name only; a line of output
-(``infkit bench: error: ...``) is not a command. Commands that would start servers, sign, or need a signed run are
-parsed, not run: ``UNRUN`` says why for each kind.
+Placeholders (NN, URL, FILE, DIR, <run_id>, ...) become small values; a run, manifest or trust file a command needs
+is made first (a CPU mechanism's run, signed or not, stands in for a bench's), the committed reference runs stand in
+for a bench run's documents, and a bench command runs as ``--dry-run`` (the whole plan, no server). A line that is a
+synopsis rather than a command (``...``, ``[--flag]``, ``a|b``) is checked for its command's name only; a line of
+output (``infkit bench: error: ...``) is not a command. What would start a server or a container, or needs a GPU,
+is parsed, not run: ``UNRUN`` says why for each kind.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,20 +26,21 @@ PLACEHOLDERS = {"NN": "69", "URL": "http://127.0.0.1:8000", "FILE": "w.jsonl", "
                 "NAME": "m", "$ARGS": "", "~/trust.json": "trust.json", "<run_id>": "20260101T000000Z-abcdef",
                 "run.yaml": "docs/runfiles/bench-69.yaml"}
 NAMES = {"cuda": "proposal", "mech": "budget", "model": "smollm2-135m"}  # NAME where a command takes a registry name
-# the commands a test may run here: nothing started, nothing written outside stdout
+# the bench options that start nothing
 RUNS = ("--help", "--help-all", "--print-config", "--print-schema", "--dry-run")
 UNRUN = {
-    "audit": "needs a signed run (tests/manifest covers it)",
-    "sign": "needs a finished run directory (tests/manifest covers it)",
-    "report": "needs audited runs (tests/report covers it)",
     "run": "measures a server (tests/test_run_flags.py runs its examples' parsing)",
-    "workload": "writes or reads a workload file made with a prepared tokenizer",
     "images": "starts a container",
-    "excerpt": "needs a signed run (tests/manifest covers it)",
-    "validate": "needs a run's result file (tests/test_contract.py validates the examples)",
-    "keys": "writes or reads the user's signing key",
-    "cuda": "needs an NVIDIA GPU and a checkpoint",
-    "bench": "starts servers (only --help, --print-config, --print-schema and --dry-run run here)",
+    "cuda": "needs an NVIDIA GPU and a checkpoint (its --help runs)",
+}
+COMMITTED = ROOT / "benchmarks" / "results"
+STAND_INS = {  # what a page's run and manifest paths are here (the `reader` fixture makes them)
+    "runs/69/<run_id>/comparison.json": str(next(COMMITTED.glob("runs/69/*/comparison.json"), "missing")),
+    "manifests/INF-PREFIX-CACHE/<run_id>.intoto.json": "manifests/INF-ITERATION-BUDGET/signed.intoto.json",
+    "manifests/INF-ITERATION-BUDGET/<run_id>.intoto.json": "manifests/INF-ITERATION-BUDGET/signed.intoto.json",
+    "manifests/INF-PREFIX-CACHE": "manifests/INF-ITERATION-BUDGET",
+    "runs/69/<run_id>": "runs/mech/budget/unsigned", "RUN_DIR": "runs/mech/budget/unsigned",
+    "excerpt RUN ": "excerpt runs/mech/budget/signed ", "DEST": "dest",
 }
 
 
@@ -68,21 +73,66 @@ def test_the_pages_show_commands():
     assert len(COMMANDS) >= 40, COMMANDS
 
 
+NEEDS_RUNS = ("sign", "audit", "excerpt", "report", "keys")
+
+
+@pytest.fixture
+def reader(tmp_path, monkeypatch, tokenizer_dir):
+    """A reader's folder, with a signing key and trust policy of their own."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("INFKIT_SIGNING_KEY_PEM", raising=False)
+    return tokenizer_dir
+
+
+def _make_runs() -> None:
+    """A signed and an unsigned mechanism run (the first makes the key), and a trust policy naming the key."""
+    budget = ["mech", "budget", "--batches", "1", "--contexts", "512", "--out", "runs/mech", "--quiet"]
+    assert main([*budget, "--run-id", "signed"]) == 0 and main([*budget, "--run-id", "unsigned", "--no-sign"]) == 0
+    assert main(["keys", "trust", "trust.json"]) == 0
+
+
+def _here(command: str, tokenizer_dir: Path) -> list[str]:
+    for page_path, here in STAND_INS.items():
+        command = command.replace(page_path, here)
+    words = _argv(command.replace("--tokenizer DIR", f"--tokenizer {shlex.quote(str(tokenizer_dir))}"))
+    # a repository file the page names (a run file, the committed results) is read where it is
+    return words[:1] + [str(ROOT / w) if not Path(w).exists() and (ROOT / w).exists() else w for w in words[1:]]
+
+
 @pytest.mark.parametrize("where, command", COMMANDS, ids=[w for w, _ in COMMANDS])
-def test_every_command_a_page_shows_parses(where, command, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(ROOT)
+def test_every_command_a_page_shows_runs_or_parses(where, command, reader, capsys):
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
-    words = _argv(command)
+    words = _here(command, reader)
     assert words[0] in commands, f"{where}: no command {words[0]!r}"
     if _synopsis(command):
         return  # a usage line: its command exists; the flags it sketches are each command's --help
-    if any(w in RUNS for w in words) and words[0] == "bench":
-        code = _exit_code(lambda: main(words))
-        assert code == 0, (where, capsys.readouterr().err)
+    if words[0] in UNRUN and not {"--help", "--help-all"} & set(words):
+        assert _exit_code(lambda: parser.parse_args(expand_argv(words))) == 0, (where, capsys.readouterr().err)
         return
-    assert words[0] in UNRUN, f"{where}: say why this command does not run here, or run it"
-    assert _exit_code(lambda: parser.parse_args(expand_argv(words))) == 0, (where, capsys.readouterr().err)
+    if words[0] == "bench" and not set(RUNS) & set(words):
+        words.append("--dry-run")  # the whole plan, checked, without a server
+    if words[0] in NEEDS_RUNS:
+        _make_runs()
+    if words[:2] == ["workload", "show"]:
+        assert main(["workload", "make", "shared-prefix", "--tokenizer", str(reader), "--groups", "2",
+                     "--prompts-per-group", "2", "--prefix-tokens", "32", "--concurrency", "1", "-o", words[2]]) == 0
+    assert _exit_code(lambda: main(words)) == 0, (where, words, capsys.readouterr().err)
+    if words[0] == "report":  # it exits 0 with INVALID rows too: the stand-in run must read VALID
+        assert "1 VALID, 0 INVALID" in capsys.readouterr().out
+
+
+def test_every_make_target_a_page_shows_is_one_make_knows():
+    shown = {(page.name, m.group(1)) for page in PAGES
+             for block in re.findall(r"```[a-z]*\n(.*?)```", page.read_text(), re.S)
+             for m in re.finditer(r"^\s*(?:\$ )?(?:[A-Z_]+=\S+\s+)*make\s+([a-z][a-z0-9-]*)", block, re.M)}
+    database = subprocess.run(["make", "-C", str(ROOT), "-pn", "help"], capture_output=True, text=True).stdout
+    known = set(re.findall(r"^([a-zA-Z0-9_%-]+):", database, re.M))
+    patterns = [re.compile(re.escape(t).replace("%", ".+") + "$") for t in known if "%" in t]
+    unknown = {(page, t) for page, t in shown if t not in known and not any(p.match(t) for p in patterns)
+               and not t.endswith("-NAME")}
+    assert len(shown) >= 30 and not unknown, unknown
 
 
 def _exit_code(call) -> int:
