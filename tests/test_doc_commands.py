@@ -1,5 +1,6 @@
-"""Every `infkit ...` command a page shows in a code block runs here as a reader would run it, and every `make ...`
-names a target Make knows.
+"""Every `infkit ...` command a page shows in a code block runs here as a reader would run it, every command a page
+names (in a code block or a code span of its prose) exists with each flag it shows, and every `make ...` names a
+target Make knows.
 
 Placeholders (NN, URL, FILE, DIR, <run_id>, ...) become small values; a run, manifest or trust file a command needs
 is made first (a CPU mechanism's run, signed or not, stands in for a bench's), the committed reference runs stand in
@@ -11,6 +12,7 @@ is parsed, not run: ``UNRUN`` says why for each kind.
 
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
 import subprocess
@@ -56,7 +58,18 @@ def _commands() -> list[tuple[str, str]]:
     return found
 
 
+def _inline() -> list[tuple[str, str]]:
+    """The commands prose names in code spans, once each (the page that names one first)."""
+    found: dict[str, str] = {}
+    for page in PAGES:
+        prose = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for span in re.findall(r"`(?:\.venv/bin/)?(infkit [^`]+)`", prose):
+            found.setdefault(" ".join(span.split()), page.name)
+    return [(f"{page}: {command}", command) for command, page in found.items()]
+
+
 COMMANDS = _commands()
+INLINE = _inline()
 
 
 def _synopsis(command: str) -> bool:
@@ -121,6 +134,55 @@ def test_every_command_a_page_shows_runs_or_parses(where, command, reader, capsy
     assert _exit_code(lambda: main(words)) == 0, (where, words, capsys.readouterr().err)
     if words[0] == "report":  # it exits 0 with INVALID rows too: the stand-in run must read VALID
         assert "1 VALID, 0 INVALID" in capsys.readouterr().out
+
+
+def _parser_of(words: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
+    """The (sub)parser the leading words name, and the words that name it."""
+    parser, named = build_parser(), []
+    for word in words:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is None or word not in sub.choices:
+            break
+        parser, named = sub.choices[word], [*named, word]
+    return parser, named
+
+
+@pytest.mark.parametrize("where, command", COMMANDS + INLINE, ids=[w for w, _ in COMMANDS + INLINE])
+def test_every_command_a_page_names_exists_with_each_flag_it_shows(where, command, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    words = _argv(command)
+    if "--config" in words:  # a run file names the bench whose flags follow: the page's example stands in
+        words[words.index("--config") + 1] = PLACEHOLDERS["run.yaml"]
+        words = expand_argv(words)
+    parser, named = _parser_of(words)
+    assert named, f"{where}: no command {words[0]!r}"
+    options = {o: action for action in parser._actions for o in action.option_strings}
+    own = _own_words(words[len(named):], parser, options)
+    shown = set(re.findall(r"(?<![\w-])--[a-z0-9][a-z0-9-]*", " ".join(own)))
+    missing = sorted(shown - set(options))
+    assert not missing, f"{where}: {' '.join(named)} has no {', '.join(missing)}"
+
+
+def _own_words(words: list[str], parser: argparse.ArgumentParser, options: dict[str, argparse.Action]) -> list[str]:
+    """The words up to the first positional where the command passes the rest on (``images run IMAGE CMD...``)."""
+    if not any(a.nargs == argparse.REMAINDER for a in parser._actions):
+        return words
+    own, value = [], False
+    for word in words:
+        if not word.startswith("-") and not value:
+            break
+        own.append(word)
+        action = options.get(word.split("=")[0])
+        value = bool(action and action.nargs != 0 and "=" not in word)
+    return own
+
+
+STARTS_NOTHING = [(w, c) for w, c in INLINE if {"--help", "--help-all", "--dry-run", "--print-config"} & set(c.split())]
+
+
+@pytest.mark.parametrize("where, command", STARTS_NOTHING, ids=[w for w, _ in STARTS_NOTHING])
+def test_every_command_prose_names_that_starts_nothing_runs(where, command, capsys):
+    assert _exit_code(lambda: main(_argv(command))) == 0, (where, capsys.readouterr().err)
 
 
 def test_every_make_target_a_page_shows_is_one_make_knows():
