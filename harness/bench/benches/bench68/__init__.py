@@ -39,7 +39,7 @@ from harness.bench.benches.bench68.arms import (
     spec_arms,
 )
 from harness.bench.benches.bench68.control import CONTROL, CONTROL_CLIENT, WORKLOADS
-from harness.bench.benches.bench68.coresidence import alone_steps
+from harness.bench.benches.bench68.coresidence import ALONE_ARM, alone_steps
 from harness.bench.benches.bench68.identity import FLOAT32, check_plan, measured_dtype
 from harness.bench.lib.hostprofile import sized_shape
 from harness.bench.metrics import (
@@ -251,9 +251,8 @@ def plan(cfg: Config, model: PreparedModel) -> Plan:
     common_settings = {"kv_cache_space_gib": cfg.kv_cache_space_gib, **({"dtype": cfg.dtype} if cfg.dtype else {})}
     servers, bench_arms, phases, claims = [ServerVariant("off", common_settings)], [], [], []
     if cfg.baseline_alone:
-        steps = alone_steps(cfg.repeats)
-        bench_arms.append(steps[0][1])
-        phases.append(Phase("off", ("off",), steps))
+        bench_arms.append(ALONE_ARM)
+        phases.append(Phase("off", ("off",), alone_steps(cfg.repeats), planned_steps=cfg.repeats))
     for sa in arms:
         extra = ("--speculative-config", json.dumps(sa.config, sort_keys=True))
         servers.append(ServerVariant(sa.name, {**common_settings, "extra_args": extra}, optional=True, note=sa.note))

@@ -5,25 +5,33 @@ the two servers share, the companion changes the baseline itself. The plan measu
 alone first (phase ``off``, arm ``copy/off``: the same server start, before any variant is up),
 and the reading reports, per variant, the baseline's paired TPOT p50 and E2E p50 ratio beside it
 (``copy/off@<variant>``) against alone, with the interval. Alone runs come first, so a drift in
-time is folded into the shift; it is reported, not corrected, and decides nothing.
+time is folded into the shift; it is reported, not corrected, and decides nothing (so an invalid alone run is
+left out, never redone).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from harness.bench.claims import claim_effect
 from harness.bench.metrics import E2E_P50, TPOT_P50
 from harness.bench.records import ArmRun
-from harness.bench.spec import Arm, Claim
+from harness.bench.spec import Arm, Claim, History, Step
 
 ALONE = "copy/off"
 
 
-def alone_steps(repeats: int) -> list[tuple[int, Arm]]:
-    """The baseline alone on copy, once per repeat, before any variant starts."""
-    return [(r, Arm(ALONE, "copy", "off")) for r in range(1, repeats + 1)]
+ALONE_ARM = Arm(ALONE, "copy", "off")
+
+
+def alone_steps(repeats: int) -> Callable[[History], Iterator[Step]]:
+    """The baseline alone on copy, once per repeat, before any variant starts. Made while running so an invalid one
+    is left out, never redone: the shift it feeds decides nothing, so it spends none of the re-run budget."""
+    def steps(history: History) -> Iterator[Step]:
+        for r in range(1, repeats + 1):
+            yield r, ALONE_ARM
+    return steps
 
 
 def co_residence(runs: Sequence[ArmRun], variants: Sequence[str], *, seed: int, resamples: int) -> dict[str, Any]:

@@ -83,8 +83,8 @@ def identities(runs: Sequence[ArmRun], variants: Sequence[str], workloads: dict[
     """Per (workload, variant) row: the identity verdict, and (where the measured arms were not float32) the
     measured arms' own agreement, a description. ``workloads``: each variant's measured workloads."""
     judged, described = {}, {}
-    checked = {name: agreement(runs, f"{CHECK}/{name}", reference_outputs(runs, [f"{CHECK}/off@{v}" for v in variants]),
-                               min_exact_share, CHECK_BASIS) for name in variants} if dtype != FLOAT32 else {}
+    check_ref = reference_outputs(runs, [f"{CHECK}/off@{v}" for v in variants])
+    checked = {name: agreement(runs, f"{CHECK}/{name}", check_ref, min_exact_share, CHECK_BASIS) for name in variants}
     for name in variants:
         for w in workloads[name]:
             ref = reference_outputs(runs, [f"{w}/off@{v}" for v in variants])
