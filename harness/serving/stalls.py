@@ -9,18 +9,19 @@ it overlapped:
 - ``ttft``: from ready (scheduled send, or the slot it waited for) to the first token: TTFT, client queue wait;
 - ``decode``: from the first token to the end: TPOT, ITL;
 - ``e2e``: ready to end: E2E;
-- ``run``: the run's rates (throughput), which a stall moves by at most its share of the run's wall time.
+- ``run``: the run's rates (throughput), judged by the loop-lag P99 over the run (a P99 past the limit
+  means the loop was late past it in 1 % of wake-ups: the client was held long enough to move a rate).
 
 A send later than the send-lag limit (judged over ``min_lag_samples`` sends, as the run rule is) adds its lag to its
 own request's TTFT and E2E, which count from ready, and is excluded from those (not from its decode).
 
 A request is excluded from the figures of each part of its life its stalls overlapped by more than ``lag_fraction``
 (5 %) of that part's length — what they can move it by, judged as every client lag is (a 25 ms stall is nothing
-against a 10 s E2E and everything against a 50 ms TTFT); it is counted and named in the result. The run stays
-valid for a part while the excluded share of the requests that have it is at most ``MAX_EXCLUDED_SHARE``, and for
-its rates while the stalls held the client for at most ``RUN_STALL_SHARE`` of the run; past either it is invalid for
-those figures, with the reason. Where the excursions were not kept (an older client, or more than the monitor
-keeps), the run is judged by its loop-lag P99 as a whole (``harness.serving.validity``).
+against a 10 s E2E and everything against a 50 ms TTFT); it is counted and named in the result. The run stays valid
+for a part while the excluded requests that have it are at most ``MAX_EXCLUDED_SHARE`` of them, or one; past it (or,
+for its rates, past the loop-lag P99 limit) it is invalid for those figures, with the reason. Where the excursions
+were not kept (an older client, or more than the monitor keeps), the run is judged by its loop-lag P99 as a whole
+(``harness.serving.validity``).
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ SPAN_TEXT = {"ttft": "time to first token", "decode": "decode (after the first t
 # A share of a run's requests that may be left out of a figure: dropping a share s of n samples keeps the median of
 # the rest between the full sample's quantiles 0.5 - s/2 and 0.5 + s/2, and a decision must read the same with them
 # put back (``harness.bench.exclusion``) or it is capped
-MAX_EXCLUDED_SHARE = 0.25
-RUN_STALL_SHARE = 0.01  # stalls may hold the client this share of the run: a rate over it moves by at most as much
+MAX_EXCLUDED_SHARE = 0.25  # or one request, whatever the run's size: a lone request left out never voids a run
 STALL_REASON = "client stalls"  # how every reason of this rule starts (``harness.bench.invalid`` matches it)
 
 
@@ -91,42 +91,23 @@ def excluded_requests(records: Sequence[RequestRecord], stalls: Sequence[Stall],
     return out
 
 
-def stalled_share(stalls: Sequence[Stall], stall_ms: float, duration_s: float) -> float:
-    """The share of the run some client process spent in a stall past ``stall_ms`` (their union over processes)."""
-    spans = sorted((s.start_s, s.end_s) for s in stalls if s.ms > stall_ms)
-    total, end = 0.0, float("-inf")
-    for a, b in spans:
-        total += max(0.0, b - max(a, end))
-        end = max(end, b)
-    return total / duration_s if duration_s > 0 else 0.0
-
-
-def _duration_s(records: Sequence[RequestRecord]) -> float:
-    sent = [r.sent_s for r in records if r.sent_s is not None]
-    ends = [r.end_s for r in records if r.end_s is not None]
-    return max(ends) - min(sent) if sent and ends else 0.0
-
-
 def stall_validity(records: Sequence[RequestRecord], stalls: Sequence[Stall], *, stall_ms: float,
-                   late_ms: float | None, fraction: float = 0.05) -> dict[str, Any]:
+                   late_ms: float | None, fraction: float = 0.05, run_reason: str | None = None) -> dict[str, Any]:
     """``details.client.stalls``: the stalls judged, the requests excluded per span (named), the run's validity per
-    figure, and a reason for each figure past its limit (reasons start with ``STALL_REASON``)."""
+    figure, and a reason for each figure past its limit (reasons start with ``STALL_REASON``); ``run_reason``: the
+    loop-lag P99's verdict on the run's rates (``harness.serving.validity.stall_record``)."""
     excluded = excluded_requests(records, stalls, stall_ms, late_ms, fraction)
     reasons, valid_for, share = [], {}, {}
     for span in SPANS:
         have = sum(1 for r in records if span in windows(r))
         share[span] = round(len(excluded[span]) / have, 4) if have else 0.0
-        valid_for[span] = share[span] <= MAX_EXCLUDED_SHARE
+        valid_for[span] = len(excluded[span]) <= max(1, MAX_EXCLUDED_SHARE * have)
         if not valid_for[span]:
             reasons.append(f"{STALL_REASON} (or late sends) overlapped the {SPAN_TEXT[span]} of "
                            f"{len(excluded[span])} of {have} requests ({share[span]:.0%} > {MAX_EXCLUDED_SHARE:.0%}): "
                            "too many to leave out of those figures")
-    duration = _duration_s(records)
-    share["run"] = round(stalled_share(stalls, stall_ms, duration), 4)
-    valid_for["run"] = share["run"] <= RUN_STALL_SHARE
-    if not valid_for["run"]:
-        reasons.append(f"{STALL_REASON} held the client for {share['run']:.1%} of the run's {duration:.1f} s "
-                       f"> {RUN_STALL_SHARE:.0%}: its rates over the run are moved")
+    valid_for["run"] = run_reason is None
+    reasons += [run_reason] if run_reason else []
     judged = [s for s in stalls if s.ms > stall_ms]
     return {"recorded": True, "stall_ms": round(stall_ms, 3), "late_send_ms": late_ms, "overlap_fraction": fraction,
             "stalls": [{"worker": s.worker, "start_s": round(s.start_s, 4), "end_s": round(s.end_s, 4),
@@ -134,8 +115,7 @@ def stall_validity(records: Sequence[RequestRecord], stalls: Sequence[Stall], *,
             "stalls_judged": len(judged),
             "excluded": {span: [{"index": i, "why": why} for i, why in sorted(excluded[span].items())]
                          for span in SPANS},
-            "excluded_share": share, "limits": {"max_excluded_share": MAX_EXCLUDED_SHARE,
-                                                "run_stall_share": RUN_STALL_SHARE},
+            "excluded_share": share, "limits": {"max_excluded_share": MAX_EXCLUDED_SHARE, "min_excluded_allowed": 1},
             "valid_for": valid_for, "reasons": reasons}
 
 

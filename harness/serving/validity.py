@@ -33,7 +33,7 @@ from harness.client.records import STATUSES, RequestRecord
 from harness.contract.jsonio import iter_json_lines
 from harness.errors import InvalidInput
 from harness.serving.metrics import PERCENTILE_METHOD
-from harness.serving.stalls import Stall, stall_validity
+from harness.serving.stalls import STALL_REASON, Stall, stall_validity
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,13 @@ def stall_record(records: Sequence[RequestRecord], health: ClientHealth, limits:
     stall_ms = lag_limit_ms(stats, limits, limits.loop_lag_p99_ms, "ttft_p99_ms") or limits.loop_lag_p99_ms
     late_ms = (lag_limit_ms(stats, limits, limits.send_lag_p99_ms, "ttft_p99_ms", gap=False)
                if stats["sends"] >= limits.min_lag_samples else None)
-    return stall_validity(records, health.stalls, stall_ms=stall_ms, late_ms=late_ms, fraction=limits.lag_fraction)
+    p99 = health.loop_lag_p99_ms
+    judged = health.lag_samples is None or health.lag_samples >= limits.min_lag_samples
+    run_reason = (f"{STALL_REASON}: event-loop lag P99 {p99:.1f} ms > {stall_ms:.1f} ms over {health.lag_samples} "
+                  f"wake-ups with {health.workers} client process(es): its rates over the run are moved"
+                  if p99 is not None and judged and p99 > stall_ms else None)
+    return stall_validity(records, health.stalls, stall_ms=stall_ms, late_ms=late_ms, fraction=limits.lag_fraction,
+                          run_reason=run_reason)
 
 
 def schedule_reasons(records: Sequence[RequestRecord], health: ClientHealth, limits: ValidityLimits, *,

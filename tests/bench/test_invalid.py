@@ -17,6 +17,7 @@ from harness.bench.spec import Claim
 from harness.contract import Conclusion
 from harness.progress import Reporter
 from harness.serving.stalls import Stall, stall_validity
+from harness.serving.validity import ClientHealth, ValidityLimits, stall_record
 from tests.bench.test_analysis import read, records
 
 UNIQUE, SHARED, CONTROL = bench69.UNIQUE, bench69.SHARED, bench69.CONTROL
@@ -124,7 +125,9 @@ def stalled_step(repeat: int, label: str, attempt: int = 1) -> ArmRun:
     moved = {i: (r.first_token_s - r.sent_s) * 1e3 + (227.0 if i == 4 else 0.0) for i, r in enumerate(run.records)}
     recs = records(moved)
     start = recs[4].sent_s + 0.05
-    judged = stall_validity(recs, [Stall(0, start, start + 0.227)], stall_ms=20.0, late_ms=None)
+    health = ClientHealth(loop_lag_p99_ms=77.5, loop_lag_max_ms=227.0, workers=1, lag_samples=600,
+                          stalls=(Stall(0, start, start + 0.227),))
+    judged = stall_record(recs, health, ValidityLimits(), timed=False)
     result = {**run.result, "conclusion": {"failure": None, "valid": not judged["reasons"],
                                            "invalid_reasons": judged["reasons"]},
               "details": {"server_metrics": {}, "client": {"stalls": judged}}}
