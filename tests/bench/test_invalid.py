@@ -154,9 +154,15 @@ def test_bench69s_recorded_stall_judged_per_request_keeps_the_run_and_adopts():
     assert entry["consequence"].startswith("left out of the figures of its rates over the run; kept for those of")
     (claim,) = reading.details["claims"]
     assert claim["validity"]["agree"] and claim["validity"]["excluded_requests"] == work.requests
-    conclusion = Conclusion(evidence_level="paired", decision="adopt", next_step="n", repeats=5,
-                            effect=reading.effect, excluded_work=work).to_dict()
-    assert conclusion["excluded_work"]["effect_all"]["n_pairs"] == 5
+    written = Conclusion(evidence_level="paired", decision="adopt", next_step="n", repeats=5,
+                         effect=reading.effect, excluded_work=work).to_dict()
+    assert written["excluded_work"]["effect_all"]["n_pairs"] == 5
+    text = summary_text("bench-69", "", reading, {"conclusion": {**conclusion(reading), **written}}, 1.0)
+    flat = " ".join(text.split())
+    assert flat.startswith("bench-69: ADOPT (paired evidence, VALID)")
+    assert f"excluded: 1 request(s) a client stall overlapped ({SHARED} repeat 3 request 4 (time to first token)" in flat
+    assert "on every request ADOPT" in flat and "too: the decision stands" in flat
+    assert f"- {SHARED} repeat 3 (left out of the figures of its rates over the run; kept for those of" in flat
 
 
 def test_a_decision_that_rests_on_the_excluded_requests_is_capped_at_inconclusive():
