@@ -8,7 +8,9 @@ and the mean arrival gap, P99 against 5 % of the TTFT P99; ``lag_limit_ms``), wi
 When the pooled lag fails, the runs that hold a send later than the failed limit are invalid ("client send lag
 ... pooled over N repeats"): their late sends are the ones that moved the arrivals or their own latency; the runs
 whose sends all kept the schedule stay valid. Runs already judged alone (>= 50 sends) are not pooled. A search's
-probes (bench-72: one run per rate) are pooled the same way per candidate by its own reading (``judge_pool``).
+probes (bench-72: one run per rate) are pooled per candidate by its own reading (``judge_pool``) on the load check
+alone against the fastest probe's gap: its verdicts count latency from the scheduled send, where a late send can
+only add to a latency; what it can flatter is the load.
 """
 
 from __future__ import annotations
@@ -34,8 +36,22 @@ def _lags_ms(run: ArmRun) -> list[float]:
     return [r.send_lag_s * 1e3 for r in run.records if r.send_lag_s is not None]
 
 
-def _pooled_stats(runs: Sequence[ArmRun]) -> dict[str, Any]:
-    """The figures ``lag_limit_ms`` reads, over the runs' requests pooled (the mean arrival gap: the runs' mean)."""
+def _scheduled_gap_ms(run: ArmRun) -> float | None:
+    """The mean gap between a run's scheduled sends (ms), from its records."""
+    times = sorted(r.scheduled_s for r in run.records if r.scheduled_s is not None)
+    return 1e3 * (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 and times[-1] > times[0] else None
+
+
+def _pooled_stats(runs: Sequence[ArmRun], load_only: bool = False) -> dict[str, Any]:
+    """The figures ``lag_limit_ms`` reads, over the runs' requests pooled (the mean arrival gap: the runs' mean).
+    ``load_only``: latency counts from the scheduled send, so a late send moves only the load: no TTFT reference,
+    and the gap is the fastest run's (where a late send moves the load most)."""
+    if load_only:
+        gaps = [g for run in runs if (g := _scheduled_gap_ms(run))]
+        late_ms = [x for run in runs for x in _lags_ms(run)]
+        p95 = float(np.percentile(late_ms, 95, method=PERCENTILE_METHOD)) if late_ms else None
+        return {"sends": len(late_ms), "send_lag_p95_ms": p95, "send_lag_p99_ms": None, "ttft_p50_ms": None,
+                "ttft_p99_ms": None, "mean_arrival_gap_ms": min(gaps) if gaps else None}
     lags = np.asarray([x for run in runs for x in _lags_ms(run)])
     ttft = [(r.first_token_s - r.sent_s) * 1e3 for run in runs for r in run.records
             if r.completed and r.first_token_s is not None and r.sent_s is not None]
@@ -58,15 +74,16 @@ def judge_arm(runs: Sequence[ArmRun], label: str) -> tuple[dict[str, Any] | None
     return record, {small[i].repeat: why for i, why in reasons.items()}
 
 
-def judge_pool(small: Sequence[ArmRun], name: str, unit: str = "runs") -> tuple[dict[str, Any] | None,
-                                                                                dict[int, str]]:
+def judge_pool(small: Sequence[ArmRun], name: str, unit: str = "runs", *,
+               load_only: bool = False) -> tuple[dict[str, Any] | None, dict[int, str]]:
     """The pooled judgement of ``small`` (runs of one arm, or one search's probes, each too small to be judged
     alone; the caller picks them) as ``name``, and the reason for each run (by its index in ``small``) it makes
-    invalid: the runs holding a send later than the failed limit."""
+    invalid: the runs holding a send later than the failed limit. ``load_only``: only the load check
+    (``_pooled_stats``), for readings whose latencies count from the scheduled send."""
     if not small:
         return None, {}
     limits = limits_of(small[0])
-    stats = _pooled_stats(small)
+    stats = _pooled_stats(small, load_only)
     record: dict[str, Any] = {"arm": name, "runs": [r.label for r in small], "sends": stats["sends"],
                               "send_lag_p95_ms": _round(stats["send_lag_p95_ms"]),
                               "send_lag_p99_ms": _round(stats["send_lag_p99_ms"]), "judged": False, "failed": []}
@@ -75,10 +92,11 @@ def judge_pool(small: Sequence[ArmRun], name: str, unit: str = "runs") -> tuple[
         return record, {}
     record["judged"] = True
     checks = (("P95", stats["send_lag_p95_ms"], lag_limit_ms(stats, limits, limits.send_lag_p99_ms),
-               "TTFT P50 / mean arrival gap"),
+               "mean arrival gap" if load_only else "TTFT P50 / mean arrival gap"),
               ("P99", stats["send_lag_p99_ms"],
                lag_limit_ms(stats, limits, limits.send_lag_p99_ms, "ttft_p99_ms", gap=False), "TTFT P99"))
-    failed = [(name, value, limit, what) for name, value, limit, what in checks if limit is not None and value > limit]
+    failed = [(n, value, limit, what) for n, value, limit, what in checks
+              if limit is not None and value is not None and value > limit]
     if not failed:
         return record, {}
     record["failed"] = [{"check": n, "value_ms": _round(v), "limit_ms": _round(lim)} for n, v, lim, _ in failed]

@@ -659,7 +659,17 @@ def test_a_candidates_probes_too_small_alone_are_judged_for_send_lag_pooled():
     history.runs[1] = late
     got = Campaign(history.cfg, ("a",), None, "cpu-server").searched(history, "a")
     assert got.probes[0].passed and not got.probes[1].passed and got.probes[1].violated[0] == "client schedule"
-    assert "pooled over 2 probes of a's probes" in got.probes[1].detail["client_reasons"][0]
+    assert "pooled over 2 probes of a > " in got.probes[1].detail["client_reasons"][0]
+    from harness.bench.benches.bench72.decision import lag_text
+
+    assert lag_text(got.send_lag).startswith("60 sends, P95 200.0 ms: late (P95 200.0 ms > 25.0 ms)")
+    assert lag_text(on_time.send_lag) == "60 sends, P95 0.0 ms: kept the schedule"
+
+
+def test_the_plan_states_the_claim_the_probe_size_can_make():
+    note = bench72.claim_note(bench72.Config())
+    assert "a probe of 12 requests at best <= 22.1%" in note and "needs >= 299" in note and "--confirm-s" in note
+    assert "(300 s set)" in bench72.claim_note(bench72.Config(confirm_s=300.0))
 
 
 def test_the_confirming_run_replays_the_deploy_point_and_says_whether_the_claim_held():

@@ -3,8 +3,8 @@
 Two candidates (max_num_seqs 8 and 2), the cpu-server SLO tier, the same four-rate schedule each (centred
 on a light-load probe's rate) and, when one stands alone, a two-round duel: every result is schema-valid, the
 engines' effective settings are read back,
-memory and KV usage at capacity are recorded, the decision is capped (two pairs < three) and the
-manifest audits VALID.
+memory and KV usage at capacity are recorded, a certified rate is replayed by a 4-s confirming run, the decision
+is capped (two pairs < three) and the manifest audits VALID.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ TINY = [
     "none",
     "--probe-seconds",
     "2",
+    "--confirm-s",
+    "4",
     EAGER,
 ]
 
@@ -68,9 +70,10 @@ def test_tiny_bench72_searches_two_candidates_and_writes_a_decision_record(tmp_p
     assert set(cands) == {"bf16-s8-kv1", "bf16-s2-kv1"}
     slo = details["slo"]
     for name, cand in cands.items():
-        # every recorded probe is a measured run on disk, within the four-rate schedule
+        # every recorded probe is a measured run on disk, within the four-rate schedule and the two rungs it adds
+        # below a foot that broke a limit (--schedule-extend-below)
         runs = list(run_dir.glob(f"arms/{name} rate=*/r*/result.json"))
-        assert len(cand["probes"]) == len(runs) and len(runs) <= 4, (name, len(runs))
+        assert len(cand["probes"]) == len(runs) and len(runs) <= 4 + len(details["schedule"]["extended_below"])
         for p in cand["probes"]:  # each verdict follows from the stated SLOs and the client's schedule
             judged = p["slo_compliance"]  # at most 1 % of the requests over each P99 limit, from the scheduled send
             assert judged["TTFT P99"]["limit_ms"] == slo["ttft_p99_ms"]
@@ -90,6 +93,10 @@ def test_tiny_bench72_searches_two_candidates_and_writes_a_decision_record(tmp_p
     assert seqs == {"bf16-s8-kv1": "8", "bf16-s2-kv1": "2"}
     record = details["decision_record"]
     assert record["deploy"] in cands and "rule" in record and "binding_constraint" in record
+    if any(e["lower_rps"] for e in record["exceedance"].values()):  # a certified rate: replayed there for 4 s
+        confirm = record["confirm"]
+        assert confirm["candidate"] in cands and confirm["held"] in (True, False) and confirm["text"]
+        assert list(run_dir.glob(f"arms/confirm {confirm['candidate']}/r1/result.json"))
     concl = sweep["conclusion"]
     if record.get("duel"):  # a leader with a capacity: the top two ran interleaved, two rounds
         assert record["duel"]["effect"]["n_pairs"] == 2

@@ -80,8 +80,8 @@ def run72(root: Path, **overrides):
 def test_two_candidates_get_one_schedule_and_capacities_fitted_between_its_rates(fake_root, monkeypatch):
     from harness.bench.benches.bench72 import capacity as capacity_mod
 
-    # the stand-in answers in milliseconds, so the pooled send lag (5 % of that) fails every probe: this test reads
-    # the fit and the schedule; the pooled judgement is test_bench72_analysis's
+    # the stand-in's fastest probes send every few milliseconds, so the pooled send lag (5 % of that gap) fails
+    # every probe: this test reads the fit and the schedule; the pooled judgement is test_bench72_analysis's
     monkeypatch.setattr(capacity_mod, "too_small", lambda run: False)
     outcome = run72(fake_root, baseline="none")
     run_dir = outcome.run_dir

@@ -211,9 +211,9 @@ class Campaign:
         runs = [run for run in history.runs
                 if run.label in labels and labels[run.label]["candidate"] == name and not run.failure]
         small = [i for i, run in enumerate(runs) if too_small(run)]
-        lag, late = judge_pool([runs[i] for i in small], f"{name}'s probes", "probes")
-        probes = tuple(lagged(verdict(run, slo, labels[run.label]["rate_rps"]), late.get(small.index(i)))
-                       if i in small else verdict(run, slo, labels[run.label]["rate_rps"])
+        lag, late = judge_pool([runs[i] for i in small], name, "probes", load_only=True)
+        reasons = {small[i]: why for i, why in late.items()}  # by the run's index in ``runs``
+        probes = tuple(lagged(verdict(run, slo, labels[run.label]["rate_rps"]), reasons.get(i))
                        for i, run in enumerate(runs))
         names, rate = binding(probes)  # the start rate does not change how probes are read
         estimate = estimate_capacity(self.samples(runs, probes), {TTFT_P99.name: slo.ttft_p99_ms,

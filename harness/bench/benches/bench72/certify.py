@@ -68,6 +68,14 @@ def deploy_text(name: str, ex: ExceedanceCapacity | None) -> str:
     return f"deploy {name} up to {ex.lower_rps:.3g} req/s (one-sided lower bound: {ex.claim_text()})"
 
 
+def bound_text(cert: ExceedanceCapacity | None) -> str:
+    """A candidate's certified bound in a few words, for a summary."""
+    if cert is None or cert.lower_rps is None:
+        return "no rate certified"
+    return (f"certified up to {cert.lower_rps:.3g} req/s (<= {cert.claim_exceedance or cert.max_exceedance:.1%} "
+            "over the SLOs)")
+
+
 def confirmation(run: ArmRun, slo: Any, ex: ExceedanceCapacity, probes: Sequence[ProbeCount],
                  broken: Sequence[str] = ()) -> dict[str, Any]:
     """The confirming run at the deploy point read as one more probe against the candidate's ceiling: the claim

@@ -39,7 +39,7 @@ from harness.bench.benches.bench72.capacity import (
     duel_label,
     verdict,
 )
-from harness.bench.benches.bench72.certify import confirmation, deploy_text, probe_count
+from harness.bench.benches.bench72.certify import bound_text, confirmation, deploy_text, probe_count
 from harness.bench.benches.bench72.gate import REFERENCE_RULE, agreement, changes_numerics, numerics_of, reference_of
 from harness.bench.benches.bench72.plot import capacity_png
 from harness.bench.lib.capacity_fit import Estimate, Ranking, rank
@@ -121,13 +121,14 @@ def decide(ranked: Sequence[Searched], duel: ClaimResult | None, duel_rate: floa
         "deploy_up_to_rps": certs[chosen.name].lower_rps if chosen.name in certs else None,
         "deploy_rule": DEPLOY_RULE, "exceedance": {n: c.to_dict() for n, c in certs.items()}}
     deploy = deploy_text(chosen.name, certs.get(chosen.name))
-    text = "; ".join(f"{s.name} {s.estimate.text()}" for s in ok if s.estimate)
+    text = "; ".join(f"{s.name} {bound_text(certs.get(s.name))}, fitted {s.estimate.text()}" for s in ok if s.estimate)
     if len(ok) < 2:
         only = cast(Estimate, lead.estimate)  # a qualifying candidate has a fitted capacity
-        summary = f"{lead.name} is the only candidate that qualifies: capacity {only.text()}{gate_text}"
+        summary = (f"{lead.name} is the only candidate that qualifies: {bound_text(certs.get(lead.name))}, fitted "
+                   f"capacity {only.text()}{gate_text}")
         return Decision("inconclusive", "single", summary, f"add candidates to compare; {hint}", record)
     if len(ranking.tied) > 1:
-        summary = f"{ranking.reason}: {deploy}; point estimates {text}{gate_text}"
+        summary = f"{ranking.reason}: {deploy}; {text}{gate_text}"
         step = (f"deploy {chosen.name}; to separate the tie, lengthen the probes (--requests, --probe-seconds) for "
                 "narrower intervals")
         return Decision("inconclusive", "repeated" if repeats >= 3 else "single", summary, step, record)
@@ -361,9 +362,11 @@ def lag_text(record: Mapping[str, Any]) -> str:
     """One pooled send-lag judgement in words."""
     if not record.get("judged"):
         return record.get("why", "not judged")
-    late = record.get("invalid_repeats") and [f"{c['check']} {c['value_ms']} ms > {c['limit_ms']} ms"
+    late = record.get("invalid_repeats") and [f"{c['check']} {c['value_ms']:.1f} ms > {c['limit_ms']:.1f} ms"
                                               for c in record["failed"]]
-    return (f"{record['sends']} sends, P95 {record['send_lag_p95_ms']} ms, P99 {record['send_lag_p99_ms']} ms: "
+    shown = ", ".join(f"{k} {v:.1f} ms" for k, v in (("P95", record.get("send_lag_p95_ms")),
+                                                      ("P99", record.get("send_lag_p99_ms"))) if v is not None)
+    return (f"{record['sends']} sends, {shown}: "
             + (f"late ({'; '.join(late)}): the probes holding late sends fail on their client schedule" if late
                else "kept the schedule"))
 
