@@ -23,7 +23,7 @@ from dataclasses import replace
 import numpy as np
 
 from harness.bench.lib.capacity_fit import ProbeSample, estimate_capacity, probe_schedule
-from harness.bench.lib.exceedance import ProbeCount, completion_rate, exceedance_capacity, needed_requests
+from harness.bench.lib.exceedance import ProbeCount, completion_rate, exceedance_capacity, needed_requests, per_rate
 from harness.bench.lib.saturation import FALLS_BEHIND, Level, Timeline, bracket, queue_growth, steady_throughput
 from harness.bench.lib.sweep import EXTRA_RUNGS, EXTRA_STEP, RATE_FRACTIONS
 from harness.mech.engine.costmodel import StepCostModel
@@ -95,8 +95,21 @@ def held_truth(mu: float, limit_ms: float, level: float) -> float:
     return mu - math.log(1 / level) / (limit_ms / 1e3)
 
 
+def confirmed(lower: float | None, counts: list[ProbeCount], mu: float, limit_ms: float, seconds: float,
+              rng: np.random.Generator) -> tuple[float, bool] | None:
+    """A confirming run of ``seconds`` at the certified rate read as the bench reads it (``per_rate`` beside the
+    probes): its clustered bound on the share over the limit, and whether that bound covers the true stationary
+    share there (M/M/1: exp(-(mu - lambda) L)); None without a certified rate or a confirming run."""
+    if lower is None or not seconds:
+        return None
+    arrivals, lat = mm1_probe(lower, mu, seconds, 12, rng)
+    [got] = per_rate([queue_probe_count(lower, arrivals, lat, limit_ms)], beside=counts)
+    true_share = math.exp(-(mu - lower) * limit_ms / 1e3) if lower < mu else 1.0
+    return got.upper, bool(got.failed) or got.upper >= true_share
+
+
 def queue_coverage(trials: int, resamples: int, binding: float, probe_seconds: float, requests: int,
-                   mu: float = 2.0, offset: float | None = 1.0) -> dict:
+                   mu: float = 2.0, offset: float | None = 1.0, confirm_s: float = 0.0) -> dict:
     """bench-72's probes on a queue: the schedule centred on ``offset`` x the saturation point (mu; None: a
     log-uniform draw in [1/sqrt 2, sqrt 2] per run, a schedule placed anywhere against the capacity) with one rung
     below and three above, each probe started empty, a candidate stopping after two broken probes. The truth is the
@@ -105,7 +118,7 @@ def queue_coverage(trials: int, resamples: int, binding: float, probe_seconds: f
     limit_ms = math.log(100.0) / ((1 - binding) * mu) * 1e3
     truth = binding * mu
     old_in = old_point_ok = new_ok = certified = p99_ok = 0
-    ratios, lows, levels = [], [], []
+    ratios, lows, levels, confirms = [], [], [], []
     for seed in range(trials):
         rng = np.random.default_rng(seed)
         centre = mu * (offset if offset is not None else 2 ** rng.uniform(-0.5, 0.5))
@@ -127,12 +140,15 @@ def queue_coverage(trials: int, resamples: int, binding: float, probe_seconds: f
         p99_ok += new.lower_rps is None or new.lower_rps <= truth
         lows.append((new.lower_rps or 0.0) / truth)
         levels += [new.claim_exceedance] if new.claim_exceedance else []
+        confirms += [c] if (c := confirmed(new.lower_rps, counts, mu, limit_ms, confirm_s, rng)) else []
     return {"trials": trials, "binding": binding, "probe_seconds": probe_seconds, "truth_rps": truth,
             "old_coverage": old_in / trials, "old_point_meets_slo": old_point_ok / trials,
             "old_median_ratio": float(np.median(ratios)), "new_lower_holds": new_ok / trials,
             "new_lower_under_p99_truth": p99_ok / trials, "new_certified": certified / trials,
             "new_median_lower_ratio": float(np.median(lows)),
-            "new_median_level": float(np.median(levels)) if levels else None}
+            "new_median_level": float(np.median(levels)) if levels else None, "confirmed": len(confirms),
+            "confirm_median_bound": float(np.median([b for b, _ in confirms])) if confirms else None,
+            "confirm_covers": sum(c for _, c in confirms) / len(confirms) if confirms else None}
 
 
 def _sim(rate: float, requests: int, seed: int, cost: StepCostModel, closed: int = 0) -> list:
@@ -220,6 +236,12 @@ def main() -> None:
                       f"<= {level} exceeding), held at its stated share (<= that share's stationary rate, or none) in "
                       f"{q['new_lower_holds']:.0%}, under the P99 capacity in {q['new_lower_under_p99_truth']:.0%}, "
                       f"median {q['new_median_lower_ratio']:.2f}x the P99 capacity", flush=True)
+        for binding in (0.75, 0.9):
+            q = queue_coverage(args.trials, args.resamples, binding, 10.0, 12, offset=None, confirm_s=300.0)
+            print(f"bench-72 on an M/M/1 queue, >= 10-s probes placed anywhere and a 300-s confirming run at the "
+                  f"certified rate (SLO binding at {binding:g} mu): ran in {q['confirmed']} of {q['trials']} runs, its "
+                  f"bound on the share over the limit (median {q['confirm_median_bound']:.1%}) covered the true "
+                  f"stationary share there in {q['confirm_covers']:.0%}", flush=True)
         if args.only_queue:
             return
     ladders = [tuple(float(f) for f in ladder.split(",")) for ladder in args.ladder] or [RATE_FRACTIONS]

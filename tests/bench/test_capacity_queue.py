@@ -56,3 +56,11 @@ def test_at_090_mu_the_rung_at_the_saturation_point_is_never_certified(script):
     at or over the overloaded probes' completion rate it now fails, so the bound holds."""
     got = script.queue_coverage(trials=8, resamples=20, binding=0.9, probe_seconds=300.0, requests=12)
     assert got["new_lower_holds"] == 1.0 and got["new_lower_under_p99_truth"] == 1.0 and got["new_certified"] == 1.0
+
+
+def test_a_confirming_run_at_the_certified_rate_bounds_the_share_there(script):
+    got = script.queue_coverage(trials=4, resamples=10, binding=0.75, probe_seconds=10.0, requests=12, offset=None,
+                                confirm_s=300.0)
+    # a 300-s replay at the rate 10-s probes certified: its clustered bound is far tighter than theirs, and covers
+    # the true stationary share there
+    assert got["confirmed"] >= 1 and got["confirm_covers"] == 1.0 and got["confirm_median_bound"] < 0.1
