@@ -118,7 +118,7 @@ def measure(plan: Plan, lat: Latencies, rng: np.random.Generator, scale: Callabl
     """Every fixed step of ``plan`` in run order, an invalid one re-run in place by ``Reruns``; (runs, stopped).
     ``scale(label, repeat, position)`` is the arm run's latency scale (truth, start effect, drift). With the
     budget spent, a stall stops the bench, or with ``quiet`` (the host load read as quiet) is left out. With
-    ``per_request`` the client keeps its stalls: a stall excludes the requests it overlapped (``coverage_stalls``)
+    ``per_request`` the client keeps its stalls: a stall excludes the requests it held (``coverage_stalls``)
     and the run is kept for the plan's claims, not redone."""
     probe = (lambda: HostLoad(measured=True, window_s=1.0, cores=2)) if quiet else None
     reads = tuple(c.metric for c in plan.claims) if per_request else ()

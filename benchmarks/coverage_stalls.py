@@ -18,7 +18,7 @@ from harness.bench.records import ArmRun
 from harness.client import RequestRecord
 from harness.serving.stalls import Stall, stall_validity
 
-STALL_MS = 200.0  # what the stall adds to each overlapped request's TTFT
+STALL_MS = 200.0  # what the stall adds to each held request's TTFT
 STALLED = 3  # consecutive requests a stall overlaps
 DECODE_S = 0.1
 LOOP_LIMIT_MS = 20.0  # the loop-lag floor: the stall (hundreds of ms) is past it
@@ -42,7 +42,7 @@ def stalled_run(label: str, repeat: int, ttft_ms: np.ndarray, rng: np.random.Gen
     values = ttft_ms.copy()
     values[at:at + STALLED] += STALL_MS
     records = sequential(values)
-    stall = Stall(0, records[at].sent_s + 1e-3, records[at + STALLED - 1].first_token_s - 1e-3)
+    stall = Stall(0, records[at].sent_s + 1e-3, records[at + STALLED - 1].first_token_s)  # it held their first tokens
     judged = stall_validity(records, [stall], stall_ms=LOOP_LIMIT_MS, late_ms=None)
     conclusion = {"valid": not judged["reasons"], "invalid_reasons": judged["reasons"], "failure": None}
     return ArmRun(label, repeat, Path(f"sim/{label}/r{repeat}"),

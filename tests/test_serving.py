@@ -135,7 +135,7 @@ def test_client_bottleneck_makes_the_run_invalid(workloads, tmp_path, monkeypatc
     assert doc["conclusion"]["valid"] is False
     stalls = doc["details"]["client"]["stalls"]
     assert stalls["recorded"] and stalls["stalls_judged"] > 0 and not any(stalls["valid_for"].values())
-    assert any(r.startswith("client stalls (or late sends) overlapped the time to first token of")
+    assert any(r.startswith("client stalls (or late sends) moved the time to first token of")
                for r in doc["conclusion"]["invalid_reasons"])
     assert doc["conclusion"]["excluded_work"]["count"] == doc["workload"]["request_count"]
 

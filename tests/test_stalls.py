@@ -60,26 +60,32 @@ def test_a_real_client_run_records_a_stall_of_its_loop_where_it_happened(tokeniz
     assert 0.0 < start < 0.3 and 0.11 < end - start < 0.3  # when it was, on the records' clock
     recs = read_records(path)
     judged = stall_validity(recs, [Stall(0, start, end)], stall_ms=20.0, late_ms=None)
-    overlapped = {e["index"] for e in judged["excluded"]["e2e"]}
-    assert overlapped and overlapped <= {r.index for r in recs if r.sent_s < end and r.end_s > start}
-    assert len(overlapped) < len(recs)  # the requests before and after it are kept
+    held = {e["index"] for span in judged["excluded"].values() for e in span}
+    assert held and held <= {r.index for r in recs if r.sent_s < end and r.end_s > start}  # only the ones in flight
+    assert len(held) < len(recs)  # the requests before and after it are kept
 
 
-def test_a_stall_after_the_first_token_cannot_move_ttft():
-    recs = records(8)  # request 3 lives 1.2-1.6 s, its first token at 1.3 s
-    judged = stall_validity(recs, [Stall(0, 1.40, 1.45)], stall_ms=20.0, late_ms=None)
+def test_a_stall_after_the_first_token_cannot_move_ttft_and_one_in_mid_stream_moves_nothing_it_reads():
+    recs = records(8)  # request 3 lives 1.2-1.6 s, its first token at 1.3 s, its end at 1.6 s
+    mid = stall_validity(recs, [Stall(0, 1.40, 1.45)], stall_ms=20.0, late_ms=None)
+    assert all(v == [] for v in mid["excluded"].values())  # nothing was stamped while the loop was held
+    judged = stall_validity(recs, [Stall(0, 1.57, 1.60)], stall_ms=20.0, late_ms=None)  # it held the end
     assert judged["excluded"]["ttft"] == []
     assert [e["index"] for e in judged["excluded"]["decode"]] == [3] == [e["index"] for e in judged["excluded"]["e2e"]]
-    assert judged["valid_for"] == {"ttft": True, "decode": True, "e2e": True, "run": True} and not judged["reasons"]
+    assert judged["excluded"]["e2e"][0]["why"] == ("client stall 1.570-1.600 s (30 ms) held its end at 1.600 s: up to "
+                                                   "30 ms of 400 ms")
+    assert judged["valid_for"] == {"ttft": True, "decode": True, "chunks": True, "e2e": True, "run": True}
+    assert not judged["reasons"]
 
 
 def test_a_stall_excludes_only_where_it_is_material_to_that_part_of_the_life():
-    # 25 ms: past the loop-lag floor, a quarter of a 100 ms TTFT, 0.25 % of a 10 s decode
+    # 25 ms: past the loop-lag floor, a quarter of a 100 ms TTFT, 0.25 % of a 10 s decode and E2E
     recs = records(4, ttft_s=0.1, decode_s=10.0)
-    judged = stall_validity(recs, [Stall(0, 0.05, 0.075), Stall(0, 5.0, 5.025)], stall_ms=20.0, late_ms=None)
+    judged = stall_validity(recs, [Stall(0, 0.075, 0.1), Stall(0, 10.075, 10.1)], stall_ms=20.0, late_ms=None)
     assert [e["index"] for e in judged["excluded"]["ttft"]] == [0]
-    assert judged["excluded"]["decode"] == [] and judged["excluded"]["e2e"] == []
-    assert judged["excluded"]["ttft"][0]["why"] == "client stall 0.050-0.075 s (25 ms), 25 ms of its 100 ms"
+    assert judged["excluded"]["e2e"] == [] and judged["excluded"]["chunks"] == []
+    assert judged["excluded"]["ttft"][0]["why"] == ("client stall 0.075-0.100 s (25 ms) held its first token at "
+                                                    "0.100 s: up to 25 ms of 100 ms")
 
 
 def test_only_the_stalled_process_and_stalls_past_the_limit_exclude():
@@ -99,14 +105,14 @@ def test_a_late_send_excludes_its_own_ttft_and_e2e_but_not_its_decode():
 
 def test_past_the_excluded_share_the_run_is_invalid_for_that_figure_only():
     recs = records(8)
-    stalls = [Stall(0, 0.4 * i + 0.02, 0.4 * i + 0.05) for i in range(3)]  # in the TTFT of requests 0, 1, 2
+    stalls = [Stall(0, 0.4 * i + 0.07, 0.4 * i + 0.1) for i in range(3)]  # holding the first tokens of 0, 1, 2
     assert stall_validity(recs, stalls[:2], stall_ms=20.0, late_ms=None)["valid_for"]["ttft"]  # 2 of 8: a quarter
     assert stall_validity(recs[:3], stalls[:1], stall_ms=20.0, late_ms=None)["valid_for"]["ttft"]  # one of 3
     judged = stall_validity(recs, stalls, stall_ms=20.0, late_ms=None)
     assert 3 / 8 > MAX_EXCLUDED_SHARE
-    assert judged["valid_for"]["ttft"] is False and judged["valid_for"]["decode"] is True
-    assert judged["reasons"][0].startswith("client stalls (or late sends) overlapped the time to first token of 3 of "
-                                           "8 requests (38% > 25%)")
+    assert judged["valid_for"]["ttft"] is False and judged["valid_for"]["e2e"] is True  # the ends were on time
+    assert judged["reasons"][0].startswith("client stalls (or late sends) moved the time to first token of 3 of 8 "
+                                           "requests (38% > 25%)")
 
 
 def test_with_stalls_kept_a_loop_lag_p99_no_longer_voids_the_whole_run():
@@ -114,21 +120,22 @@ def test_with_stalls_kept_a_loop_lag_p99_no_longer_voids_the_whole_run():
     lagged = dict(loop_lag_p99_ms=77.5, loop_lag_max_ms=227.0, workers=1, lag_samples=600)
     old = schedule_reasons(recs, ClientHealth(**lagged), ValidityLimits(), timed=False)
     assert old and old[0].startswith("client event-loop lag P99 77.5 ms")
-    # the same run with its one stall kept: 227 ms in request 2's 1 s TTFT, 1 of 8 requests
-    health = ClientHealth(**lagged, stalls=(Stall(0, 2.70, 2.927),))
+    # the same run with its one stall kept: it held request 2's first token (at 3.6 s) 227 ms, 1 of 8 requests
+    health = ClientHealth(**lagged, stalls=(Stall(0, 3.373, 3.6),))
     reasons = schedule_reasons(recs, health, ValidityLimits(), timed=False)
     assert reasons == ["client stalls: event-loop lag P99 77.5 ms > 50.0 ms over 600 wake-ups with 1 client "
                        "process(es): its rates over the run are moved"]  # its TTFT, TPOT and E2E keep 7 of 8
     judged = stall_record(recs, health, ValidityLimits(), timed=False)
-    assert judged["valid_for"] == {"ttft": True, "decode": True, "e2e": True, "run": False}
-    assert [e["index"] for e in judged["excluded"]["ttft"]] == [2] and judged["excluded"]["decode"] == []
+    assert judged["valid_for"] == {"ttft": True, "decode": True, "chunks": True, "e2e": True, "run": False}
+    assert [e["index"] for e in judged["excluded"]["ttft"]] == [2] == [e["index"] for e in judged["excluded"]["decode"]]
+    assert judged["excluded"]["e2e"] == []  # its end was stamped on time: E2E from ready did not move
 
 
 def test_the_serving_result_names_the_excluded_requests_and_validates(tmp_path: Path):
     from harness.serving.result import excluded_work
 
-    judged = stall_validity(records(8), [Stall(0, 1.25, 1.28)], stall_ms=20.0, late_ms=None)
+    judged = stall_validity(records(8), [Stall(0, 1.27, 1.30)], stall_ms=20.0, late_ms=None)
     work = excluded_work(judged)
-    assert work.count == 1 and work.requests == ["request 3 (ttft, e2e): client stall 1.250-1.280 s (30 ms), 30 ms "
-                                                 "of its 100 ms"]
+    assert work.count == 1 and work.requests == ["request 3 (ttft, decode): client stall 1.270-1.300 s (30 ms) held "
+                                                 "its first token at 1.300 s: up to 30 ms of 100 ms"]
     assert excluded_work(stall_validity(records(8), [], stall_ms=20.0, late_ms=None)) is None

@@ -50,7 +50,7 @@ def test_excluded_requests_are_named_with_what_the_decision_reads_with_them_put_
                                      "s (227 ms)"], "consequence": "-", "decision_all": "adopt",
             "decision_kept": "adopt", "effect_all": {**EFFECT, "value": 0.125}, "agree": True}
     flat = " ".join(" ".join(verdict_lines("bench-69", {**ADOPT, "excluded_work": work})).split())
-    assert ("excluded: 1 request(s) a client stall overlapped (shared-prefix repeat 3 request 4 (time to first "
+    assert ("excluded: 1 request(s) a client stall held (shared-prefix repeat 3 request 4 (time to first "
             "token): client stall 2.101-2.328 s (227 ms)); on every request ADOPT ×0.125 [0.114, 0.132] too: the "
             "decision stands") in flat
     capped = {**ADOPT, "decision": "inconclusive",

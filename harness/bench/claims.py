@@ -8,8 +8,8 @@ evidence level; a cross-start claim whose metric a cited A/A start control bound
 interval widened by that bound (``bounded_by_start_control``) and stays ``repeated``: one A/A pair does not put
 the start effect into the per-repeat variance, only alternating restarts (``design_of``: "alternating") do.
 ``control_entry`` reads a control as a TOST, and a control on another start than its baseline as not judged;
-``secondary_entries`` Holm-corrects the secondary claims. A run whose client stalled is read without the requests a
-stall overlapped, and the claim again on every request: a decision stands only when both agree
+``secondary_entries`` Holm-corrects the secondary claims. A run whose client stalled is read without the requests whose
+figures a stall could move, and the claim again on every request: a decision stands only when both agree
 (``harness.bench.exclusion``).
 """
 
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from harness.bench.startcontrol import StartControl
 
 VALIDITY_CONSEQUENCE = ("invalid arm runs are left out of every effect and figure (listed under validity.excluded); "
-                        "requests a client stall overlapped are left out of the figures it could move, and the claim "
+                        "requests a client stall held are left out of the figures it could move, and the claim "
                         "is read again with them (validity.excluded_requests, decision_all)")
 
 
@@ -71,7 +71,7 @@ class ClaimResult:
     excluded: tuple[str, ...] = ()
     start_control: dict[str, Any] | None = None  # the A/A start control that bounded this cross-start claim
     dropped: tuple[str, ...] = ()  # valid pairs left out: an arm without a sample of the metric, a None or 0 figure
-    excluded_work: ExcludedWork | None = None  # requests a client stall overlapped, and the claim read with them
+    excluded_work: ExcludedWork | None = None  # requests a client stall held, and the claim read with them
 
     def to_dict(self) -> dict[str, Any]:
         eff = self.stats

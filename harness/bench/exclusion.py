@@ -1,12 +1,12 @@
 """A claim on the requests a client stall left alone and again on every request: a decision stands when both agree.
 
-An arm run whose client stalled names, in ``details.client.stalls`` (``harness.serving.stalls``), the requests a
-stall (or their own late send) overlapped, per part of their life. A claim reads each run without the requests
-excluded from the part its metric measures (``span_of``: TTFT the time to the first token, TPOT and ITL the decode,
-E2E the whole life, a rate the run), and a run invalid only by its stalls stays usable for every metric whose part
-kept enough requests (``usable``). Where a claim left requests out, it is read again on every request of the same
-runs, the excluded ones put back: the decision stands when both read the same, else it is capped at inconclusive
-and the summary says what each read (``excluded_work``).
+An arm run whose client stalled names, in ``details.client.stalls`` (``harness.serving.stalls``), the requests whose
+figures a stall (or their own late send) could move, per figure. A claim reads each run without the requests
+excluded from the part its metric measures (``span_of``: TTFT the time to the first token, TPOT the decode, ITL the
+chunk gaps, E2E the whole life, a rate the run), and a run invalid only by its stalls stays usable for every metric
+whose part kept enough requests (``usable``). Where a claim left requests out, it is read again on every request of
+the same runs, the excluded ones put back: the decision stands when both read the same, else it is capped at
+inconclusive and the summary says what each read (``excluded_work``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from harness.contract.result import Decision
 from harness.serving.stalls import SPAN_TEXT, STALL_REASON
 
 SPAN_OF_BASE = {"ttft_ms": "ttft", "ttft_from_scheduled_ms": "ttft", "queue_wait_client_ms": "ttft",
-                "tpot_ms": "decode", "itl_ms": "decode", "itl_token_ms": "decode",
+                "tpot_ms": "decode", "itl_ms": "chunks", "itl_token_ms": "chunks",
                 "e2e_ms": "e2e", "e2e_from_scheduled_ms": "e2e"}
 CAPPED = "inconclusive"  # what a decision that does not survive putting the excluded requests back is capped to
 
@@ -89,6 +89,6 @@ def excluded_work(names: Sequence[str], kept_decision: str, all_decision: str, a
                         effect_all=all_effect, agree=agree)
     if agree or kept_decision not in ("adopt", "reject"):
         return work, None
-    return work, (f"capped at {CAPPED}: with the {len(names)} request(s) a client stall overlapped put back it reads "
+    return work, (f"capped at {CAPPED}: with the {len(names)} request(s) a client stall held put back it reads "
                   f"{all_decision} ({all_effect.value:.3f} [{all_effect.ci_low:.3f}, {all_effect.ci_high:.3f}]), "
                   f"without them {kept_decision}, so the decision rests on the exclusion")

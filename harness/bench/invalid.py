@@ -118,7 +118,7 @@ class Reruns:
         return cls(cfg.reruns, reporter, host=host, probe=host_load, metrics=metrics)
 
     def kept_as_is(self, run: ArmRun) -> bool:
-        """Invalid only by client stalls, and usable for every metric the bench reads: kept, its overlapped requests
+        """Invalid only by client stalls, and usable for every metric the bench reads: kept, the requests it held
         left out of the figures they moved."""
         return bool(self.metrics) and all(usable(run, m) for m in self.metrics)
 
@@ -199,7 +199,7 @@ def consequence_of(run: ArmRun) -> str:
     if not spared or not all(r.startswith(STALL_REASON) for r in reasons_of(run)):
         return "left out of every effect and figure it would distort"
     return (f"left out of the figures of its {', '.join(moved)}; kept for those of its {', '.join(spared)}, without "
-            "the requests a stall overlapped")
+            "the requests a stall held")
 
 
 def named(reading: Reading, runs: Sequence[ArmRun], reruns: Sequence[dict[str, Any]] = (),

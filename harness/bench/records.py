@@ -76,7 +76,7 @@ class Reading:
     # (``harness.bench.invalid.named``)
     invalid_runs: Sequence[dict[str, Any]] = ()
     recommendations: Sequence[str] = ()
-    excluded_work: ExcludedWork | None = None  # the primary claim's requests a client stall overlapped, read with them
+    excluded_work: ExcludedWork | None = None  # the primary claim's requests a client stall held, read with them
 
     def __post_init__(self) -> None:  # lists given by a read rule are kept as tuples: the reading cannot drift
         for name in ("invalid_reasons", "lines", "headline", "invalid_runs", "recommendations"):

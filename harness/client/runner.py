@@ -3,7 +3,7 @@
 One keep-alive connection pool per process, opened before the clock starts; a loop-lag monitor measures how
 late the event loop wakes (the client's own bottleneck, reported for validity) and keeps each excursion, a wake-up
 later than ``STALL_RECORD_MS``, with its start and end on the run clock, so that validity can exclude just the
-requests a stall overlapped (``harness.serving.stalls``).
+requests whose figures a stall could move (``harness.serving.stalls``).
 """
 
 from __future__ import annotations

@@ -243,7 +243,7 @@ class Conclusion(_Group):
     repeats: int | None = None
     effect: Effect | None = None
     summary: str | None = None
-    excluded_work: ExcludedWork | None = None  # requests a client stall overlapped, and the decision without them
+    excluded_work: ExcludedWork | None = None  # requests a client stall held, and the decision without them
     _optional = ("repeats", "effect", "summary", "excluded_work")
 
     def to_dict(self) -> dict[str, Any]:

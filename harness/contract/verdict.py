@@ -5,7 +5,7 @@ constraint with what to do about it; statistics and tables come after).
 A deciding run leads with its decision in capitals, its evidence level and validity, then the effect in words a
 reader takes in at once (``TTFT p50 ×0.123 [0.114, 0.132], −88 %, lower is better``) with n, unit and margin; a
 run that measures rather than decides (a curve, a capacity) leads with its figure instead. Requests a client stall
-overlapped follow, with what the decision reads with them put back. Each invalid or
+held follow, with what the decision reads with them put back. Each invalid or
 undecided reason follows, one per line, with its recommendation. Lines are wrapped for a terminal.
 """
 
@@ -54,9 +54,9 @@ def control_words(control: Mapping[str, Any]) -> str:
 
 
 def excluded_words(work: Mapping[str, Any]) -> str:
-    """The requests a client stall overlapped and what the claim reads with them put back: ``excluded: 1 request a
+    """The requests a client stall held and what the claim reads with them put back: ``excluded: 1 request a
     client stall overlapped (...); on every request ADOPT ×0.43 [0.35, 0.52] too: the decision stands``."""
-    first = f"excluded: {work['count']} request(s) a client stall overlapped ({'; '.join(work['requests'][:2])}" + (
+    first = f"excluded: {work['count']} request(s) a client stall held ({'; '.join(work['requests'][:2])}" + (
         f"; {work['count'] - 2} more)" if work["count"] > 2 else ")")
     if work.get("decision_all") is None:
         return f"{first}, left out of the figures it could move"

@@ -170,13 +170,14 @@ def _energy(perf: Performance, inputs: ResultInputs) -> None:
 
 
 def excluded_work(stalls: dict[str, Any] | None) -> ExcludedWork | None:
-    """The conclusion's ``excluded_work`` of one run: each request a stall or late send overlapped, named."""
+    """The conclusion's ``excluded_work`` of one run: each request whose figures a stall or late send moved, named."""
     names = excluded_names(stalls)
     if not names:
         return None
     return ExcludedWork(count=len(names), requests=names,
-                        consequence="left out of the figures of the parts of their life a client stall (or their own "
-                                    "late send) overlapped; the run is judged on the rest (details.client.stalls)")
+                        consequence="left out of the figures a client stall (or their own late send) could move, "
+                                    "each named with the timestamp it held; the run is judged on the rest "
+                                    "(details.client.stalls)")
 
 
 def _conclusion(failure: Failure | None, reasons: list[str], summary: str) -> Conclusion:
@@ -295,7 +296,7 @@ def build_serving_result(facts: RunFacts, inputs: ResultInputs) -> dict[str, Any
     conclusion = _conclusion(inputs.failure, reasons, summary)
     conclusion.excluded_work = excluded_work(details["client"]["stalls"])
     if conclusion.excluded_work is not None:
-        conclusion.summary = (f"{summary}; {conclusion.excluded_work.count} request(s) a client stall overlapped "
+        conclusion.summary = (f"{summary}; {conclusion.excluded_work.count} request(s) a client stall held "
                               "left out of the figures it could move")
     return build_result(
         kind="serving",

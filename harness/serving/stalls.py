@@ -1,27 +1,31 @@
-"""Validity per request and per figure: a client stall excludes the requests whose life it overlapped.
+"""Validity per request and per figure: a client stall excludes only the requests whose figures it could move.
 
 A *stall* is a wake-up of a client process's event loop later than the run's loop-lag limit (the limit its P99 is
 judged against: ``lag_fraction`` of TTFT P99, never below the floor), kept by the loop-lag monitor with its start
-(when the wake-up was due) and end (when it ran) on the run clock (``harness.client.runner``). A stall can move only
-the figures of the requests its own process was driving while it lasted, and of those only the part of their life
-it overlapped:
+(when the wake-up was due) and end (when it ran) on the run clock (``harness.client.runner``). While its loop is held,
+a client process stamps nothing: a first token, a chunk or a stream end that came during the stall is stamped when
+the loop wakes. So a stall can move only the requests its own process was driving, and of those only the figures
+that read a timestamp it held (stamped inside it or within ``HOLD_SLACK_S`` after it), by up to the time from the
+stall's start to that stamp:
 
-- ``ttft``: from ready (scheduled send, or the slot it waited for) to the first token: TTFT, client queue wait;
-- ``decode``: from the first token to the end: TPOT, ITL;
-- ``e2e``: ready to end: E2E;
-- ``run``: the run's rates (throughput), judged by the loop-lag P99 over the run (a P99 past the limit
-  means the loop was late past it in 1 % of wake-ups: the client was held long enough to move a rate).
+- ``ttft``: the first token (TTFT, counted from ready); a stall after the first token cannot move it;
+- ``decode``: the first token and the end (TPOT); a stall in mid-stream cannot move it (the server kept generating
+  and the client read the buffered chunks when it woke);
+- ``chunks``: every chunk (ITL);
+- ``e2e``: the end (E2E, counted from ready);
+- ``run``: the run's rates (throughput), judged by the loop-lag P99 over the run (a P99 past the limit means the
+  loop was late past it in 1 % of wake-ups: the client was held long enough to move a rate).
 
 A send later than the send-lag limit (judged over ``min_lag_samples`` sends, as the run rule is) adds its lag to its
 own request's TTFT and E2E, which count from ready, and is excluded from those (not from its decode).
 
-A request is excluded from the figures of each part of its life its stalls overlapped by more than ``lag_fraction``
-(5 %) of that part's length — what they can move it by, judged as every client lag is (a 25 ms stall is nothing
-against a 10 s E2E and everything against a 50 ms TTFT); it is counted and named in the result. The run stays valid
-for a part while the excluded requests that have it are at most ``MAX_EXCLUDED_SHARE`` of them, or one; past it (or,
-for its rates, past the loop-lag P99 limit) it is invalid for those figures, with the reason. Where the excursions
-were not kept (an older client, or more than the monitor keeps), the run is judged by its loop-lag P99 as a whole
-(``harness.serving.validity``).
+A request is excluded from a figure when a stall held one of its timestamps by more than ``lag_fraction`` (5 %) of
+what the figure is judged against (its TTFT, its decode, the chunk's gap, its E2E) — judged as every client lag is
+(25 ms is nothing against a 10 s E2E and everything against a 50 ms TTFT); it is counted and named in the result. The
+run stays valid for a figure while the excluded requests are at most ``MAX_EXCLUDED_SHARE`` of those that have it,
+or one; past it (or, for its rates, past the loop-lag P99 limit) it is invalid for that figure, with the reason.
+Where the excursions were not kept (an older client, or more than the monitor keeps), the run is judged by its
+loop-lag P99 as a whole (``harness.serving.validity``).
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ from typing import Any
 
 from harness.client.records import RequestRecord
 
-SPANS = ("ttft", "decode", "e2e")
-SPAN_TEXT = {"ttft": "time to first token", "decode": "decode (after the first token)", "e2e": "whole life",
-             "run": "rates over the run"}
+SPANS = ("ttft", "decode", "chunks", "e2e")
+SPAN_TEXT = {"ttft": "time to first token", "decode": "decode (first token to end)", "chunks": "chunk gaps",
+             "e2e": "whole life", "run": "rates over the run"}
+STAMP_TEXT = {"ttft": "first token", "decode": "first token or end", "chunks": "chunk", "e2e": "end"}
+HOLD_SLACK_S = 0.01  # a timestamp this soon after a stall's end may be one the stall held
 # A share of a run's requests that may be left out of a figure: dropping a share s of n samples keeps the median of
 # the rest between the full sample's quantiles 0.5 - s/2 and 0.5 + s/2, and a decision must read the same with them
 # put back (``harness.bench.exclusion``) or it is capped
@@ -55,35 +61,44 @@ class Stall:
         return (self.end_s - self.start_s) * 1e3
 
 
-def windows(rec: RequestRecord) -> dict[str, tuple[float, float]]:
-    """The parts of a completed request's life on the run clock, by span (none for one not sent or not ended)."""
+def readings(rec: RequestRecord) -> dict[str, list[tuple[float, float]]]:
+    """By span, the timestamps a completed request's figures read and the length each is judged against: a stall can
+    move a figure only by holding one of them (stamped when the loop woke, not when the event came)."""
     ready = rec.slot_s if rec.slot_s is not None else rec.scheduled_s if rec.scheduled_s is not None else rec.sent_s
     if not rec.completed or ready is None or rec.end_s is None:
         return {}
-    out = {"e2e": (ready, rec.end_s)}
-    if rec.first_token_s is not None:
-        out.update(ttft=(ready, rec.first_token_s), decode=(rec.first_token_s, rec.end_s))
+    out = {"e2e": [(rec.end_s, rec.end_s - ready)]}
+    first = rec.first_token_s
+    if first is not None:
+        out.update(ttft=[(first, first - ready)], decode=[(first, rec.end_s - first), (rec.end_s, rec.end_s - first)])
+    out["chunks"] = [(t, t - prev) for prev, t in zip(rec.chunk_s, rec.chunk_s[1:], strict=False)]
     return out
+
+
+def held(t: float, stall: Stall) -> float:
+    """How far ``stall`` may have moved a timestamp stamped at ``t``: from the stall's start to ``t`` when ``t`` lies
+    in it or just after it (``HOLD_SLACK_S``: the callbacks that queued behind it run then), else 0."""
+    return t - stall.start_s if stall.start_s <= t <= stall.end_s + HOLD_SLACK_S else 0.0
 
 
 def excluded_requests(records: Sequence[RequestRecord], stalls: Sequence[Stall], stall_ms: float,
                       late_ms: float | None, fraction: float) -> dict[str, dict[int, str]]:
-    """By span, the requests to leave out and why: stalls past ``stall_ms`` of their own process overlapped that part
-    of their life by more than ``fraction`` of its length, or (``ttft`` and ``e2e``) they were sent more than
-    ``late_ms`` late."""
+    """By span, the requests to leave out and why: a stall past ``stall_ms`` of their own process held a timestamp
+    the span's figures read by more than ``fraction`` of what it is judged against, or (``ttft`` and ``e2e``) they
+    were sent more than ``late_ms`` late."""
     out: dict[str, dict[int, str]] = {span: {} for span in SPANS}
     judged = [s for s in stalls if s.ms > stall_ms]
     for rec in records:
-        parts = windows(rec)
+        parts = readings(rec)
         mine = [s for s in judged if s.worker == rec.worker]
-        for span, (a, b) in parts.items():
-            hit = [s for s in mine if s.start_s < b and s.end_s > a]
-            overlap = sum(min(b, s.end_s) - max(a, s.start_s) for s in hit)
-            if hit and overlap > fraction * (b - a):
-                first = hit[0]
-                out[span][rec.index] = (f"client stall {first.start_s:.3f}-{first.end_s:.3f} s ({first.ms:.0f} ms)"
-                                        + (f" and {len(hit) - 1} more" if len(hit) > 1 else "")
-                                        + f", {overlap * 1e3:.0f} ms of its {(b - a) * 1e3:.0f} ms")
+        for span, stamps in parts.items():
+            hit = next(((s, t, held(t, s), length) for s in mine for t, length in stamps
+                        if held(t, s) > fraction * length), None)
+            if hit is not None:
+                stall, t, moved, length = hit
+                out[span][rec.index] = (f"client stall {stall.start_s:.3f}-{stall.end_s:.3f} s ({stall.ms:.0f} ms) "
+                                        f"held its {STAMP_TEXT[span]} at {t:.3f} s: up to {moved * 1e3:.0f} ms of "
+                                        f"{length * 1e3:.0f} ms")
         lag_ms = (rec.send_lag_s or 0.0) * 1e3
         if parts and late_ms is not None and lag_ms > late_ms:
             for span in ("ttft", "e2e"):
@@ -99,11 +114,11 @@ def stall_validity(records: Sequence[RequestRecord], stalls: Sequence[Stall], *,
     excluded = excluded_requests(records, stalls, stall_ms, late_ms, fraction)
     reasons, valid_for, share = [], {}, {}
     for span in SPANS:
-        have = sum(1 for r in records if span in windows(r))
+        have = sum(1 for r in records if readings(r).get(span))
         share[span] = round(len(excluded[span]) / have, 4) if have else 0.0
         valid_for[span] = len(excluded[span]) <= max(1, MAX_EXCLUDED_SHARE * have)
         if not valid_for[span]:
-            reasons.append(f"{STALL_REASON} (or late sends) overlapped the {SPAN_TEXT[span]} of "
+            reasons.append(f"{STALL_REASON} (or late sends) moved the {SPAN_TEXT[span]} of "
                            f"{len(excluded[span])} of {have} requests ({share[span]:.0%} > {MAX_EXCLUDED_SHARE:.0%}): "
                            "too many to leave out of those figures")
     valid_for["run"] = run_reason is None

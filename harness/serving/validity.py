@@ -7,7 +7,7 @@ schedule: late sends move the arrivals; its P99 against TTFT P99: each adds to i
 event-loop lag P99 above the same share of TTFT P99 (a lateness in 1 % of wake-ups can
 only move the tail), each judged only over ``min_lag_samples`` (50) sends or probes,
 since a P99 of fewer is their maximum (where the client kept its loop's excursions, a stall and a late send exclude
-only the requests whose life they overlapped, and the run is invalid only for the figures that lose too many:
+only the requests whose figures they could move, and the run is invalid only for the figures that lose too many:
 ``harness.serving.stalls``); achieved versus scheduled send rate — or when requests
 did not complete, or when the server generated fewer tokens than an ``ignore_eos`` run
 asked for, or when the load generator alone filled the cores left beside the engine past
@@ -104,8 +104,8 @@ def lag_limit_ms(stats: Mapping[str, Any], limits: ValidityLimits, floor_ms: flo
 def stall_record(records: Sequence[RequestRecord], health: ClientHealth, limits: ValidityLimits, *,
                  timed: bool) -> dict[str, Any] | None:
     """``details.client.stalls`` (``harness.serving.stalls``): stalls past the loop-lag limit and sends past the P99
-    send-lag limit (where it is judged) exclude the requests they overlapped; None where the excursions were not
-    kept."""
+    send-lag limit (where it is judged) exclude the requests whose figures they could move; None where the excursions
+    were not kept."""
     if health.stalls is None:
         return None
     stats = schedule_stats(records, timed=timed)
