@@ -57,3 +57,12 @@ def test_excluded_requests_are_named_with_what_the_decision_reads_with_them_put_
               "excluded_work": {**work, "decision_all": "inconclusive", "agree": False}}
     flat = " ".join(" ".join(verdict_lines("bench-69", capped)).split())
     assert "on every request INCONCLUSIVE ×0.125 [0.114, 0.132], on the kept ones ADOPT: capped at inconclusive" in flat
+
+
+def test_a_single_run_names_its_excluded_requests_without_a_decision_to_compare():
+    from harness.contract.verdict import excluded_words
+
+    work = {"count": 3, "requests": ["request 1 (ttft): a", "request 4 (ttft): b", "request 6 (e2e): c"],
+            "consequence": "-"}
+    assert excluded_words(work) == ("excluded: 3 request(s) a client stall held (request 1 (ttft): a; request 4 "
+                                    "(ttft): b; 1 more), left out of the figures it could move")
