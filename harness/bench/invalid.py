@@ -58,6 +58,7 @@ CONSTRAINTS = (
 )
 OTHER = Constraint("other", (), "error", "read the arm's result.json for the reason")
 LATE_SENDS = ("client send lag", "achieved send rate")  # the client sent late: the load ran lower, never higher
+LEFT_OUT = "left out of every effect and figure it would distort"
 
 
 def constraint_text(reason: str) -> str:
@@ -197,7 +198,7 @@ def consequence_of(run: ArmRun) -> str:
     moved = [SPAN_TEXT[s] for s, ok in valid_for.items() if not ok]
     spared = [SPAN_TEXT[s] for s, ok in valid_for.items() if ok]
     if not spared or not all(r.startswith(STALL_REASON) for r in reasons_of(run)):
-        return "left out of every effect and figure it would distort"
+        return LEFT_OUT
     return (f"left out of the figures of its {', '.join(moved)}; kept for those of its {', '.join(spared)}, without "
             "the requests a stall held")
 
@@ -218,7 +219,8 @@ def named(reading: Reading, runs: Sequence[ArmRun], reruns: Sequence[dict[str, A
     if stopped:
         first = constraint_of(stopped.split(" is spent: ", 1)[-1])
         return replace(out, next_step=f"the bench stopped early on invalid runs: {first.advice}, then rerun it")
-    if reading.decision == "inconclusive" and beyond and any(is_invalid(r) for r in runs):  # pairs were lost
+    lost = any(e["consequence"] == LEFT_OUT for e in entries)  # a run left out whole: its pair was lost
+    if reading.decision == "inconclusive" and beyond and lost:
         out = replace(out, next_step=f"the interval already lies beyond the margin, so more repeats will not change "
                                      f"the decision; valid ones will: {advice[0]}")
     return out
