@@ -140,7 +140,8 @@ def queue_coverage(trials: int, resamples: int, binding: float, probe_seconds: f
         p99_ok += new.lower_rps is None or new.lower_rps <= truth
         lows.append((new.lower_rps or 0.0) / truth)
         levels += [new.claim_exceedance] if new.claim_exceedance else []
-        confirms += [c] if (c := confirmed(new.lower_rps, counts, mu, limit_ms, confirm_s, rng)) else []
+        confirms += [c] if (c := confirmed(new.lower_rps or new.supported_rps, counts, mu, limit_ms, confirm_s,
+                                           rng)) else []
     return {"trials": trials, "binding": binding, "probe_seconds": probe_seconds, "truth_rps": truth,
             "old_coverage": old_in / trials, "old_point_meets_slo": old_point_ok / trials,
             "old_median_ratio": float(np.median(ratios)), "new_lower_holds": new_ok / trials,
@@ -239,9 +240,10 @@ def main() -> None:
         for binding in (0.75, 0.9):
             q = queue_coverage(args.trials, args.resamples, binding, 10.0, 12, offset=None, confirm_s=300.0)
             print(f"bench-72 on an M/M/1 queue, >= 10-s probes placed anywhere and a 300-s confirming run at the "
-                  f"certified rate (SLO binding at {binding:g} mu): ran in {q['confirmed']} of {q['trials']} runs, its "
-                  f"bound on the share over the limit (median {q['confirm_median_bound']:.1%}) covered the true "
-                  f"stationary share there in {q['confirm_covers']:.0%}", flush=True)
+                  f"certified (else supported) rate (SLO binding at {binding:g} mu): ran in {q['confirmed']} of "
+                  f"{q['trials']} runs, its bound on the share over the limit (median "
+                  f"{q['confirm_median_bound']:.1%}) covered the true stationary share there in "
+                  f"{q['confirm_covers']:.0%}", flush=True)
         if args.only_queue:
             return
     ladders = [tuple(float(f) for f in ladder.split(",")) for ladder in args.ladder] or [RATE_FRACTIONS]

@@ -56,6 +56,13 @@ def test_a_small_probe_certifies_only_the_looser_share_its_requests_can_show_and
     assert claim_level(299) == 0.01 and claim_level(28) > 0.1 > claim_level(29)
 
 
+def test_a_share_looser_than_one_in_four_is_never_certified_but_marks_where_a_confirming_run_may():
+    got = exceedance_capacity([probe(1.0, 8, 0), probe(2.0, 8, 0), probe(4.0, 8, 4)])
+    # 8 requests without an exceedance show no share under 1 - 0.05^(1/8) = 31 %: nothing to rank a candidate by
+    assert got.lower_rps is None and got.claim_exceedance is None and got.supported_rps == 2.0
+    assert "too few independent ones to show any share under 25% (at best 31.2%)" in got.status
+
+
 def test_a_rate_at_the_ceiling_an_overloaded_probe_completed_at_never_certifies_even_with_a_flat_queue():
     """A queue at utilisation 1 grows like sqrt(t): its slopes can read flat and its exceedances few, so a rate at
     or over 95 % of what an overloaded probe of the candidate completed fails whatever it counts."""

@@ -16,7 +16,9 @@ exceeding.
 - **Claim level**: each rate is tested at the exceedance share its steady-window requests can show, never under
   ``MAX_EXCEEDANCE``: with n requests and none exceeding, the one-sided Clopper-Pearson bound is 1 - 0.05^(1/n)
   (28 requests: 10 %; 299: 1 %). The certified claim states the largest level of the rates it rests on, so a short
-  probe's claim is the looser one it can make, said as such, never a P99 it cannot show.
+  probe's claim is the looser one it can make, said as such, never a P99 it cannot show; a rate whose requests
+  cannot show a share under ``MAX_CLAIM`` (25 %) ends the sequence uncertified, so candidates are never ranked by
+  claims that say nothing of an SLO.
 - **Independent requests**: near its ceiling a queue's latencies come in excursions as long as its relaxation time
   (M/M/1: 1 / (c (1 - sqrt rho)^2) at utilisation rho of the ceiling c), so a probe counts at most
   ``1 / RELAX_PER_DRAW`` requests per relaxation time of its span (``independent_requests``); with a schedule placed
@@ -54,6 +56,7 @@ MAX_EXCEEDANCE = 0.01  # a P99 limit: at most 1 % of requests may exceed it
 CONFIDENCE = 0.95
 GROWTH_TOLERANCE = 0.05
 RELAX_PER_DRAW = 0.25  # draws per relaxation time: an excursion's requests count as 4 independent ones
+MAX_CLAIM = 0.25  # the loosest share a certified claim may state: one request in four over an SLO is no SLO claim
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,8 @@ class ExceedanceCapacity:
     rates: tuple[RateCount, ...] = field(default=())
     claim_exceedance: float | None = None  # the share the certified claim states: its rates' largest level
     ceiling_rps: float | None = None  # the service ceiling the stationarity reading used (``ceiling``)
+    # the last rate passing at its own level, however loose: where a confirming run may certify what probes could not
+    supported_rps: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "rates": [asdict(r) for r in self.rates]}
@@ -228,16 +233,22 @@ def exceedance_capacity(probes: Sequence[ProbeCount], max_exceedance: float = MA
     rates = per_rate(probes, max_exceedance, confidence)
     point, status = monotone_point(rates, max_exceedance)
     need = needed_requests(max_exceedance, confidence)
-    lower, why, levels = None, "", []
+    lower, supported, why, levels = None, None, "", []
     for r in rates:
         if r.failed or r.upper > r.level or not r.requests:
-            why = (f"at {r.rate_rps:g} req/s {r.exceeded} of {r.requests} requests exceeded, bound "
-                   f"{r.upper:.1%} > {r.level:.1%}" + (f" ({'; '.join(r.failed)})" if r.failed else "")
-                   + (f"; a P99 claim needs >= {need} requests a rate" if r.requests < need else ""))
+            why = why or (f"at {r.rate_rps:g} req/s {r.exceeded} of {r.requests} requests exceeded, bound "
+                          f"{r.upper:.1%} > {r.level:.1%}" + (f" ({'; '.join(r.failed)})" if r.failed else "")
+                          + (f"; a P99 claim needs >= {need} requests a rate" if r.requests < need else ""))
             break
-        lower = r.rate_rps
-        levels.append(r.level)
+        supported = r.rate_rps
+        if r.level > MAX_CLAIM and not why:
+            why = (f"at {r.rate_rps:g} req/s {r.requests} requests count as too few independent ones to show any "
+                   f"share under {MAX_CLAIM:.0%} (at best {r.level:.1%}); a P99 claim needs >= {need} a rate")
+        if not why:
+            lower = r.rate_rps
+            levels.append(r.level)
     if lower is None:
         status = why or status
     return ExceedanceCapacity(point, lower, status if lower is None else f"certified; {status}", max_exceedance,
-                              confidence, need, tuple(rates), max(levels) if levels else None, ceiling(probes))
+                              confidence, need, tuple(rates), max(levels) if levels else None, ceiling(probes),
+                              supported)

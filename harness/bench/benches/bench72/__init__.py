@@ -35,7 +35,7 @@ from harness.bench.benches.bench72.tiers import CHOICES as TIER_CHOICES
 from harness.bench.benches.bench72.tiers import default_tier
 from harness.bench.devices import alone
 from harness.bench.lib.citations import Citation
-from harness.bench.lib.exceedance import claim_level, needed_requests
+from harness.bench.lib.exceedance import MAX_CLAIM, claim_level, needed_requests
 from harness.bench.lib.gpuload import carried_rate, cited_bench66, cited_shape
 from harness.bench.lib.hostprofile import request_cost_ratio
 from harness.bench.metrics import E2E_P99, PEAK_MEMORY_GIB, REQUEST_RATE, TPOT_P99, TTFT_P99
@@ -239,9 +239,9 @@ def claim_note(cfg: Config) -> str:
     """The exceedance claim this size can make, stated before anything runs (``exceedance.claim_level``)."""
     n = cfg.requests * cfg.scale
     return (f"a rate is certified at the share of requests over the SLOs its steady requests can show at 95 %: a "
-            f"probe of {n} requests at best <= {claim_level(n):.1%} (fewer once its first wave is dropped); a P99 "
-            f"claim (<= 1 %) needs >= {needed_requests()} at a rate: lengthen --probe-seconds, or replay the deploy "
-            "point with --confirm-s"
+            f"probe of {n} requests at best <= {claim_level(n):.1%} (fewer once its first wave is dropped; none "
+            f"looser than {MAX_CLAIM:.0%} is certified); a P99 claim (<= 1 %) needs >= {needed_requests()} at a rate: "
+            "lengthen --probe-seconds, or replay the deploy point with --confirm-s"
             + (f" ({cfg.confirm_s:g} s set)" if cfg.confirm_s else ""))
 
 

@@ -327,13 +327,16 @@ class Campaign:
         yield from self.confirm(history)
 
     def confirm(self, history: History) -> Iterator[Step]:
-        """With --confirm-s, the best candidate that qualifies and certifies a rate, replayed there for that long."""
+        """With --confirm-s, the best qualifying candidate replayed for that long at its certified rate, or at the
+        highest rate its probes passed at a share too loose to certify (``supported_rps``), where the replay may."""
         seconds = getattr(self.cfg, "confirm_s", 0.0)
-        top = next((s for s in self.ranked(history) if s.lower_rps and self.qualifies(history, s.name)), None)
-        if not seconds or top is None or top.lower_rps is None:
+        top = next((s for s in self.ranked(history) if s.certified and s.certified.supported_rps
+                    and self.qualifies(history, s.name)), None)
+        if not seconds or top is None or top.certified is None:
             return
-        history.notes["confirm"] = {"candidate": top.name, "rate_rps": top.lower_rps, "seconds": seconds}
-        yield 1, Arm(confirm_label(top.name), self.rate_workload(top.lower_rps, seconds, "confirm"), top.name)
+        rate = top.lower_rps or top.certified.supported_rps or 0.0
+        history.notes["confirm"] = {"candidate": top.name, "rate_rps": rate, "seconds": seconds}
+        yield 1, Arm(confirm_label(top.name), self.rate_workload(rate, seconds, "confirm"), top.name)
 
     def keep(self, history: History) -> list[str]:
         """Servers to keep up besides the next step's: the best so far while searching, the pair in the duel."""

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.bench.lib.exceedance import (
+    MAX_CLAIM,
     ExceedanceCapacity,
     ProbeCount,
     completion_rate,
@@ -79,8 +80,10 @@ def bound_text(cert: ExceedanceCapacity | None) -> str:
 def confirmation(run: ArmRun, slo: Any, ex: ExceedanceCapacity, probes: Sequence[ProbeCount],
                  broken: Sequence[str] = ()) -> dict[str, Any]:
     """The confirming run at the deploy point read as one more probe against the candidate's ceiling: the claim
-    held when its clustered bound is within the claim's stated share and its queue did not grow."""
-    rate, level = ex.lower_rps or 0.0, ex.claim_exceedance or ex.max_exceedance
+    held when its clustered bound is within the claim's stated share (at a rate the probes supported but could not
+    certify, within ``MAX_CLAIM``: the replay certifies it) and its queue did not grow."""
+    rate = ex.lower_rps or ex.supported_rps or 0.0
+    level = (ex.claim_exceedance or ex.max_exceedance) if ex.lower_rps else MAX_CLAIM
     count = probe_count(run, slo, rate, broken)
     [got] = per_rate([count], beside=probes)
     held = not got.failed and got.upper <= level
