@@ -96,3 +96,20 @@ def test_excluded_work_reads_back_typed_with_its_effect_on_every_request():
     work = result.conclusion.excluded_work
     assert isinstance(work, ExcludedWork) and isinstance(work.effect_all, Effect)
     assert (work.count, work.agree, work.decision_all) == (1, True, "adopt")
+
+
+def test_a_br_export_leaves_out_a_serving_result_it_cannot_read_with_one_line(tmp_path):
+    from harness.manifest.audit import ManifestReport
+    from harness.report.br_export import _run_documents
+    from harness.report.inputs import AuditedInput
+
+    doc = json.loads((REPO / "tests/examples/valid/serving-single.json").read_text())
+    del doc["correctness"]["termination_counts"]
+    manifest = tmp_path / "m.intoto.json"
+    manifest.write_text("{}")
+    report = ManifestReport(manifest=str(manifest), findings=(), signer_keyid="k",
+                            predicate={"run_dir": "runs/x/1", "run_id": "1"},
+                            documents={"runs/x/1/arms/a/r1/result.json": doc})
+    found, left_out = _run_documents(AuditedInput("m", manifest, report))
+    assert found == [] and left_out == ["runs/x/1/arms/a/r1/result.json: /correctness: 'termination_counts' is a "
+                                        "required property: not exported"]

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.contract.result import Result, read_result
+from harness.contract.result import Conclusion, Failure, Performance, Result, read_result
 from harness.rundir.record import RunRecord
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,3 +30,22 @@ def run_record(**fields: Any) -> RunRecord:
     defaults: dict[str, Any] = dict(semantic_id="INF-FLOAT-BASELINE", run_id="r", run_label="x", requested={},
                                     effective={}, evidence_level="single", decision="inconclusive")
     return RunRecord(**{**defaults, **fields})
+
+
+SERVING = REPO / "tests/examples/valid/serving-single.json"
+
+
+def arm_result(partial: dict[str, Any]) -> Result:
+    """An arm run's result holding what ``partial`` gives and nothing else a test's code could read: its performance
+    and conclusion fields (the rest null, the conclusion valid), its details, its other groups over the example
+    serving result's. Typed as given, without the schema check: a test states only what the code under test reads."""
+    base = read_result(SERVING)
+    conclusion = dict(partial.get("conclusion") or {})
+    if isinstance(conclusion.get("failure"), dict):
+        conclusion["failure"] = Failure(**{"stage": "measure", "message": "", **conclusion["failure"]})
+    groups = {name: replace(getattr(base, name), **partial[name]) for name in ("identity", "workload", "environment",
+                                                                                "correctness") if name in partial}
+    return replace(base, **groups, kind=partial.get("kind", base.kind), details=partial.get("details"),
+                   performance=Performance(**partial.get("performance", {})),
+                   conclusion=Conclusion(**{"evidence_level": "single", "decision": "inconclusive",
+                                            "next_step": "", **conclusion}))

@@ -69,10 +69,9 @@ def first_failure(runs: Sequence[ArmRun]) -> ArmRun | None:
 def blocked_reading(history: History, failure: Failure | None, repeats: int) -> Reading | None:
     """Blocked when an arm run failed or a server did not start: completed pairs are kept, no claim is made."""
     failed = first_failure(history.runs)
-    if failed is not None:
-        first = failed.failure or {}
-        reason = f"{failed.label} repeat {failed.repeat}: {first.get('kind')}"
-        cause = Failure(**first)
+    if failed is not None and failed.failure is not None:
+        reason = f"{failed.label} repeat {failed.repeat}: {failed.failure.kind}"
+        cause = replace(failed.failure)
     elif failure is not None:
         reason, cause = f"{failure.stage}: {failure.kind}", failure
     else:
@@ -100,7 +99,7 @@ def headline_entries(history: History, plan: Plan, results: Sequence[ClaimResult
             done = [kept(r, metric) for r in completed_runs(history.runs, label) if usable(r, metric)]
             if done:
                 n = sum(len(metric.samples(r.records)) for r in done) if metric.samples else None
-                duration = sum(((r.result.get("performance") or {}).get("throughput") or {}).get("duration_s") or 0.0
+                duration = sum((r.result.performance.throughput or {}).get("duration_s") or 0.0
                                for r in done)
                 out.append({"name": metric.title, "value": metric.value(done), "unit": metric.unit, "arm": label,
                             "n_repeats": len(done), "n_requests": n, "duration_s": round(duration, 3),
@@ -198,12 +197,12 @@ def top_result(history: History, plan: Plan, reading: Reading, *, semantic_id: s
     runs = history.runs
     treatment = plan.claims[0].treatment if plan.claims else None
     reference = next((r.result for r in runs if r.label == treatment), runs[0].result)
-    ident = dict(reference["identity"])
+    ident = reference.identity.to_dict()
     ident.update(run_label=plan.run_label or ident["run_label"], run_id=run_id)
-    workload = dict(reference["workload"], repeats=protocol["repeats"])
+    workload = dict(reference.workload.to_dict(), repeats=protocol["repeats"])
     terminations: Counter[str] = Counter()
     for run in runs:
-        terminations.update(run.result["correctness"]["termination_counts"])
+        terminations.update(run.result.correctness.termination_counts)
     key = ("aborted" if reading.failure is not None and reading.failure.kind == "aborted"
            else "vetoed" if reading.details.get("vetoed_by") and "vetoed" in next_steps else reading.decision)
     conclusion = Conclusion(
@@ -217,7 +216,7 @@ def top_result(history: History, plan: Plan, reading: Reading, *, semantic_id: s
     no_quality = {} if reading.quality else {"quality": "no reference outputs for this workload"}
     return build_result(
         kind=reading.kind,  # type: ignore[arg-type]
-        identity={**ident, "created_utc": utc_now()}, workload=workload, environment=reference["environment"],
+        identity={**ident, "created_utc": utc_now()}, workload=workload, environment=reference.environment,
         performance=Performance.not_applicable(f"a {reading.kind}; per-arm distributions are in the arm results"),
         correctness=Correctness(output_count=sum(r.completed for r in runs), termination_counts=dict(terminations),
                                 quality=reading.quality,
@@ -229,11 +228,11 @@ def top_result(history: History, plan: Plan, reading: Reading, *, semantic_id: s
 
 
 def arm_run_entry(run: ArmRun) -> dict[str, Any]:
-    prefix = ((run.result.get("details") or {}).get("server_metrics") or {}).get("prefix_cache") or {}
+    prefix = run.result.detail("server_metrics", "prefix_cache") or {}
     return {"label": run.label, "repeat": run.repeat, "server": run.server, "workload": run.workload,
             "result": str(run.result_path), "requests_completed": run.completed, "valid": run.valid,
             "prefix_cache_hit_rate": prefix.get("hit_rate"), "seconds": round(run.seconds, 1),
-            "failure": run.failure["kind"] if run.failure else None}
+            "failure": run.failure.kind if run.failure else None}
 
 
 def arm_values(runs: Sequence[ArmRun], label: str, metrics: Sequence[Metric]) -> dict[str, float | None]:

@@ -108,7 +108,7 @@ def excluded_runs(runs: Sequence[ArmRun], labels: Sequence[str], metric: Metric 
     out = []
     for r in runs:
         if r.label in labels and not r.failure and r.records and not usable(r, metric):
-            why = "; ".join(r.result["conclusion"].get("invalid_reasons") or []) or "invalid"
+            why = "; ".join(r.result.conclusion.invalid_reasons) or "invalid"
             out.append(f"{r.label} repeat {r.repeat}: {why}")
     return out
 

@@ -73,7 +73,7 @@ def constraint_of(reason: str) -> Constraint:
 
 
 def reasons_of(run: ArmRun) -> list[str]:
-    return list(run.result["conclusion"].get("invalid_reasons") or []) or ["invalid (no reason recorded)"]
+    return list(run.result.conclusion.invalid_reasons) or ["invalid (no reason recorded)"]
 
 
 def late_sends_only(reasons: Sequence[str]) -> bool:

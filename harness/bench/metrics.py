@@ -147,8 +147,8 @@ def _e2e_from_scheduled(records: Sequence[RequestRecord]) -> list[float]:
 
 def _perf(*path: str) -> Callable[[ArmRun], float | None]:
     def read(run: ArmRun) -> float | None:
-        node: Any = run.result.get("performance")
-        for key in path:
+        node: Any = getattr(run.result.performance, path[0])
+        for key in path[1:]:
             node = node.get(key) if isinstance(node, dict) else None
         return float(node) if isinstance(node, (int, float)) else None
     return read
@@ -166,7 +166,7 @@ def _steady_or_whole(key: str) -> Callable[[ArmRun], float | None]:
 def throughput_basis(run: ArmRun, key: str = "output_tokens_per_s") -> dict[str, Any]:
     """Which window a run's throughput figure ``key`` covers (``steady_state`` or ``whole_run``, with the reason),
     and its drain fraction: what every throughput headline carries beside it."""
-    tp = (run.result.get("performance") or {}).get("throughput") or {}
+    tp = run.result.performance.throughput or {}
     steady = tp.get("steady_state") or {}
     whole = steady.get(key) is None
     return {"window": "whole_run" if whole else "steady_state", "drain_fraction": steady.get("drain_fraction"),
@@ -190,9 +190,7 @@ def basis_summary(runs: Sequence[ArmRun], key: str = "output_tokens_per_s") -> d
 def server_metric(*path: str) -> Callable[[ArmRun], float | None]:
     """A figure of ``details.server_metrics`` (counter deltas and gauge peaks the measurement recorded)."""
     def read(run: ArmRun) -> float | None:
-        node: Any = (run.result.get("details") or {}).get("server_metrics")
-        for key in path:
-            node = node.get(key) if isinstance(node, dict) else None
+        node: Any = run.result.detail("server_metrics", *path)
         return float(node) if isinstance(node, (int, float)) else None
     return read
 

@@ -9,6 +9,7 @@ from tabulate import tabulate
 
 from harness.bench.metrics import Metric
 from harness.bench.records import ArmRun, Reading
+from harness.contract.result import Result
 from harness.contract.verdict import verdict_lines
 
 FOOTNOTE = ("Per-request metrics (TTFT, TPOT, E2E, ITL) pool every repeat's completed requests (linear "
@@ -36,12 +37,12 @@ def arm_table(runs: Sequence[ArmRun], labels: Sequence[str], columns: Sequence[M
     return tabulate(arm_rows(runs, labels, columns), headers=headers, tablefmt="github")
 
 
-def summary_text(title: str, table: str, reading: Reading, result: dict[str, Any], wall_s: float) -> str:
+def summary_text(title: str, table: str, reading: Reading, result: Result, wall_s: float) -> str:
     """Verdict first (``harness.contract.verdict``), then the arm table, the reading's lines and the wall time. A
     sweep measures rather than decides: it leads with its figure."""
-    concl = result["conclusion"]
-    figure = concl.get("summary") if result.get("kind") == "sweep" else None
-    controls = (result.get("details") or {}).get("controls") or []
+    concl = result.conclusion.to_dict()
+    figure = result.conclusion.summary if result.kind == "sweep" else None
+    controls = result.detail("controls") or []
     invalid = [f"{r['arm']} repeat {r['repeat']} ({r['consequence']}): {'; '.join(r['reasons'])}"
                for r in reading.invalid_runs]
     lines = [*verdict_lines(title, concl, figure=figure, controls=controls, invalid=invalid,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.client import RequestRecord
-from harness.contract import Effect, ExcludedWork, Failure
+from harness.contract import Effect, ExcludedWork, Failure, Result
 
 
 @dataclass(frozen=True)
@@ -26,24 +26,24 @@ class Workload:
 
 @dataclass(frozen=True)
 class ArmRun:
-    """One arm × repeat: its result document and its per-request records."""
+    """One arm × repeat: its result (read once through the typed groups that wrote it) and its per-request records."""
 
     label: str
     repeat: int
     result_path: Path
-    result: dict[str, Any]
+    result: Result
     records: tuple[RequestRecord, ...]
     server: str = ""
     workload: str = ""
     seconds: float = 0.0
 
     @property
-    def failure(self) -> dict[str, Any] | None:
-        return self.result["conclusion"].get("failure")
+    def failure(self) -> Failure | None:
+        return self.result.conclusion.failure
 
     @property
     def valid(self) -> bool:
-        return bool(self.result["conclusion"]["valid"])
+        return self.result.conclusion.valid
 
     @property
     def completed(self) -> int:

@@ -40,8 +40,7 @@ from harness.bench.sendlag import pooled_send_lag
 from harness.bench.spec import Arm, BenchConfig, BenchSpec, History, InputFile, WorkloadPlan
 from harness.bench.startcontrol import CITED_KEY
 from harness.client import read_records
-from harness.contract import Failure
-from harness.contract.jsonio import read_json
+from harness.contract import Failure, Result, read_result
 from harness.errors import InvalidInput
 from harness.models import resolve_model
 from harness.progress import Reporter
@@ -215,15 +214,16 @@ class Bench:
             outcome = measure_arm(self.ctx, srv, workload, out, arm.label, arm.client, self.reporter)
         except KeyboardInterrupt:
             if (out / RESULT_FILE).is_file():  # measure wrote the interrupted arm's result: keep it in the run
-                result = read_json(out / RESULT_FILE)
                 self.history.runs.append(ArmRun(label=arm.label, repeat=repeat, result_path=out / RESULT_FILE,
-                                                result=result, records=tuple(read_records(out / REQUESTS_FILE)),
+                                                result=read_result(out / RESULT_FILE),
+                                                records=tuple(read_records(out / REQUESTS_FILE)),
                                                 server=srv.name, workload=workload.path.stem,
                                                 seconds=time.monotonic() - t0))
             raise
         if srv.name not in self.kv_cache and outcome.metrics_before_path is not None:
             self.kv_cache[srv.name] = kv_cache_config(outcome.metrics_before_path)
-        run = ArmRun(label=arm.label, repeat=repeat, result_path=outcome.result_path, result=outcome.result,
+        result = Result.from_dict(outcome.result, str(outcome.result_path))
+        run = ArmRun(label=arm.label, repeat=repeat, result_path=outcome.result_path, result=result,
                      records=outcome.records, server=srv.name, workload=workload.path.stem,
                      seconds=time.monotonic() - t0)
         self.reporter.step_done(run.seconds)
@@ -258,9 +258,9 @@ class Bench:
                     if self.reruns.failure is not None:  # the budget was spent: stop early with the reason
                         return self.reruns.failure
                     if run.failure:
-                        self.reporter(f"  {arm.label} repeat {repeat} failed: {run.failure['kind']}: "
-                                      f"{run.failure['message']}")
-                        return Failure(**run.failure)
+                        self.reporter(f"  {arm.label} repeat {repeat} failed: {run.failure.kind}: "
+                                      f"{run.failure.message}")
+                        return replace(run.failure)
         except Stop as stop:
             return stop.failure
         except KeyboardInterrupt:
@@ -383,7 +383,8 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
     rd.write_result(result_name, result)
     for name, draw in reading.figures.items():
         rd.figure(name, draw)
-    summary = summary_text(spec.title, arm_table(history.runs, labels, plan.columns), reading, result, wall_s)
+    summary = summary_text(spec.title, arm_table(history.runs, labels, plan.columns), reading,
+                           Result.from_dict(result, result_name), wall_s)
     measured = {k for k in history.workloads if k != plan.warmup_name}
     aborted = failure is not None and failure.kind == "aborted"
     finished = rd.finish(
@@ -395,6 +396,5 @@ def finish(bench: Bench, failure: Failure | None, wall_s: float) -> BenchOutcome
         images=bench.images(),
         workload_ids=sorted({history.workloads[k].workload_id for k in measured}),
     )
-    return BenchOutcome(
-        spec=spec, run_dir=rd.path, result=result, finished=finished, failed=failure is not None, aborted=aborted
-    )
+    return BenchOutcome(spec=spec, run_dir=rd.path, result=result, finished=finished, failed=failure is not None,
+                        aborted=aborted)

@@ -27,7 +27,7 @@ from harness.serving.validity import ValidityLimits, lag_limit_ms
 
 
 def limits_of(run: ArmRun) -> ValidityLimits:
-    recorded = (run.result.get("details") or {}).get("validity_limits") or {}
+    recorded = run.result.detail("validity_limits") or {}
     fields = ValidityLimits.__dataclass_fields__
     return ValidityLimits(**{k: v for k, v in recorded.items() if k in fields})
 
@@ -55,8 +55,7 @@ def _pooled_stats(runs: Sequence[ArmRun], load_only: bool = False) -> dict[str, 
     lags = np.asarray([x for run in runs for x in _lags_ms(run)])
     ttft = [(r.first_token_s - r.sent_s) * 1e3 for run in runs for r in run.records
             if r.completed and r.first_token_s is not None and r.sent_s is not None]
-    gaps = [g for run in runs if (g := ((run.result.get("details") or {}).get("client") or {})
-                                   .get("mean_arrival_gap_ms"))]
+    gaps = [g for run in runs if (g := run.result.detail("client", "mean_arrival_gap_ms"))]
     p95, p99 = np.percentile(lags, [95, 99], method=PERCENTILE_METHOD) if lags.size else (None, None)
     t50, t99 = np.percentile(ttft, [50, 99], method=PERCENTILE_METHOD) if ttft else (None, None)
     return {"sends": int(lags.size), "send_lag_p95_ms": p95, "send_lag_p99_ms": p99, "ttft_p50_ms": t50,
@@ -122,9 +121,9 @@ def _round(x: float | None) -> float | None:
 
 
 def _invalidated(run: ArmRun, reason: str) -> ArmRun:
-    conclusion = run.result["conclusion"]
-    return replace(run, result={**run.result, "conclusion": {
-        **conclusion, "valid": False, "invalid_reasons": [*(conclusion.get("invalid_reasons") or []), reason]}})
+    conclusion = run.result.conclusion
+    invalid = replace(conclusion, valid=False, invalid_reasons=[*conclusion.invalid_reasons, reason])
+    return replace(run, result=replace(run.result, conclusion=invalid))
 
 
 def pooled_send_lag(runs: Sequence[ArmRun]) -> tuple[list[ArmRun], list[dict[str, Any]]]:

@@ -11,6 +11,7 @@ from harness.bench.benches import bench69
 from harness.bench.records import ArmRun
 from harness.bench.spec import History
 from harness.client.records import RequestRecord
+from tests.typed_results import arm_result
 
 UNIQUE, SHARED, CONTROL = bench69.UNIQUE, bench69.SHARED, bench69.CONTROL
 
@@ -29,7 +30,7 @@ def arm_run(label: str, repeat: int, ttft_ms: dict[int, float], valid: bool = Tr
     result = {"conclusion": {"failure": None, "valid": valid,
                              "invalid_reasons": [] if valid else ["client send lag P99 40 ms over 60 sends > 2 ms"]},
               "performance": {"throughput": {"duration_s": 3.0}}, "details": {"server_metrics": {}}}
-    return ArmRun(label=label, repeat=repeat, result_path=Path(f"{label}/r{repeat}.json"), result=result,
+    return ArmRun(label=label, repeat=repeat, result_path=Path(f"{label}/r{repeat}.json"), result=arm_result(result),
                   records=records(ttft_ms))
 
 

@@ -14,6 +14,7 @@ from harness.bench.sendlag import pooled_send_lag
 from harness.bench.spec import Claim
 from harness.client.records import RequestRecord
 from tests.bench.test_analysis import arm_run, read
+from tests.typed_results import arm_result
 
 
 def rec(i: int, *, scheduled: float, lag_ms: float = 0.0, ttft_ms: float = 100.0, tokens: int = 16,
@@ -31,7 +32,7 @@ def lag_run(label: str, repeat: int, lags_ms: list[float], gap_s: float = 1.0) -
     result = {"conclusion": {"failure": None, "valid": True, "invalid_reasons": []},
               "details": {"client": {"mean_arrival_gap_ms": gap_s * 1e3},
                           "validity_limits": {"min_lag_samples": 50, "lag_fraction": 0.05, "send_lag_p99_ms": 1.0}}}
-    return ArmRun(label=label, repeat=repeat, result_path=Path(f"{label}/r{repeat}.json"), result=result,
+    return ArmRun(label=label, repeat=repeat, result_path=Path(f"{label}/r{repeat}.json"), result=arm_result(result),
                   records=records)
 
 
@@ -51,9 +52,9 @@ def test_a_late_client_cannot_flatter_an_arm():
     # slower, which is what its users saw; from the actual send it would read as a 10 % gain
     runs = []
     for r in range(1, 6):
-        runs.append(ArmRun("a", r, Path("a"), {"conclusion": {"failure": None, "valid": True}},
+        runs.append(ArmRun("a", r, Path("a"), arm_result({}),
                            tuple(rec(i, scheduled=float(i), ttft_ms=200.0 + i) for i in range(20))))
-        runs.append(ArmRun("b", r, Path("b"), {"conclusion": {"failure": None, "valid": True}},
+        runs.append(ArmRun("b", r, Path("b"), arm_result({}),
                            tuple(rec(i, scheduled=float(i), lag_ms=30.0, ttft_ms=180.0 + i) for i in range(20))))
     res = claim_effect(runs, Claim(TTFT_P50, "a", "b"), seed=0, resamples=200)
     assert res is not None and res.effect.value > 1.0
@@ -62,13 +63,11 @@ def test_a_late_client_cannot_flatter_an_arm():
 def test_a_pair_without_samples_or_with_a_none_figure_is_named_not_dropped():
     runs = []
     for r in range(1, 4):
-        runs.append(ArmRun("a", r, Path("a"), {"conclusion": {"failure": None, "valid": True},
-                                               "performance": {"throughput": {"request_rate_rps": 2.0}}},
+        runs.append(ArmRun("a", r, Path("a"), arm_result({"performance": {"throughput": {"request_rate_rps": 2.0}}}),
                            tuple(rec(i, scheduled=float(i)) for i in range(5))))
         tokens = 1 if r == 2 else 16  # repeat 2 of b: one token per request, so no TPOT
         rate = None if r == 3 else 2.2
-        runs.append(ArmRun("b", r, Path("b"), {"conclusion": {"failure": None, "valid": True},
-                                               "performance": {"throughput": {"request_rate_rps": rate}}},
+        runs.append(ArmRun("b", r, Path("b"), arm_result({"performance": {"throughput": {"request_rate_rps": rate}}}),
                            tuple(rec(i, scheduled=float(i), tokens=tokens) for i in range(5))))
     tpot = Claim(TPOT_P50, "a", "b")
     assert dropped_pairs(runs, tpot) == ["repeat 2: b has no tpot_ms.p50 sample (pair left out)"]
@@ -100,7 +99,7 @@ def test_send_lag_is_judged_over_an_arms_repeats_pooled():
     runs = [lag_run("a", 1, [0.0] * 20), lag_run("a", 2, [30.0] * 4 + [0.0] * 16), lag_run("a", 3, [0.0] * 20)]
     judged, records = pooled_send_lag(runs)
     assert [r.valid for r in judged] == [True, False, True]
-    (why,) = judged[1].result["conclusion"]["invalid_reasons"]
+    (why,) = judged[1].result.conclusion.invalid_reasons
     assert why.startswith("client send lag P95 30.0 ms over 60 sends pooled over 3 repeats of a > 5.0 ms")
     assert "this run sent 4 of them late" in why
     (record,) = records

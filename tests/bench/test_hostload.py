@@ -103,8 +103,8 @@ def test_on_a_quiet_host_a_spent_budget_leaves_the_run_out_and_a_runs_own_make_u
     # the client-share rule fails by the layout itself: never redone, never a stop, whatever the budget
     own = Reruns(3, Reporter(io.StringIO()), probe=lambda: quiet)
     shared = bench69_step(1, UNIQUE, set())
-    shared.result["conclusion"].update(valid=False, invalid_reasons=["client-bound here: the client and API server "
-                                                                     "used 1.30 cores"])
+    shared.result.conclusion.valid = False
+    shared.result.conclusion.invalid_reasons = ["client-bound here: the client and API server used 1.30 cores"]
     assert own.settle(shared, lambda n: bench69_step(1, UNIQUE, set(), n)) is shared and not own.done
 
 

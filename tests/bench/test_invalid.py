@@ -24,6 +24,7 @@ from harness.progress import Reporter
 from harness.serving.stalls import Stall, stall_validity
 from harness.serving.validity import ClientHealth, ValidityLimits, stall_record
 from tests.bench.test_analysis import read, records
+from tests.typed_results import arm_result
 
 UNIQUE, SHARED, CONTROL = bench69.UNIQUE, bench69.SHARED, bench69.CONTROL
 # bench-69 on a host with one niced CPU-bound job beside it: the recorded reason of its one invalid arm run
@@ -36,8 +37,8 @@ def arm_run(label: str, repeat: int, ttft_ms: dict[int, float], reasons: tuple[s
             attempt: int = 1) -> ArmRun:
     result = {"conclusion": {"failure": None, "valid": not reasons, "invalid_reasons": list(reasons)},
               "performance": {"throughput": {"duration_s": 3.0}}, "details": {"server_metrics": {}}}
-    return ArmRun(label=label, repeat=repeat, result_path=Path(f"{label}/r{repeat}-a{attempt}.json"), result=result,
-                  records=records(ttft_ms))
+    return ArmRun(label=label, repeat=repeat, result_path=Path(f"{label}/r{repeat}-a{attempt}.json"),
+                  result=arm_result(result), records=records(ttft_ms))
 
 
 def bench69_step(repeat: int, label: str, stalled: set[tuple[str, int, int]], attempt: int = 1) -> ArmRun:
@@ -80,7 +81,8 @@ def test_bench69s_recorded_stall_left_out_reads_inconclusive_and_says_why_not_ra
     assert (entry["arm"], entry["repeat"], entry["reasons"]) == (SHARED, 3, [LOOP_LAG])
     assert "raise --repeats" not in reading.next_step and "already lies beyond the margin" in reading.next_step
     assert reading.recommendations == (recommendations([LOOP_LAG])[0],)
-    text = summary_text("bench-69", "", reading, {"conclusion": conclusion(reading)}, 1.0)
+    text = summary_text("bench-69", "", reading, arm_result({"conclusion": conclusion(reading), "kind": "comparison"}),
+                        1.0)
     flat = " ".join(text.split())  # the summary is wrapped for a terminal
     assert f"invalid or undecided: - {SHARED} repeat 3 (left out of every effect and figure it would distort): " \
            f"{LOOP_LAG}" in flat

@@ -39,6 +39,7 @@ from harness.mech.engine.types import EngineConfig
 from harness.mech.engine.workload import SyntheticSpec, synthetic
 from harness.workload import Arrival, Common
 from harness.workload.arrival import poisson_scheduled
+from tests.typed_results import arm_result
 
 COST = StepCostModel(base_ms=20.0, prefill_ms_per_token=0.5, decode_ms_per_seq=4.0)  # a slow CPU-like server
 ENGINE = EngineConfig(max_num_seqs=8, max_num_batched_tokens=512)
@@ -172,7 +173,8 @@ def sweep_level(label: str, rate: float, *, ttft_slope: float = 0.0, decode_slop
                                      output_tokens_requested=16))
     result = {"conclusion": {"failure": None, "valid": not reasons, "invalid_reasons": list(reasons)},
               "performance": {"throughput": {"request_rate_rps": rate, "output_tokens_per_s": 16 * rate}}}
-    return ArmRun(label=label, repeat=1, result_path=Path(f"{label}.json"), result=result, records=tuple(records))
+    return ArmRun(label=label, repeat=1, result_path=Path(f"{label}.json"), result=arm_result(result),
+                  records=tuple(records))
 
 
 def test_bench66s_lagged_but_saturated_level_closes_the_bracket_from_above():

@@ -8,6 +8,7 @@ from typing import Any
 
 from harness.bench.metrics import GOODPUT, OUTPUT_TOKENS_PER_S, REQUEST_RATE, basis_summary, throughput_basis
 from harness.bench.records import ArmRun
+from tests.typed_results import arm_result
 
 
 def arm_run(whole: float, steady: float | None, drain: float = 0.3) -> ArmRun:
@@ -16,7 +17,7 @@ def arm_run(whole: float, steady: float | None, drain: float = 0.3) -> ArmRun:
                              "null_reason": None if steady is not None else "steady-state window too short"}
     result = {"conclusion": {"valid": True}, "performance": {"throughput": {
         "request_rate_rps": whole, "output_tokens_per_s": 10 * whole, "goodput_rps": whole, "steady_state": state}}}
-    return ArmRun(label="a", repeat=1, result_path=Path("r.json"), result=result, records=())
+    return ArmRun(label="a", repeat=1, result_path=Path("r.json"), result=arm_result(result), records=())
 
 
 def test_run_figures_prefer_the_steady_state_and_fall_back_with_the_reason() -> None:

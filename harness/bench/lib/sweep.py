@@ -115,7 +115,7 @@ def load_point(runs: Sequence[ArmRun], label: str, *, offered_rps: float | None 
     """Read one point from the arm runs with ``label`` (failed runs are left out and make the point invalid)."""
     mine = [r for r in runs if r.label == label]
     done = [r for r in mine if not r.failure and r.records]
-    reasons = [f"repeat {r.repeat}: {reason}" for r in mine for reason in r.result["conclusion"]["invalid_reasons"]]
+    reasons = [f"repeat {r.repeat}: {reason}" for r in mine for reason in r.result.conclusion.invalid_reasons]
     rate, rate_range = _spread([v for v in (REQUEST_RATE.run_value(r) for r in done) if v is not None])
     tok, tok_range = _spread([v for v in (OUTPUT_TOKENS_PER_S.run_value(r) for r in done) if v is not None])
     valid = bool(done) and not reasons and len(done) == len(mine)

@@ -12,6 +12,7 @@ from harness.client import read_records
 from harness.client.sessions import messages_digest
 from harness.errors import InvalidInput
 from tests.bench_runs import EAGER, run_bench
+from tests.typed_results import arm_result
 from tests.vllm_cpu_model import prepared_model_or_skip
 
 ROWS = [{"timestamp": 0, "input_length": 1100, "output_length": 40, "hash_ids": [10, 11, 12]},
@@ -99,7 +100,7 @@ def _run(label: str, repeat: int, hit_rate: float, ttft_s: float, turns: bool = 
                                extra={"session": 0, "turn": i} if turns else {}) for i in range(3))
     result = {"conclusion": {"failure": None, "valid": True},
               "details": {"server_metrics": {"prefix_cache": {"hit_rate": hit_rate}}}}
-    return ArmRun(label, repeat, result_path=None, result=result, records=recs, server="cache-on")
+    return ArmRun(label, repeat, result_path=None, result=arm_result(result), records=recs, server="cache-on")
 
 
 def test_the_reading_sets_measured_hit_rate_beside_ceiling_and_prediction(trace, tmp_path, tokenizer_dir):

@@ -18,6 +18,7 @@ from harness.bench.records import ArmRun
 from harness.bench.spec import Plan, phases_for
 from harness.client.records import RequestRecord
 from harness.errors import InvalidInput
+from tests.typed_results import arm_result
 
 ARMS = ("continuous", "static", "base", "seqs-low")
 
@@ -28,7 +29,7 @@ def run(label: str, repeat: int, ttft_ms: float | list[float] = 100.0, running: 
                                   end_s=v / 1000 + 0.5, completion_tokens=11) for i, v in enumerate(values))
     details = {"server_metrics": {"occupancy": {"running_mean": running}}} if running is not None else {}
     result = {"conclusion": {"valid": True}, "details": details}
-    return ArmRun(label, repeat, Path(f"arms/{label}/r{repeat}/result.json"), result, records)
+    return ArmRun(label, repeat, Path(f"arms/{label}/r{repeat}/result.json"), arm_result(result), records)
 
 
 def schedule_plan(order: str, repeats: int = 3) -> Plan:

@@ -39,7 +39,7 @@ from harness.errors import InvalidInput
 from harness.models import PreparedModel
 from harness.workload.arrival import offsets
 from tests.bench_runs import assert_bench_refuses
-from tests.typed_results import result_with
+from tests.typed_results import arm_result, result_with
 
 SMOLLM2_PARAMS = 134_515_008  # SmolLM2-135M's checkpoint, counted from its safetensors header
 
@@ -230,7 +230,8 @@ def arm_run(ttfts_ms, *, tokens=5, gap_ms=10.0, failed=0, client=()):
         "details": {"client": {"schedule_reasons": list(client)}, "server_metrics": {}},
         "performance": {"throughput": {"request_rate_rps": 2.0}},
     }
-    return ArmRun(label="x", repeat=1, result_path=Path("r.json"), result=result, records=tuple(records))
+    return ArmRun(label="x", repeat=1, result_path=Path("r.json"), result=arm_result(result),
+                  records=tuple(records))
 
 
 def test_a_probe_verdict_names_every_broken_limit():
@@ -243,7 +244,7 @@ def test_a_probe_verdict_names_every_broken_limit():
     late = verdict(arm_run([100.0] * 20, client=("client send lag P99 40 ms > 20 ms",)), slo, 2.0)
     assert not late.passed and late.violated == ("client schedule",)  # a client that fell behind cannot pass
     bound = arm_run([100.0] * 20)
-    bound.result["details"]["client"]["client_reasons"] = ["client-bound here: the client took the engine's cores"]
+    bound.result.details["client"]["client_reasons"] = ["client-bound here: the client took the engine's cores"]
     assert verdict(bound, slo, 2.0).violated == ("client schedule",)  # nor one that took the engine's CPU
 
 
@@ -378,7 +379,8 @@ def test_bf16_first_and_fp32_second_fp32_passes_as_the_reference_and_bf16_is_jud
     texts = {"bf16-s16-kv2": ["the cat", "a dog", "one", "two"], "fp32-s16-kv2": ["the cat", "a dot", "one", "tw"]}
     ok = {"conclusion": {"invalid_reasons": [], "valid": True, "failure": None}}
     for name, outs in texts.items():
-        history.runs.append(ArmRun(label=f"{name} rate=0.25/s", repeat=1, result_path=Path("r.json"), result=ok,
+        history.runs.append(ArmRun(label=f"{name} rate=0.25/s", repeat=1, result_path=Path("r.json"),
+                                   result=arm_result(ok),
                                    records=tuple(_rec(i, t) for i, t in enumerate(outs))))
     candidates = cpu_candidates(("bfloat16", "float32"), (16,), (2,), full=False)
     gates = numerics_gates(history, candidates, 0.9)
@@ -594,7 +596,8 @@ def _probe_run(label: str, rate: float, n: int, ttft_s, seed: int = 0) -> ArmRun
     result = {"conclusion": {"invalid_reasons": [], "valid": True, "failure": None},
               "details": {"client": {"schedule_reasons": []}, "server_metrics": {}},
               "performance": {"throughput": {"request_rate_rps": rate}}}
-    return ArmRun(label=label, repeat=1, result_path=Path("r.json"), result=result, records=tuple(records))
+    return ArmRun(label=label, repeat=1, result_path=Path("r.json"), result=arm_result(result),
+                  records=tuple(records))
 
 
 def probe_history(runs: dict[str, tuple[str, float]], cfg=None) -> History:

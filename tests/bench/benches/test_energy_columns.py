@@ -14,6 +14,7 @@ from harness.bench.benches.bench81.scaling import SCALING_HEADERS, layout_scalin
 from harness.bench.lib.search import Capacity
 from harness.bench.records import ArmRun
 from harness.client.records import RequestRecord
+from tests.typed_results import arm_result
 
 ENERGY = {"energy_j": 600.0, "avg_power_w": 300.0, "energy_per_output_token_j": 0.25,
           "cost_per_million_output_tokens_usd": 1.5}
@@ -26,7 +27,7 @@ def arm(label: str, repeat: int, energy: dict | None, tok_s: float = 100.0) -> A
     result = {"performance": {"throughput": {"output_tokens_per_s": tok_s, "request_rate_rps": 2.0},
                               "energy": energy, "device_memory": {"peak_minus_idle_bytes": 3 * 2**30}},
               "conclusion": {"valid": True, "invalid_reasons": [], "failure": None}, "details": {"client": {}}}
-    return ArmRun(label=label, repeat=repeat, result_path=Path("x"), result=result, records=recs)
+    return ArmRun(label=label, repeat=repeat, result_path=Path("x"), result=arm_result(result), records=recs)
 
 
 def test_bench72_capacity_table_shows_energy_and_cost_at_capacity():

@@ -16,6 +16,7 @@ from harness.bench.benches.bench81.scaling import (
     scaling_table,
 )
 from harness.bench.records import ArmRun
+from tests.typed_results import arm_result
 
 
 def run(label: str, repeat: int, tok_s: float, status: str = "length") -> ArmRun:
@@ -25,7 +26,7 @@ def run(label: str, repeat: int, tok_s: float, status: str = "length") -> ArmRun
 
     rec = RequestRecord(index=0, status=status, input_tokens=8, output_tokens_requested=4, completion_tokens=4,
                         sent_s=0.0, first_token_s=0.1, end_s=0.4, chunk_s=(0.1, 0.2, 0.3, 0.4))
-    return ArmRun(label=label, repeat=repeat, result_path=Path("x"), result=result, records=(rec,))
+    return ArmRun(label=label, repeat=repeat, result_path=Path("x"), result=arm_result(result), records=(rec,))
 
 
 def test_ratio_of_means_is_hand_computable():
@@ -75,7 +76,7 @@ def test_a_repeat_that_completed_nothing_is_counted_not_averaged_as_zero():
 
 def test_an_invalid_repeat_is_left_out_of_the_row_and_counted():
     bad = run("pp2", 3, 99.0)
-    bad.result["conclusion"].update(valid=False, invalid_reasons=["client send lag"])
+    bad.result.conclusion.valid, bad.result.conclusion.invalid_reasons = False, ["client send lag"]
     runs = [run("single", r, 10.0) for r in (1, 2, 3)] + [run("pp2", r, 20.0) for r in (1, 2)] + [bad]
     row = layout_scaling(runs, "pp2", 2, "single", resamples=200)
     assert row.throughput_tok_s == 20.0 and row.repeats == 2 and row.invalid_repeats == 1 and row.valid

@@ -34,6 +34,7 @@ from harness.mech.engine.costmodel import StepCostModel
 from harness.mech.engine.types import EngineConfig, SimRequestRecord
 from harness.mech.engine.workload import SimRequest, SimWorkload
 from harness.serving.measure import GAUGES_FILE
+from tests.typed_results import arm_result
 
 STEP_10MS = StepCostModel(base_ms=10.0, prefill_ms_per_token=0.0, decode_ms_per_seq=0.0, decode_ms_per_kilotoken=0.0)
 ENGINE = EngineConfig(max_num_seqs=8, max_num_batched_tokens=512, block_size=16, num_blocks=1024)
@@ -138,7 +139,8 @@ def _run(tmp_path: Path, label: str, running_mean: float, rows: list[int], recor
                                               for i, v in enumerate(rows)))
     result = {"details": {"server_metrics": {"occupancy": {"running_mean": running_mean}}},
               "conclusion": {"failure": None, "valid": True}}
-    return ArmRun(label=label, repeat=1, result_path=folder / "result.json", result=result, records=tuple(records))
+    return ArmRun(label=label, repeat=1, result_path=folder / "result.json", result=arm_result(result),
+                  records=tuple(records))
 
 
 def _rec(i: int, scheduled: float, sent: float) -> Record:

@@ -27,6 +27,7 @@ from harness.bench.stats import PairedEffect, repeat_ratio_effect
 from harness.client.records import RequestRecord
 from harness.contract import Effect
 from harness.mech.specdec.formulas import expected_tokens
+from tests.typed_results import arm_result
 
 SMOLLM2 = {
     "hidden_size": 576,
@@ -61,7 +62,7 @@ def run(label: str, repeat: int, texts=("a", "b"), spec=None, generated=None, fa
         label=label,
         repeat=repeat,
         result_path=Path("r.json"),
-        result=result,
+        result=arm_result(result),
         records=tuple(record(i, t) for i, t in enumerate(texts)),
     )
 

@@ -111,7 +111,7 @@ def pooled_acceptance(runs: Sequence[ArmRun], label: str) -> Acceptance | None:
     positions: list[float] = []
     requests, seen = 0, False
     for run in completed_runs(runs, label):
-        metrics = (run.result.get("details") or {}).get("server_metrics") or {}
+        metrics = run.result.detail("server_metrics") or {}
         spec = metrics.get("spec_decode")
         if not spec or any(spec.get(k) is None for k in ("drafts", "draft_tokens", "accepted_tokens")):
             continue

@@ -210,11 +210,11 @@ def prediction_headline(split: Split, judged: Mapping[str, Mapping[str, Any]], p
 
 
 def run_effective(run: ArmRun) -> dict[str, Any] | None:
-    return (run.result.get("details") or {}).get("server_effective")
+    return run.result.detail("server_effective")
 
 
 def run_settings(run: ArmRun) -> dict[str, Any]:
-    return run.result["workload"]["token_budget"]
+    return run.result.workload.token_budget
 
 
 def predicted_value(predicted: Mapping[str, Any], name: str) -> float | None:

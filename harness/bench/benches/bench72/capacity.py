@@ -95,7 +95,7 @@ def verdict(run: ArmRun, slo: SLO, rate: float) -> Probe:
     ttft, tpot = TTFT_P99.value([run]), TPOT_P99.value([run])
     ttft_all, tpot_all = request_latencies(run.records)
     judged = {TTFT: compliance(ttft_all, slo.ttft_p99_ms), TPOT: compliance(tpot_all, slo.tpot_p99_ms)}
-    client_details = (run.result.get("details") or {}).get("client") or {}
+    client_details = run.result.detail("client") or {}
     client = list(client_details.get("client_reasons", client_details.get("schedule_reasons")) or [])
     violated = [CLIENT] if client else []
     if errors > slo.error_rate:
@@ -237,7 +237,7 @@ class Campaign:
             why = ("the cited bench-66 run's light load is of other requests" if self.light else
                    self.fallback or "no bench-66 run was cited")
             caveat = ("" if run.valid else
-                      f"; the probe was invalid: {'; '.join(run.result['conclusion']['invalid_reasons'])}")
+                      f"; the probe was invalid: {'; '.join(run.result.conclusion.invalid_reasons)}")
             history.notes["light"] = LightLoad(
                 TTFT_P50.value([run]),
                 TPOT_P50.value([run]),
