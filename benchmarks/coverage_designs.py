@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-from coverage_stalls import stalled_run  # its sibling (``coverage.py`` puts this folder on the path)
+from coverage_stalls import simulated_result, stalled_run  # its sibling (``coverage.py`` puts this folder on the path)
 
 from harness.bench.benches.bench81.scaling import paired_log_ratio
 from harness.bench.claims import claim_effect, control_entry, design_of, secondary_entries
@@ -33,7 +33,6 @@ from harness.bench.spec import Arm, Claim, Phase, Plan, Schedule, ServerVariant,
 from harness.bench.startcontrol import control_of, start_rows
 from harness.bench.stats import DEFAULT_CONFIDENCE, MIN_PAIRED_REPEATS
 from harness.client import RequestRecord
-from harness.contract import Conclusion, Correctness, Environment, Identity, Performance, Result, WorkloadInfo
 
 MARGIN = TTFT_P50.margin  # 5 %: every simulated claim uses the metric's own margin
 EDGE = 1 / (1 + MARGIN)  # the treatment better by exactly the margin: adopting is a false adopt
@@ -85,20 +84,9 @@ def _records(ttft_ms: np.ndarray) -> tuple[RequestRecord, ...]:
                                end_s=v / 1e3 + 0.1) for i, v in enumerate(ttft_ms))
 
 
-# What a simulated arm run's result holds beside its validity: nothing the claims read (they read the records).
-SIMULATED = Result(
-    kind="serving", identity=Identity(semantic_id="SIM", workload_id="sha256:" + "0" * 64, run_label="sim",
-                                      run_id="sim"),
-    workload=WorkloadInfo(request_count=0, input_tokens={}, output_tokens={}, arrival={}, concurrency=None, seed=0),
-    environment=Environment(profile_id="SIM", backend={"name": "simulated", "version": "0"}),
-    performance=Performance(), correctness=Correctness(output_count=0, termination_counts={}),
-    conclusion=Conclusion(evidence_level="single", decision="inconclusive", next_step=""))
-
-
 def arm_run(label: str, repeat: int, ttft_ms: np.ndarray, *, stalled: bool = False) -> ArmRun:
-    conclusion = replace(SIMULATED.conclusion, valid=not stalled, invalid_reasons=[STALL_REASON] if stalled else [])
-    return ArmRun(label, repeat, Path(f"sim/{label}/r{repeat}"), replace(SIMULATED, conclusion=conclusion),
-                  _records(ttft_ms))
+    return ArmRun(label, repeat, Path(f"sim/{label}/r{repeat}"),
+                  simulated_result([STALL_REASON] if stalled else []), _records(ttft_ms))
 
 
 @dataclass(frozen=True)

@@ -10,18 +10,38 @@ such runs with ``harness.bench.exclusion`` through ``claims.claim_effect``: kept
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from harness.bench.records import ArmRun
 from harness.client import RequestRecord
+from harness.contract import Conclusion, Correctness, Environment, Identity, Performance, Result, WorkloadInfo
 from harness.serving.stalls import Stall, stall_validity
 
 STALL_MS = 200.0  # what the stall adds to each held request's TTFT
 STALLED = 3  # consecutive requests a stall overlaps
 DECODE_S = 0.1
 LOOP_LIMIT_MS = 20.0  # the loop-lag floor: the stall (hundreds of ms) is past it
+
+
+# What a simulated arm run's result holds beside its validity and details: nothing the claims read (they read the
+# records), in the typed groups a measured arm run's result is read into.
+SIMULATED = Result(
+    kind="serving", identity=Identity(semantic_id="SIM", workload_id="sha256:" + "0" * 64, run_label="sim",
+                                      run_id="sim"),
+    workload=WorkloadInfo(request_count=0, input_tokens={}, output_tokens={}, arrival={}, concurrency=None, seed=0),
+    environment=Environment(profile_id="SIM", backend={"name": "simulated", "version": "0"}),
+    performance=Performance(), correctness=Correctness(output_count=0, termination_counts={}),
+    conclusion=Conclusion(evidence_level="single", decision="inconclusive", next_step=""))
+
+
+def simulated_result(invalid_reasons: list[str], details: dict[str, Any] | None = None) -> Result:
+    """A simulated arm run's result: valid unless it has reasons, with these details."""
+    conclusion = replace(SIMULATED.conclusion, valid=not invalid_reasons, invalid_reasons=list(invalid_reasons))
+    return replace(SIMULATED, conclusion=conclusion, details=details)
 
 
 def sequential(ttft_ms: np.ndarray) -> tuple[RequestRecord, ...]:
@@ -44,6 +64,5 @@ def stalled_run(label: str, repeat: int, ttft_ms: np.ndarray, rng: np.random.Gen
     records = sequential(values)
     stall = Stall(0, records[at].sent_s + 1e-3, records[at + STALLED - 1].first_token_s)  # it held their first tokens
     judged = stall_validity(records, [stall], stall_ms=LOOP_LIMIT_MS, late_ms=None)
-    conclusion = {"valid": not judged["reasons"], "invalid_reasons": judged["reasons"], "failure": None}
     return ArmRun(label, repeat, Path(f"sim/{label}/r{repeat}"),
-                  {"conclusion": conclusion, "details": {"client": {"stalls": judged}}}, records)
+                  simulated_result(judged["reasons"], details={"client": {"stalls": judged}}), records)

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.contract.result import Conclusion, Failure, Performance, Result, read_result
+from harness.contract.result import Conclusion, Performance, Result, read_result
 from harness.rundir.record import RunRecord
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,12 +40,12 @@ def arm_result(partial: dict[str, Any]) -> Result:
     and conclusion fields (the rest null, the conclusion valid), its details, its other groups over the example
     serving result's. Typed as given, without the schema check: a test states only what the code under test reads."""
     base = read_result(SERVING)
-    conclusion = dict(partial.get("conclusion") or {})
-    if isinstance(conclusion.get("failure"), dict):
-        conclusion["failure"] = Failure(**{"stage": "measure", "message": "", **conclusion["failure"]})
+    conclusion = {"evidence_level": "single", "decision": "inconclusive", "next_step": "", "failure": None,
+                  **(partial.get("conclusion") or {})}
+    if isinstance(conclusion["failure"], dict):
+        conclusion["failure"] = {"stage": "measure", "message": "", "recovered": False, **conclusion["failure"]}
     groups = {name: replace(getattr(base, name), **partial[name]) for name in ("identity", "workload", "environment",
                                                                                 "correctness") if name in partial}
     return replace(base, **groups, kind=partial.get("kind", base.kind), details=partial.get("details"),
                    performance=Performance(**partial.get("performance", {})),
-                   conclusion=Conclusion(**{"evidence_level": "single", "decision": "inconclusive",
-                                            "next_step": "", **conclusion}))
+                   conclusion=Conclusion.from_dict(conclusion))

@@ -37,7 +37,7 @@ def span_of(metric: Metric) -> str:
 
 def stalls_of(run: ArmRun) -> dict[str, Any] | None:
     """The run's stall record where its client kept its loop's excursions, else None."""
-    record = ((run.result.get("details") or {}).get("client") or {}).get("stalls")
+    record = run.result.detail("client", "stalls")
     return record if isinstance(record, dict) and record.get("recorded") else None
 
 
@@ -49,7 +49,7 @@ def usable(run: ArmRun, metric: Metric | None = None) -> bool:
     if run.valid or metric is None:
         return run.valid
     record = stalls_of(run)
-    reasons = run.result["conclusion"].get("invalid_reasons") or []
+    reasons = run.result.conclusion.invalid_reasons
     return (record is not None and bool(reasons) and all(r.startswith(STALL_REASON) for r in reasons)
             and bool(record["valid_for"].get(span_of(metric))))
 

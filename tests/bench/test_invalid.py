@@ -135,9 +135,8 @@ def stalled_step(repeat: int, label: str, attempt: int = 1) -> ArmRun:
     health = ClientHealth(loop_lag_p99_ms=77.5, loop_lag_max_ms=227.0, workers=1, lag_samples=600,
                           stalls=(Stall(0, start, start + 0.227),))
     judged = stall_record(recs, health, ValidityLimits(), timed=False)
-    result = {**run.result, "conclusion": {"failure": None, "valid": not judged["reasons"],
-                                           "invalid_reasons": judged["reasons"]},
-              "details": {"server_metrics": {}, "client": {"stalls": judged}}}
+    conclusion = replace(run.result.conclusion, valid=not judged["reasons"], invalid_reasons=judged["reasons"])
+    result = replace(run.result, conclusion=conclusion, details={"server_metrics": {}, "client": {"stalls": judged}})
     return replace(run, result=result, records=recs)
 
 
@@ -150,8 +149,8 @@ def test_bench69s_recorded_stall_judged_per_request_keeps_the_run_and_adopts():
     assert reruns.failure is None and reruns.done == [] and len(runs) == 15
     stalled = runs[7]
     assert (stalled.label, stalled.repeat, stalled.valid) == (SHARED, 3, False)  # invalid for its rates only
-    assert stalled.result["details"]["client"]["stalls"]["valid_for"] == {"ttft": True, "decode": True, "chunks": True,
-                                                                          "e2e": True, "run": False}
+    assert stalled.result.detail("client", "stalls", "valid_for") == {"ttft": True, "decode": True, "chunks": True,
+                                                                       "e2e": True, "run": False}
     reading = named(read(runs), runs)
     assert (reading.decision, reading.evidence_level, reading.effect.n_pairs) == ("adopt", "paired", 5), reading.summary
     work = reading.excluded_work
@@ -164,7 +163,8 @@ def test_bench69s_recorded_stall_judged_per_request_keeps_the_run_and_adopts():
     written = Conclusion(evidence_level="paired", decision="adopt", next_step="n", repeats=5,
                          effect=reading.effect, excluded_work=work).to_dict()
     assert written["excluded_work"]["effect_all"]["n_pairs"] == 5
-    text = summary_text("bench-69", "", reading, {"conclusion": {**conclusion(reading), **written}}, 1.0)
+    text = summary_text("bench-69", "", reading,
+                        arm_result({"conclusion": {**conclusion(reading), **written}, "kind": "comparison"}), 1.0)
     flat = " ".join(text.split())
     assert flat.startswith("bench-69: ADOPT (paired evidence, VALID)")
     assert f"excluded: 1 request(s) a client stall held ({SHARED} repeat 3 request 4 (time to first " in flat
@@ -189,7 +189,8 @@ def test_a_decision_that_rests_on_the_excluded_requests_is_capped_at_inconclusiv
         result = {"conclusion": {"failure": None, "valid": not judged["reasons"],
                                  "invalid_reasons": judged["reasons"]},
                   "details": {"server_metrics": {}, "client": {"stalls": judged}}}
-        runs.append(ArmRun(label=b, repeat=r, result_path=Path(f"{b}/r{r}.json"), result=result, records=recs))
+        runs.append(ArmRun(label=b, repeat=r, result_path=Path(f"{b}/r{r}.json"), result=arm_result(result),
+                           records=recs))
     res = claim_effect(runs, claim, seed=0, resamples=0)
     work = res.excluded_work
     assert (work.decision_kept, work.decision_all, work.agree) == ("adopt", "inconclusive", False)
