@@ -214,7 +214,7 @@ def lagged_copy_run(label: str, repeat: int, phase_s: float) -> ArmRun:
     judged = stall_record(recs, health, ValidityLimits(), timed=False)
     result = {"conclusion": {"failure": None, "valid": not judged["reasons"], "invalid_reasons": judged["reasons"]},
               "details": {"server_metrics": {}, "client": {"stalls": judged}}}
-    return ArmRun(label=label, repeat=repeat, result_path=Path(f"{label}/r{repeat}.json"), result=result,
+    return ArmRun(label=label, repeat=repeat, result_path=Path(f"{label}/r{repeat}.json"), result=arm_result(result),
                   records=tuple(recs))
 
 
@@ -229,7 +229,7 @@ def test_bench68s_lagged_arms_are_kept_for_their_per_request_claims_without_a_re
         phase = 0.05 + 0.4 * ((i * 7) % 11) / 11
         ran.append(reruns.settle(lagged_copy_run(label, repeat, phase), lambda n: pytest.fail("no re-run")))
     assert reruns.failure is None and reruns.done == [] and len(ran) == 33
-    reasons = [why for r in ran for why in r.result["conclusion"]["invalid_reasons"]]
+    reasons = [why for r in ran for why in r.result.conclusion.invalid_reasons]
     assert all(not r.valid for r in ran) and all(why.startswith("client stalls") for why in reasons)
     assert sum("its rates over the run are moved" in why for why in reasons) == 33  # the P99 judges the rates
     assert all(usable(r, TPOT_P50) and usable(r, E2E_P50) and not usable(r, OUTPUT_TOKENS_PER_S) for r in ran)
