@@ -6,14 +6,14 @@ table gives each bench's wall time, its run directory and the decision its ``run
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import InfkitError
+from harness.errors import InfkitError, InvalidInput
+from harness.rundir.record import RUN_FILE, read_run_record
 
 # The citing order: a later bench cites an earlier one's signed run (bench-66's capacity before 72 and 81).
 EXITS = ("69", "66", "68", "70", "72", "81")
@@ -35,13 +35,16 @@ class SuiteRow:
 
 
 def decision_of(run_dir: Path | None) -> str:
-    """The decision a run directory's ``run.json`` records, or why there is none."""
+    """The decision a run directory's ``run.json`` records, or why there is none (a file it cannot read: the file
+    and the field, in one line)."""
     if run_dir is None:
         return "no run"
-    try:
-        return str(json.loads((run_dir / "run.json").read_text())["decision"])
-    except (OSError, ValueError, KeyError, TypeError):
+    if not (run_dir / RUN_FILE).is_file():
         return "no run.json"
+    try:
+        return read_run_record(run_dir).decision
+    except InvalidInput as exc:
+        return f"unreadable: {exc.message}"
 
 
 def run_suite(exits: Sequence[str], run_one: RunOne, *, clock: Callable[[], float] = time.monotonic) -> list[SuiteRow]:

@@ -13,6 +13,7 @@ from harness.bench.suite import EXITS, SuiteRow, run_suite, suite_exit_code, sui
 from harness.commands import bench as bench_cmd
 from harness.errors import InvalidInput
 from harness.rundir.directory import Finished
+from tests.typed_results import run_record
 
 DECISIONS = {"69": "adopt", "66": "blocked", "70": "reject", "72": "inconclusive", "81": "adopt"}
 
@@ -30,7 +31,8 @@ def fake_benches(monkeypatch, tmp_path):
             raise InvalidInput("bench-68 refuses this host")
         run_dir = root / "runs" / spec.name / f"run-{spec.name}"
         run_dir.mkdir(parents=True)
-        (run_dir / "run.json").write_text(json.dumps({"decision": DECISIONS[spec.name]}))
+        record = run_record(semantic_id=spec.semantic_id, run_id=f"run-{spec.name}", decision=DECISIONS[spec.name])
+        (run_dir / "run.json").write_text(json.dumps(record.to_dict()))
         return SimpleNamespace(finished=Finished(run_dir, f"bench-{spec.name} summary\n", None),
                                result={"kind": "comparison"}, aborted=False, failed=spec.name == "66")
 
@@ -86,6 +88,9 @@ def test_an_interrupted_bench_ends_the_suite_and_the_rest_are_named_as_not_run(t
 def test_a_run_directory_without_a_readable_run_json_says_so(tmp_path):
     rows = run_suite(["69"], lambda name: (1, tmp_path))
     assert rows[0].decision == "no run.json" and suite_exit_code(rows) == 1
+    (tmp_path / "run.json").write_text('{"schema": "infkit/run/v1", "decision": "adopt"}')
+    (row,) = run_suite(["69"], lambda name: (0, tmp_path))
+    assert row.decision.startswith(f"unreadable: {tmp_path / 'run.json'}: /: 'semantic_id' is a required property")
 
 
 def test_make_benches_all_calls_the_command_with_the_exits_and_the_make_variables():
