@@ -2,14 +2,16 @@
 
 Each case simulates whole bench runs at a known truth and reads them with the code a bench reads its arm runs
 with (``spec.phases_for`` for the order, ``invalid.Reruns`` for re-runs, ``claims.claim_effect`` /
-``design_of`` / ``secondary_entries`` / ``control_entry``, ``startcontrol.start_rows`` / ``control_of`` for the A/A
-bound, ``realisation.arrival_seed`` and ``workload.arrival`` for fresh arrivals, bench-81's ``scaling`` ratios).
+``design_of`` / ``secondary_entries`` / ``control_entry``, ``startcontrol.start_rows`` / ``estimates_of`` for the
+start variance a simulated bench-00 run gives, ``realisation.arrival_seed`` and ``workload.arrival`` for fresh
+arrivals, bench-81's ``scaling`` ratios).
 The truth sits on the margin edge (the treatment better by exactly the margin), so one run gives both the
 interval's coverage of the truth and whether the decision adopted when it should not (its false-adopt rate; a
 control: declared equivalent when it moved by exactly its margin). Latencies are lognormal per request with a
 per-prompt effect shared by the arms (the same prompts), a per-arm-run effect and, where the design crosses server
-starts, a per-start effect (``START_SD``). ``coverage.py`` prints the table; ``KNOWN_FAILURES`` names the designs
-that leave nominal today, with the reason, and the CI test checks that exactly those fail.
+starts, a per-start effect (``START_SD``, or each of ``START_SDS``). ``coverage.py`` prints the table;
+``KNOWN_FAILURES`` names the designs that leave nominal today, with the reason (none now), and the CI test checks that
+exactly those fail.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from types import SimpleNamespace
 import numpy as np
 from coverage_stalls import simulated_result, stalled_run  # its sibling (``coverage.py`` puts this folder on the path)
 
+from harness.bench.benches import bench00
 from harness.bench.benches.bench81.scaling import paired_log_ratio
 from harness.bench.claims import claim_effect, control_entry, design_of, secondary_entries
 from harness.bench.hostload import HostLoad
@@ -30,7 +33,7 @@ from harness.bench.invalid import Reruns
 from harness.bench.metrics import TTFT_P50
 from harness.bench.records import ArmRun
 from harness.bench.spec import Arm, Claim, Phase, Plan, Schedule, ServerVariant, phases_for
-from harness.bench.startcontrol import control_of, start_rows
+from harness.bench.startcontrol import StartVariance, estimates_of, start_rows
 from harness.bench.stats import DEFAULT_CONFIDENCE, MIN_PAIRED_REPEATS
 from harness.client import RequestRecord
 
@@ -46,15 +49,7 @@ INVALID_SHARE = 0.1  # share of arm runs a stall makes invalid (re-run in place 
 RERUNS = 3  # the runner's default --reruns
 STALL_REASON = "client event-loop lag P99 77.5 ms > 20 ms"
 
-KNOWN_FAILURES = {
-    "cross-start, A/A-bounded": "coverage only: one start pair's shift is not in the per-repeat variance, and one A/A "
-                                "pair's widening does not put it there; capped at repeated, it never adopts (issue 45 "
-                                "item 1: alternating restarts or a pooled start variance would cover)",
-    "bench-68 pairs, cross-start": "coverage only: the same start effect, in 3 repeats; capped, it never adopts (issue "
-                                   "45 items 1 and 7)",
-    "bench-69 control (TOST)": "coverage only: the control's own start shift is in its interval; not judged, it is "
-                               "never declared equivalent (issue 45 item 1)",
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -94,14 +89,16 @@ class Latencies:
     """Per-request TTFT of one simulated bench: per-prompt effects fixed for the run, ``misses`` slower."""
 
     prompts: np.ndarray
+    request_sd: float = REQUEST_SD
 
     @classmethod
-    def draw(cls, rng: np.random.Generator, requests: int, misses: int = 0) -> Latencies:
+    def draw(cls, rng: np.random.Generator, requests: int, misses: int = 0, request_sd: float = REQUEST_SD
+             ) -> Latencies:
         cold = np.where(np.arange(requests) < misses, 3.0, 1.0)
-        return cls(100.0 * cold * np.exp(PROMPT_SD * rng.standard_normal(requests)))
+        return cls(100.0 * cold * np.exp(PROMPT_SD * rng.standard_normal(requests)), request_sd)
 
     def run(self, rng: np.random.Generator, scale: float) -> np.ndarray:
-        noise = np.exp(REQUEST_SD * rng.standard_normal(self.prompts.size) + RUN_SD * rng.standard_normal())
+        noise = np.exp(self.request_sd * rng.standard_normal(self.prompts.size) + RUN_SD * rng.standard_normal())
         return scale * self.prompts * noise
 
 
@@ -170,41 +167,43 @@ def bench69(drift: float = 0.0, invalid_share: float = INVALID_SHARE, quiet: boo
         lat = Latencies.draw(rng, PROMPTS, GROUPS)
         runs, stopped = measure(plan, lat, rng, lambda label, _r, pos: (EDGE if label == "shared" else 1.0)
                                 * (1 + drift) ** pos, invalid_share, quiet, per_request)
-        res = None if stopped else claim_effect(runs, claim, seed=0, resamples=0, design=design_of(plan, claim))
-        if res is None or res.stats is None:
-            return Outcome(None, False)
-        return Outcome(_covers((res.stats.ci_low, res.stats.ci_high), EDGE), res.decision == "adopt")
+        return _claim_outcome(None if stopped else claim_effect(runs, claim, seed=0, resamples=0,
+                                                                design=design_of(plan, claim)))
     return run
 
 
-# ---- cross-start claims, bounded by a cited A/A start control (bench-00) ---------------------------------------
+# ---- cross-start claims with the host's start variance, estimated by a simulated bench-00 ---------------------
 
-AA_REPEATS, AA_REQUESTS, AA_LIMIT = 8, 4, 0.10  # bench-00's defaults
-AA_ARMS = (Arm("start-1", "aa", "first"), Arm("start-2", "aa", "second"))
+AA = bench00.Config()  # bench-00's defaults: the starts, repeats and requests it runs with
+START_SDS = (0.02, 0.05, 0.08)  # start-to-start sd of a server start's latency scale (log scale)
+AA_REQUEST_SD = 0.03  # bench-00's short requests vary little: its reference run's per-repeat log ratios: sd 1.4-2.6 %
 
 
-def start_control(rng: np.random.Generator):
-    """A simulated bench-00 run: two starts of one configuration, read by ``start_rows`` and cited by ``control_of``."""
-    claim = Claim(TTFT_P50, "start-1", "start-2", name=TTFT_P50.title)
-    plan = _plan(AA_ARMS, (claim,), phases_for(AA_ARMS, AA_REPEATS, "sequential"))
-    lat = Latencies.draw(rng, AA_REQUESTS)
-    starts = np.exp(START_SD * rng.standard_normal(2))
-    runs, _ = measure(plan, lat, rng, lambda label, _r, _p: starts[0 if label == "start-1" else 1])
+def start_variance_run(rng: np.random.Generator, start_sd: float) -> StartVariance:
+    """A simulated bench-00 run (``AA.starts`` starts of ``AA.repeats`` runs of ``AA.requests`` requests), read by
+    its own ``start_rows`` and cited as ``estimates_of`` reads a run: the start variance a bench pools."""
+    names = bench00.labels(AA)
+    arms = tuple(Arm(n, "aa", n) for n in names)
+    claim = Claim(TTFT_P50, names[0], names[1], name=TTFT_P50.title)
+    plan = _plan(arms, (claim,), phases_for(arms, AA.repeats, "sequential"))
+    lat = Latencies.draw(rng, AA.requests, request_sd=AA_REQUEST_SD)
+    starts = dict(zip(names, np.exp(start_sd * rng.standard_normal(len(names))), strict=True))
+    runs, _ = measure(plan, lat, rng, lambda label, _r, _p: starts[label])
     res = claim_effect(runs, claim, seed=0, resamples=0, design=design_of(plan, claim))
-    return control_of(start_rows([res], AA_LIMIT, MIN_PAIRED_REPEATS), "sim-aa", {"manifest": "sim"})
+    return StartVariance((("sim-aa", {"manifest": "sim"}, estimates_of(start_rows([res], runs, names))),))
 
 
 def cross_start(rng: np.random.Generator, truths: dict[str, float], claims: Sequence[Claim], arms: Sequence[Arm],
-                schedule: Schedule | None = None):
-    """Each server variant one start (``sequential`` unless ``schedule``), read with a freshly simulated A/A control
-    cited."""
+                schedule: Schedule | None = None, start_sd: float = START_SD):
+    """Each server variant one start (``sequential`` unless ``schedule``), read with the start variance of a freshly
+    simulated bench-00 run on the same host (start sd ``start_sd``) pooled in."""
     plan = _plan(arms, claims, schedule or phases_for(arms, MIN_PAIRED_REPEATS, "sequential"))
     lat = Latencies.draw(rng, PROMPTS)
-    starts = {a.server: math.exp(START_SD * rng.standard_normal()) for a in arms}
+    starts = {a.server: math.exp(start_sd * rng.standard_normal()) for a in arms}
     by_label = {a.label: a.server for a in arms}
     runs, _ = measure(plan, lat, rng, lambda label, _r, _p: truths.get(label, 1.0) * starts[by_label[label]])
-    aa = start_control(rng)
-    return [claim_effect(runs, c, seed=0, resamples=0, design=design_of(plan, c), start=aa) for c in claims]
+    pooled = start_variance_run(rng, start_sd)
+    return [claim_effect(runs, c, seed=0, resamples=0, design=design_of(plan, c), start=pooled) for c in claims]
 
 
 CROSS_ARMS = (Arm("seqs-low", "bursty", "seqs-low"), Arm("base", "bursty", "base"))
@@ -214,14 +213,18 @@ BENCH68_PAIR = (Arm("copy/off@ngram", "copy", "off"), Arm("copy/ngram", "copy", 
 BENCH68_REPEATS = 3  # the bench default
 
 
-def _claim_outcome(res) -> Outcome:
+def _claim_outcome(res, truth: float = EDGE) -> Outcome:
     if res is None or res.stats is None:
         return Outcome(None, False)
-    return Outcome(_covers((res.stats.ci_low, res.stats.ci_high), EDGE), res.decision == "adopt")
+    return Outcome(_covers((res.stats.ci_low, res.stats.ci_high), truth), res.decision == "adopt")
 
 
-def cross_claim(rng: np.random.Generator) -> Outcome:
-    return _claim_outcome(cross_start(rng, {"base": EDGE}, (Claim(TTFT_P50, "seqs-low", "base"),), CROSS_ARMS)[0])
+def cross_claim(start_sd: float, truth: float = EDGE) -> Callable[[np.random.Generator], Outcome]:
+    """A claim across two starts at ``truth`` (default: the margin edge), the simulated bench-00's variance in it."""
+    def run(rng: np.random.Generator) -> Outcome:
+        claim = Claim(TTFT_P50, "seqs-low", "base")
+        return _claim_outcome(cross_start(rng, {"base": truth}, (claim,), CROSS_ARMS, start_sd=start_sd)[0], truth)
+    return run
 
 
 def bench68_pairs(rng: np.random.Generator) -> Outcome:
@@ -360,10 +363,7 @@ def bench70_arrivals(scale_b: float) -> Callable[[np.random.Generator], Outcome]
                 noise = np.exp(0.1 * rng.standard_normal(QUEUE_REQUESTS))
                 scale = start * (scale_b if arm.label == "base" else 1.0)
                 runs.append(arm_run(arm.label, repeat, 1e3 * queue_latency(lists[repeat], _service(scale, noise))))
-        res = claim_effect(runs, claim, seed=0, resamples=0, design=design_of(plan, claim))
-        if res is None or res.stats is None:
-            return Outcome(None, False)
-        return Outcome(_covers((res.stats.ci_low, res.stats.ci_high), EDGE), res.decision == "adopt")
+        return _claim_outcome(claim_effect(runs, claim, seed=0, resamples=0, design=design_of(plan, claim)))
     return run
 
 
@@ -378,10 +378,12 @@ def designs() -> tuple[Design, ...]:
                "interleaved with 25 % of arm runs stalled over 3 requests' TTFT, judged per request: the stalled "
                "requests left out, the run kept, the claim capped where every request reads otherwise"),
         Design("bench-69 under drift", n, bench69(-0.01), "bench-69 interleaved with the host drifting -1 %/arm run"),
-        Design("cross-start, A/A-bounded", n, cross_claim, f"each arm on its own start (sd {START_SD:.0%}), widened "
-               f"by a simulated bench-00 ({AA_REPEATS} repeats), capped at repeated", capped=True),
-        Design("bench-69 control (TOST)", n, bench69_control, "cache-off on its own start, A/A-widened, moved by its "
-               "equivalence margin, not judged; 'adopt' = declared equivalent", capped=True),
+        *(Design(f"cross-start, start sd {sd:.0%}", n, cross_claim(sd), f"each arm on its own start (sd {sd:.0%}), "
+                 f"the start variance of a simulated bench-00 ({AA.starts} starts x {AA.repeats} repeats of "
+                 f"{AA.requests} requests) in the interval: start-pooled") for sd in START_SDS),
+        Design("bench-69 control (TOST)", n, bench69_control, "cache-off on its own start (sd "
+               f"{START_SD:.0%}), the bench-00 start variance in its interval, moved by its equivalence margin; "
+               "'adopt' = declared equivalent"),
         Design("bench-70 Holm, 9 secondaries", n, holm_family, "primary + 9 secondaries on one start, all at the "
                "margin edge; 'adopt' = any secondary adopted"),
         Design("bench-70 fresh arrivals", n, bench70_arrivals(edge_scale()), f"gamma({BURSTINESS}) list of "
@@ -389,6 +391,6 @@ def designs() -> tuple[Design, ...]:
         Design("bench-81 rounds", ROUNDS, bench81, f"speedup {SPEEDUP} over {ROUNDS} ABAB restart rounds, "
                "Student t on the per-round log ratios", level=None),
         Design("bench-68 pairs, cross-start", BENCH68_REPEATS, bench68_pairs, "a variant's start beside the "
-               f"baseline's, arms alternating per repeat, {BENCH68_REPEATS} repeats (single: cannot adopt), "
-               "A/A-widened", capped=True),
+               f"baseline's, arms alternating per repeat, {BENCH68_REPEATS} repeats (< 5: repeated, cannot adopt), "
+               "the bench-00 start variance in the interval", capped=True),
     )

@@ -113,7 +113,7 @@ def read_claims(history: History, plan: Plan, *, seed: int, resamples: int, repe
     """The primary claim is the headline; secondaries (Holm-corrected) and every control go into ``details``."""
     if margin is None:
         margin = getattr(history.cfg, "margin", None)
-    start = history.start_control  # a cited A/A start control bounds the cross-start claims and controls
+    start = history.start_control  # a pooled start variance joins the cross-start claims' and controls' intervals
     results = [claim_effect(history.runs, c, seed=seed + i, resamples=resamples, design=design_of(plan, c),
                             margin=margin, start=start) for i, c in enumerate(plan.claims)]
     p_i = primary_index(plan)

@@ -4,12 +4,12 @@
 arm run is left out of every effect it would distort, and listed; so is a valid pair that has no figure: an arm
 without a sample of the metric, a None or 0 per-run figure), computes the paired
 effect (``stats``) and applies ``stats.decide`` with the claim's margin and the design's
-evidence level; a cross-start claim whose metric a cited A/A start control bounds has its
-interval widened by that bound (``bounded_by_start_control``) and stays ``repeated``: one A/A pair does not put
-the start effect into the per-repeat variance, only alternating restarts (``design_of``: "alternating") do.
-``control_entry`` reads a control as a TOST, and a control on another start than its baseline as not judged;
-``secondary_entries`` Holm-corrects the secondary claims. A run whose client stalled is read without the requests whose
-figures a stall could move, and the claim again on every request: a decision stands only when both agree
+evidence level; a cross-start claim whose metric the cited bench-00 runs give a start-to-start variance for carries
+``2·σ²_start`` in its interval (``pooled_by_start_variance``, evidence ``start-pooled``, which decides like paired);
+without one it stays ``repeated``. ``control_entry`` reads a control as a TOST (a cross-start one with the same
+variance), and a cross-start control without a start variance as not judged; ``secondary_entries`` Holm-corrects
+the secondary claims. A run whose client stalled is read without the requests whose figures a stall could move, and
+the claim again on every request: a decision stands only when both agree
 (``harness.bench.exclusion``).
 """
 
@@ -25,9 +25,9 @@ from harness.bench.exclusion import excluded_names, excluded_work, kept, usable
 from harness.bench.metrics import Metric
 from harness.bench.records import ArmRun
 from harness.bench.spec import Claim, Plan
+from harness.bench.startcontrol import with_start_variance
 from harness.bench.stats import (
     CONTROL_SHARE,
-    CROSS_START,
     DEFAULT_CONFIDENCE,
     NO_EFFECT_RATIO,
     Better,
@@ -44,12 +44,11 @@ from harness.bench.stats import (
     p_beyond,
     paired_ratio_effect,
     repeat_ratio_effect,
-    widened,
 )
 from harness.contract import Effect, ExcludedWork
 
 if TYPE_CHECKING:
-    from harness.bench.startcontrol import StartControl
+    from harness.bench.startcontrol import StartVariance
 
 VALIDITY_CONSEQUENCE = ("invalid arm runs are left out of every effect and figure (listed under validity.excluded); "
                         "requests a client stall held are left out of the figures it could move, and the claim "
@@ -69,7 +68,7 @@ class ClaimResult:
     finding: str = "undetermined"
     stats: PairedEffect | None = None
     excluded: tuple[str, ...] = ()
-    start_control: dict[str, Any] | None = None  # the A/A start control that bounded this cross-start claim
+    start_control: dict[str, Any] | None = None  # the pooled start variance in this cross-start claim's interval
     dropped: tuple[str, ...] = ()  # valid pairs left out: an arm without a sample of the metric, a None or 0 figure
     excluded_work: ExcludedWork | None = None  # requests a client stall held, and the claim read with them
 
@@ -169,29 +168,34 @@ def dropped_pairs(runs: Sequence[ArmRun], claim: Claim) -> list[str]:
     return _figures(claim.metric, pairs)[1]
 
 
-def bounded_by_start_control(eff: PairedEffect, metric: str, design: Design, start: StartControl | None
+def pooled_by_start_variance(eff: PairedEffect, metric: str, design: Design, start: StartVariance | None
                              ) -> tuple[PairedEffect, Design, dict[str, Any] | None, str]:
-    """A cross-start effect widened by the cited A/A bound of its metric (then ``cross-start-bounded``), with the
-    record and the sentence that say so; any other effect as it is."""
-    if design != "cross-start" or start is None:
+    """A cross-start effect with the pooled start-to-start variance of its metric in its interval (then
+    ``cross-start-pooled``), with the record and the sentence that say so; any other effect as it is."""
+    if design != "cross-start" or start is None or eff.log_se is None:
         return eff, design, None, ""
-    b = start.bound(metric)
-    if b is None:
-        why = start.unbounded.get(metric) or "it measured no such metric"
-        return eff, design, None, f"the A/A start control {start.run_id} does not bound {metric} ({why})"
-    record = {"run_id": start.run_id, "manifest": start.citation.get("manifest"), "bound_log": b,
-              "bound_pct": 100 * math.expm1(b)}
-    return (widened(eff, b), "cross-start-bounded", record,
-            f"cross-start, widened by the A/A start control {start.run_id} (±{math.expm1(b):.1%} on the log scale; "
-            "one start pair's bound, so the evidence stays repeated)")
+    found = start.of(metric)
+    if found is None:
+        return eff, design, None, f"the cited bench-00 runs give no start-to-start variance of {metric}"
+    var, df = found
+    pooled = with_start_variance(eff, var, df)
+    sd, starts_df = math.expm1(math.sqrt(var)), start.pooled(metric).df  # type: ignore[union-attr]
+    record = {"run_ids": start.run_ids, "manifests": [c.get("manifest") for _, c, _ in start.runs],
+              "start_var_log": var, "start_df": starts_df, "start_df_effective": df, "start_sd_pct": 100 * sd,
+              "df": pooled.df}
+    return (pooled, "cross-start-pooled", record,
+            f"cross-start, with the start-to-start variance pooled from bench-00 run(s) {', '.join(start.run_ids)} "
+            f"(σ_start {sd:.1%}, {starts_df:g} df from the starts, {df:.1f} effective; Welch–Satterthwaite "
+            f"{pooled.df:.1f} df)")
 
 
 def claim_effect(runs: Sequence[ArmRun], claim: Claim, *, seed: int, resamples: int,
                  design: Design = "interleaved", margin: float | None = None,
-                 start: StartControl | None = None) -> ClaimResult | None:
-    """The claim's paired effect and verdict, or None without a completed valid pair (``start``: a cited A/A
-    start control, which bounds a cross-start claim). Read on each run's kept requests; where a client stall
-    excluded some, read again on every request, and an adopt or reject that does not survive it is capped."""
+                 start: StartVariance | None = None) -> ClaimResult | None:
+    """The claim's paired effect and verdict, or None without a completed valid pair (``start``: the pooled
+    start-to-start variance a cross-start claim's interval carries). Read on each run's kept requests; where a
+    client stall excluded some, read again on every request, and an adopt or reject that does not survive it is
+    capped."""
     pairs = paired_runs(runs, claim.baseline, claim.treatment, claim.metric)
     names = excluded_names(pairs, claim.metric)
     kept_pairs = [(kept(a, claim.metric), kept(b, claim.metric)) for a, b in pairs]
@@ -208,7 +212,7 @@ def claim_effect(runs: Sequence[ArmRun], claim: Claim, *, seed: int, resamples: 
 
 
 def _read_claim(runs: Sequence[ArmRun], pairs: Sequence[tuple[ArmRun, ArmRun]], claim: Claim, *, seed: int,
-                resamples: int, design: Design, margin: float | None, start: StartControl | None
+                resamples: int, design: Design, margin: float | None, start: StartVariance | None
                 ) -> ClaimResult | None:
     """``claim_effect`` over the given pairs."""
     metric = claim.metric
@@ -229,7 +233,7 @@ def _read_claim(runs: Sequence[ArmRun], pairs: Sequence[tuple[ArmRun, ArmRun]], 
             return None
         eff = repeat_ratio_effect(values, resamples=resamples, seed=seed, name=metric.name)
     m = margin_of(claim, margin)
-    eff, level_design, bounded, note = bounded_by_start_control(eff, metric.name, design, start)
+    eff, level_design, pooled, note = pooled_by_start_variance(eff, metric.name, design, start)
     verdict = decide(eff, better=metric.better, margin=m, design=level_design, refuse=refuse)
     reason = f"{verdict.reason}; {note}" if note else verdict.reason
     effect = Effect(metric=metric.name, estimator=f"ratio B/A of {eff.statistic} per repeat, geometric mean",
@@ -238,9 +242,9 @@ def _read_claim(runs: Sequence[ArmRun], pairs: Sequence[tuple[ArmRun, ArmRun]], 
                     arm_a=claim.baseline, arm_b=claim.treatment, margin=m, unit=eff.unit,
                     n_requests=eff.n_requests, p_value=eff.p_sign, finding=verdict.finding)
     return ClaimResult(claim, effect, verdict.decision, verdict.evidence_level, reason, eff.per_repeat,
-                       design, m, verdict.finding, eff,
+                       level_design, m, verdict.finding, eff,
                        tuple(excluded_runs(runs, (claim.baseline, claim.treatment), metric)),
-                       bounded, tuple(dropped))
+                       pooled, tuple(dropped))
 
 
 def primary_index(plan: Plan) -> int:
@@ -252,22 +256,23 @@ def control_entry(res: ClaimResult, primary: ClaimResult | None) -> dict[str, An
     """A control read as an equivalence test against its margin (or a share of the primary effect)."""
     m = control_margin(primary.effect.value if primary else None, res.margin)
     stats = res.stats
-    cross = res.design in CROSS_START  # one start pair: its shift is not in the interval's variance
+    cross = res.design == "cross-start"  # one start pair without the start variance: its shift is not in the interval
     if stats is None or stats.unit != "repeat":
         status, why = "not judged", "equivalence needs at least 2 repeats (a repeat-level interval)"
     elif finding(stats, better=res.claim.metric.better, margin=m) in ("material gain", "material loss"):
         status, why = "moved", f"interval beyond the equivalence band [{band(m)[0]:.3f}, {band(m)[1]:.3f}]" + (
             " (on another server start: the start effect may be part of it)" if cross else "")
     elif cross:
-        status, why = "not judged", ("it ran on another server start than its baseline, and one start pair cannot "
-                                     "show equivalence (the start effect is not in the per-repeat variance; "
-                                     "alternating restarts would put it there)")
+        status, why = "not judged", ("it ran on another server start than its baseline and no start-to-start "
+                                     "variance is cited, so its interval cannot show equivalence (make bench-00 on "
+                                     "this host pools one in; alternating restarts put the start effect in the "
+                                     "per-repeat variance)")
     elif equivalent(stats, m):
         status, why = "equivalent", f"interval inside the equivalence band [{band(m)[0]:.3f}, {band(m)[1]:.3f}]"
     else:
         status, why = "not shown equivalent", f"interval overlaps the band [{band(m)[0]:.3f}, {band(m)[1]:.3f}]"
-    # a cross-start control that did not move beyond its band is not judged: it neither clears nor vetoes the
-    # primary; one that moved still vetoes (cautious: the start effect may be part of the move)
+    # a cross-start control without a start variance that did not move beyond its band is not judged: it neither
+    # clears nor vetoes the primary; one that moved still vetoes (cautious: the start effect may be part of the move)
     return {**res.to_dict(), "equivalence_margin": m, "equivalence": status,
             "shows_effect": status != "equivalent" and not (cross and status == "not judged"),
             "reading": f"{status}: {why} (TOST at {res.effect.confidence:.0%}; margin = max(stated "

@@ -4,8 +4,8 @@
 in one line before the expensive steps: the run target; placement (backend, runtime, devices); the servers the
 user runs (``--server``: each answers and serves the run's model); the plan on a model already in the cache
 (every citation audited as it is built); the served dtype; the model (prepared on first use: the one step that
-may build); the checked plan, placed on its devices, with the variants the engine release cannot run; the cited
-A/A start control; and each given server's verification against its variant's ``expect``. ``run_bench``
+may build); the checked plan, placed on its devices, with the variants the engine release cannot run; the pooled
+start-to-start variance (bench-00); and each given server's verification against its variant's ``expect``. ``run_bench``
 (``harness.bench.runner``) only executes what this returns.
 
 A server the user runs is never restarted and has its prefix cache reset only where the engine offers it: a
@@ -57,7 +57,7 @@ class ResolvedRun:
     model: PreparedModel
     plan: Plan  # checked and placed on its devices
     refused: Mapping[str, str] = field(default_factory=dict)  # variants that will not start here: why
-    start_control: Any = None  # the cited A/A start control (``startcontrol.StartControl``)
+    start_control: Any = None  # the pooled start-to-start variance cited (``startcontrol.StartVariance``)
     cited: dict[str, Any] | None = None
     note: str = ""
     given: Mapping[str, Verification] = field(default_factory=dict)  # variants on servers the user runs
@@ -112,7 +112,7 @@ def resolve(spec: BenchSpec, cfg: BenchConfig, *, root: Path, progress: Progress
     match = same_model(served, str(model.path)) if served else None
     plan, refused = prepare_started(plan, set(endpoints), placement, base_config(cfg, placement, model), backend_of)
     start, cited, note = (None, None, "") if dry else start_control_for(spec.semantic_id, cfg.aa_control, root,
-                                                                        placement.backend, model)
+                                                                        placement.backend, model, cfg)
     given = {n: verify(n, s, backend_of(plan.server(n).backend or placement.backend), plan.server(n).expect,
                        reset=plan.reset_prefix_cache) for n, s in served.items()}
     refused = {**refused, **given_refusals(plan, given)}

@@ -95,8 +95,9 @@ class BenchConfig(KnobConfig):
                                       "(default: each claim's or metric's, 5 %)", min=0)
     out_root: Path | None = knob(None, "root of the run directories (default: runs/NN)", group="protocol")
     sign: bool = knob(True, "sign the run directory into manifests/", group="protocol")
-    aa_control: str = knob("latest", "A/A start control to cite for cross-start claims: latest (the newest "
-                           "bench-00 run, if it ran on this host), none, or a manifest path", group="protocol")
+    aa_control: str = knob("latest", "start-to-start variance for cross-start claims: latest (every bench-00 run on "
+                           "this host key within 14 days, pooled), none, or one bench-00 manifest path",
+                           group="protocol")
     server: tuple[str, ...] = knob((), "VARIANT=URL: measure that server variant on a server you run instead of "
                                    "starting it (repeatable: --server cache-on=http://127.0.0.1:8001 --server "
                                    "cache-off=...), or a JSON file mapping variant names to URLs; each is checked "
@@ -189,7 +190,7 @@ class History:
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # servers.json's records, kept current
     refused: dict[str, str] = field(default_factory=dict)  # optional server variants the engine refused: message
     run_dir: Path | None = None  # the run directory: server logs (servers/server-<variant>.log) and arm files
-    start_control: Any = None  # the cited A/A start control (``startcontrol.StartControl``), read by the claims
+    start_control: Any = None  # the pooled start variance cited (``startcontrol.StartVariance``), read by the claims
 
     def server_log(self, name: str) -> str:
         """Server variant ``name``'s log as written so far ('' when it has none)."""

@@ -15,11 +15,10 @@ ratio band ``[1/(1+m), 1+m]`` around no effect):
   * adopt        — the interval lies entirely beyond the margin on the wanted side,
   * reject       — it lies entirely beyond the margin on the other side,
   * inconclusive — anything else; "no material effect" when it lies inside the band.
-adopt/reject need ``paired`` evidence: ``MIN_PAIRED_REPEATS`` repeats of arms interleaved
-on one start or on alternating restarts. Cross-start contrasts are ``repeated`` (their start pair's shift
-is not in the per-repeat variance), also when a cited A/A start control widens them by its bound (``widened``,
-design ``cross-start-bounded``): one A/A pair's bound is one draw of the start effect and certifies nothing.
-Fewer repeats are ``single``; ``repeated`` and ``single`` cap the decision at inconclusive, with the reason.
+adopt/reject need ``paired`` evidence (``MIN_PAIRED_REPEATS`` repeats interleaved on one start or on alternating
+restarts) or ``start-pooled``: across starts, with the host's pooled start-to-start variance in the interval
+(``startcontrol.with_start_variance``). A cross-start contrast without one is ``repeated``; fewer repeats are
+``single``; ``repeated`` and ``single`` cap the decision at inconclusive, with the reason.
 """
 
 from __future__ import annotations
@@ -45,7 +44,9 @@ DEFAULT_MARGIN = 0.05  # a 5 % change: below it a serving setting is not worth s
 CONTROL_SHARE = 0.2  # a control shift worth 20 % of the claim's log effect could explain a material share
 SIGN_FLIP_EXACT_MAX = 16  # repeats up to which the sign-flip p enumerates every flip
 
-Design = Literal["interleaved", "alternating", "cross-start", "cross-start-bounded"]
+Design = Literal["interleaved", "alternating", "cross-start", "cross-start-pooled"]
+Level = Literal["single", "repeated", "start-pooled", "paired"]
+DECIDING: tuple[str, ...] = ("paired", "start-pooled")  # the evidence levels that may adopt or reject
 Better = Literal["lower", "higher"]
 Statistic = Callable[..., float]
 
@@ -95,15 +96,16 @@ class PairedEffect:
     resamples: int = 0
     seed: int = 0
     request_design: str = "joint"
-    widened_log: float = 0.0  # start-to-start bound added to each end of the interval (log scale; A/A control)
+    start_var_log: float = 0.0  # pooled start-to-start variance of a log figure in the interval (cross-start)
+    t_df: float | None = None  # Welch–Satterthwaite df when ``start_var_log`` is in the interval
 
     @property
     def n_pairs(self) -> int:
         return len(self.per_repeat)
 
     @property
-    def df(self) -> int:
-        return self.n_pairs - 1
+    def df(self) -> float:
+        return self.t_df if self.t_df is not None else self.n_pairs - 1
 
     @property
     def method(self) -> str:
@@ -111,14 +113,16 @@ class PairedEffect:
         if self.unit == "request":
             return (f"one repeat: {self.request_design} request bootstrap ({self.resamples} resamples, seed "
                     f"{self.seed}), percentile interval; {est}")
-        widened = (f", widened by ±{self.widened_log:.4f} on the log scale (A/A start-to-start bound)"
-                   if self.widened_log else "")
-        return f"Student t on per-repeat log ratios, {self.df} df, unit = repeat{widened}; {est}"
+        if self.t_df is not None:
+            return (f"Student t on per-repeat log ratios plus the pooled start-to-start variance (se² = s²/n + "
+                    f"2·σ²_start, σ_start {math.sqrt(self.start_var_log):.4f} on the log scale), "
+                    f"Welch–Satterthwaite {self.t_df:.1f} df, unit = repeat; {est}")
+        return f"Student t on per-repeat log ratios, {self.df} df, unit = repeat; {est}"
 
 
 @dataclass(frozen=True)
 class Verdict:
-    evidence_level: Literal["single", "repeated", "paired"]
+    evidence_level: Level
     decision: Literal["adopt", "reject", "inconclusive"]
     reason: str
     finding: Literal["material gain", "material loss", "no material effect", "undetermined"] = "undetermined"
@@ -126,7 +130,7 @@ class Verdict:
 
 # ---- distributions without scipy ---------------------------------------------------------------------------------
 
-def t_cdf(x: float, df: int) -> float:
+def t_cdf(x: float, df: float) -> float:
     """Student's t CDF (Simpson's rule on the density; accurate to ~1e-9 for |x| < 100)."""
     if df < 1:
         raise ValueError("t needs at least 1 degree of freedom")
@@ -141,7 +145,7 @@ def t_cdf(x: float, df: int) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def t_quantile(p: float, df: int) -> float:
+def t_quantile(p: float, df: float) -> float:
     """The p-quantile of Student's t by bisection on ``t_cdf``."""
     if not 0 < p < 1:
         raise ValueError("p must lie in (0, 1)")
@@ -276,12 +280,6 @@ def _replace(eff: PairedEffect, **changes: object) -> PairedEffect:
     return dataclasses.replace(eff, **changes)  # type: ignore[arg-type]
 
 
-def widened(eff: PairedEffect, bound_log: float) -> PairedEffect:
-    """The interval widened by a start-to-start bound ``b`` on the log scale: ``[lo - b, hi + b]``."""
-    return _replace(eff, ci_low=eff.ci_low * math.exp(-bound_log), ci_high=eff.ci_high * math.exp(bound_log),
-                    widened_log=eff.widened_log + bound_log)
-
-
 def repeat_ratio_effect(
     pairs: Sequence[tuple[float, float]],
     *,
@@ -318,13 +316,15 @@ def finding(effect: PairedEffect, *, better: Better, margin: float) -> str:
     return "no material effect" if low <= lo and hi <= high else "undetermined"
 
 
-CROSS_START: tuple[Design, ...] = ("cross-start", "cross-start-bounded")  # one start per arm: never paired
+CROSS_START: tuple[Design, ...] = ("cross-start", "cross-start-pooled")  # one start per arm
 
 
-def evidence(n_pairs: int, design: Design, min_repeats: int = MIN_PAIRED_REPEATS) -> str:
+def evidence(n_pairs: int, design: Design, min_repeats: int = MIN_PAIRED_REPEATS) -> Level:
+    """``paired`` (one start or alternating restarts) and ``start-pooled`` (across starts, the pooled start variance
+    in the interval) from ``min_repeats`` repeats; a cross-start contrast without it ``repeated``; else ``single``."""
     if n_pairs < min_repeats:
         return "repeated" if design in CROSS_START and n_pairs >= 3 else "single"
-    return "repeated" if design in CROSS_START else "paired"
+    return {"cross-start": "repeated", "cross-start-pooled": "start-pooled"}.get(design, "paired")  # type: ignore
 
 
 def decide(effect: PairedEffect, *, better: Better = "lower", margin: float = DEFAULT_MARGIN,
@@ -343,9 +343,11 @@ def decide(effect: PairedEffect, *, better: Better = "lower", margin: float = DE
     caps = []
     if level == "single":
         caps.append(f"only {effect.n_pairs} repeat(s) (< {min_repeats}), so evidence is single")
+    elif level == "repeated" and design == "cross-start":
+        caps.append("the arms ran on different server starts (not interleaved or alternating restarts) and no "
+                    "start-to-start variance is in the interval (make bench-00 on this host), so evidence is repeated")
     elif level == "repeated":
-        caps.append("the arms ran on different server starts (not interleaved or alternating restarts), so "
-                    "evidence is repeated")
+        caps.append(f"only {effect.n_pairs} repeats (< {min_repeats}), so evidence is repeated")
     if refuse:
         caps.append(refuse)
     if caps and decision != "inconclusive":
@@ -362,8 +364,7 @@ def p_beyond(effect: PairedEffect, *, better: Better, margin: float) -> float:
         beyond = finding(effect, better=better, margin=margin) == "material gain"
         return 0.0 if beyond else 1.0
     threshold = -math.log1p(margin) if better == "lower" else math.log1p(margin)
-    shift = effect.widened_log if better == "lower" else -effect.widened_log  # the widened end must clear it
-    t = (effect.log_mean + shift - threshold) / effect.log_se
+    t = (effect.log_mean - threshold) / effect.log_se  # a start-pooled effect's se and df hold the start variance
     return t_cdf(t, effect.df) if better == "lower" else 1 - t_cdf(t, effect.df)
 
 

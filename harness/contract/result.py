@@ -25,7 +25,7 @@ from harness.errors import SchemaViolation
 
 RESULT_SCHEMA = "infkit/result/v1"
 ResultKind = Literal["serving", "mechanism", "simulation", "comparison", "sweep"]
-EvidenceLevel = Literal["precheck", "single", "repeated", "paired"]
+EvidenceLevel = Literal["precheck", "single", "repeated", "start-pooled", "paired"]
 Decision = Literal["adopt", "reject", "inconclusive", "blocked"]
 
 

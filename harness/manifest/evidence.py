@@ -3,8 +3,9 @@
 The result schema already holds each result to its own rules; these rules hold
 the signed verdict to the results it vouches for:
 
-- ``adopt-reject-need-paired``: a predicate adopt/reject has evidence_level paired;
-- ``verdict-backed-by-result``: ...and some paired result reaches the same decision;
+- ``adopt-reject-need-paired``: a predicate adopt/reject has evidence_level paired or start-pooled (a cross-start
+  contrast with the host's pooled start-to-start variance in its interval);
+- ``verdict-backed-by-result``: ...and some such result reaches the same decision;
 - ``level-backed-by-results``: the predicate's evidence level is no stronger than the
   strongest result's;
 - ``failure-blocks-decision``: a failure in any result, or a failed/aborted run,
@@ -21,7 +22,8 @@ from typing import Any
 
 from harness.manifest.findings import Finding
 
-LEVEL_RANK = {"precheck": 0, "single": 1, "repeated": 2, "paired": 3}
+LEVEL_RANK = {"precheck": 0, "single": 1, "repeated": 2, "start-pooled": 3, "paired": 4}
+DECIDING = ("paired", "start-pooled")  # the levels that may adopt or reject
 RUN_MARKER = "infkit/run/v1"
 RESULT_MARKER = "infkit/result/v1"
 MATCHED_FIELDS = ("semantic_id", "run_id", "run_label", "evidence_level", "decision", "workload_ids",
@@ -67,14 +69,15 @@ def check_evidence(predicate: dict[str, Any], documents: dict[str, dict[str, Any
     decision, level = predicate["decision"], predicate["evidence_level"]
     results = {n: d for n, d in documents.items() if d.get("schema") == RESULT_MARKER}
     findings += _result_behind(predicate, documents, results)
-    if decision in ("adopt", "reject") and level != "paired":
+    if decision in ("adopt", "reject") and level not in DECIDING:
         findings.append(Finding("evidence", f"adopt-reject-need-paired: decision {decision} with {level} evidence"))
     if decision in ("adopt", "reject") and not any(
-        d["conclusion"]["evidence_level"] == "paired" and d["conclusion"]["decision"] == decision
+        d["conclusion"]["evidence_level"] in DECIDING and d["conclusion"]["decision"] == decision
         for d in results.values()
     ):
         findings.append(
-            Finding("evidence", f"verdict-backed-by-result: no paired result in the run decides {decision}")
+            Finding("evidence",
+                    f"verdict-backed-by-result: no paired or start-pooled result in the run decides {decision}")
         )
     if results:
         strongest = max(results.values(), key=lambda d: LEVEL_RANK[d["conclusion"]["evidence_level"]])

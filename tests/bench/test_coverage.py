@@ -58,6 +58,9 @@ def design_rows(coverage):
 
 
 def test_every_design_holds_nominal_or_is_a_known_failure(coverage, design_rows):
+    # the cross-start designs carry the start variance a simulated bench-00 estimates: none is a known failure
+    assert coverage.designs.KNOWN_FAILURES == {}
+    assert {f"cross-start, start sd {sd:.0%}" for sd in (0.02, 0.05, 0.08)} <= set(design_rows)
     failing = {name for name, r in design_rows.items() if r.failures()}
     assert failing == set(coverage.designs.KNOWN_FAILURES), {n: r.failures() for n, r in design_rows.items()}
     for name, r in design_rows.items():

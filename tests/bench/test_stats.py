@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from harness.bench.startcontrol import satterthwaite, with_start_variance
 from harness.bench.stats import (
     RepeatSamples,
     binomial_upper,
@@ -19,6 +20,7 @@ from harness.bench.stats import (
     paired_ratio_effect,
     repeat_ratio_effect,
     sign_flip_p,
+    t_cdf,
     t_quantile,
 )
 from harness.errors import InvalidInput
@@ -88,13 +90,46 @@ def test_no_effect_is_inconclusive():
     assert decide(eff).decision == "inconclusive"
 
 
-def test_cross_start_contrasts_are_repeated_evidence_and_cannot_adopt():
+def test_cross_start_contrasts_are_repeated_without_a_start_variance_and_start_pooled_with_it():
     eff = repeat_ratio_effect([(100.0, 50.0 + r) for r in range(5)])
     verdict = decide(eff, design="cross-start")
     assert (verdict.evidence_level, verdict.decision) == ("repeated", "inconclusive")
-    # widened by one A/A pair's bound it stays repeated: that bound is one draw of the start effect
-    assert (decide(eff, design="cross-start-bounded").evidence_level, verdict.decision) == ("repeated", "inconclusive")
+    assert "make bench-00" in verdict.reason
+    pooled = with_start_variance(eff, 0.03 ** 2, 10)
+    assert (decide(pooled, design="cross-start-pooled").evidence_level,
+            decide(pooled, design="cross-start-pooled").decision) == ("start-pooled", "adopt")
+    short = with_start_variance(repeat_ratio_effect([(100.0, 50.0 + r) for r in range(3)]), 0.03 ** 2, 10)
+    capped = decide(short, design="cross-start-pooled")
+    assert (capped.evidence_level, capped.decision) == ("repeated", "inconclusive")
+    assert "only 3 repeats" in capped.reason
     assert decide(eff, design="alternating").evidence_level == "paired"
+
+
+def test_satterthwaite_df_by_hand():
+    assert satterthwaite([(1.0, 4), (1.0, 4)]) == pytest.approx(8.0)  # two equal parts: their df add
+    assert satterthwaite([(2.0, 5), (0.0, 1)]) == pytest.approx(5.0)  # a part without variance adds nothing
+    # 0.7² / (0.5²/9 + 0.2²/3) = 0.49 / 0.0411111
+    assert satterthwaite([(0.5, 9), (0.2, 3)]) == pytest.approx(11.91892, rel=1e-5)
+
+
+def test_the_start_variance_joins_the_interval_with_welch_satterthwaite_df():
+    logs = np.log([0.80, 0.83, 0.78, 0.82, 0.81])
+    eff = repeat_ratio_effect([(1.0, float(math.exp(x))) for x in logs])
+    within = float(np.var(logs, ddof=1)) / 5
+    var_start, df_start = 0.02 ** 2, 7.0
+    between = 2 * var_start
+    df = (within + between) ** 2 / (within ** 2 / 4 + between ** 2 / df_start)
+    pooled = with_start_variance(eff, var_start, df_start)
+    assert pooled.t_df == pytest.approx(df) and pooled.df == pytest.approx(df)
+    half = t_quantile(0.975, df) * math.sqrt(within + between)
+    assert math.log(pooled.ci_low) == pytest.approx(logs.mean() - half)
+    assert math.log(pooled.ci_high) == pytest.approx(logs.mean() + half)
+    assert pooled.value == pytest.approx(eff.value) and pooled.ci_high > eff.ci_high  # wider, same estimate
+    assert "Welch–Satterthwaite" in pooled.method and f"{df:.1f} df" in pooled.method
+    # p beyond the margin reads the same se and df
+    t = (logs.mean() + math.log1p(0.05)) / math.sqrt(within + between)
+    assert p_beyond(pooled, better="lower", margin=0.05) == pytest.approx(t_cdf(t, df), abs=1e-9)
+    assert with_start_variance(eff, -0.001, 3).ci_low == pytest.approx(eff.ci_low)  # a negative estimate adds nothing
 
 
 def test_a_refusal_caps_an_adopt():

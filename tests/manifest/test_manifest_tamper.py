@@ -192,7 +192,7 @@ def test_paired_claim_without_paired_result_is_invalid(tmp_path, capsys):
     assert rc == 1
     messages = [m for c, m in reasons(doc) if c == "evidence"]
     assert "level-backed-by-results: predicate claims paired, strongest result is single" in messages
-    assert "verdict-backed-by-result: no paired result in the run decides adopt" in messages
+    assert "verdict-backed-by-result: no paired or start-pooled result in the run decides adopt" in messages
 
 
 def test_failure_with_a_decision_is_invalid(tmp_path, capsys):

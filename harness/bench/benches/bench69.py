@@ -278,6 +278,6 @@ SPEC = BenchSpec(
         "reject": "prefix caching slowed TTFT here: check the hit rates and server logs before trusting it",
         "vetoed": "the cache-off control moved beyond its margin (either way): it runs on its own server start, so "
                   "a start-to-start or host-load shift can explain it; rerun on an idle host after make bench-00 "
-                  "(an A/A start control this bench cites), and check that the workloads are true twins",
+                  "(the start-to-start variance this bench pools), and check that the workloads are true twins",
     },
 )

@@ -35,8 +35,9 @@ REFERENCE_DECODE_TOKENS_PER_S = 27.8
 # here (``bench_costs``) and recommends one (``recommended_size``).
 SIZES: dict[str, float] = {"quick": 0.5, "reference": 1.0}
 DEFAULT_SIZE = "reference"
-# Each bench's time target on 2 cores, caches warm (docs/benches.md).
-TARGETS_S: dict[str, float] = {"00": 300, "69": 300, "66": 600, "68": 720, "70": 720, "72": 900, "81": 900}
+# Each bench's time target on 2 cores, caches warm (docs/benches.md). bench-00's six starts of up to 70 s each on the
+# slowest host of this kind give the start variance its 5 df; where starts take 30 s it ends in about 4 minutes.
+TARGETS_S: dict[str, float] = {"00": 540, "69": 300, "66": 600, "68": 720, "70": 720, "72": 900, "81": 900}
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,8 @@ _SHARED_ARM_TOKENS = (2 * 544 + 6 * 32) / 8
 # and plan (arms x requests x repeats, server starts); ``fixed_s``: what the design fixes whatever the host. Checked
 # against the committed reference runs (tests/bench/test_default_sizes.py).
 DEFAULT_LOADS = (
-    # the A/A start control: 2 starts x (8 repeats x 4 requests + 2 warm-up)
-    BenchLoad("00", server_starts=2, requests=2 * (8 * 4 + 2), input_tokens=32, output_tokens=8, arm_runs=16),
+    # the start-to-start variance: 6 starts x (5 repeats x 4 requests + 2 warm-up)
+    BenchLoad("00", server_starts=6, requests=6 * (5 * 4 + 2), input_tokens=32, output_tokens=8, arm_runs=30),
     # 3 arms (shared, unique, cache-off) x 8 requests x 5 repeats; two server starts; the prefix follows the size
     BenchLoad("69", server_starts=2, requests=3 * 8 * 5, input_tokens=round((2 * 544 + _SHARED_ARM_TOKENS) / 3),
               output_tokens=2, sized=True, arm_runs=15),

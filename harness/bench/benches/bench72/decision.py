@@ -195,7 +195,7 @@ def _duel_claim(history: History, ranked: Sequence[Searched], duel: Mapping[str,
         resamples=history.cfg.resamples,
         design="cross-start",
         start=history.start_control,
-    )  # two kept-up starts: repeated (a cited A/A start control widens the interval; it stays repeated)
+    )  # two kept-up starts: repeated, or start-pooled with the host's start variance from bench-00
 
 
 def _no_slo() -> Decision:
