@@ -16,7 +16,7 @@ from harness.bench.analysis import ClaimResult
 from harness.bench.benches.bench68.acceptance import Acceptance, Agreement, Prediction
 from harness.bench.benches.bench68.identity import CHECK_BASIS
 from harness.bench.lib.prediction import Judged, summarise, summary_line
-from harness.bench.stats import holm, p_beyond
+from harness.bench.stats import DECIDING, holm, p_beyond
 from harness.contract import Effect
 
 RULE = ("per workload x speculative variant, the paired E2E p50 ratio (variant / baseline measured alongside) "
@@ -325,9 +325,9 @@ def decide_top(rows: Sequence[Row]) -> Top:
                    headline, lines, quality, mismatched, rows=tuple(rows))
     if head.capped and head.decision == "inconclusive (control failed)":
         lines.insert(0, f"{head.label} would adopt; capped at inconclusive: {head.capped}")
-    # a reject needs paired evidence (the result contract); a primary whose outputs differ on cross-start
-    # evidence is never adopted and reads inconclusive, the mismatch named in the summary
-    paired = claim.evidence_level == "paired"
+    # a reject needs paired or start-pooled evidence (the result contract); a primary whose outputs differ on
+    # repeated evidence is never adopted and reads inconclusive, the mismatch named in the summary
+    paired = claim.evidence_level in DECIDING
     decision = ("adopt" if head.decision == "adopt" else
                 "reject" if head.decision.startswith("reject") and paired else "inconclusive")
     also = [f"{r.label} (Holm p {r.holm_p:.3g})" for r, _ in ordered[1:]
