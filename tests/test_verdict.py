@@ -41,8 +41,11 @@ def test_every_invalid_reason_and_its_recommendation_is_named_and_a_measurement_
     assert all(len(line) <= 100 for line in lines) and any(line.startswith("    ") for line in lines)  # wrapped
     sweep = {"decision": "inconclusive", "evidence_level": "repeated", "valid": True, "failure": None,
              "invalid_reasons": [], "next_step": "cite it", "summary": "the bracket"}
-    assert verdict_lines("bench-66", sweep, figure="saturation between 5.97 and 9.95 req/s")[1] == (
-        "  saturation between 5.97 and 9.95 req/s")
+    measured = verdict_lines("bench-66", sweep, figure="saturation between 5.97 and 9.95 req/s")
+    assert measured[0] == "bench-66: MEASURED saturation between 5.97 and 9.95 req/s (repeated evidence, VALID)"
+    assert measured[1:] == ["next step: cite it"]  # the figure is said once, in the headline
+    blocked = verdict_lines("bench-66", {**sweep, "decision": "blocked"}, figure="no bracket")
+    assert blocked[0] == "bench-66: BLOCKED (repeated evidence, VALID)" and blocked[1] == "  no bracket"
 
 
 def test_excluded_requests_are_named_with_what_the_decision_reads_with_them_put_back():

@@ -41,7 +41,7 @@ def summary_text(title: str, table: str, reading: Reading, result: Result, wall_
     """Verdict first (``harness.contract.verdict``), then the arm table, the reading's lines and the wall time. A
     sweep measures rather than decides: it leads with its figure."""
     concl = result.conclusion.to_dict()
-    figure = result.conclusion.summary if result.kind == "sweep" else None
+    figure = result.conclusion.summary if result.kind == "sweep" or reading.measures else None
     controls = result.detail("controls") or []
     invalid = [f"{r['arm']} repeat {r['repeat']} ({r['consequence']}): {'; '.join(r['reasons'])}"
                for r in reading.invalid_runs]

@@ -77,6 +77,7 @@ class Reading:
     invalid_runs: Sequence[dict[str, Any]] = ()
     recommendations: Sequence[str] = ()
     excluded_work: ExcludedWork | None = None  # the primary claim's requests a client stall held, read with them
+    measures: bool = False  # it measures rather than decides (a curve, a start variance): its summary leads
 
     def __post_init__(self) -> None:  # lists given by a read rule are kept as tuples: the reading cannot drift
         for name in ("invalid_reasons", "lines", "headline", "invalid_runs", "recommendations"):

@@ -68,10 +68,14 @@ def excluded_words(work: Mapping[str, Any]) -> str:
             f"{work['decision_kept'].upper()}: capped at inconclusive, the decision rests on the exclusion")
 
 
-def headline(title: str, conclusion: Mapping[str, Any]) -> str:
-    """``bench-69 INF-PREFIX-CACHE: ADOPT (paired evidence, VALID)``."""
+def headline(title: str, conclusion: Mapping[str, Any], figure: str | None = None) -> str:
+    """``bench-69 INF-PREFIX-CACHE: ADOPT (paired evidence, VALID)``; a run that measures rather than decides leads
+    with its figure in the decision's place (``bench-66 INF-FLOAT-BASELINE: MEASURED saturation between ...``)
+    unless it was blocked."""
     valid = "VALID" if conclusion.get("valid", True) else "INVALID"
-    return f"{title}: {conclusion['decision'].upper()} ({conclusion['evidence_level']} evidence, {valid})"
+    said = (f"MEASURED {figure}" if figure and conclusion["decision"] == "inconclusive"
+            else conclusion["decision"].upper())
+    return f"{title}: {said} ({conclusion['evidence_level']} evidence, {valid})"
 
 
 def verdict_lines(title: str, conclusion: Mapping[str, Any], *, figure: str | None = None,
@@ -80,9 +84,10 @@ def verdict_lines(title: str, conclusion: Mapping[str, Any], *, figure: str | No
     """The summary's first lines: the decision, the effect (or ``figure`` for a run that measures), each control,
     then every invalid or undecided reason (the conclusion's, then each ``invalid`` run's) and a recommendation per
     failed constraint, wrapped to ``width``."""
-    lines = [headline(title, conclusion)]
+    lines = [headline(title, conclusion, figure)]
     effect = conclusion.get("effect")
-    said = figure or (effect_words(effect) if effect else conclusion.get("summary"))
+    measured = figure is not None and conclusion["decision"] == "inconclusive"
+    said = None if measured else figure or (effect_words(effect) if effect else conclusion.get("summary"))
     if said:
         lines += _wrapped(said, width, "  ")
     for control in controls:

@@ -95,7 +95,7 @@ def reader(cfg: Config, plan: Plan) -> Callable[[History], Reading]:
         primary = results[0] or next(r for r in results if r)
         return Reading(evidence_level=primary.evidence_level, decision="inconclusive", summary=summary,
                        effect=primary.effect, repeats=cfg.repeats, lines=_lines(rows), headline=headline,
-                       next_step=step,
+                       next_step=step, measures=True,
                        details={DETAILS_KEY: {"rows": rows, "starts": cfg.starts, "expiry_days": EXPIRY_DAYS,
                                               "rule": "σ²_start = (MS_between − MS_within) / n0 of the log figure, "
                                                       "starts as groups, starts − 1 df; pooled by citing benches "
