@@ -54,8 +54,26 @@ def references(repo: Path) -> dict[str, Reference]:
             raise ValueError(f"{summary}: not the summary its manifest signs")
         text = summary.read_text(encoding="utf-8")
         bench = run_dir.split("/")[1]
-        found[bench] = Reference(bench, report, tuple(text.split("\n\n", 1)[0].splitlines()))
+        found[bench] = Reference(bench, report, page_verdict(text.split("\n\n", 1)[0].splitlines()))
     return found
+
+
+def page_verdict(lines: list[str]) -> tuple[str, ...]:
+    """A summary's verdict lines for a page: each invalid or undecided reason by its first line (its whole text
+    stays in the signed summary.txt), everything else as written."""
+    kept: list[str] = []
+    reasons = False
+    for line in lines:
+        if not line.startswith(" "):
+            reasons = line == "invalid or undecided:"
+        elif reasons and not line.startswith("  - "):
+            if not kept[-1].endswith(" …"):
+                kept[-1] += " …"
+            continue
+        kept.append(line)
+    if any(line.endswith(" …") for line in kept):
+        kept.append("(each reason in full: the run's summary.txt)")
+    return tuple(kept)
 
 
 def block_body(bench: str, ref: Reference | None) -> str:

@@ -168,8 +168,10 @@ def cpu_share_limit(cpu: Mapping[str, Any], limits: ValidityLimits) -> float | N
     """The cores the load generator alone may use: past both what the server left of the cores left to them (less
     ``engine_core_fraction`` of them: a core busier than that queues the server's work) and the server's own use
     there, the client saturated those cores and took most of them."""
-    if not cpu.get("measured") or not cpu.get("engine_cores"):
-        return None  # not measured, or an engine bound to no core (which cores it needed is not known)
+    if not cpu.get("measured") or not cpu.get("engine_cores") or not cpu.get("cores_left"):
+        # not measured, an engine bound to no core (which cores it needed is not known), or bound to every core:
+        # nothing is left beside it for the rule to share out (such a layout is refused as not measurable)
+        return None
     server = server_cores_left(cpu)
     return round(max((1 - limits.engine_core_fraction) * len(cpu["cores_left"]) - server, server), 3)
 

@@ -119,3 +119,11 @@ def test_a_run_whose_api_server_hogs_the_cpu_is_not_charged_to_the_client_and_st
     assert validate_file(hog.result_path) == [] and "cpu_probe" not in hog.result["details"]["requested"]
     assert plain.valid and "no server CPU probe" in plain.result["details"]["cpu"]["why"]
     assert "CPU: client + API server" in (tmp_path / "a" / "summary.txt").read_text()
+
+
+def test_an_engine_bound_to_every_core_leaves_the_rule_nothing_to_share_out():
+    from harness.serving.validity import ValidityLimits, cpu_share_limit, cpu_share_reason
+    every = {"measured": True, "engine_cores": [0, 1], "cores_left": [], "client_cpu_s": 0.1, "wall_s": 3.1,
+             "frontend_cpu_s": 0.1, "engine_cores_used": 2.0}
+    assert cpu_share_limit(every, ValidityLimits()) is None
+    assert cpu_share_reason(every, ValidityLimits()) is None

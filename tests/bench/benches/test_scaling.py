@@ -123,3 +123,9 @@ def test_every_core_of_the_stack_is_counted_or_the_layout_is_not_measurable():
     assert scaling_table([row])[0][5] == "n/m"
     four = layout_scaling(runs, "pp2", 2, "single", resamples=200, cpu=True, host_cores=4)
     assert four.efficiency.value == pytest.approx(2.0 / 1.5)
+
+
+def test_layouts_left_out_for_one_reason_are_named_together():
+    from harness.bench.benches.bench81.parallel import by_reason
+    why = {"pp2": "not measurable on 2 cores", "dp2": "invalid", "tp2": "not measurable on 2 cores"}
+    assert by_reason(why) == ["pp2, tp2 (not measurable on 2 cores)", "dp2 (invalid)"]

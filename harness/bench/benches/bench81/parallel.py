@@ -235,6 +235,12 @@ def communication(server: dict) -> dict:
     return server.get("communication") or {}
 
 
+def by_reason(why: dict[str, str]) -> list[str]:
+    """Layouts left out of the headline, those left out for one reason named together: ``pp2, tp2 (why)``."""
+    return [f"{', '.join(k for k, v in why.items() if v == reason)} ({reason})"
+            for reason in dict.fromkeys(why.values())]
+
+
 def headline_and_summary(rows: Sequence[LayoutScaling], eff: Sequence[LayoutScaling],
                          left_out: Sequence[str]) -> tuple[list[dict[str, Any]], str]:
     """The valid, measurable layouts' efficiencies, then this host's single-device throughput with its interval
@@ -273,8 +279,9 @@ def read(cfg, cpu: bool, starts: dict[str, int], cores: int):
                  "load average (1 min) at each repeat: " + json.dumps(loads)]
         base_ok = {r.layout: r.valid for r in rows if r.layout == r.baseline}
         eff = [r for r in rows if r.efficiency is not None and r.valid and base_ok.get(r.baseline, False)]
-        left_out = [f"{r.layout} ({r.cores})" if r.cores.startswith("not measurable") else f"{r.layout} (invalid)"
-                    for r in rows if r.layout != r.baseline and r not in eff]
+        why = {r.layout: r.cores if r.cores.startswith("not measurable") else "invalid"
+               for r in rows if r.layout != r.baseline and r not in eff}
+        left_out = by_reason(why)
         if left_out:
             lines.append("not in the headline: " + "; ".join(left_out))
         headline, summary = headline_and_summary(rows, eff, left_out)
