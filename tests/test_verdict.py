@@ -44,6 +44,8 @@ def test_every_invalid_reason_and_its_recommendation_is_named_and_a_measurement_
     measured = verdict_lines("bench-66", sweep, figure="saturation between 5.97 and 9.95 req/s")
     assert measured[0] == "bench-66: MEASURED saturation between 5.97 and 9.95 req/s (repeated evidence, VALID)"
     assert measured[1:] == ["next step: cite it"]  # the figure is said once, in the headline
+    long = verdict_lines("bench-81", sweep, figure="no valid, measurable layout past the baseline here " * 3)
+    assert all(len(line) <= 100 for line in long) and long[1].startswith("  ") and long[-1] == "next step: cite it"
     blocked = verdict_lines("bench-66", {**sweep, "decision": "blocked"}, figure="no bracket")
     assert blocked[0] == "bench-66: BLOCKED (repeated evidence, VALID)" and blocked[1] == "  no bracket"
 

@@ -84,7 +84,7 @@ def verdict_lines(title: str, conclusion: Mapping[str, Any], *, figure: str | No
     """The summary's first lines: the decision, the effect (or ``figure`` for a run that measures), each control,
     then every invalid or undecided reason (the conclusion's, then each ``invalid`` run's) and a recommendation per
     failed constraint, wrapped to ``width``."""
-    lines = [headline(title, conclusion, figure)]
+    lines = _wrapped(headline(title, conclusion, figure), width, "", "  ")  # a measured figure may run long
     effect = conclusion.get("effect")
     measured = figure is not None and conclusion["decision"] == "inconclusive"
     said = None if measured else figure or (effect_words(effect) if effect else conclusion.get("summary"))
