@@ -234,6 +234,9 @@ def _estimates(citation: Citation, here: Mapping[str, Any], now: datetime, root:
     differ = [f"{k} {there.get(k)!r} here {here.get(k)!r}" for k in HOST_FIELDS if there.get(k) != here.get(k)]
     if differ:
         raise InvalidInput(f"bench-00 run {run.run_id} ran on another host key: {'; '.join(differ)}")
+    if run.decision == "blocked":  # stopped early (competing load, a failed start): its starts are not this host's
+        raise InvalidInput(f"bench-00 run {run.run_id} ended blocked: its start variance is not pooled",
+                           hint="rerun make bench-00 on a quiet host")
     rows = citation.detail(DETAILS_KEY, "rows") or []
     found = estimates_of(rows)
     if not found:

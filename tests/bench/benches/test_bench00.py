@@ -105,6 +105,18 @@ def test_the_start_variance_is_measured_over_every_start_and_a_cross_start_bench
     with pytest.raises(InvalidInput, match="expired"):
         pool_start_variance(str(aa.finished.manifest), bench_env, here, now=later)
     assert pool_start_variance("none", bench_env, here)[0] is None
+    # a run that ended blocked (stopped early on a competing load) is not pooled
+    from dataclasses import replace
+
+    from harness.bench.lib import citations
+    real_cite = citations.cite
+
+    def blocked(*args, **kwargs):
+        found = real_cite(*args, **kwargs)
+        return replace(found, run=replace(found.run, decision="blocked"))
+    monkeypatch.setattr(citations, "cite", blocked)
+    pooled, note = pool_start_variance("latest", bench_env, here)
+    assert pooled is None and f"bench-00 run {aa.run_dir.name} ended blocked: its start variance is not pooled" in note
 
 
 def test_without_an_aa_run_the_cross_start_claim_stays_repeated(bench_env):  # noqa: F811
