@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import numpy as np
 from coverage_stalls import simulated_result, stalled_run  # its sibling (``coverage.py`` puts this folder on the path)
 
-from harness.bench.benches import bench00
+from harness.bench.benches import bench00, bench68
 from harness.bench.benches.bench81.scaling import paired_log_ratio
 from harness.bench.claims import claim_effect, control_entry, design_of, secondary_entries
 from harness.bench.hostload import HostLoad
@@ -210,13 +210,7 @@ CROSS_ARMS = (Arm("seqs-low", "bursty", "seqs-low"), Arm("base", "bursty", "base
 
 
 BENCH68_PAIR = (Arm("copy/off@ngram", "copy", "off"), Arm("copy/ngram", "copy", "ngram"))
-def _bench68_repeats() -> int:
-    from harness.bench.benches.bench68 import Config
-
-    return Config().repeats
-
-
-BENCH68_REPEATS = _bench68_repeats()  # the bench default
+BENCH68_REPEATS = bench68.Config().repeats  # the bench default
 
 
 def _claim_outcome(res, truth: float = EDGE) -> Outcome:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.bench import startcontrol
 from harness.bench.lib import citations
-from harness.bench.startcontrol import SEMANTIC_ID, from_citation
+from harness.bench.startcontrol import DETAILS_KEY, SEMANTIC_ID, estimates_of, host_key, run_started
 from harness.contract.result import Result
 from harness.errors import InvalidInput
 from harness.manifest.audit import ManifestReport
@@ -45,8 +46,7 @@ def test_a_cited_run_is_read_as_a_run_record_and_a_result(cited):
     citation = citations.cite(manifest, root, semantic_id=SEMANTIC_ID)
     assert isinstance(citation.run, RunRecord) and isinstance(citation.result, Result)
     assert citation.to_dict(root)["run_id"] == AA_RUN.name
-    control = from_citation(citation, "--aa-control x", root)
-    assert control.run_id == AA_RUN.name and set(control.bounds) | set(control.unbounded)
+    assert estimates_of(citation.detail(DETAILS_KEY, "rows")), "the start variance reads from the typed result"
 
 
 def test_a_cited_result_missing_a_field_is_one_line_naming_it(cited):
@@ -70,5 +70,6 @@ def test_a_cited_aa_run_without_rows_names_what_it_lacks(cited):
     root, manifest, run_dir = cited
     _edit(run_dir / "comparison.json", lambda d: d["details"].pop("start_control"))
     citation = citations.cite(manifest, root, semantic_id=SEMANTIC_ID)
-    with pytest.raises(InvalidInput, match="holds no start-to-start bounds"):
-        from_citation(citation, "--aa-control x", root)
+    here = host_key(json.loads((run_dir / "fingerprint.json").read_text()), citation.run.effective, citation.run.model)
+    with pytest.raises(InvalidInput, match="holds no start-to-start variance"):
+        startcontrol._estimates(citation, here, run_started(citation.run.run_id), root)
