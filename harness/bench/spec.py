@@ -367,6 +367,7 @@ class BenchSpec:
     plan: Callable[[Any, PreparedModel], Plan]
     next_steps: Mapping[str, str]  # by decision (NEXT_STEP_KEYS); COMMON_NEXT_STEPS fill the rest
     outputs: tuple[str, ...] = ()  # extra files it writes, for the command's closing lines
+    crosses_starts: bool = False  # a claim compares arms served by different server starts (pools bench-00's)
 
     @property
     def help(self) -> str:

@@ -297,3 +297,21 @@ def start_control_for(semantic_id: str, choice: str, root: Path, backend: str, m
         return None, None, ""
     pooled, note = pool_start_variance(choice, root, current_host(backend, model, cfg))
     return pooled, {"requested": choice, "cited": pooled.to_dict() if pooled else None, "note": note}, note
+
+
+def start_variance_here(cfg: Any, root: Path) -> str | None:
+    """Which bench-00 runs a bench at ``cfg`` would pool on this host key right now (the line its run would write),
+    or None when it would pool none (no run, or the model not prepared yet: then no run can have served it)."""
+    from harness.backends.host_dtype import choose_dtype
+    from harness.bench.modelfit import fit_to_model
+    from harness.bench.placement import resolve_placement
+    from harness.models.resolve import find_resolved
+    from harness.rundir.fingerprint import host_isa
+
+    model = find_resolved(cfg.model)
+    if model is None:
+        return None
+    backend = resolve_placement(cfg.gpu, cfg.backend, cfg.runtime).backend
+    cfg = fit_to_model(dataclasses.replace(cfg, dtype=choose_dtype(backend, host_isa(), cfg.dtype).dtype), model)
+    pooled, note = pool_start_variance("latest", root, current_host(backend, model, cfg))
+    return note if pooled else None

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.bench.spec import BenchConfig
 from harness.errors import InfkitError, InvalidInput
 from harness.rundir.record import RUN_FILE, read_run_record
 
 # The citing order: a later bench cites an earlier one's signed run (bench-66's capacity before 72 and 81).
 EXITS = ("69", "66", "68", "70", "72", "81")
+START_CONTROL = "00"  # bench-00: the start-to-start variance that the cross-start claims of 68, 69 and 72 pool
 INTERRUPTED = 130
 
 # One bench run: (exit status, the run directory it made or None).
@@ -45,6 +47,21 @@ def decision_of(run_dir: Path | None) -> str:
         return read_run_record(run_dir).decision
     except InvalidInput as exc:
         return f"unreadable: {exc.message}"
+
+
+def start_control_first(exits: Sequence[str], crossing: Mapping[str, BenchConfig],
+                        pooled_here: Callable[[BenchConfig], str | None]) -> tuple[list[str], str]:
+    """The exits with bench-00 in front when a bench of them (``crossing``: those comparing arms across server
+    starts, with their settings) would pool no bench-00 run on this host key (``pooled_here`` is None), and the
+    line that says so; else the exits as they are. A bench told ``--aa-control none`` or a path cites no pool."""
+    if START_CONTROL in exits:
+        return list(exits), ""
+    missing = [name for name, cfg in crossing.items() if cfg.aa_control == "latest" and pooled_here(cfg) is None]
+    if not missing:
+        return list(exits), ""
+    return [START_CONTROL, *exits], (
+        f"bench-{START_CONTROL} runs first: {', '.join(f'bench-{n}' for n in missing)} compare(s) arms across "
+        "server starts and no bench-00 run on this host key is there to pool (AA_CONTROL=none skips it)")
 
 
 def run_suite(exits: Sequence[str], run_one: RunOne, *, clock: Callable[[], float] = time.monotonic) -> list[SuiteRow]:

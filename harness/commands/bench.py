@@ -14,7 +14,8 @@ from harness.bench.placement import resolve_placement
 from harness.bench.runfile import Origin, bench_settings, read_run_file, run_file_schema, run_file_text
 from harness.bench.runner import run_bench
 from harness.bench.spec import BenchConfig, BenchSpec
-from harness.bench.suite import EXITS, run_suite, suite_exit_code, suite_table
+from harness.bench.startcontrol import start_variance_here
+from harness.bench.suite import EXITS, START_CONTROL, run_suite, start_control_first, suite_exit_code, suite_table
 from harness.errors import InvalidInput
 from harness.knobs import add_config_arguments
 from harness.progress import reporter
@@ -95,20 +96,27 @@ def run_all(args: argparse.Namespace) -> int:
     unknown = [n for n in args.exits if n not in known]
     if unknown:
         raise InvalidInput(f"--exits: no bench {', '.join(unknown)}", hint=f"benches: {', '.join(known)}")
-    settled = {}
-    for name in args.exits:
+
+    def settle(name: str) -> tuple[BenchConfig, Origin]:
         b = argparse.ArgumentParser(prog=f"infkit bench {name}")
         add_bench_arguments(b, known[name])
-        settled[name] = bench_settings(known[name], b.parse_args(["--make-vars", args.make_vars]))
+        return bench_settings(known[name], b.parse_args(["--make-vars", args.make_vars]))
+
+    settled = {name: settle(name) for name in args.exits}
     if args.dry_run:
         from harness.bench.dryrun import dry_run
 
         print(json.dumps([{**dry_run(known[n], cfg), **origin.record()} for n, (cfg, origin) in settled.items()],
                          indent=2, default=str))
         return 0
-    rows = run_suite(args.exits, lambda name: run_settled(known[name], *settled[name]))
+    crossing = {n: cfg for n, (cfg, _) in settled.items() if known[n].crosses_starts}
+    exits, why = start_control_first(args.exits, crossing, lambda cfg: start_variance_here(cfg, Path.cwd()))
+    if why:
+        settled[START_CONTROL] = settle(START_CONTROL)
+        print(why, file=sys.stderr)
+    rows = run_suite(exits, lambda name: run_settled(known[name], *settled[name]))
     print()
-    print(suite_table(args.exits, rows), end="")
+    print(suite_table(exits, rows), end="")
     return suite_exit_code(rows)
 
 

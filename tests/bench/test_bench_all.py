@@ -15,7 +15,7 @@ from harness.errors import InvalidInput
 from harness.rundir.directory import Finished
 from tests.typed_results import run_record
 
-DECISIONS = {"69": "adopt", "66": "blocked", "70": "reject", "72": "inconclusive", "81": "adopt"}
+DECISIONS = {"00": "measured", "69": "adopt", "66": "blocked", "70": "reject", "72": "inconclusive", "81": "adopt"}
 
 
 @pytest.fixture
@@ -30,13 +30,14 @@ def fake_benches(monkeypatch, tmp_path):
         if spec.name == "68":
             raise InvalidInput("bench-68 refuses this host")
         run_dir = root / "runs" / spec.name / f"run-{spec.name}"
-        run_dir.mkdir(parents=True)
+        run_dir.mkdir(parents=True, exist_ok=True)
         record = run_record(semantic_id=spec.semantic_id, run_id=f"run-{spec.name}", decision=DECISIONS[spec.name])
         (run_dir / "run.json").write_text(json.dumps(record.to_dict()))
         return SimpleNamespace(finished=Finished(run_dir, f"bench-{spec.name} summary\n", None),
                                result={"kind": "comparison"}, aborted=False, failed=spec.name == "66")
 
     monkeypatch.setattr(bench_cmd, "run_bench", fake_run_bench)
+    monkeypatch.setattr(bench_cmd, "start_variance_here", lambda cfg, root: "pooled bench-00 run(s) ...")
     return calls
 
 
@@ -98,3 +99,25 @@ def test_make_benches_all_calls_the_command_with_the_exits_and_the_make_variable
     recipe = mk[mk.index("benches-all: setup"):]
     assert "$(INFKIT) bench --all --exits $(EXITS)" in recipe and "$(MAKEOVERRIDES)" in recipe
     assert "python -c" not in recipe and "for n in" not in recipe
+
+
+def test_bench00_runs_first_when_a_cross_start_bench_would_pool_no_start_variance_here(fake_benches, monkeypatch,
+                                                                                          capsys):
+    asked: list[str] = []
+
+    def nothing_pooled(cfg, root):
+        asked.append(cfg.aa_control)
+        return None
+
+    monkeypatch.setattr(bench_cmd, "start_variance_here", nothing_pooled)
+    cli.main(["bench", "--all"])
+    out = capsys.readouterr()
+    assert [name for name, _ in fake_benches] == ["00", *EXITS]
+    assert "bench-00 runs first: bench-69, bench-68, bench-72 compare(s) arms across server starts" in out.err
+    assert "benches-all: 00 69 66 68 70 72 81" in out.out and len(asked) == 3
+    # benches that never cross starts, a suite naming 00 itself, or AA_CONTROL=none: the exits as given
+    for argv, ran in ((["--exits", "66", "70", "81"], ["66", "70", "81"]), (["--exits", "69", "00"], ["69", "00"]),
+                      (["--make-vars", "AA_CONTROL=none"], list(EXITS))):
+        fake_benches.clear()
+        cli.main(["bench", "--all", *argv])
+        assert [name for name, _ in fake_benches] == ran

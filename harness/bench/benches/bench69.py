@@ -273,6 +273,7 @@ def plan_at(cfg: Config, capacity: Capacity | None, load_notes: tuple[str, ...])
 
 SPEC = BenchSpec(
     name="69", semantic_id="INF-PREFIX-CACHE", question="does prefix reuse cut TTFT?", config=Config, plan=plan,
+    crosses_starts=True,
     next_steps={
         "adopt": "keep prefix caching on for shared-prefix traffic; confirm on the GPU image (make bench-69 GPU=0)",
         "reject": "prefix caching slowed TTFT here: check the hit rates and server logs before trusting it",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,10 +14,19 @@ from harness.backends.base import BackendConfig
 from harness.bench import placement as placement_mod
 from harness.bench import runner as runner_mod
 from harness.bench.benches import bench00
-from harness.bench.startcontrol import CITED_KEY, DETAILS_KEY, EXPIRY_DAYS, SEMANTIC_ID, host_key, pool_start_variance
+from harness.bench.startcontrol import (
+    CITED_KEY,
+    DETAILS_KEY,
+    EXPIRY_DAYS,
+    SEMANTIC_ID,
+    host_key,
+    pool_start_variance,
+    start_variance_here,
+)
 from harness.contract.schemas import validate_file
 from harness.errors import InvalidInput
 from harness.manifest.audit import AuditConfig, audit_paths
+from harness.models import resolve as models_resolve
 from harness.progress import Reporter
 from harness.runtime.base import ServerSpec
 from tests.bench import test_bench_runner as citing
@@ -92,6 +102,14 @@ def test_the_start_variance_is_measured_over_every_start_and_a_cross_start_bench
     # another host key (dtype, engine knob, CPU), or past the expiry: not pooled, with the reason; a path refused
     here = key_of(aa.run_dir)
     assert pool_start_variance("latest", bench_env, here)[0].run_ids == [aa.run_dir.name]
+    # what `infkit bench --all` asks before its first bench: a citing bench's settings pool this run; with the model
+    # not prepared yet no run can have served it
+    citing_cfg = citing.Config(backend="fake", runtime="local")
+    monkeypatch.setattr(models_resolve, "find_resolved", lambda name: runner_mod.resolve_model(name))
+    assert aa.run_dir.name in start_variance_here(citing_cfg, bench_env)
+    assert start_variance_here(replace(citing_cfg, enforce_eager=True), bench_env) is None
+    monkeypatch.setattr(models_resolve, "find_resolved", lambda name: None)
+    assert start_variance_here(citing_cfg, bench_env) is None
     for change, said in (({"dtype": "float32"}, "dtype"), ({"cpu_model": "Other CPU"}, "cpu_model 'x"),
                          ({"engine": {**here["engine"], "enforce_eager": True}}, "engine")):
         pooled, note = pool_start_variance("latest", bench_env, {**here, **change})
@@ -106,8 +124,6 @@ def test_the_start_variance_is_measured_over_every_start_and_a_cross_start_bench
         pool_start_variance(str(aa.finished.manifest), bench_env, here, now=later)
     assert pool_start_variance("none", bench_env, here)[0] is None
     # a run that ended blocked (stopped early on a competing load) is not pooled
-    from dataclasses import replace
-
     from harness.bench.lib import citations
     real_cite = citations.cite
 

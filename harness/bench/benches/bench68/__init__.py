@@ -297,6 +297,7 @@ SPEC = BenchSpec(
     question="does speculative decoding pay, and where?",
     config=Config,
     plan=plan,
+    crosses_starts=True,
     outputs=("e2e_cdf.png",),
     next_steps={
         "adopt": "serve the adopted configuration for that traffic only; confirm on the GPU image "

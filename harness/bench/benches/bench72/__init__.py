@@ -251,6 +251,7 @@ SPEC = BenchSpec(
     question="what should one device run, and up to what load?",
     config=Config,
     plan=plan,
+    crosses_starts=True,
     outputs=("capacity.png",),
     next_steps={
         "adopt": "deploy the adopted candidate at up to its capacity; confirm on the target device "
