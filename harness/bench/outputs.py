@@ -39,9 +39,9 @@ def arm_table(runs: Sequence[ArmRun], labels: Sequence[str], columns: Sequence[M
 
 def summary_text(title: str, table: str, reading: Reading, result: Result, wall_s: float) -> str:
     """Verdict first (``harness.contract.verdict``), then the arm table, the reading's lines and the wall time. A
-    sweep measures rather than decides: it leads with its figure."""
+    reading that measures rather than decides (a sweep, a start variance) leads with its figure."""
     concl = result.conclusion.to_dict()
-    figure = result.conclusion.summary if result.kind == "sweep" or reading.measures else None
+    figure = result.conclusion.summary if reading.measures else None
     controls = result.detail("controls") or []
     invalid = [f"{r['arm']} repeat {r['repeat']} ({r['consequence']}): {'; '.join(r['reasons'])}"
                for r in reading.invalid_runs]

@@ -78,10 +78,13 @@ class Reading:
     recommendations: Sequence[str] = ()
     excluded_work: ExcludedWork | None = None  # the primary claim's requests a client stall held, read with them
     measures: bool = False  # it measures rather than decides (a curve, a start variance): its summary leads
+    # with its figure; a sweep always measures
 
     def __post_init__(self) -> None:  # lists given by a read rule are kept as tuples: the reading cannot drift
         for name in ("invalid_reasons", "lines", "headline", "invalid_runs", "recommendations"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.kind == "sweep":
+            object.__setattr__(self, "measures", True)
 
     def blocked_by(self, failure: Failure) -> Reading:
         """What a read rule concluded, stopped by ``failure``: blocked, single, the spec's next step."""

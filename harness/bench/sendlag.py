@@ -42,23 +42,28 @@ def _scheduled_gap_ms(run: ArmRun) -> float | None:
     return 1e3 * (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 and times[-1] > times[0] else None
 
 
+def _percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float | None]:
+    """The ``qs`` percentiles of ``values`` by the kit's method; None each when there are none."""
+    if not values:
+        return [None] * len(qs)
+    return [float(v) for v in np.percentile(values, qs, method=PERCENTILE_METHOD)]
+
+
 def _pooled_stats(runs: Sequence[ArmRun], load_only: bool = False) -> dict[str, Any]:
     """The figures ``lag_limit_ms`` reads, over the runs' requests pooled (the mean arrival gap: the runs' mean).
     ``load_only``: latency counts from the scheduled send, so a late send moves only the load: no TTFT reference,
     and the gap is the fastest run's (where a late send moves the load most)."""
+    lags = [x for run in runs for x in _lags_ms(run)]
+    p95, p99 = _percentiles(lags, (95, 99))
     if load_only:
         gaps = [g for run in runs if (g := _scheduled_gap_ms(run))]
-        late_ms = [x for run in runs for x in _lags_ms(run)]
-        p95 = float(np.percentile(late_ms, 95, method=PERCENTILE_METHOD)) if late_ms else None
-        return {"sends": len(late_ms), "send_lag_p95_ms": p95, "send_lag_p99_ms": None, "ttft_p50_ms": None,
+        return {"sends": len(lags), "send_lag_p95_ms": p95, "send_lag_p99_ms": None, "ttft_p50_ms": None,
                 "ttft_p99_ms": None, "mean_arrival_gap_ms": min(gaps) if gaps else None}
-    lags = np.asarray([x for run in runs for x in _lags_ms(run)])
     ttft = [(r.first_token_s - r.sent_s) * 1e3 for run in runs for r in run.records
             if r.completed and r.first_token_s is not None and r.sent_s is not None]
     gaps = [g for run in runs if (g := run.result.detail("client", "mean_arrival_gap_ms"))]
-    p95, p99 = np.percentile(lags, [95, 99], method=PERCENTILE_METHOD) if lags.size else (None, None)
-    t50, t99 = np.percentile(ttft, [50, 99], method=PERCENTILE_METHOD) if ttft else (None, None)
-    return {"sends": int(lags.size), "send_lag_p95_ms": p95, "send_lag_p99_ms": p99, "ttft_p50_ms": t50,
+    t50, t99 = _percentiles(ttft, (50, 99))
+    return {"sends": len(lags), "send_lag_p95_ms": p95, "send_lag_p99_ms": p99, "ttft_p50_ms": t50,
             "ttft_p99_ms": t99, "mean_arrival_gap_ms": float(np.mean(gaps)) if gaps else None}
 
 
