@@ -26,7 +26,8 @@ from harness.serving.validity import ClientHealth, ValidityLimits, stall_record
 from tests.bench.test_analysis import read, records
 from tests.typed_results import arm_result
 
-UNIQUE, SHARED, CONTROL = bench69.UNIQUE, bench69.SHARED, bench69.CONTROL
+UNIQUE, SHARED, CONTROL, UNIQUE_OFF = bench69.UNIQUE, bench69.SHARED, bench69.CONTROL, bench69.UNIQUE_OFF
+ARMS = (UNIQUE, SHARED, UNIQUE_OFF, CONTROL)  # a round of the bench's four arms
 # bench-69 on a host with one niced CPU-bound job beside it: the recorded reason of its one invalid arm run
 LOOP_LAG = ("client event-loop lag P99 77.5 ms > 20.0 ms (5% of TTFT P99 / mean arrival gap) with 1 client "
             "process(es): the client is a bottleneck")
@@ -43,20 +44,20 @@ def arm_run(label: str, repeat: int, ttft_ms: dict[int, float], reasons: tuple[s
 
 def bench69_step(repeat: int, label: str, stalled: set[tuple[str, int, int]], attempt: int = 1) -> ArmRun:
     """One arm run of the recorded bench-69 (effect x0.134): cold 1000 ms, hits 134 ms on all but each group's
-    first request, the control on its own start; ``stalled`` (arm, repeat, attempt) met the competing job."""
+    first request, the control's twins on their own start; ``stalled`` (arm, repeat, attempt) met the competing job."""
     spread = 1 + 0.004 * ((repeat * 7 + len(label)) % 5 - 2)  # a little start-to-start noise, deterministic
     cold = {i: 1000.0 * spread for i in range(8)}
     ttft = {SHARED: {i: cold[i] if i < 2 else 134.0 * spread * (1 + 0.01 * (repeat % 3)) for i in range(8)},
-            UNIQUE: cold, CONTROL: {i: 995.0 * spread for i in range(8)}}[label]
+            UNIQUE: cold, UNIQUE_OFF: cold, CONTROL: {i: 995.0 * spread for i in range(8)}}[label]
     reasons = (LOOP_LAG,) if (label, repeat, attempt) in stalled else ()
     return arm_run(label, repeat, ttft, reasons, attempt)
 
 
 def replay(stalled: set[tuple[str, int, int]], budget: int) -> tuple[list[ArmRun], Reruns]:
-    """The bench's fixed steps (5 rounds of its three arms) through the runner's re-run rule."""
+    """The bench's fixed steps (5 rounds of its four arms) through the runner's re-run rule."""
     reruns, runs = Reruns(budget, Reporter(io.StringIO())), []
     for repeat in range(1, 6):
-        for label in (UNIQUE, SHARED, CONTROL):
+        for label in ARMS:
             first = bench69_step(repeat, label, stalled)
             runs.append(reruns.settle(first, partial(bench69_step, repeat, label, stalled)))
             if reruns.failure is not None:
@@ -73,7 +74,7 @@ def test_bench69s_recorded_stall_left_out_reads_inconclusive_and_says_why_not_ra
     # the recorded run: no re-run, the stalled shared-prefix run left out, 4 pairs of the 5 required
     runs, reruns = replay({(SHARED, 3, 1)}, budget=0)
     assert reruns.failure is not None  # with no budget the bench now stops at the stall, naming it
-    runs = [bench69_step(r, label, {(SHARED, 3, 1)}) for r in range(1, 6) for label in (UNIQUE, SHARED, CONTROL)]
+    runs = [bench69_step(r, label, {(SHARED, 3, 1)}) for r in range(1, 6) for label in ARMS]
     reading = named(read(runs), runs)
     assert (reading.decision, reading.evidence_level, reading.effect.n_pairs) == ("inconclusive", "single", 4)
     assert 0.12 < reading.effect.value < 0.15 and reading.effect.ci_high < 1 / 1.05  # beyond the margin already
@@ -92,9 +93,9 @@ def test_bench69s_recorded_stall_left_out_reads_inconclusive_and_says_why_not_ra
 
 def test_bench69s_recorded_stall_is_rerun_in_place_and_the_replay_adopts():
     runs, reruns = replay({(SHARED, 3, 1)}, budget=3)
-    assert reruns.failure is None and len(runs) == 15
+    assert reruns.failure is None and len(runs) == 20
     assert [(r["arm"], r["repeat"], r["attempt"], r["reasons"]) for r in reruns.done] == [(SHARED, 3, 2, [LOOP_LAG])]
-    assert runs[7].result_path == Path(f"{SHARED}/r3-a2.json")  # the re-run took the stalled run's place
+    assert runs[9].result_path == Path(f"{SHARED}/r3-a2.json")  # the re-run took the stalled run's place
     reading = named(read(runs), runs, reruns.done)
     assert (reading.decision, reading.evidence_level, reading.effect.n_pairs) == ("adopt", "paired", 5), reading.summary
     assert 0.12 < reading.effect.value < 0.15
@@ -143,11 +144,11 @@ def stalled_step(repeat: int, label: str, attempt: int = 1) -> ArmRun:
 def test_bench69s_recorded_stall_judged_per_request_keeps_the_run_and_adopts():
     reruns, runs = Reruns(0, Reporter(io.StringIO()), metrics=(TTFT_P50,)), []
     for repeat in range(1, 6):
-        for label in (UNIQUE, SHARED, CONTROL):
+        for label in ARMS:
             runs.append(reruns.settle(stalled_step(repeat, label), partial(stalled_step, repeat, label)))
     # no budget, yet no stop and no re-run: the stall moved one request's TTFT, not the run's
-    assert reruns.failure is None and reruns.done == [] and len(runs) == 15
-    stalled = runs[7]
+    assert reruns.failure is None and reruns.done == [] and len(runs) == 20
+    stalled = runs[9]
     assert (stalled.label, stalled.repeat, stalled.valid) == (SHARED, 3, False)  # invalid for its rates only
     assert stalled.result.detail("client", "stalls", "valid_for") == {"ttft": True, "decode": True, "chunks": True,
                                                                        "e2e": True, "run": False}

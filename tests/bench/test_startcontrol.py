@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ from harness.bench.startcontrol import (
 )
 from harness.bench.stats import p_beyond
 from harness.workload import Arrival, Common
-from tests.bench.test_analysis import CONTROL, arm_run, bench69_runs, read
+from tests.bench.test_analysis import CONTROL, UNIQUE, UNIQUE_OFF, arm_run, bench69_runs
 
 CITATION = {"manifest": "manifests/INF-AA-START/aa.intoto.json", "sha256": "0" * 64, "run_id": "aa"}
 # bench-00's reference run from before --starts (two starts), kept as recorded
@@ -94,22 +95,34 @@ def test_a_metric_the_runs_give_no_variance_for_keeps_the_cap():
     assert r.details["claims"][0]["start_control"] is None
 
 
+def cross_start_control() -> tuple[Plan, list]:
+    """bench-69's arms with its control read against the cache-on twin (the cache-off arm on another start than
+    its baseline, as bench-69 once ran it): the control's contrast crosses starts."""
+    made = bench69.plan(bench69.Config(), None)
+    arms = tuple(a for a in made.arms if a.label != UNIQUE_OFF)
+    plan = replace(made, arms=arms, schedule=phases_for(arms, 5, "sequential"),
+                   controls=(replace(made.controls[0], baseline=UNIQUE),))
+    return plan, [r for r in bench69_runs(0.993, off_start=1.0) if r.label != UNIQUE_OFF]
+
+
 def test_a_cross_start_control_is_judged_by_tost_with_the_start_variance_and_not_judged_without():
-    plan = bench69.plan(bench69.Config(), None)
-    history = History(cfg=bench69.Config(), model=None, runs=bench69_runs(0.993), start_control=pooled(0.01))
-    with_var = read_claims(history, plan, seed=0, resamples=500, repeats=5)
-    plain = read(bench69_runs(0.993)).details["claims"][0]
-    claim = with_var.details["claims"][0]  # interleaved: the start variance does not touch it
+    plan, recorded = cross_start_control()
+
+    def read_with(start):
+        history = History(cfg=bench69.Config(), model=None, runs=recorded, start_control=start)
+        return read_claims(history, plan, seed=0, resamples=500, repeats=5)
+
+    with_var, without = read_with(pooled(0.01)), read_with(None)
+    claim, plain = with_var.details["claims"][0], without.details["claims"][0]
+    # interleaved: the start variance does not touch it
     assert claim["effect"]["ci_low"] == plain["effect"]["ci_low"] and claim["start_control"] is None
-    (ctrl,) = with_var.details["controls"]
-    (bare,) = read(bench69_runs(0.993)).details["controls"]
+    (ctrl,), (bare,) = with_var.details["controls"], without.details["controls"]
     assert ctrl["treatment"] == CONTROL and ctrl["evidence_level"] == "start-pooled"
     assert ctrl["effect"]["ci_low"] < bare["effect"]["ci_low"]
     assert ctrl["equivalence"] == "equivalent" and bare["equivalence"] == "not judged"
     assert "make bench-00" in bare["reading"] and with_var.decision == "adopt"
     # a start variance too wide for the band: not shown equivalent, which caps the primary
-    wide = read_claims(History(cfg=bench69.Config(), model=None, runs=bench69_runs(0.993),
-                               start_control=pooled(0.5, df=3)), plan, seed=0, resamples=500, repeats=5)
+    wide = read_with(pooled(0.5, df=3))
     assert wide.details["controls"][0]["equivalence"] == "not shown equivalent" and wide.decision == "inconclusive"
 
 

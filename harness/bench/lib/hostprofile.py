@@ -102,7 +102,7 @@ class BenchLoad:
         return self.server_starts * start_s + max(busy, self.fixed_s) + self.arm_runs * ARM_RUN_S
 
 
-# bench-69's mean computed prompt: 544 tokens in its two uncached arms; in the shared arm the first request of each
+# bench-69's mean computed prompt: 544 tokens in its three uncached arms; in the shared arm the first request of each
 # of its 2 groups computes all 544 and the other 3 only their 32-token suffix (the 512-token prefix hits the cache)
 _SHARED_ARM_TOKENS = (2 * 544 + 6 * 32) / 8
 # The reference size of each `make bench-NN` on the CPU default, in those units, from each bench's Config defaults
@@ -111,9 +111,10 @@ _SHARED_ARM_TOKENS = (2 * 544 + 6 * 32) / 8
 DEFAULT_LOADS = (
     # the start-to-start variance: 6 starts x (5 repeats x 4 requests + 2 warm-up)
     BenchLoad("00", server_starts=6, requests=6 * (5 * 4 + 2), input_tokens=32, output_tokens=8, arm_runs=30),
-    # 3 arms (shared, unique, cache-off) x 8 requests x 5 repeats; two server starts; the prefix follows the size
-    BenchLoad("69", server_starts=2, requests=3 * 8 * 5, input_tokens=round((2 * 544 + _SHARED_ARM_TOKENS) / 3),
-              output_tokens=2, sized=True, arm_runs=15),
+    # 4 arms (unique and shared on each of cache-on and cache-off) x 8 requests x 5 repeats; two server starts; the
+    # prefix follows the size
+    BenchLoad("69", server_starts=2, requests=4 * 8 * 5, input_tokens=round((3 * 544 + _SHARED_ARM_TOKENS) / 4),
+              output_tokens=2, sized=True, arm_runs=20),
     # a pilot and a >= 60 s refilling probe, then up to 5 levels each >= 60 s of arrivals, on one start; the
     # request lengths follow the size
     BenchLoad("66", server_starts=1, requests=6 * 100, input_tokens=128, output_tokens=16, concurrency=4, sized=True,
