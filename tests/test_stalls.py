@@ -139,3 +139,27 @@ def test_the_serving_result_names_the_excluded_requests_and_validates(tmp_path: 
     assert work.count == 1 and work.requests == ["request 3 (ttft, decode): client stall 1.270-1.300 s (30 ms) held "
                                                  "its first token at 1.300 s: up to 30 ms of 100 ms"]
     assert excluded_work(stall_validity(records(8), [], stall_ms=20.0, late_ms=None)) is None
+
+
+def test_a_stall_that_held_the_sends_moves_ttft_and_e2e_and_voids_the_run_for_them():
+    # bench-70's static batch on an idle host: the loop held 107 ms from 5 ms in, the first batch of 8 went out
+    # when it woke: each request's TTFT and E2E (counted from ready) carry the 107 ms, its decode does not
+    batch = [RequestRecord(index=i, status="length", scheduled_s=0.0, slot_s=0.0, sent_s=0.112, first_token_s=0.9,
+                           end_s=1.9, chunk_s=(0.9, 1.9), completion_tokens=2, output_tokens_requested=2)
+             for i in range(8)]
+    later = records(8)
+    later = [RequestRecord(index=8 + r.index, status="length", scheduled_s=2.0 + r.scheduled_s,
+                           sent_s=2.0 + r.sent_s, first_token_s=2.0 + r.first_token_s, end_s=2.0 + r.end_s,
+                           chunk_s=tuple(2.0 + t for t in r.chunk_s), completion_tokens=2, output_tokens_requested=2)
+             for r in later]
+    judged = stall_validity([*batch, *later], [Stall(0, 0.005, 0.112)], stall_ms=40.0, late_ms=None)
+    assert [e["index"] for e in judged["excluded"]["ttft"]] == list(range(8))
+    assert [e["index"] for e in judged["excluded"]["e2e"]] == list(range(8))
+    assert judged["excluded"]["decode"] == [] and "held its send or first token at 0.112 s" in \
+        judged["excluded"]["ttft"][0]["why"]
+    assert judged["valid_for"] == {"ttft": False, "decode": True, "chunks": True, "e2e": False, "run": True}
+    # the same stall before a send it did not hold (sent on time, 200 ms later) moves nothing
+    on_time = [RequestRecord(index=i, status="length", scheduled_s=0.3, slot_s=0.3, sent_s=0.3, first_token_s=0.9,
+                             end_s=1.9, chunk_s=(0.9, 1.9), completion_tokens=2, output_tokens_requested=2)
+               for i in range(8)]
+    assert stall_validity(on_time, [Stall(0, 0.005, 0.112)], stall_ms=40.0, late_ms=None)["excluded"]["ttft"] == []

@@ -8,11 +8,12 @@ the loop wakes. So a stall can move only the requests its own process was drivin
 that read a timestamp it held (stamped inside it or within ``HOLD_SLACK_S`` after it), by up to the time from the
 stall's start to that stamp:
 
-- ``ttft``: the first token (TTFT, counted from ready); a stall after the first token cannot move it;
+- ``ttft``: the send and the first token (TTFT, counted from ready: a send the stall held came late, and so did
+  everything after it); a stall after the first token cannot move it;
 - ``decode``: the first token and the end (TPOT); a stall in mid-stream cannot move it (the server kept generating
   and the client read the buffered chunks when it woke);
 - ``chunks``: every chunk (ITL);
-- ``e2e``: the end (E2E, counted from ready);
+- ``e2e``: the send and the end (E2E, counted from ready);
 - ``run``: the run's rates (throughput), judged by the loop-lag P99 over the run (a P99 past the limit means the
   loop was late past it in 1 % of wake-ups: the client was held long enough to move a rate).
 
@@ -39,7 +40,7 @@ from harness.client.records import RequestRecord
 SPANS = ("ttft", "decode", "chunks", "e2e")
 SPAN_TEXT = {"ttft": "time to first token", "decode": "decode (first token to end)", "chunks": "chunk gaps",
              "e2e": "whole life", "run": "rates over the run"}
-STAMP_TEXT = {"ttft": "first token", "decode": "first token or end", "chunks": "chunk", "e2e": "end"}
+STAMP_TEXT = {"ttft": "send or first token", "decode": "first token or end", "chunks": "chunk", "e2e": "send or end"}
 HOLD_SLACK_S = 0.01  # a timestamp this soon after a stall's end may be one the stall held
 # A share of a run's requests that may be left out of a figure: dropping a share s of n samples keeps the median of
 # the rest between the full sample's quantiles 0.5 - s/2 and 0.5 + s/2, and a decision must read the same with them
@@ -67,10 +68,13 @@ def readings(rec: RequestRecord) -> dict[str, list[tuple[float, float]]]:
     ready = rec.slot_s if rec.slot_s is not None else rec.scheduled_s if rec.scheduled_s is not None else rec.sent_s
     if not rec.completed or ready is None or rec.end_s is None:
         return {}
-    out = {"e2e": [(rec.end_s, rec.end_s - ready)]}
+    # a send the stall held moved everything after it: TTFT and E2E count from ready, before the send
+    sent = [rec.sent_s] if rec.sent_s is not None and rec.sent_s > ready else []
+    out = {"e2e": [(t, rec.end_s - ready) for t in (*sent, rec.end_s)]}
     first = rec.first_token_s
     if first is not None:
-        out.update(ttft=[(first, first - ready)], decode=[(first, rec.end_s - first), (rec.end_s, rec.end_s - first)])
+        out.update(ttft=[(t, first - ready) for t in (*sent, first)],
+                   decode=[(first, rec.end_s - first), (rec.end_s, rec.end_s - first)])
     out["chunks"] = [(t, t - prev) for prev, t in zip(rec.chunk_s, rec.chunk_s[1:], strict=False)]
     return out
 
