@@ -498,14 +498,14 @@ def test_relative_slos_take_a_reference_of_at_least_100_unqueued_requests():
 
 @pytest.mark.parametrize(("capacities", "min_rps", "expected", "extended"), [
     # the first candidate breaks the foot (0.5): one rung below (0.25) passes, then up until two break in a row;
-    # the second gets the extended schedule from its new foot, and never extends it
-    ({"a": 0.3, "b": 0.2}, 0.1, {"a": [0.5, 0.25, 1.0], "b": [0.25, 0.5]}, [0.25]),
+    # the second, slower, gets the extended schedule from its new foot, breaks it too and adds its own rung below
+    ({"a": 0.3, "b": 0.2}, 0.1, {"a": [0.5, 0.25, 1.0], "b": [0.25, 0.125, 0.5]}, [0.25, 0.125]),
     # nothing passes: two rungs below at most, the second clipped to --min-rps
     ({"a": 0.05, "b": 0.05}, 0.2, {"a": [0.5, 0.25, 0.2], "b": [0.2, 0.25]}, [0.25, 0.2]),
     # the foot passes: the schedule stays as it was
     ({"a": 1.0, "b": 0.6}, 0.1, {"a": [0.5, 1.0, 2.0, 4.0], "b": [0.5, 1.0, 2.0]}, []),
 ])
-def test_the_first_candidate_extends_the_schedule_below_a_broken_foot_for_every_candidate(
+def test_a_candidate_extends_the_schedule_below_its_broken_foot_for_every_later_candidate(
         monkeypatch, capacities, min_rps, expected, extended):
     from types import SimpleNamespace
 

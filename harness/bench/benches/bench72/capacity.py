@@ -271,9 +271,9 @@ class Campaign:
 
     def search(self, history: History, name: str, first: bool) -> Iterator[Step]:
         """One candidate on the shared schedule, low to high; it stops after two probes in a row broke a limit
-        (latency does not fall as load grows, so higher rates would break it too). The first candidate fixes the
-        schedule's foot: while its lowest rung breaks a limit, a rung below is added (up to
-        --schedule-extend-below), which every later candidate gets too, so a slow host still gets a capacity
+        (latency does not fall as load grows, so higher rates would break it too). While a candidate's lowest rung
+        breaks a limit, a rung below is added (up to --schedule-extend-below for each candidate), which every later
+        candidate gets too, so a slow host, or a slow candidate (float32 beside bf16), still gets a capacity
         inside the schedule rather than "below" it; a candidate that reaches the top without breaking twice adds
         rungs above (``extend_above``), so a GPU's capacity is found rather than "above" a CPU-sized schedule."""
         if first:
@@ -282,7 +282,7 @@ class Campaign:
         if slo is None or not rates:
             return
         history.notes.setdefault("start_rps", {})[name] = rates[0]
-        extend, passed, i, broke = (self.cfg.schedule_extend_below if first else 0), {}, 0, 0
+        extend, passed, i, broke = self.cfg.schedule_extend_below, {}, 0, 0
         while i < len(rates):
             rate = rates[i]
             if rate not in passed:
