@@ -40,7 +40,6 @@ from harness.client.records import RequestRecord
 SPANS = ("ttft", "decode", "chunks", "e2e")
 SPAN_TEXT = {"ttft": "time to first token", "decode": "decode (first token to end)", "chunks": "chunk gaps",
              "e2e": "whole life", "run": "rates over the run"}
-STAMP_TEXT = {"ttft": "send or first token", "decode": "first token or end", "chunks": "chunk", "e2e": "send or end"}
 HOLD_SLACK_S = 0.01  # a timestamp this soon after a stall's end may be one the stall held
 # A share of a run's requests that may be left out of a figure: dropping a share s of n samples keeps the median of
 # the rest between the full sample's quantiles 0.5 - s/2 and 0.5 + s/2, and a decision must read the same with them
@@ -62,20 +61,20 @@ class Stall:
         return (self.end_s - self.start_s) * 1e3
 
 
-def readings(rec: RequestRecord) -> dict[str, list[tuple[float, float]]]:
-    """By span, the timestamps a completed request's figures read and the length each is judged against: a stall can
-    move a figure only by holding one of them (stamped when the loop woke, not when the event came)."""
+def readings(rec: RequestRecord) -> dict[str, list[tuple[str, float, float]]]:
+    """By span, the timestamps a completed request's figures read (named) and the length each is judged against: a
+    stall can move a figure only by holding one of them (stamped when the loop woke, not when the event came)."""
     ready = rec.slot_s if rec.slot_s is not None else rec.scheduled_s if rec.scheduled_s is not None else rec.sent_s
     if not rec.completed or ready is None or rec.end_s is None:
         return {}
     # a send the stall held moved everything after it: TTFT and E2E count from ready, before the send
-    sent = [rec.sent_s] if rec.sent_s is not None and rec.sent_s > ready else []
-    out = {"e2e": [(t, rec.end_s - ready) for t in (*sent, rec.end_s)]}
+    sent = [("send", rec.sent_s)] if rec.sent_s is not None and rec.sent_s > ready else []
+    out = {"e2e": [(name, t, rec.end_s - ready) for name, t in (*sent, ("end", rec.end_s))]}
     first = rec.first_token_s
     if first is not None:
-        out.update(ttft=[(t, first - ready) for t in (*sent, first)],
-                   decode=[(first, rec.end_s - first), (rec.end_s, rec.end_s - first)])
-    out["chunks"] = [(t, t - prev) for prev, t in zip(rec.chunk_s, rec.chunk_s[1:], strict=False)]
+        out.update(ttft=[(name, t, first - ready) for name, t in (*sent, ("first token", first))],
+                   decode=[("first token", first, rec.end_s - first), ("end", rec.end_s, rec.end_s - first)])
+    out["chunks"] = [("chunk", t, t - prev) for prev, t in zip(rec.chunk_s, rec.chunk_s[1:], strict=False)]
     return out
 
 
@@ -96,12 +95,12 @@ def excluded_requests(records: Sequence[RequestRecord], stalls: Sequence[Stall],
         parts = readings(rec)
         mine = [s for s in judged if s.worker == rec.worker]
         for span, stamps in parts.items():
-            hit = next(((s, t, held(t, s), length) for s in mine for t, length in stamps
+            hit = next(((s, name, t, held(t, s), length) for s in mine for name, t, length in stamps
                         if held(t, s) > fraction * length), None)
             if hit is not None:
-                stall, t, moved, length = hit
+                stall, name, t, moved, length = hit
                 out[span][rec.index] = (f"client stall {stall.start_s:.3f}-{stall.end_s:.3f} s ({stall.ms:.0f} ms) "
-                                        f"held its {STAMP_TEXT[span]} at {t:.3f} s: up to {moved * 1e3:.0f} ms of "
+                                        f"held its {name} at {t:.3f} s: up to {moved * 1e3:.0f} ms of "
                                         f"{length * 1e3:.0f} ms")
         lag_ms = (rec.send_lag_s or 0.0) * 1e3
         if parts and late_ms is not None and lag_ms > late_ms:

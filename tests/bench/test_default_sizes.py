@@ -35,7 +35,7 @@ def test_a_smaller_size_never_costs_more_and_the_shared_prefix_is_priced_as_cach
     profile = reference_profile()
     by_size = {size: bench_costs(profile, size) for size in SIZES}
     assert all(by_size["quick"][bench] <= by_size["reference"][bench] for bench in TARGETS_S)
-    # bench-69's 160 requests of 544 + 2 tokens, were every prefix computed, would take it past its 5 minutes
+    # bench-69's 160 requests of 544 + 2 tokens, were every prefix computed, would take it past its 6 minutes
     every_prefix = 2 * 70 + 160 * profile.request_s(544, 2) + 15
     assert every_prefix > TARGETS_S["69"] >= by_size["reference"]["69"]
 

@@ -110,7 +110,7 @@ def test_a_stall_that_repeats_past_the_budget_stops_early_with_the_reason():
     assert reruns.failure is not None and reruns.failure.kind == "client_bottleneck"
     assert reruns.failure.message == (f"{UNIQUE} repeat 4 invalid after 1 attempt(s) and the re-run budget (2, "
                                       f"--reruns) is spent: {LOOP_LAG}")
-    assert (runs[-1].label, runs[-1].repeat, runs[-1].valid) == (UNIQUE, 4, False) and len(runs) == 10
+    assert (runs[-1].label, runs[-1].repeat, runs[-1].valid) == (UNIQUE, 4, False) and len(runs) == 13
 
 
 def test_one_recommendation_per_failed_constraint_in_the_order_met():

@@ -83,7 +83,7 @@ CACHING = "cache_config.enable_prefix_caching"
 
 @dataclass(frozen=True)
 class Config(BenchConfig):
-    """Defaults sized for ≤ 5 minutes on 2 CPU cores once the serving env and model are cached: 5 repeats (the
+    """Defaults sized for ≤ 6 minutes on 2 CPU cores once the serving env and model are cached: 5 repeats (the
     fewest that can adopt), paid for with a 512-token prefix at the reference size (256 at SIZE=quick)."""
 
     repeats: int = knob(5, "repeats of every arm, interleaved (< 5 lowers the evidence level to single)", min=1)
