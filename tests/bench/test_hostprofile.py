@@ -94,7 +94,7 @@ def test_doctor_recommends_the_largest_size_that_fits_and_a_bench_warns_before_o
     crawl = HostProfile(**{**profile.__dict__, "prefill_tokens_per_s": 60.0, "decode_tokens_per_s": 4.0})
     warning = size_warning("69", "reference", crawl)
     assert warning is not None and warning.startswith("bench-69 at SIZE=reference is estimated at ~")
-    assert "over its 5 min target" in warning and "replays the same requests on every host" in warning
+    assert "over its 6 min target" in warning and "replays the same requests on every host" in warning
     assert size_warning("nope", "reference", crawl) is None
 
 
