@@ -191,6 +191,16 @@ def claim_figures(history: History, plan: Plan, title: str) -> dict[str, Callabl
     return {f"{base.removesuffix('_ms')}_cdf.png": draw}
 
 
+def next_step_key(reading: Reading, next_steps: Mapping[str, str]) -> str:
+    """The next step a reading gets: "aborted" for an interrupted run, "vetoed" where a control moved beyond its
+    band (one only too wide to show equivalence gets the decision's own: narrow it), else its decision's."""
+    if reading.failure is not None and reading.failure.kind == "aborted":
+        return "aborted"
+    veto = next((c for c in reading.details.get("controls") or () if c["name"] == reading.details.get("vetoed_by")),
+                None)
+    return "vetoed" if veto and veto["equivalence"] == "moved" and "vetoed" in next_steps else reading.decision
+
+
 def top_result(history: History, plan: Plan, reading: Reading, *, semantic_id: str, run_id: str,
                next_steps: Mapping[str, str], protocol: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """The bench's top-level result (``comparison`` or ``sweep``), validated."""
@@ -203,8 +213,7 @@ def top_result(history: History, plan: Plan, reading: Reading, *, semantic_id: s
     terminations: Counter[str] = Counter()
     for run in runs:
         terminations.update(run.result.correctness.termination_counts)
-    key = ("aborted" if reading.failure is not None and reading.failure.kind == "aborted"
-           else "vetoed" if reading.details.get("vetoed_by") and "vetoed" in next_steps else reading.decision)
+    key = next_step_key(reading, next_steps)
     conclusion = Conclusion(
         evidence_level=reading.evidence_level, decision=reading.decision,  # type: ignore[arg-type]
         next_step=reading.next_step or next_steps.get(key, next_steps.get("blocked", "read the summary")),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.bench.analysis import read_claims
+from harness.bench.analysis import next_step_key, read_claims
 from harness.bench.benches import bench69
 from harness.bench.records import ArmRun
 from harness.bench.spec import History
@@ -81,6 +81,21 @@ def test_a_control_that_moved_as_much_as_the_treatment_makes_it_inconclusive():
     assert reading.decision == "inconclusive", reading.summary
     (control,) = reading.details["controls"]
     assert control["equivalence"] == "moved" and reading.details["vetoed_by"] == "cache-off"
+    assert next_step_key(reading, bench69.SPEC.steps) == "vetoed"
+
+
+def test_a_control_too_wide_to_show_equivalence_caps_the_claim_and_asks_for_a_narrower_interval():
+    # the control 2.5x its twin in three repeats of five: its interval spans its band (x1.9 for a x0.04 gain)
+    runs = bench69_runs(1.0)
+    for i, run in enumerate(runs):
+        if run.label == CONTROL and run.repeat % 2:
+            runs[i] = arm_run(CONTROL, run.repeat, {r.index: 2.5 * (r.first_token_s - r.sent_s) * 1e3
+                                                     for r in run.records})
+    reading = read(runs)
+    (control,) = reading.details["controls"]
+    assert control["equivalence"] == "not shown equivalent" and reading.decision == "inconclusive"
+    assert reading.details["vetoed_by"] == "cache-off"
+    assert next_step_key(reading, bench69.SPEC.steps) == "inconclusive"  # not "the twins differ": narrow it
     assert "could explain a material share" in reading.summary
 
 
