@@ -36,7 +36,7 @@ bench: setup ## run the bench a run file names (CONFIG=run.yaml; knobs as VAR= a
 	  $(if $(filter 1,$(PRINT_CONFIG)),--print-config) $(BENCH_ARGS)
 
 # The six project exits in one go (infkit bench --all), in the order later ones cite earlier ones (bench-66 before
-# 72; bench-00 first when 68 or 72 would pool no start variance of this host). Every bench runs even when an
+# 72; bench-00 first when 68, 70 or 72 would pool no start variance of this host). Every bench runs even when an
 # earlier one fails; the table at the end gives each one's wall time, run and decision. Make variables reach every
 # bench as they reach `make bench-NN`.
 EXITS ?= 69 66 68 70 72 81

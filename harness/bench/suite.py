@@ -18,7 +18,7 @@ from harness.rundir.record import RUN_FILE, read_run_record
 
 # The citing order: a later bench cites an earlier one's signed run (bench-66's capacity before 72 and 81).
 EXITS = ("69", "66", "68", "70", "72", "81")
-START_CONTROL = "00"  # bench-00: the start-to-start variance that the cross-start claims of 68 and 72 pool
+START_CONTROL = "00"  # bench-00: the start-to-start variance that the cross-start claims of 68, 70 and 72 pool
 INTERRUPTED = 130
 
 # One bench run: (exit status, the run directory it made or None).

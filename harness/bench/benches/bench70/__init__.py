@@ -392,6 +392,7 @@ SPEC = BenchSpec(
     config=Config,
     plan=plan,
     outputs=("occupancy.png",),
+    crosses_starts=True,  # its secondary groups each run on their own server variant
     next_steps={
         "adopt": "continuous batching serves this traffic better than static batches; read each comparison's "
         "decision for the limits, the chunk and the policy, and the simulator's error per arm",
