@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.backends.layouts import node_args
@@ -96,9 +97,13 @@ def test_rounds_are_resampled_jointly_and_starts_are_the_unit():
     r = paired_log_ratio([20.0, 20.0 * math.exp(0.1), 20.0 * math.exp(-0.1)], [10.0, 10.0, 10.0], scale=0.5)
     half = 4.302653 * 0.1 / 3 ** 0.5
     assert (r.value, r.ci_low, r.ci_high) == pytest.approx((1.0, math.exp(-half), math.exp(half)), rel=1e-5)
-    # the throughput interval is Student t over the start means 20, 40, 60: 40 +- 4.303 x 20 / sqrt(3)
-    half = 4.302653 * 20.0 / 3 ** 0.5
-    assert row.throughput_tok_s == 40.0 and row.throughput_ci == pytest.approx((40.0 - half, 40.0 + half), rel=1e-5)
+    # the throughput interval is Student t over the log start means 20, 40, 60 (on the linear scale it would reach
+    # below zero: 40 +- 4.303 x 20 / sqrt(3))
+    logs = np.log([20.0, 40.0, 60.0])
+    half = 4.302653 * logs.std(ddof=1) / 3 ** 0.5
+    assert row.throughput_tok_s == 40.0 and row.throughput_ci == pytest.approx(
+        (math.exp(logs.mean() - half), math.exp(logs.mean() + half)), rel=1e-5)
+    assert row.throughput_ci[0] > 0
 
 
 def test_a_layout_started_once_beside_a_replicated_baseline_gets_no_ratio():

@@ -174,7 +174,12 @@ def layout_scaling(runs: Sequence[ArmRun], label: str, devices: int, baseline: s
             speedup = ratio_of_means(num, den, resamples=resamples, seed=seed)
             efficiency = ratio_of_means(num, den, scale=1.0 / scale, resamples=resamples, seed=seed) if scale else None
     mean = float(np.mean(list(mine_by.values()))) if mine_by else None
-    ci = t_interval(np.asarray(list(mine_by.values())), CONFIDENCE)[:2] if len(mine_by) > 1 else None
+    # Student t over the start means on the log scale: a throughput's interval never reaches zero
+    logs = np.log([v for v in mine_by.values() if v > 0])
+    ci = None
+    if logs.size > 1:
+        low, high, _ = t_interval(logs, CONFIDENCE)
+        ci = (math.exp(low), math.exp(high))
     return LayoutScaling(
         layout=label, devices=devices, baseline=baseline, repeats=len(done), throughput_tok_s=mean,
         throughput_range=(min(mine), max(mine)) if mine else None,
