@@ -75,7 +75,11 @@ def test_bench69_runs_on_servers_the_user_started_and_names_them(servers, tmp_pa
     assert off["kit_cannot"][-1].startswith("reset its prefix cache: it offers no reset")
     result = json.loads((run_dir / run["outputs"]["result"]).read_text())
     resets = result["details"]["protocol"]["prefix_cache_resets"]
-    assert resets["confirmed"] == 2 and resets["not_offered"] == 1 and not resets["declined"]  # off: not possible
+    # cache-on's two arm runs reset, cache-off's two cannot (no reset offered), each invalid run redone resets again
+    redone = {r["arm"] for r in result["details"]["protocol"]["reruns"]["runs"]}
+    assert resets["confirmed"] >= 2 and resets["not_offered"] >= 2 and not resets["declined"]
+    assert resets["confirmed"] + resets["not_offered"] == 4 + len(result["details"]["protocol"]["reruns"]["runs"]), \
+        (resets, redone)
     manifest = root / "manifests" / "INF-PREFIX-CACHE" / f"{run_dir.name}.intoto.json"
     checked = audit(root, manifest)
     assert checked.returncode == 0 and "VALID" in checked.stdout, checked.stdout + checked.stderr
