@@ -391,8 +391,7 @@ SPEC = BenchSpec(
     question="which batching/selection settings serve this traffic best?",
     config=Config,
     plan=plan,
-    outputs=("occupancy.png",),
-    crosses_starts=True,  # its secondary groups each run on their own server variant
+    outputs=("occupancy.png",), crosses_starts=True,  # its secondary groups each run on their own server variant
     next_steps={
         "adopt": "continuous batching serves this traffic better than static batches; read each comparison's "
         "decision for the limits, the chunk and the policy, and the simulator's error per arm",
